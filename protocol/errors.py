@@ -1,0 +1,135 @@
+"""Errors of the protocol layer and the Kafka error-code registry.
+
+Two families:
+
+* :class:`ProtocolError` and its subclasses: bytes that do not parse. Raised by every decoder in
+  this package for malformed input (truncated frames, bad varints, bad CRCs) with the field and
+  byte position that failed. Nothing else (``IndexError``, ``struct.error``) may escape a decoder.
+* :class:`KafkaError` subclasses: one class per Kafka error code, carrying ``code`` and
+  ``retriable``. The broker raises them from its handlers and converts them to the code in the
+  response; the client raises them when a response carries the code. Look one up with
+  :func:`for_code`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SluiceError(Exception):
+    """Base of every error raised by the protocol package."""
+
+
+class ProtocolError(SluiceError):
+    """Bytes that do not follow the Kafka protocol or the RecordBatch format."""
+
+
+class CorruptRecordError(ProtocolError):
+    """A record batch or record that fails validation.
+
+    ``field`` names what was wrong, ``position`` is the byte offset (relative to the start of the
+    buffer handed to the decoder) where the problem was found, when known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, position: int | None = None):
+        where = []
+        if field is not None:
+            where.append(f"field {field}")
+        if position is not None:
+            where.append(f"byte {position}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.field = field
+        self.position = position
+
+
+class KafkaError(SluiceError):
+    """A Kafka protocol error code. Subclasses set ``code``, ``retriable`` and a description."""
+
+    code: ClassVar[int] = -1
+    retriable: ClassVar[bool] = False
+    description: ClassVar[str] = "unknown server error"
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or self.description)
+
+    def __str__(self) -> str:
+        return f"[{type(self).__name__} {self.code}] {self.args[0]}"
+
+
+_REGISTRY: dict[int, type[KafkaError]] = {}
+
+
+def _define(name: str, code: int, retriable: bool, description: str) -> type[KafkaError]:
+    cls = type(
+        name,
+        (KafkaError,),
+        {"code": code, "retriable": retriable, "description": description, "__module__": __name__},
+    )
+    _REGISTRY[code] = cls
+    return cls
+
+
+UnknownServerError = _define("UnknownServerError", -1, False, "unexpected server error")
+OffsetOutOfRange = _define("OffsetOutOfRange", 1, False, "offset out of range")
+CorruptMessage = _define("CorruptMessage", 2, True, "corrupt message (bad CRC or format)")
+UnknownTopicOrPartition = _define(
+    "UnknownTopicOrPartition", 3, True, "this server does not host this topic-partition"
+)
+InvalidFetchSize = _define("InvalidFetchSize", 4, False, "invalid fetch size")
+LeaderNotAvailable = _define("LeaderNotAvailable", 5, True, "leader not available")
+NotLeaderOrFollower = _define("NotLeaderOrFollower", 6, True, "not leader or follower")
+RequestTimedOut = _define("RequestTimedOut", 7, True, "request timed out")
+MessageTooLarge = _define("MessageTooLarge", 10, False, "message larger than max.message.bytes")
+CoordinatorLoadInProgress = _define(
+    "CoordinatorLoadInProgress", 14, True, "coordinator is loading"
+)
+CoordinatorNotAvailable = _define("CoordinatorNotAvailable", 15, True, "coordinator not available")
+NotCoordinator = _define("NotCoordinator", 16, True, "not the coordinator")
+InvalidTopic = _define("InvalidTopic", 17, False, "invalid topic name")
+RecordListTooLarge = _define("RecordListTooLarge", 18, False, "record batch too large")
+NotEnoughReplicas = _define("NotEnoughReplicas", 19, True, "not enough in-sync replicas")
+InvalidRequiredAcks = _define("InvalidRequiredAcks", 21, False, "acks must be -1, 0 or 1")
+IllegalGeneration = _define("IllegalGeneration", 22, False, "illegal generation")
+InconsistentGroupProtocol = _define(
+    "InconsistentGroupProtocol", 23, False, "inconsistent group protocol"
+)
+InvalidGroupId = _define("InvalidGroupId", 24, False, "invalid group id")
+UnknownMemberId = _define("UnknownMemberId", 25, False, "unknown member id")
+InvalidSessionTimeout = _define("InvalidSessionTimeout", 26, False, "invalid session timeout")
+RebalanceInProgress = _define("RebalanceInProgress", 27, False, "rebalance in progress")
+InvalidCommitOffsetSize = _define("InvalidCommitOffsetSize", 28, False, "invalid commit size")
+UnsupportedVersion = _define("UnsupportedVersion", 35, False, "unsupported API version")
+TopicAlreadyExists = _define("TopicAlreadyExists", 36, False, "topic already exists")
+InvalidPartitions = _define("InvalidPartitions", 37, False, "invalid number of partitions")
+InvalidReplicationFactor = _define(
+    "InvalidReplicationFactor", 38, False, "invalid replication factor"
+)
+InvalidConfig = _define("InvalidConfig", 40, False, "invalid configuration")
+InvalidRequest = _define("InvalidRequest", 42, False, "invalid request")
+UnsupportedForMessageFormat = _define(
+    "UnsupportedForMessageFormat", 43, False, "unsupported for message format"
+)
+PolicyViolation = _define("PolicyViolation", 44, False, "policy violation")
+OutOfOrderSequenceNumber = _define(
+    "OutOfOrderSequenceNumber", 45, False, "out of order sequence number"
+)
+DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
+InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+UnsupportedCompressionType = _define(
+    "UnsupportedCompressionType", 76, False, "unsupported compression type"
+)
+MemberIdRequired = _define("MemberIdRequired", 79, False, "member id required")
+GroupIdNotFound = _define("GroupIdNotFound", 69, False, "group id not found")
+NonEmptyGroup = _define("NonEmptyGroup", 68, False, "group is not empty")
+InvalidRecord = _define("InvalidRecord", 87, False, "invalid record")
+UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The error class for a Kafka error code (``UnknownServerError`` for codes we do not know)."""
+    return _REGISTRY.get(code, UnknownServerError)
+
+
+def all_codes() -> dict[int, type[KafkaError]]:
+    """Every registered error code and its class."""
+    return dict(_REGISTRY)

@@ -1,0 +1,100 @@
+"""Config: defaults, Java-properties files, --override precedence, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server import config as config_mod
+from server.config import Config, ConfigError, Listener
+
+
+def test_defaults_match_the_option_table() -> None:
+    config_mod._check_defaults()
+    c = Config()
+    assert c.listener == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert c.socket_request_max_bytes == 104857600
+    assert c.data_dir == Path("./data")
+    assert c.default_replication_factor == 1
+    assert c.auto_create_topics_enable is True
+
+
+def test_properties_file_syntax(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "# a comment\n"
+        "! also a comment\n"
+        "listeners = PLAINTEXT://127.0.0.1:19092\n"
+        "node.id: 7\n"
+        "log.dirs /var/sluice\n"
+        "num.partitions=\\\n"
+        "    3\n"
+        "log.segment.bytes=1048576\n"
+        "zookeeper.connect=localhost:2181\n"
+    )
+    c = Config.load(path)
+    assert c.listener == Listener("PLAINTEXT", "127.0.0.1", 19092)
+    assert c.node_id == 7
+    assert c.log_dirs == "/var/sluice"
+    assert c.num_partitions == 3
+    assert c.log_properties() == {"log.segment.bytes": "1048576"}
+    assert c.ignored_keys == ("zookeeper.connect",)
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=3\nauto.create.topics.enable=true\n")
+    c = Config.load(path, ["num.partitions=5", "auto.create.topics.enable=FALSE"])
+    assert c.num_partitions == 5
+    assert c.auto_create_topics_enable is False
+
+
+def test_log_dir_alias_and_broker_id() -> None:
+    c = Config.load(None, ["log.dir=/tmp/x", "broker.id=4"])
+    assert c.log_dirs == "/tmp/x"
+    assert c.node_id == 4
+    c = Config.load(None, ["log.dir=/tmp/x", "log.dirs=/tmp/y", "broker.id=4", "node.id=2"])
+    assert c.log_dirs == "/tmp/y"
+    assert c.node_id == 2
+
+
+def test_advertised_listener_defaults() -> None:
+    c = Config.load(None, ["listeners=PLAINTEXT://0.0.0.0:9093"])
+    assert c.advertised_listener == Listener("PLAINTEXT", "127.0.0.1", 9093)
+    c = Config.load(None, ["advertised.listeners=PLAINTEXT://broker.example:9094"])
+    assert c.advertised_listener == Listener("PLAINTEXT", "broker.example", 9094)
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("num.partitions=zero", "num.partitions"),
+        ("num.partitions=0", "must be >= 1"),
+        ("default.replication.factor=3", "default.replication.factor"),
+        ("auto.create.topics.enable=yes", "true or false"),
+        ("listeners=SSL://127.0.0.1:9093", "only PLAINTEXT"),
+        ("listeners=PLAINTEXT://127.0.0.1", "port"),
+        ("listeners=PLAINTEXT://127.0.0.1:70000", "out of range"),
+        ("log.dirs=/a,/b", "exactly one"),
+        ("log.message.timestamp.type=Now", "CreateTime"),
+        ("socket.request.max.bytes=-5", "socket.request.max.bytes"),
+        ("noequals", "key=value"),
+    ],
+)
+def test_invalid_values_are_rejected_clearly(override: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.load(None, [override])
+    assert fragment in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        Config.load(tmp_path / "nope.properties")
+
+
+def test_example_properties_file_loads() -> None:
+    example = Path(__file__).resolve().parent.parent / "config" / "server.properties"
+    c = Config.load(example)
+    assert c.ignored_keys == ()
+    assert c == Config.load(None, [f"{k}={v}" for k, v in c.properties.items()])

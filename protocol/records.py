@@ -17,20 +17,55 @@ Sans-I/O: bytes in, typed values out. Layout (all integers big-endian)::
     recordCount           int32
     records               ...      compressed as one block when the codec bits are non-zero
 
+Each record inside ``records`` (uncompressed, or after decompressing the block)::
+
+    length          varint    bytes after this field
+    attributes      int8      unused, 0
+    timestampDelta  varlong   relative to baseTimestamp (ignored under LogAppendTime: every record
+                              then carries the batch's maxTimestamp)
+    offsetDelta     varint    relative to baseOffset
+    keyLength       varint    -1 = null key
+    key             bytes
+    valueLength     varint    -1 = null value
+    value           bytes
+    headerCount     varint
+    headers         [headerKeyLength varint (>= 0), headerKey utf8,
+                     headerValueLength varint (-1 = null), headerValue bytes]
+
+Varints are zigzag-encoded (protobuf ``sint32``/``sint64``).
+
 This module's *stable surface* (used by server/ and client/): ``HEADER``, the ``*_OFFSET``
 constants, ``ATTR_*``, :class:`BatchHeader`, :func:`parse_header`, :func:`iter_batches`,
-:func:`compute_crc`, :func:`set_base_offset`.
+:func:`compute_crc`, :func:`set_base_offset`, and for whole batches :class:`Record`,
+:class:`RecordBatchBuilder` / :func:`build_batch` (writing), :func:`decode_batch` /
+:func:`iter_records` (reading), :func:`validate_batch` + :func:`kafka_error_for` (the broker's
+produce path), :func:`stamp_log_append_time`.
+
+Errors: every malformed input raises :class:`CorruptRecordError` with ``field`` (the name of the
+field that failed, ``record.*`` for fields inside a record) and ``position`` (byte offset relative
+to the buffer handed in; inside a compressed batch, relative to the decompressed records, which the
+message says). Nothing else escapes a decoder.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from crc32c import crc32c
 
-from .errors import CorruptRecordError
+from . import compression as codecs
+from .errors import (
+    CorruptMessage,
+    CorruptRecordError,
+    InvalidRecord,
+    KafkaError,
+    MessageTooLarge,
+    UnsupportedCompressionType,
+)
+from .varint import encode_unsigned_varint
 
 MAGIC_V2 = 2
 
@@ -69,7 +104,8 @@ BASE_SEQUENCE_OFFSET = 53
 RECORD_COUNT_OFFSET = 57
 RECORDS_OFFSET = 61
 
-# batchLength counts from partitionLeaderEpoch: the smallest legal value is a header with no records.
+# batchLength counts from partitionLeaderEpoch: the smallest legal value is a header without
+# records.
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
 
 ATTR_COMPRESSION_MASK = 0x07
@@ -93,6 +129,7 @@ NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 
 _I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
 _U32 = struct.Struct(">I")
 
 
@@ -230,3 +267,604 @@ def verify_crc(batch: bytes | bytearray | memoryview, position: int = 0) -> None
 def set_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
     """Rewrite baseOffset in place (offset assignment); the CRC stays valid."""
     _I64.pack_into(batch, BASE_OFFSET_OFFSET, base_offset)
+
+
+# --------------------------------------------------------------------------------------------
+# Records: the Record value, the builder, the decoder
+# --------------------------------------------------------------------------------------------
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+# The smallest possible record is 7 bytes (length, attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength, headerCount: one byte each), so recordCount * 7 bounds the records
+# section of an uncompressed batch: a cheap sanity check that needs no record walk.
+MIN_RECORD_SIZE = 7
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+_UINT64_MASK = 0xFFFFFFFFFFFFFFFF
+
+# Zigzag varints of small values, precomputed: nearly every length, delta and count a builder
+# writes is below 8192 (zigzag < 16384, two bytes), so append() does table lookups, not loops.
+_ZIGZAG_CACHE_SIZE = 1 << 14
+_ZIGZAG_CACHE: tuple[bytes, ...] = tuple(
+    encode_unsigned_varint(z) for z in range(_ZIGZAG_CACHE_SIZE)
+)
+_NULL_LENGTH = _ZIGZAG_CACHE[1]  # varint -1
+
+
+def _zigzag_bytes(value: int) -> bytes:
+    """Zigzag varlong bytes of ``value`` (which must fit an int64)."""
+    zz = (value << 1) ^ (value >> 63)
+    if 0 <= zz < _ZIGZAG_CACHE_SIZE:
+        return _ZIGZAG_CACHE[zz]
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} does not fit a varlong")
+    return encode_unsigned_varint(zz & _UINT64_MASK)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record, with its absolute offset and timestamp resolved from the batch header.
+
+    ``headers`` keys are str (UTF-8 on the wire), values bytes or None.
+    """
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """A batch whose CRC was verified and whose records were decoded."""
+
+    header: BatchHeader
+    records: list[Record]
+
+
+class RecordBatchBuilder:
+    """Accumulates records and writes one magic-v2 batch.
+
+    Usage: ``append()`` each record, then ``build()`` once. Offsets are assigned in append order
+    (offsetDelta 0, 1, 2, ...); baseTimestamp is the first record's timestamp and maxTimestamp
+    the largest one (timestamps may go backwards: their deltas are signed). The records are
+    serialized as they are appended, into one growing buffer, so ``size_in_bytes`` is exact for
+    uncompressed batches and ``build()`` only adds the header, compresses and computes the CRC.
+
+    A builder is single-use and not thread-safe (the client's accumulator owns one per
+    partition).
+    """
+
+    __slots__ = (
+        "_base_timestamp",
+        "_buf",
+        "_count",
+        "_max_timestamp",
+        "attributes",
+        "base_offset",
+        "base_sequence",
+        "compression",
+        "partition_leader_epoch",
+        "producer_epoch",
+        "producer_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        compression: int = COMPRESSION_NONE,
+        base_offset: int = 0,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+        partition_leader_epoch: int = -1,
+        is_control: bool = False,
+    ) -> None:
+        if not COMPRESSION_NONE <= compression <= COMPRESSION_ZSTD:
+            raise ValueError(f"unknown compression codec {compression}")
+        if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+            raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
+        self.compression = compression
+        self.base_offset = base_offset
+        self.partition_leader_epoch = partition_leader_epoch
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.attributes = (
+            compression
+            | (ATTR_TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+            | (ATTR_TRANSACTIONAL_MASK if is_transactional else 0)
+            | (ATTR_CONTROL_MASK if is_control else 0)
+        )
+        self._buf = bytearray()
+        self._count = 0
+        self._base_timestamp = 0
+        self._max_timestamp = NO_TIMESTAMP
+
+    def __len__(self) -> int:
+        """Number of records appended so far."""
+        return self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Size of the batch if built now without compression (an upper bound otherwise,
+        give or take the codec's framing on incompressible data)."""
+        return HEADER_SIZE + len(self._buf)
+
+    def append(
+        self,
+        timestamp: int,
+        key: bytes | bytearray | memoryview | None,
+        value: bytes | bytearray | memoryview | None,
+        headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]] = (),
+    ) -> None:
+        """Serialize one record at the next offsetDelta."""
+        count = self._count
+        if count == 0:
+            self._base_timestamp = self._max_timestamp = timestamp
+        elif timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        cache = _ZIGZAG_CACHE
+        # attributes (int8 0), timestampDelta, offsetDelta
+        parts: list[bytes | bytearray | memoryview] = [
+            b"\x00",
+            _zigzag_bytes(timestamp - self._base_timestamp),
+            cache[count << 1] if count < 8192 else _zigzag_bytes(count),
+        ]
+        if key is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            n = len(key)
+            parts.append(cache[n << 1] if n < 8192 else _zigzag_bytes(n))
+            parts.append(key)
+        if value is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            n = len(value)
+            parts.append(cache[n << 1] if n < 8192 else _zigzag_bytes(n))
+            parts.append(value)
+        n = len(headers)
+        parts.append(cache[n << 1] if n < 8192 else _zigzag_bytes(n))
+        for header_key, header_value in headers:
+            encoded = header_key.encode("utf-8")
+            parts.append(_zigzag_bytes(len(encoded)))
+            parts.append(encoded)
+            if header_value is None:
+                parts.append(_NULL_LENGTH)
+            else:
+                parts.append(_zigzag_bytes(len(header_value)))
+                parts.append(header_value)
+        body = b"".join(parts)
+        n = len(body)
+        if n > _INT32_MAX:
+            raise ValueError(f"record of {n} bytes does not fit a batch")
+        buf = self._buf
+        buf += cache[n << 1] if n < 8192 else _zigzag_bytes(n)
+        buf += body
+        self._count = count + 1
+
+    def build(self) -> bytes:
+        """The finished batch: header, (compressed) records, CRC. Needs at least one record."""
+        count = self._count
+        if count == 0:
+            raise ValueError("cannot build a batch without records")
+        records: bytes | bytearray = self._buf
+        if self.compression != COMPRESSION_NONE:
+            records = codecs.compress(self.compression, records)
+        header = HEADER.pack(
+            self.base_offset,
+            MIN_BATCH_LENGTH + len(records),
+            self.partition_leader_epoch,
+            MAGIC_V2,
+            0,  # crc, filled in below
+            self.attributes,
+            count - 1,  # lastOffsetDelta
+            self._base_timestamp,
+            self._max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            count,
+        )
+        # CRC of attributes..end computed in two pieces, so the records are copied only once.
+        crc = crc32c(records, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+        return b"".join((header[:CRC_OFFSET], _U32.pack(crc), header[ATTRIBUTES_OFFSET:], records))
+
+
+RecordTuple = (
+    tuple[int, bytes | None, bytes | None]
+    | tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+)
+
+
+def build_batch(records: Iterable[Record | RecordTuple], **kwargs: Any) -> bytes:
+    """Build one batch from ``(timestamp, key, value[, headers])`` tuples or :class:`Record`
+    values (whose offsets are ignored: offsets follow the order). ``kwargs`` go to
+    :class:`RecordBatchBuilder`."""
+    builder = RecordBatchBuilder(**kwargs)
+    append = builder.append
+    for item in records:
+        if isinstance(item, Record):
+            append(item.timestamp, item.key, item.value, item.headers)
+        else:
+            append(*item)
+    return builder.build()
+
+
+class _Reader:
+    """Bounds-checked cursor over a records section; every read names the field it reads so
+    that a failure says exactly what and where (``origin`` is added to positions, ``where``
+    to messages)."""
+
+    __slots__ = ("data", "end", "origin", "pos", "where")
+
+    def __init__(self, data: bytes, origin: int, where: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.end = len(data)
+        self.origin = origin
+        self.where = where
+
+    def fail(self, message: str, field: str, at: int) -> CorruptRecordError:
+        return CorruptRecordError(message + self.where, field=field, position=self.origin + at)
+
+    def varint(self, field: str, limit: int, max_bytes: int = 5) -> int:
+        """A zigzag varint (max_bytes 5) or varlong (10) that must end before ``limit``."""
+        data = self.data
+        start = pos = self.pos
+        if pos < limit:
+            byte = data[pos]
+            if byte < 0x80:  # one-byte fast path: most lengths and deltas
+                self.pos = pos + 1
+                return (byte >> 1) ^ -(byte & 1)
+        raw = 0
+        shift = 0
+        while True:
+            if pos >= limit:
+                raise self.fail(f"truncated {field} varint", field, start)
+            if pos - start >= max_bytes:
+                raise self.fail(f"{field} varint longer than {max_bytes} bytes", field, start)
+            byte = data[pos]
+            pos += 1
+            raw |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        value = (raw >> 1) ^ -(raw & 1)
+        if max_bytes == 5 and not _INT32_MIN <= value <= _INT32_MAX:
+            raise self.fail(f"{field} varint {value} out of int32 range", field, start)
+        self.pos = pos
+        return value
+
+    def nullable_bytes(self, field: str, limit: int) -> bytes | None:
+        start = self.pos
+        length = self.varint(f"{field}Length", limit)
+        if length == -1:
+            return None
+        if length < 0:
+            raise self.fail(f"negative {field} length {length}", f"{field}Length", start)
+        pos = self.pos
+        if pos + length > limit:
+            raise self.fail(
+                f"{field} length {length} overruns the record ({limit - pos} bytes left)",
+                f"{field}Length",
+                start,
+            )
+        self.pos = pos + length
+        return self.data[pos : pos + length]
+
+
+def _decode_records(
+    header: BatchHeader, data: bytes, origin: int, where: str, *, strict_count: bool
+) -> list[Record]:
+    """Walk the ``recordCount`` records of ``data`` (the records section, decompressed).
+
+    Checks every length against the record and the section, that the section holds exactly
+    ``recordCount`` records, and that offsetDeltas are strictly increasing and never beyond
+    lastOffsetDelta.
+    """
+    reader = _Reader(data, origin, where)
+    end = reader.end
+    count = header.record_count
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append_time = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE_MASK else None
+    last_delta = header.last_offset_delta
+    previous_delta = -1
+    records: list[Record] = []
+    append = records.append
+    for index in range(count):
+        start = reader.pos
+        if start >= end:
+            raise reader.fail(
+                f"recordCount is {count} but the records end after {index}", "recordCount", start
+            )
+        length = reader.varint("record.length", end)
+        body = reader.pos
+        if length < 0:
+            raise reader.fail(f"negative record length {length}", "record.length", start)
+        record_end = body + length
+        if record_end > end:
+            raise reader.fail(
+                f"record length {length} overruns the batch ({end - body} bytes left)",
+                "record.length",
+                start,
+            )
+        if body >= record_end:
+            raise reader.fail("record too short for its attributes", "record.attributes", body)
+        reader.pos = body + 1  # attributes: int8, unused
+        timestamp_delta = reader.varint("record.timestampDelta", record_end, 10)
+        delta_at = reader.pos
+        offset_delta = reader.varint("record.offsetDelta", record_end)
+        if offset_delta <= previous_delta or offset_delta > last_delta:
+            raise reader.fail(
+                f"offsetDelta {offset_delta} after {previous_delta} (lastOffsetDelta {last_delta})",
+                "record.offsetDelta",
+                delta_at,
+            )
+        previous_delta = offset_delta
+        key = reader.nullable_bytes("record.key", record_end)
+        value = reader.nullable_bytes("record.value", record_end)
+        headers: Headers = ()
+        count_at = reader.pos
+        header_count = reader.varint("record.headerCount", record_end)
+        if header_count:
+            # Each header takes at least 2 bytes: bounds the loop before trusting the count.
+            if header_count < 0 or header_count * 2 > record_end - reader.pos:
+                raise reader.fail(
+                    f"headerCount {header_count} impossible in the record",
+                    "record.headerCount",
+                    count_at,
+                )
+            items = []
+            for _ in range(header_count):
+                key_at = reader.pos
+                raw_key = reader.nullable_bytes("record.headerKey", record_end)
+                if raw_key is None:
+                    raise reader.fail("null header key", "record.headerKeyLength", key_at)
+                try:
+                    header_key = raw_key.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise reader.fail(
+                        f"header key is not UTF-8 ({exc.reason})", "record.headerKey", key_at
+                    ) from exc
+                items.append((header_key, reader.nullable_bytes("record.headerValue", record_end)))
+            headers = tuple(items)
+        if reader.pos != record_end:
+            raise reader.fail(
+                f"record length {length} but its fields take {reader.pos - body} bytes",
+                "record.length",
+                start,
+            )
+        append(
+            Record(
+                base_offset + offset_delta,
+                base_timestamp + timestamp_delta if log_append_time is None else log_append_time,
+                key,
+                value,
+                headers,
+            )
+        )
+    if reader.pos != end:
+        raise reader.fail(
+            f"{end - reader.pos} bytes left after recordCount {count} records",
+            "recordCount",
+            reader.pos,
+        )
+    if strict_count and count and previous_delta != last_delta:
+        raise reader.fail(
+            f"last record has offsetDelta {previous_delta}, header says lastOffsetDelta "
+            f"{last_delta}",
+            "lastOffsetDelta",
+            reader.pos,
+        )
+    return records
+
+
+def _decode_view(
+    batch: memoryview, header: BatchHeader, position: int, *, strict_count: bool = False
+) -> list[Record]:
+    """Records of one complete batch view that starts at ``position`` in the caller's buffer
+    (its CRC already checked). ``strict_count``: the last offsetDelta must equal
+    lastOffsetDelta (always true of a producer's batch; compaction may break it in a log)."""
+    section = batch[RECORDS_OFFSET : header.size]
+    codec = header.compression
+    if codec == COMPRESSION_NONE:
+        return _decode_records(
+            header, bytes(section), position + RECORDS_OFFSET, "", strict_count=strict_count
+        )
+    try:
+        data = codecs.decompress(codec, section)
+    except CorruptRecordError as exc:
+        if exc.field == "attributes":
+            raise CorruptRecordError(
+                f"unknown compression codec {codec}",
+                field="attributes",
+                position=position + ATTRIBUTES_OFFSET,
+            ) from exc
+        raise CorruptRecordError(
+            str(exc.args[0]), field="records", position=position + RECORDS_OFFSET
+        ) from exc
+    # Positions inside decompressed data mean nothing in the caller's buffer: report them
+    # relative to the decompressed section, and say so.
+    return _decode_records(
+        header,
+        data,
+        0,
+        f" (position within the decompressed records of the batch at byte {position})",
+        strict_count=strict_count,
+    )
+
+
+def _single_batch(batch: bytes | bytearray | memoryview) -> tuple[memoryview, BatchHeader]:
+    """Parse the header of a buffer that must hold exactly one batch."""
+    view = memoryview(batch)
+    header = parse_header(view)
+    if header.size != len(view):
+        raise CorruptRecordError(
+            f"batchLength {header.batch_length} says {header.size} bytes, "
+            f"{len(view)} bytes present",
+            field="batchLength",
+            position=LENGTH_OFFSET,
+        )
+    return view, header
+
+
+def decode_batch(batch: bytes | bytearray | memoryview) -> DecodedBatch:
+    """Decode exactly one batch: header, CRC check, decompression, every record."""
+    view, header = _single_batch(batch)
+    verify_crc(view)
+    return DecodedBatch(header, _decode_view(view, header, 0))
+
+
+def iter_records(
+    buf: bytes | bytearray | memoryview, *, allow_partial_tail: bool = True
+) -> Iterator[tuple[BatchHeader, Record]]:
+    """Every record of back-to-back batches (a Fetch response's records, a segment file), CRC
+    checked, with its batch header. Control batches are yielded too (``header.is_control``):
+    the consumer decides what to skip. A partial last batch (a Fetch response cut at max_bytes)
+    is ignored unless ``allow_partial_tail`` is False."""
+    for position, header, view in iter_batches(buf, allow_partial_tail=allow_partial_tail):
+        verify_crc(view, position)
+        for record in _decode_view(view, header, position):
+            yield header, record
+
+
+# --------------------------------------------------------------------------------------------
+# Broker side: validation of produced batches, LogAppendTime
+# --------------------------------------------------------------------------------------------
+
+# Which Kafka error the broker answers for a CorruptRecordError, by field. Follows Kafka's
+# LogValidator/ProduceRequest: structural damage of the batch frame (lengths, CRC, undecodable
+# compression) is CORRUPT_MESSAGE; a well-formed batch that breaks a rule (magic, offsets,
+# counts, control batch from a client, bad record fields) is INVALID_RECORD.
+_KAFKA_ERRORS: dict[str, type[KafkaError]] = {
+    "header": CorruptMessage,
+    "batchLength": CorruptMessage,
+    "crc": CorruptMessage,
+    "records": CorruptMessage,
+    "attributes": UnsupportedCompressionType,
+    "batchSize": MessageTooLarge,
+    "magic": InvalidRecord,
+    "baseOffset": InvalidRecord,
+    "recordCount": InvalidRecord,
+    "lastOffsetDelta": InvalidRecord,
+    "isControl": InvalidRecord,
+}
+
+
+def kafka_error_for(exc: CorruptRecordError) -> type[KafkaError]:
+    """The Kafka error class (CorruptMessage 2, InvalidRecord 87, MessageTooLarge 10,
+    UnsupportedCompressionType 76) the broker answers for a validation failure. Fields inside
+    records (``record.*``) map to InvalidRecord; unknown fields to CorruptMessage."""
+    field = exc.field or ""
+    if field.startswith("record."):
+        return InvalidRecord
+    return _KAFKA_ERRORS.get(field, CorruptMessage)
+
+
+def validate_batch(
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_batch_size: int,
+    from_client: bool = True,
+    deep: bool | None = None,
+) -> BatchHeader:
+    """Broker-side validation of one batch (storage spec §2); returns its header.
+
+    Always (header and one CRC pass, all in C: cost ~ the CRC-32C of the batch):
+
+    1. a full header with magic 2, batchLength >= 49 and equal to the bytes present;
+    2. size <= ``max_batch_size`` (max.message.bytes) -> MESSAGE_TOO_LARGE;
+    3. a known compression codec -> else UNSUPPORTED_COMPRESSION_TYPE;
+    4. CRC-32C of attributes..end -> else CORRUPT_MESSAGE;
+    5. ``from_client``: baseOffset 0, not a control batch, recordCount >= 1 and
+       lastOffsetDelta == recordCount - 1; otherwise recordCount <= lastOffsetDelta + 1 (a
+       compacted batch keeps its offset range but loses records);
+    6. an uncompressed records section big enough for recordCount minimal records.
+
+    ``deep`` additionally decompresses and walks every record (lengths, varints, UTF-8 header
+    keys, exactly recordCount records, offsetDeltas strictly increasing up to lastOffsetDelta
+    and, from a client, exactly 0..recordCount-1). That is a Python loop over the records:
+    ~1-2 µs per record, i.e. it would cap the broker far below 1M records/s. Default
+    (``deep=None``): deep for compressed batches only — a batch that does not decompress must
+    never be stored, since no consumer could read it, and decompressing already costs more than
+    the walk — and header+CRC for uncompressed ones, whose bytes the producer's CRC vouches for.
+    ``deep=False`` forces the cheap checks even for compressed batches (e.g. replaying the
+    broker's own log).
+
+    Raises :class:`CorruptRecordError`; :func:`kafka_error_for` gives the Kafka error to answer.
+    """
+    view, header = _single_batch(batch)
+    size = header.size
+    if size > max_batch_size:
+        raise CorruptRecordError(
+            f"batch of {size} bytes exceeds max.message.bytes {max_batch_size}",
+            field="batchSize",
+            position=LENGTH_OFFSET,
+        )
+    codec = header.compression
+    if codec > COMPRESSION_ZSTD:
+        raise CorruptRecordError(
+            f"unknown compression codec {codec}", field="attributes", position=ATTRIBUTES_OFFSET
+        )
+    verify_crc(view)
+    count = header.record_count
+    last_delta = header.last_offset_delta
+    if from_client:
+        if header.base_offset != 0:
+            raise CorruptRecordError(
+                f"baseOffset {header.base_offset} from a client (must be 0)",
+                field="baseOffset",
+                position=BASE_OFFSET_OFFSET,
+            )
+        if header.attributes & ATTR_CONTROL_MASK:
+            raise CorruptRecordError(
+                "clients may not write control batches",
+                field="isControl",
+                position=ATTRIBUTES_OFFSET,
+            )
+        if count <= 0:
+            raise CorruptRecordError(
+                f"recordCount {count}", field="recordCount", position=RECORD_COUNT_OFFSET
+            )
+        if last_delta != count - 1:
+            raise CorruptRecordError(
+                f"lastOffsetDelta {last_delta} disagrees with recordCount {count}",
+                field="lastOffsetDelta",
+                position=LAST_OFFSET_DELTA_OFFSET,
+            )
+    elif last_delta < 0 or not 0 <= count <= last_delta + 1:
+        raise CorruptRecordError(
+            f"recordCount {count} does not fit lastOffsetDelta {last_delta}",
+            field="recordCount",
+            position=RECORD_COUNT_OFFSET,
+        )
+    if codec == COMPRESSION_NONE and count * MIN_RECORD_SIZE > size - HEADER_SIZE:
+        raise CorruptRecordError(
+            f"recordCount {count} cannot fit in {size - HEADER_SIZE} bytes of records",
+            field="recordCount",
+            position=RECORD_COUNT_OFFSET,
+        )
+    if deep or (deep is None and codec != COMPRESSION_NONE):
+        # From a client: count records with strictly increasing offsetDeltas ending at
+        # lastOffsetDelta == count - 1 are exactly 0..count-1, as Kafka requires of producers.
+        _decode_view(view, header, 0, strict_count=from_client)
+    return header
+
+
+def stamp_log_append_time(batch: bytearray | memoryview, timestamp_ms: int) -> None:
+    """Give a batch LogAppendTime, in place: maxTimestamp := ``timestamp_ms``, set the
+    timestamp-type bit, recompute the CRC (both fields are CRC-covered). ``batch`` is exactly one
+    writable batch. Records keep their deltas: under LogAppendTime every record's timestamp
+    *is* maxTimestamp, which is how readers (this module included) interpret it."""
+    view = memoryview(batch)
+    _I64.pack_into(view, MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    (attributes,) = _I16.unpack_from(view, ATTRIBUTES_OFFSET)
+    _I16.pack_into(view, ATTRIBUTES_OFFSET, attributes | ATTR_TIMESTAMP_TYPE_MASK)
+    _U32.pack_into(view, CRC_OFFSET, compute_crc(view))

@@ -1,0 +1,176 @@
+"""The seam between the storage layer and the file system.
+
+Every file the segment layer touches (``.log``, ``.index``, ``.timeindex``) is opened through a
+:class:`VFS`, so tests can swap in a file system that tears writes, fails fsyncs or raises I/O
+errors at a chosen byte (see ``tests/test_segment_recovery.py``), the way hashicorp/raft-wal's
+``types/vfs.go`` does. The default, :data:`DEFAULT_VFS`, is a thin layer over ``os.*`` calls.
+
+Only positional I/O is offered (``pread``/``pwrite``): there is no shared file position, so a
+reader (fetch) and the writer (append) of the same file never disturb each other.
+
+Memory maps: index files are mapped with :mod:`mmap` over :meth:`VFSFile.fileno`; a fault-injecting
+VFS still hands out real descriptors, so injected faults cover the ``open``/``truncate``/``fsync``/
+``rename`` of index files but not stores into the map (an index is derived data, rebuilt from the
+log when it is found inconsistent).
+
+Concurrency: none. Callers are the single asyncio thread of the broker; calls block (page cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Protocol
+
+Buffer = bytes | bytearray | memoryview
+
+
+class VFSFile(Protocol):
+    """An open file. ``fileno()`` must stay valid (and refer to this file) until ``close()``."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def fileno(self) -> int: ...
+
+    def size(self) -> int: ...
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``; fewer only at end of file."""
+        ...
+
+    def pwrite(self, data: Buffer, offset: int) -> None:
+        """Write all of ``data`` at ``offset`` (loops over short writes) or raise OSError."""
+        ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def fsync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+class VFS(Protocol):
+    """File-system operations used by the storage layer."""
+
+    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> VFSFile:
+        """Open ``path``; create it empty if ``create`` and it is missing, else raise
+        FileNotFoundError."""
+        ...
+
+    def exists(self, path: Path) -> bool: ...
+
+    def listdir(self, path: Path) -> list[str]: ...
+
+    def rename(self, src: Path, dst: Path) -> None:
+        """Atomic rename (replaces ``dst``)."""
+        ...
+
+    def remove(self, path: Path) -> None:
+        """Remove ``path``; a missing file is not an error."""
+        ...
+
+    def mtime_ms(self, path: Path) -> int: ...
+
+    def set_mtime_ms(self, path: Path, mtime_ms: int) -> None: ...
+
+    def fsync_dir(self, path: Path) -> None:
+        """Make a rename or create in directory ``path`` durable."""
+        ...
+
+
+class OSFile:
+    """A real file: an OS descriptor used only through positional calls."""
+
+    __slots__ = ("_fd", "_path")
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self._path = path
+        self._fd: int | None = fd
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            # Never hand out a stale number: the OS may have reused it for another file.
+            raise ValueError(f"I/O on closed file {self._path}")
+        return self._fd
+
+    def size(self) -> int:
+        return os.fstat(self.fileno()).st_size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fileno(), size, offset)
+
+    def pwrite(self, data: Buffer, offset: int) -> None:
+        fd = self.fileno()
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fileno(), size)
+
+    def fsync(self) -> None:
+        os.fsync(self.fileno())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"OSFile({str(self._path)!r}, fd={self._fd})"
+
+
+class OSVFS:
+    """The default :class:`VFS`: real files via ``os.*``."""
+
+    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        flags |= getattr(os, "O_CLOEXEC", 0)
+        return OSFile(Path(path), os.open(path, flags, 0o644))
+
+    def exists(self, path: Path) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: Path) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def rename(self, src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+    def mtime_ms(self, path: Path) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def set_mtime_ms(self, path: Path, mtime_ms: int) -> None:
+        ns = mtime_ms * 1_000_000
+        os.utime(path, ns=(ns, ns))
+
+    def fsync_dir(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+DEFAULT_VFS: VFS = OSVFS()

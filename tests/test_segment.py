@@ -1,0 +1,435 @@
+"""LogSegment: append, sparse indexing, reads, truncation, rolling (Kafka's LogSegmentTest)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from protocol.records import iter_batches, parse_header
+from server.index import OFFSET_ENTRY, TIME_ENTRY
+from server.segment import (
+    FetchSlice,
+    LogSegment,
+    SegmentOffsetOverflowError,
+    random_segment_jitter,
+    segment_paths,
+)
+
+MakeBatch = Callable[..., bytes]  # the conftest fixture
+
+
+def open_segment(directory: Path, base_offset: int = 0, **kw: int) -> LogSegment:
+    kw.setdefault("index_interval_bytes", 1)
+    kw.setdefault("max_index_size", 1000 * 8 * 12)
+    return LogSegment.open(directory, base_offset, now_ms=0, **kw)  # type: ignore[arg-type]
+
+
+def append(seg: LogSegment, batch: bytes) -> None:
+    header = parse_header(batch)
+    seg.append(header.last_offset, header.max_timestamp, header.last_offset, batch)
+
+
+def slice_offsets(fetched: FetchSlice) -> list[tuple[int, int]]:
+    """(base offset, last offset) of every whole batch in the slice."""
+    data = fetched.read_bytes()
+    assert len(data) == fetched.size
+    return [
+        (h.base_offset, h.last_offset) for _, h, _ in iter_batches(data, allow_partial_tail=True)
+    ]
+
+
+def test_files_named_like_kafka(tmp_path: Path) -> None:
+    seg = open_segment(tmp_path, 133)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "00000000000000000133.index",
+        "00000000000000000133.log",
+        "00000000000000000133.timeindex",
+    ]
+    # Preallocated to max_index_size rounded down to the entry size.
+    assert (tmp_path / names[0]).stat().st_size == 96000
+    assert (tmp_path / names[2]).stat().st_size == 96000
+    seg.close()
+    # Trimmed on close.
+    assert (tmp_path / names[0]).stat().st_size == 0
+    assert (tmp_path / names[2]).stat().st_size == 0
+
+
+def test_read_empty_segment_returns_none(tmp_path: Path) -> None:
+    seg = open_segment(tmp_path, 40)
+    assert seg.read(40, 300) is None
+    assert seg.read_next_offset() == 40
+    seg.close()
+
+
+def test_read_before_inside_and_after_batches(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, 40)
+    batches = [make_batch(40, [1, 2, 3]), make_batch(43, [4, 5]), make_batch(50, [6])]  # gap 45-49
+    for b in batches:
+        append(seg, b)
+    total = sum(len(b) for b in batches)
+    # Before the segment's first offset: the first batch.
+    assert slice_offsets(seg.read(0, total)) == [(40, 42), (43, 44), (50, 50)]  # type: ignore[arg-type]
+    # Inside a batch: the whole batch containing it.
+    got = seg.read(41, total)
+    assert got is not None and got.first_offset == 40 and got.position == 0
+    got = seg.read(44, total)
+    assert got is not None and got.first_offset == 43 and got.position == len(batches[0])
+    # In the gap: the next batch.
+    got = seg.read(46, total)
+    assert got is not None and got.first_offset == 50
+    assert got.read_bytes() == batches[2]
+    # After the last batch.
+    assert seg.read(51, total) is None
+    assert seg.read_next_offset() == 51
+    seg.close()
+
+
+def test_read_size_limits(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path)
+    b1, b2 = make_batch(0, [1] * 10, [b"x" * 100] * 10), make_batch(10, [2])
+    append(seg, b1)
+    append(seg, b2)
+    # max_size smaller than the first batch: a partial slice, or the whole batch with
+    # min_one_message.
+    got = seg.read(0, 10)
+    assert got is not None and got.size == 10
+    got = seg.read(0, 10, min_one_message=True)
+    assert got is not None and got.read_bytes() == b1
+    # max_position bounds the slice (the Log passes the high watermark's position).
+    got = seg.read(0, 10_000, max_position=len(b1))
+    assert got is not None and got.read_bytes() == b1
+    got = seg.read(0, 10_000, max_position=len(b1), min_one_message=True)
+    assert got is not None and got.size == len(b1)
+    got = seg.read(0, 0)
+    assert got is not None and got.size == 0 and got.read_bytes() == b""
+    with pytest.raises(ValueError):
+        seg.read(0, -1)
+    seg.close()
+
+
+def test_sparse_index_first_batch_never(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, index_interval_bytes=200)
+    positions = []
+    offset = 0
+    position = 0
+    for i in range(30):
+        batch = make_batch(offset, [1000 + i, 1000 + i], [b"y" * 30, b"z" * 30])
+        positions.append((offset + 1, position))
+        append(seg, batch)
+        offset += 2
+        position += len(batch)
+    # Reference model of the rule: index a batch when > 200 bytes were written since the last
+    # entry before it; the first batch never.
+    expected = []
+    since = 0
+    for last_offset, pos in positions:
+        if since > 200:
+            expected.append((last_offset, pos))
+            since = 0
+        since += positions[1][1]  # every batch has the same size
+    got = [seg.offset_index.entry_at(i) for i in range(seg.offset_index.entries)]
+    assert [(e.offset, e.position) for e in got] == expected
+    assert expected and expected[0][1] > 0
+    # Time index follows the same entries with the max timestamp so far.
+    times = [seg.time_index.entry_at(i) for i in range(seg.time_index.entries)]
+    assert [t.offset for t in times] == [o for o, _ in expected]
+    # Every offset reads back from the right batch through the index.
+    for target in range(offset):
+        got_slice = seg.read(target, 10)
+        assert got_slice is not None and got_slice.first_offset == target - target % 2
+    seg.close()
+
+
+def test_max_timestamp_tracking(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path)
+    append(seg, make_batch(0, [100, 300]))
+    append(seg, make_batch(2, [200]))
+    append(seg, make_batch(3, [300]))  # equal: not strictly greater, keeps offset 1
+    assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == (300, 1)
+    assert seg.largest_timestamp == 300
+    seg.close()
+
+
+def test_largest_timestamp_falls_back_to_mtime(tmp_path: Path) -> None:
+    seg = open_segment(tmp_path)
+    seg.last_modified_ms = 123_000
+    assert seg.largest_timestamp == 123_000
+    seg.close()
+
+
+def test_append_offset_overflow_raises(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path)
+    with pytest.raises(SegmentOffsetOverflowError):
+        append(seg, make_batch(2**31, [1]))
+    assert seg.size == 0
+    seg.close()
+
+
+def test_should_roll_on_size_and_offset_overflow(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, 100)
+    batch = make_batch(100, [1])
+    kw = dict(max_timestamp_in_messages=1, now_ms=0, segment_ms=10**9)
+    assert not seg.should_roll(
+        messages_size=len(batch), max_offset_in_messages=100, segment_bytes=len(batch), **kw
+    )
+    append(seg, batch)
+    # Would not fit.
+    assert seg.should_roll(
+        messages_size=len(batch), max_offset_in_messages=101, segment_bytes=2 * len(batch) - 1, **kw
+    )
+    assert not seg.should_roll(
+        messages_size=len(batch), max_offset_in_messages=101, segment_bytes=2 * len(batch), **kw
+    )
+    # Offset does not fit relative int32.
+    assert seg.should_roll(
+        messages_size=1, max_offset_in_messages=100 + 2**31, segment_bytes=10**9, **kw
+    )
+    assert not seg.should_roll(
+        messages_size=1, max_offset_in_messages=100 + 2**31 - 1, segment_bytes=10**9, **kw
+    )
+    seg.close()
+
+
+def test_should_roll_when_index_full(tmp_path: Path, make_batch: MakeBatch) -> None:
+    # Room for 4 offset entries (32 bytes) and 2 time entries + the reserved one (36 bytes).
+    seg = open_segment(tmp_path, max_index_size=36, index_interval_bytes=1)
+    assert seg.offset_index.max_entries == 4 and seg.time_index.max_entries == 3
+
+    def rolls() -> bool:
+        return seg.should_roll(
+            messages_size=1,
+            max_timestamp_in_messages=0,
+            max_offset_in_messages=0,
+            now_ms=0,
+            segment_bytes=10**9,
+            segment_ms=10**9,
+        )
+
+    append(seg, make_batch(0, [10]))
+    append(seg, make_batch(1, [11]))  # index entry 1 (both indexes)
+    assert not rolls()
+    append(seg, make_batch(2, [12]))  # entry 2: the time index keeps its last slot -> full
+    assert seg.time_index.entries == 2 and seg.time_index.is_full()
+    assert rolls()
+    seg.on_becoming_inactive()
+    # The final entry used the reserved slot; the files are trimmed.
+    assert seg.time_index.entries == 2  # max timestamp 12 already indexed at offset 2
+    assert Path(seg.offset_index.path).stat().st_size == 2 * OFFSET_ENTRY.size
+    assert Path(seg.time_index.path).stat().st_size == 2 * TIME_ENTRY.size
+    seg.close()
+
+
+def test_time_roll_uses_record_timestamps_and_jitter(tmp_path: Path, make_batch: MakeBatch) -> None:
+    segment_ms = 1000
+    jitter = 300
+    seg = open_segment(tmp_path, rolling_jitter_ms=jitter)
+
+    def rolls(ts: int, now_ms: int = 0) -> bool:
+        return seg.should_roll(
+            messages_size=1,
+            max_timestamp_in_messages=ts,
+            max_offset_in_messages=1,
+            now_ms=now_ms,
+            segment_bytes=10**9,
+            segment_ms=segment_ms,
+        )
+
+    # Empty segment never rolls on time.
+    assert not rolls(10**12)
+    append(seg, make_batch(0, [5000]))
+    # Wall clock does not matter once the first batch has a timestamp.
+    assert not rolls(5000 + segment_ms - jitter, now_ms=10**12)
+    assert rolls(5000 + segment_ms - jitter + 1)
+    seg.close()
+
+
+def test_time_roll_without_timestamps(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = LogSegment.open(tmp_path, 0, index_interval_bytes=1, max_index_size=800, now_ms=1000)
+    append(seg, make_batch(0, [-1]))
+
+    def rolls(now_ms: int) -> bool:
+        return seg.should_roll(
+            messages_size=1,
+            max_timestamp_in_messages=-1,
+            max_offset_in_messages=1,
+            now_ms=now_ms,
+            segment_bytes=10**9,
+            segment_ms=500,
+        )
+
+    assert not rolls(1500)
+    assert rolls(1501)
+    seg.close()
+
+
+def test_random_segment_jitter_bounds() -> None:
+    rng = random.Random(7)
+    assert random_segment_jitter(0, 1000, rng) == 0
+    draws = {random_segment_jitter(50, 1000, rng) for _ in range(500)}
+    assert draws <= set(range(50)) and len(draws) > 25
+    # Bounded by segment.ms too.
+    assert {random_segment_jitter(10_000, 10, rng) for _ in range(200)} <= set(range(10))
+
+
+def _append_many(seg: LogSegment, make_batch: MakeBatch, count: int) -> list[bytes]:
+    batches = []
+    for i in range(count):
+        b = make_batch(seg.base_offset + 2 * i, [1000 + 2 * i, 1001 + 2 * i])
+        append(seg, b)
+        batches.append(b)
+    return batches
+
+
+@pytest.mark.parametrize("interval", [1, 150, 10_000])
+def test_truncate_to_every_offset(tmp_path: Path, make_batch: MakeBatch, interval: int) -> None:
+    """Covers the three index cases: below the first entry, between entries, above the last."""
+    for target in range(50, 50 + 2 * 12 + 2):
+        directory = tmp_path / f"{interval}-{target}"
+        directory.mkdir()
+        seg = open_segment(directory, 50, index_interval_bytes=interval)
+        batches = _append_many(seg, make_batch, 12)
+        before = seg.offset_index.entries
+        keep = [b for b in batches if parse_header(b).last_offset < target]
+        removed = seg.truncate_to(target)
+        assert removed == sum(map(len, batches)) - sum(map(len, keep))
+        assert seg.size == sum(map(len, keep))
+        assert Path(seg.log_path).read_bytes() == b"".join(keep)
+        # Index entries at or above the removed batches are gone, the others stay.
+        entries = [seg.offset_index.entry_at(i) for i in range(seg.offset_index.entries)]
+        assert all(e.position < seg.size for e in entries)
+        assert all(e.offset < target for e in entries)
+        assert seg.offset_index.entries <= before
+        for i in range(seg.time_index.entries):
+            assert seg.time_index.entry_at(i).offset < target
+        expected_next = parse_header(keep[-1]).next_offset if keep else 50
+        assert seg.read_next_offset() == expected_next
+        # The segment is active again: appends continue and index as before.
+        assert seg.offset_index.max_entries * 8 == seg.max_index_size - seg.max_index_size % 8
+        append(seg, make_batch(expected_next, [5000]))
+        got = seg.read(expected_next, 1000)
+        assert got is not None and got.first_offset == expected_next
+        assert seg.max_timestamp_so_far == 5000
+        seg.close()
+
+
+def test_truncate_restores_max_timestamp(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, index_interval_bytes=150)
+    _append_many(seg, make_batch, 10)  # timestamps 1000..1019
+    seg.truncate_to(7)  # keeps batches [0,1] [2,3] [4,5]; drops [6,7] onward
+    assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == (1005, 5)
+    seg.truncate_to(0)
+    assert seg.size == 0
+    seg.close()
+
+
+def test_find_offset_by_timestamp(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, 10, index_interval_bytes=100)
+    # Timestamps not monotonic inside batches.
+    append(seg, make_batch(10, [100, 90, 120]))
+    append(seg, make_batch(13, [110, 130]))
+    append(seg, make_batch(15, [125, 140, 135]))
+    records = [
+        (100, 10),
+        (90, 11),
+        (120, 12),
+        (110, 13),
+        (130, 14),
+        (125, 15),
+        (140, 16),
+        (135, 17),
+    ]
+
+    def reference(ts: int, start: int) -> tuple[int, int] | None:
+        for t, o in records:
+            if t >= ts and o >= start:
+                return (t, o)
+        return None
+
+    for ts in range(80, 150, 3):
+        for start in (0, 10, 12, 14, 16, 18):
+            got = seg.find_offset_by_timestamp(ts, start)
+            assert (tuple(got) if got else None) == reference(ts, start), (ts, start)
+    seg.close()
+
+
+def test_find_offset_by_timestamp_log_append_time(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path)
+    append(seg, make_batch(0, [5, 5, 5], log_append_time=True))
+    assert seg.find_offset_by_timestamp(4) == (5, 0)
+    assert seg.find_offset_by_timestamp(5, 1) == (5, 1)
+    assert seg.find_offset_by_timestamp(6) is None
+    seg.close()
+
+
+def test_reopen_indexes_like_uninterrupted(tmp_path: Path, make_batch: MakeBatch) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    batches = [make_batch(i, [1000 + i], [b"p" * 40]) for i in range(40)]
+    seg_a = open_segment(a, index_interval_bytes=250)
+    for batch in batches:
+        append(seg_a, batch)
+    seg_a.close()
+    seg_b = open_segment(b, index_interval_bytes=250)
+    for batch in batches[:17]:
+        append(seg_b, batch)
+    seg_b.close()
+    seg_b = open_segment(b, index_interval_bytes=250)
+    seg_b.sanity_check()
+    assert seg_b.max_timestamp_so_far == 1016
+    for batch in batches[17:]:
+        assert not seg_b.should_roll(
+            messages_size=len(batch),
+            max_timestamp_in_messages=0,
+            max_offset_in_messages=40,
+            now_ms=0,
+            segment_bytes=10**9,
+            segment_ms=10**9,
+        )
+        append(seg_b, batch)
+    seg_b.close()
+    log_a, index_a, time_a = segment_paths(a, 0)
+    log_b, index_b, time_b = segment_paths(b, 0)
+    assert log_a.read_bytes() == log_b.read_bytes()
+    assert index_a.read_bytes() == index_b.read_bytes()
+    # The close in between added its final entry (1016 -> 16) to b's time index; otherwise equal.
+    entries_a = set(TIME_ENTRY.iter_unpack(time_a.read_bytes()))
+    entries_b = set(TIME_ENTRY.iter_unpack(time_b.read_bytes()))
+    assert entries_b - entries_a == {(1016, 16)}
+    assert entries_a <= entries_b
+
+
+def test_rename_to_deleted_keeps_slices_readable(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, 5)
+    batch = make_batch(5, [1])
+    append(seg, batch)
+    fetched = seg.read(5, 1000)
+    assert fetched is not None
+    seg.rename_to_deleted()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "00000000000000000005.index.deleted",
+        "00000000000000000005.log.deleted",
+        "00000000000000000005.timeindex.deleted",
+    ]
+    assert seg.has_suffix(".deleted")
+    assert fetched.read_bytes() == batch
+    seg.delete()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError):
+        fetched.file.fileno()
+
+
+def test_flush_and_close_idempotent(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path)
+    append(seg, make_batch(0, [1]))
+    seg.flush()
+    seg.close()
+    seg.close()
+    reopened = open_segment(tmp_path)
+    assert reopened.size == len(make_batch(0, [1]))
+    assert reopened.read_next_offset() == 1
+    reopened.close()

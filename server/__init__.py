@@ -1,1 +1,27 @@
+"""Sluice broker: storage (log, segments, indexes) and the network server.
 
+``Server`` and ``Config`` are importable from here; they are loaded lazily so that importing a
+storage module (``server.log``) does not pull in the network stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.config import Config
+    from server.server import Server
+
+__all__ = ["Config", "Server"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Server":
+        from server.server import Server
+
+        return Server
+    if name == "Config":
+        from server.config import Config
+
+        return Config
+    raise AttributeError(f"module 'server' has no attribute {name!r}")

@@ -49,4 +49,4 @@ def configure_logging(
 
 def get_logger(name: str) -> Any:
     """A lazily-bound logger named by layer (``sluice.<layer>``); safe to call at import."""
-    return structlog.get_logger(logger=name)
+    return structlog.get_logger(logger_name=name)

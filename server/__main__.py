@@ -1,0 +1,70 @@
+"""Entrypoint: ``sluice-server [server.properties] [--override key=value ...]``.
+
+Also ``python -m server``.
+
+Mirrors ``kafka-server-start.sh``: an optional properties file, then overrides. Loads the config
+once, configures logging once, runs the Server on uvloop until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from server.config import Config, ConfigError
+from server.logging import configure_logging, get_logger
+
+
+async def _serve(config: Config) -> None:
+    from server.server import Server
+
+    server = Server(config)
+    server.install_signal_handlers()
+    await server.start()
+    await server.serve_forever()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config_file", required=False, type=click.Path(dir_okay=False))
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a config key, overriding the file (repeatable).",
+)
+@click.option(
+    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+)
+@click.option(
+    "--log-format",
+    default="auto",
+    type=click.Choice(["auto", "json", "console"]),
+    help="auto: JSON unless stdout is a terminal.",
+)
+def cli(
+    config_file: str | None, overrides: tuple[str, ...], log_level: str, log_format: str
+) -> None:
+    """Run a Sluice broker."""
+    configure_logging(log_level, json=None if log_format == "auto" else log_format == "json")
+    log = get_logger("sluice.main")
+    try:
+        config = Config.load(config_file, overrides)
+    except ConfigError as exc:
+        log.error("invalid configuration", error=str(exc))
+        raise SystemExit(2) from exc
+    for key in config.ignored_keys:
+        log.warning("unknown or unused config key ignored", key=key)
+    import uvloop
+
+    uvloop.run(_serve(config))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``sluice-server``)."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="sluice-server")
+
+
+if __name__ == "__main__":
+    main()

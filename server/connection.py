@@ -1,0 +1,339 @@
+"""One protocol object per client connection: framing, in-order processing, backpressure, sending.
+
+Life of a connection (all on the event loop thread)::
+
+    data_received -> FrameReader.feed -> complete frames appended to ``_frames``
+    worker task:  frame -> decode_request -> Handlers.handle -> encode_response -> send
+                  (one request at a time, so responses leave strictly in request order — Kafka
+                  mutes a channel the same way until its response is sent)
+
+Backpressure. Reading pauses (``transport.pause_reading()``) while either
+
+* ``queued.max.requests`` frames wait unanswered, or
+* the transport's write buffer is above ``sluice.connection.max.unsent.bytes`` (the transport
+  calls :meth:`pause_writing`; the worker also waits before sending the next response),
+
+and resumes when both are below their marks, so a client that floods requests or never reads its
+responses holds at most about those amounts of memory.
+
+Bad input. A frame above ``socket.request.max.bytes`` (seen in its size prefix, before the body
+arrives), a header or body that does not parse, or an API key/version we do not serve closes the
+connection after the responses already due are sent (ApiVersions with an unknown version instead
+gets the v0 ``UNSUPPORTED_VERSION`` answer the protocol defines). Each case logs one structured
+line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touched.
+
+Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
+partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
+``sluice.fetch.zero.copy=true`` the bytes parts go through the transport; before a slice the
+worker waits until the transport's buffer is empty, then ``os.sendfile``s the slice straight to
+the socket (uvloop transports do not implement ``loop.sendfile``), waiting for writability on a
+dup of the socket fd when the kernel buffer is full (uvloop refuses ``add_writer`` on an fd a
+transport owns). Otherwise each slice is copied with ``read_bytes()`` and written like any bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ProtocolError
+from protocol.framing import (
+    FrameReader,
+    FrameTooLarge,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from server.logging import get_logger
+
+if TYPE_CHECKING:
+    from server.handlers import Handlers
+    from server.metrics import Metrics
+
+log = get_logger("sluice.connection")
+
+
+class Connection(asyncio.Protocol):
+    """Protocol object for one client TCP connection. Created by ``Server``; not reused."""
+
+    def __init__(
+        self,
+        handlers: Handlers,
+        metrics: Metrics,
+        *,
+        max_frame_size: int,
+        max_queued_requests: int,
+        max_unsent_bytes: int,
+        zero_copy: bool,
+        registry: set[Connection],
+    ) -> None:
+        self._handlers = handlers
+        self._metrics = metrics
+        self._reader = FrameReader(max_frame_size)
+        self._max_queued = max_queued_requests
+        self._max_unsent = max_unsent_bytes
+        self._zero_copy = zero_copy
+        self._registry = registry
+        self._frames: collections.deque[memoryview] = collections.deque()
+        self._frame_ready = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._transport: asyncio.Transport | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closing = False  # no more frames accepted; worker drains what is queued, then closes
+        self._busy = False  # a request is being handled right now
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._dup_fd: int | None = None
+        self._peer: Any = None
+
+    # --- asyncio.Protocol callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peer = transport.get_extra_info("peername")
+        # High watermark = our unsent-bytes bound; resume at a quarter of it.
+        transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
+        self._registry.add(self)
+        self._metrics.inc("connections.accepted")
+        self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
+        self._metrics.inc("connections.closed")
+        self._closing = True
+        self._frames.clear()
+        self._can_write.set()  # let a worker blocked on writing notice the close
+        self._frame_ready.set()
+        if self._worker is not None and not self._worker.done() and not self._busy:
+            self._worker.cancel()
+        if self._dup_fd is not None:
+            with contextlib.suppress(OSError):
+                asyncio.get_running_loop().remove_writer(self._dup_fd)
+                os.close(self._dup_fd)
+            self._dup_fd = None
+        self._transport = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._reader.feed(data)
+            while (frame := self._reader.next_frame()) is not None:
+                # The reader hands over ownership of each frame (no copy; Produce records
+                # decode as slices of it).
+                self._frames.append(frame)
+        except FrameTooLarge as exc:
+            self._bad_input("frame_too_large", exc)
+            return
+        except ProtocolError as exc:
+            self._bad_input("bad_frame", exc)
+            return
+        if self._frames:
+            self._frame_ready.set()
+        self._update_reading()
+
+    def eof_received(self) -> bool | None:
+        # Client half-closed: answer what it already sent, then close (return False = close
+        # our side once the worker is done; the worker closes the transport itself).
+        self._closing = True
+        self._frame_ready.set()
+        return True
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._can_write.clear()
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._can_write.set()
+        self._update_reading()
+
+    # --- control used by Server ------------------------------------------------------------------
+
+    def stop_reading_requests(self) -> None:
+        """Graceful shutdown: accept no new frame; answer the queued ones, then close."""
+        self._closing = True
+        self._frame_ready.set()
+        if self._transport is not None and not self._reading_paused:
+            with contextlib.suppress(RuntimeError):
+                self._transport.pause_reading()
+            self._reading_paused = True
+
+    async def wait_idle(self) -> None:
+        """Until no request is being handled and none is queued."""
+        if self._worker is not None:
+            await asyncio.wait({self._worker})
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        full = len(self._frames) >= self._max_queued or self._writing_paused
+        if full and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+            self._metrics.inc("connections.backpressure")
+        elif not full and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    def _bad_input(self, reason: str, exc: BaseException) -> None:
+        """Log, count, and close after already-queued requests are answered."""
+        log.warning("closing connection", reason=reason, peer=self._peer, error=str(exc))
+        self._metrics.inc(f"connections.closed.{reason}")
+        self._closing = True
+        self._frame_ready.set()
+        if self._transport is not None and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self._frames:
+                    if self._closing:
+                        return
+                    self._frame_ready.clear()
+                    await self._frame_ready.wait()
+                frame = self._frames.popleft()
+                self._update_reading()
+                self._busy = True
+                try:
+                    keep_going = await self._process(frame)
+                finally:
+                    self._busy = False
+                if not keep_going:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection worker failed", peer=self._peer)
+            self._metrics.inc("connections.closed.internal_error")
+        finally:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.close()
+
+    async def _process(self, frame: memoryview) -> bool:
+        """Handle one frame; False = close the connection."""
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            response = self._handlers.unsupported_version(exc)
+            if response is None:
+                self._bad_input("unsupported_version", exc)
+                return False
+            await self._send(response)
+            return True
+        except ProtocolError as exc:
+            self._bad_input("bad_request", exc)
+            return False
+        self._metrics.inc("requests")
+        body = await self._handlers.handle(request.header, request.body)
+        if body is None:  # e.g. Produce with acks=0: no response at all
+            return True
+        if self._transport is None:
+            return False
+        await self._send(encode_response(request.header, body))
+        return True
+
+    async def _send(self, parts: list[Any]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        await self._can_write.wait()
+        pending: list[bytes | bytearray | memoryview] = []
+        for part in parts:
+            if isinstance(part, bytes | bytearray | memoryview):
+                pending.append(part)
+                continue
+            if part.size == 0:
+                continue
+            if not self._zero_copy:
+                pending.append(part.read_bytes())
+                continue
+            if pending:
+                transport.writelines(pending)
+                pending = []
+            await self._sendfile(part)
+            if self._transport is None:
+                return
+        if pending:
+            transport.writelines(pending)
+
+    async def _wait_write_buffer_empty(self, transport: asyncio.Transport) -> None:
+        if transport.get_write_buffer_size() == 0:
+            return
+        # Make the transport call resume_writing() exactly when its buffer reaches 0.
+        self._can_write.clear()
+        transport.set_write_buffer_limits(high=0, low=0)
+        if transport.get_write_buffer_size() == 0:
+            self._can_write.set()
+        try:
+            await self._can_write.wait()
+        finally:
+            if self._transport is not None:
+                transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
+
+    async def _sendfile(self, piece: Any) -> None:
+        """Send ``piece`` (file, position, size) with os.sendfile after the buffered bytes."""
+        transport = self._transport
+        assert transport is not None
+        await self._wait_write_buffer_empty(transport)
+        sock = transport.get_extra_info("socket")
+        if self._transport is None or sock is None:
+            return
+        out_fd = sock.fileno()
+        in_fd = piece.file.fileno()
+        position, remaining = piece.position, piece.size
+        loop = asyncio.get_running_loop()
+        while remaining > 0:
+            try:
+                sent = os.sendfile(out_fd, in_fd, position, remaining)
+            except BlockingIOError:
+                await self._wait_socket_writable(loop, out_fd)
+                if self._transport is None:
+                    return
+                continue
+            except OSError as exc:
+                log.info("sendfile failed", peer=self._peer, error=str(exc))
+                transport.abort()
+                return
+            if sent == 0:  # file shorter than the slice (truncated underneath us): framing is lost
+                log.warning("sendfile hit end of file", peer=self._peer, missing=remaining)
+                transport.abort()
+                return
+            position += sent
+            remaining -= sent
+        self._metrics.inc("fetch.sendfile_bytes", piece.size)
+
+    async def _wait_socket_writable(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        if self._dup_fd is None:
+            self._dup_fd = os.dup(fd)
+        dup = self._dup_fd
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(dup, ready)
+        try:
+            await fut
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                loop.remove_writer(dup)

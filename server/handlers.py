@@ -1,0 +1,567 @@
+"""One handler per Kafka API: decoded request body in, response body out (or None = no response).
+
+Handlers run on the event loop thread, one request at a time per connection (the connection
+awaits each before decoding the next), against the single LogManager. This broker is a
+single-node cluster: every partition's leader, only replica and only ISR member is ``node.id``,
+so the high watermark of a partition is its log end offset after each append (acks=-1 == 1).
+
+Errors: storage raises ``protocol.errors.KafkaError`` subclasses, which become the per-partition
+or per-topic error code; anything else is a bug, logged with its traceback and answered with
+UNKNOWN_SERVER_ERROR (-1) for that partition only.
+
+Fetch long-poll: a fetch that has fewer than ``min_bytes`` waits up to ``max_wait_ms`` on an
+:class:`AppendNotifier` future registered on every partition it reads; Produce completes those
+futures after appending, so a waiting fetch re-reads at once instead of polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from protocol import errors
+from protocol.framing import (
+    UnsupportedVersionError,
+    api_versions_response,
+    unsupported_version_response,
+)
+from protocol.messages import APIS
+from protocol.schema import Message
+from server.logging import get_logger
+
+if TYPE_CHECKING:
+    from server.config import Config
+    from server.log import Log
+    from server.log_manager import LogManager
+    from server.metrics import Metrics
+
+log = get_logger("sluice.handlers")
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_LIST_OFFSETS = 2
+API_METADATA = 3
+API_API_VERSIONS = 18
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+API_DELETE_RECORDS = 21
+
+CLUSTER_ID = "sluice-single-node"
+NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
+INVALID_REPLICA_ASSIGNMENT = 39
+TOPIC_DELETION_DISABLED = 73
+
+TopicPartition = tuple[str, int]
+
+
+@functools.cache
+def _item_cls(cls: type[Message], field_name: str) -> type[Message]:
+    """The generated class of the struct items of ``cls.field_name`` (schema-name agnostic)."""
+    for f in cls._schema.fields:
+        if f.name == field_name and f.struct is not None:
+            return f.struct.cls
+    raise AttributeError(f"{cls.__name__} has no struct field {field_name}")
+
+
+def _response_cls(api_key: int) -> type[Message]:
+    return APIS[api_key].response.cls
+
+
+def _code(exc: BaseException) -> int:
+    return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
+
+
+class AppendNotifier:
+    """Wakes fetches waiting on a partition when records are appended to it.
+
+    ``waiter(keys)`` registers one future on several partitions (synchronously, so no append
+    can slip between a fetch's read and its registration); ``notify(key)`` completes every future
+    registered on ``key``; ``wake_all()`` (shutdown) completes all of them.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def waiter(self, keys: Iterable[TopicPartition]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(fut)
+        return fut
+
+    def discard(self, fut: asyncio.Future[None], keys: Iterable[TopicPartition]) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._waiters[key]
+
+    def notify(self, key: TopicPartition) -> None:
+        waiters = self._waiters.pop(key, None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def wake_all(self) -> None:
+        for key in list(self._waiters):
+            self.notify(key)
+
+    def waiting(self) -> int:
+        """Number of partitions with at least one waiting fetch (tests, metrics)."""
+        return len(self._waiters)
+
+
+class Handlers:
+    """Dispatch by API key. Created by ``Server`` once; shared by every connection."""
+
+    def __init__(self, config: Config, log_manager: LogManager, metrics: Metrics) -> None:
+        self.config = config
+        self.logs = log_manager
+        self.metrics = metrics
+        self.notifier = AppendNotifier()
+        self._stopping = False
+        advertised = config.advertised_listener
+        self._advertised = (advertised.host, advertised.port)
+        self._dispatch: dict[int, Callable[[Any, Any], Any]] = {
+            API_API_VERSIONS: self.api_versions,
+            API_METADATA: self.metadata,
+            API_PRODUCE: self.produce,
+            API_FETCH: self.fetch,
+            API_LIST_OFFSETS: self.list_offsets,
+            API_CREATE_TOPICS: self.create_topics,
+            API_DELETE_TOPICS: self.delete_topics,
+            API_DELETE_RECORDS: self.delete_records,
+        }
+
+    def set_advertised(self, host: str, port: int) -> None:
+        self._advertised = (host, port)
+
+    def shutting_down(self) -> None:
+        """Server shutdown: long-polls answer now with what they have."""
+        self._stopping = True
+        self.notifier.wake_all()
+
+    async def handle(self, header: Any, body: Any) -> Any:
+        """Response body for ``body`` (None: send nothing). Never raises for a Kafka error."""
+        handler = self._dispatch.get(header.api_key)
+        self.metrics.inc(f"requests.{header.api_key}")
+        if handler is None:  # decodable but not served here (e.g. a declared-but-unwired API)
+            raise errors.UnsupportedVersion(f"API {header.api_key} is not served")
+        result = handler(header, body)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+    @property
+    def served_api_keys(self) -> frozenset[int]:
+        """API keys with a handler: ApiVersions advertises the codec's versions of exactly these."""
+        return frozenset(self._dispatch)
+
+    def unsupported_version(self, exc: UnsupportedVersionError) -> list[Any] | None:
+        """Response parts answering an unsupported request, or None = close the connection.
+
+        Only ApiVersions has a defined answer: a v0 body with UNSUPPORTED_VERSION and our
+        version list, so the client can pick a version it shares with us (KIP-511).
+        """
+        self.metrics.inc("requests.unsupported_version")
+        return unsupported_version_response(exc, self.served_api_keys)
+
+    # --- ApiVersions (18) ------------------------------------------------------------------------
+
+    def api_versions(self, header: Any, body: Any) -> Message:
+        return api_versions_response(0, self.served_api_keys)
+
+    # --- Metadata (3) ----------------------------------------------------------------------------
+
+    def metadata(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_METADATA)
+        broker_cls = _item_cls(cls, "brokers")
+        topic_cls = _item_cls(cls, "topics")
+        part_cls = _item_cls(topic_cls, "partitions")
+        node = self.config.node_id
+        host, port = self._advertised
+        existing = self.logs.topics()
+        names = sorted(existing) if body.topics is None else [t.name for t in body.topics]
+        allow_auto = getattr(body, "allow_auto_topic_creation", True)
+        topics = []
+        for name in names:
+            error = 0
+            count = existing.get(name) if name is not None else None
+            if count is None:
+                error = errors.UnknownTopicOrPartition.code
+                if name is not None and allow_auto and self.config.auto_create_topics_enable:
+                    try:
+                        self.logs.create_topic(name, self.config.num_partitions)
+                        count = self.config.num_partitions
+                        error = 0
+                        self.metrics.inc("topics.auto_created")
+                        log.info("auto-created topic", topic=name, partitions=count)
+                    except errors.KafkaError as exc:
+                        error = exc.code
+                    existing = self.logs.topics()
+            partitions = [
+                part_cls(
+                    error_code=0,
+                    partition_index=i,
+                    leader_id=node,
+                    leader_epoch=0,
+                    replica_nodes=[node],
+                    isr_nodes=[node],
+                    offline_replicas=[],
+                )
+                for i in range(count or 0)
+            ]
+            topics.append(
+                topic_cls(
+                    error_code=error,
+                    name=name,
+                    is_internal=False,
+                    partitions=partitions,
+                    topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+        return cls(
+            throttle_time_ms=0,
+            brokers=[broker_cls(node_id=node, host=host, port=port, rack=None)],
+            cluster_id=CLUSTER_ID,
+            controller_id=node,
+            topics=topics,
+            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+
+    # --- Produce (0) -----------------------------------------------------------------------------
+
+    def produce(self, header: Any, body: Any) -> Message | None:
+        cls = _response_cls(API_PRODUCE)
+        topic_cls = _item_cls(cls, "responses")
+        part_cls = _item_cls(topic_cls, "partition_responses")
+        acks = body.acks
+        bad_acks = acks not in (-1, 0, 1)
+        responses = []
+        for topic in body.topic_data:
+            parts = []
+            for pd in topic.partition_data:
+                if bad_acks:
+                    parts.append(self._produce_error(part_cls, pd.index, 21))
+                    continue
+                parts.append(self._append(part_cls, topic.name, pd.index, pd.records))
+            responses.append(topic_cls(name=topic.name, partition_responses=parts))
+        if acks == 0:
+            # acks=0: the client expects no response at all (Kafka sends none).
+            self.metrics.inc("produce.acks0")
+            return None
+        return cls(responses=responses, throttle_time_ms=0)
+
+    @staticmethod
+    def _produce_error(
+        part_cls: type[Message], index: int, code: int, msg: str | None = None
+    ) -> Message:
+        return part_cls(
+            index=index,
+            error_code=code,
+            base_offset=-1,
+            log_append_time_ms=-1,
+            log_start_offset=-1,
+            error_message=msg,
+        )
+
+    def _append(self, part_cls: type[Message], topic: str, index: int, records: Any) -> Message:
+        log_ = self.logs.get_log(topic, index)
+        if log_ is None:
+            return self._produce_error(part_cls, index, errors.UnknownTopicOrPartition.code)
+        if records is None or len(records) == 0:
+            return self._produce_error(part_cls, index, errors.InvalidRecord.code, "no records")
+        try:
+            info = log_.append_as_leader(records)
+        except errors.KafkaError as exc:
+            self.metrics.inc("produce.errors")
+            log.info("produce rejected", topic=topic, partition=index, error=str(exc))
+            return self._produce_error(part_cls, index, exc.code, str(exc))
+        except Exception as exc:
+            log.exception("append failed", topic=topic, partition=index)
+            return self._produce_error(part_cls, index, -1, type(exc).__name__)
+        # Single replica: every appended record is committed as soon as it is in the log.
+        log_.maybe_increment_high_watermark(log_.log_end_offset)
+        self.notifier.notify((topic, index))
+        self.metrics.inc("produce.records", info.record_count)
+        return part_cls(
+            index=index,
+            error_code=0,
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time,
+            log_start_offset=log_.log_start_offset,
+            error_message=None,
+        )
+
+    # --- Fetch (1) -------------------------------------------------------------------------------
+
+    async def fetch(self, header: Any, body: Any) -> Message:
+        from server.log import Isolation
+
+        isolation = (
+            Isolation.TXN_COMMITTED if body.isolation_level == 1 else (Isolation.HIGH_WATERMARK)
+        )
+        wanted = [
+            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+            for t in body.topics
+            for p in t.partitions
+        ]
+        keys = [(topic, part) for topic, part, _, _ in wanted]
+        deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
+        while True:
+            response, size, had_error = self._read_fetch(body, wanted, isolation)
+            if (
+                size >= body.min_bytes
+                or had_error
+                or not wanted
+                or self._stopping
+                or time.monotonic() >= deadline
+            ):
+                return response
+            fut = self.notifier.waiter(keys)
+            try:
+                await asyncio.wait({fut}, timeout=max(deadline - time.monotonic(), 0))
+            finally:
+                self.notifier.discard(fut, keys)
+                fut.cancel()
+            if not fut.done() or fut.cancelled():
+                # timed out: one last read, whatever it holds
+                return self._read_fetch(body, wanted, isolation)[0]
+            self.metrics.inc("fetch.woken")
+
+    def _read_fetch(
+        self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any
+    ) -> tuple[Message, int, bool]:
+        cls = _response_cls(API_FETCH)
+        topic_cls = _item_cls(cls, "responses")
+        part_cls = _item_cls(topic_cls, "partitions")
+        budget = body.max_bytes if body.max_bytes > 0 else 0
+        min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
+        total = 0
+        had_error = False
+        topics: dict[str, list[Message]] = {}
+        for topic, part, offset, part_max in wanted:
+            log_ = self.logs.get_log(topic, part)
+            entry: Message
+            if log_ is None:
+                had_error = True
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=errors.UnknownTopicOrPartition.code,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=None,
+                )
+            else:
+                limit = max(min(part_max, budget - total), 0)
+                try:
+                    info = log_.read(offset, limit, isolation, min_one_message=min_one)
+                except Exception as exc:
+                    if not isinstance(exc, errors.KafkaError):
+                        log.exception("fetch read failed", topic=topic, partition=part)
+                    had_error = True
+                    entry = part_cls(
+                        partition_index=part,
+                        error_code=_code(exc),
+                        high_watermark=log_.high_watermark,
+                        last_stable_offset=log_.high_watermark,
+                        log_start_offset=log_.log_start_offset,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=None,
+                    )
+                else:
+                    records = info.slice
+                    size = records.size if records is not None else 0
+                    if size:
+                        total += size
+                        min_one = False
+                    entry = part_cls(
+                        partition_index=part,
+                        error_code=0,
+                        high_watermark=info.high_watermark,
+                        last_stable_offset=info.high_watermark,
+                        log_start_offset=info.log_start_offset,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=records if size else b"",
+                    )
+            topics.setdefault(topic, []).append(entry)
+        response = cls(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=[topic_cls(topic=name, partitions=parts) for name, parts in topics.items()],
+        )
+        return response, total, had_error
+
+    # --- ListOffsets (2) -------------------------------------------------------------------------
+
+    def list_offsets(self, header: Any, body: Any) -> Message:
+        from server.log import Isolation
+
+        cls = _response_cls(API_LIST_OFFSETS)
+        topic_cls = _item_cls(cls, "topics")
+        part_cls = _item_cls(topic_cls, "partitions")
+        isolation = (
+            Isolation.TXN_COMMITTED
+            if getattr(body, "isolation_level", 0) == 1
+            else Isolation.HIGH_WATERMARK
+        )
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                log_ = self.logs.get_log(topic.name, p.partition_index)
+                code, ts, offset = 0, -1, -1
+                if log_ is None:
+                    code = errors.UnknownTopicOrPartition.code
+                else:
+                    try:
+                        found = log_.fetch_offset_by_timestamp(p.timestamp, isolation)
+                    except Exception as exc:
+                        if not isinstance(exc, errors.KafkaError):
+                            log.exception("list offsets failed", topic=topic.name)
+                        code = _code(exc)
+                    else:
+                        if found is not None:
+                            ts, offset = found.timestamp, found.offset
+                parts.append(
+                    part_cls(
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=0 if code == 0 and offset >= 0 else -1,
+                    )
+                )
+            topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- CreateTopics (19) -----------------------------------------------------------------------
+
+    def create_topics(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_CREATE_TOPICS)
+        result_cls = _item_cls(cls, "topics")
+        seen: dict[str, int] = {}
+        for t in body.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        results = []
+        for t in body.topics:
+            code, message = 0, None
+            try:
+                if seen[t.name] > 1:
+                    raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
+                partitions = self._partitions_for(t)
+                configs = {c.name: c.value for c in t.configs}
+                if any(v is None for v in configs.values()):
+                    raise errors.InvalidConfig("null config value")
+                if body.validate_only:
+                    self.logs.validate_new_topic(t.name, partitions, configs)
+                else:
+                    self.logs.create_topic(t.name, partitions, configs)
+                    log.info("created topic", topic=t.name, partitions=partitions)
+            except _RawError as exc:
+                code, message = exc.code, str(exc)
+            except errors.KafkaError as exc:
+                code, message = exc.code, str(exc.args[0])
+            except Exception as exc:
+                log.exception("create topic failed", topic=t.name)
+                code, message = -1, type(exc).__name__
+            results.append(result_cls(name=t.name, error_code=code, error_message=message))
+        return cls(throttle_time_ms=0, topics=results)
+
+    def _partitions_for(self, t: Any) -> int:
+        node = self.config.node_id
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise errors.InvalidRequest(
+                    "num_partitions and replication_factor must be -1 with assignments"
+                )
+            for a in t.assignments:
+                if list(a.broker_ids) != [node]:
+                    raise _RawError(
+                        INVALID_REPLICA_ASSIGNMENT,
+                        f"single broker: every partition's replicas must be [{node}]",
+                    )
+            return len(t.assignments)
+        rf = t.replication_factor
+        if rf == -1:
+            rf = self.config.default_replication_factor
+        if rf != 1:
+            raise errors.InvalidReplicationFactor(
+                f"replication factor {rf}: a single broker supports only 1"
+            )
+        n = t.num_partitions
+        if n == -1:
+            n = self.config.num_partitions
+        if n <= 0:
+            raise errors.InvalidPartitions(f"number of partitions must be > 0, got {n}")
+        return int(n)
+
+    # --- DeleteTopics (20) -----------------------------------------------------------------------
+
+    def delete_topics(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_DELETE_TOPICS)
+        result_cls = _item_cls(cls, "responses")
+        results = []
+        for name in body.topic_names:
+            code = 0
+            if not self.config.delete_topic_enable:
+                code = TOPIC_DELETION_DISABLED
+            else:
+                count = self.logs.topics().get(name, 0)
+                try:
+                    self.logs.delete_topic(name)
+                    log.info("deleted topic", topic=name)
+                except Exception as exc:
+                    if not isinstance(exc, errors.KafkaError):
+                        log.exception("delete topic failed", topic=name)
+                    code = _code(exc)
+                else:
+                    for i in range(count):  # waiting fetches answer (with an error) now
+                        self.notifier.notify((name, i))
+            results.append(result_cls(name=name, error_code=code))
+        return cls(throttle_time_ms=0, responses=results)
+
+    # --- DeleteRecords (21) ----------------------------------------------------------------------
+
+    def delete_records(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_DELETE_RECORDS)
+        topic_cls = _item_cls(cls, "topics")
+        part_cls = _item_cls(topic_cls, "partitions")
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                log_: Log | None = self.logs.get_log(topic.name, p.partition_index)
+                code, low = 0, -1
+                if log_ is None:
+                    code = errors.UnknownTopicOrPartition.code
+                else:
+                    try:
+                        low = log_.delete_records(p.offset)
+                    except Exception as exc:
+                        if not isinstance(exc, errors.KafkaError):
+                            log.exception("delete records failed", topic=topic.name)
+                        code = _code(exc)
+                parts.append(
+                    part_cls(partition_index=p.partition_index, low_watermark=low, error_code=code)
+                )
+            topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+
+class _RawError(Exception):
+    """A Kafka error code protocol.errors has no class for (e.g. INVALID_REPLICA_ASSIGNMENT)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,222 @@
+"""Run a real Sluice broker as a subprocess (``python -m server``) for lifecycle and interop tests.
+
+Usage::
+
+    with running_broker(tmp_path / "data") as broker:
+        client = SomeKafkaClient(bootstrap_servers=broker.bootstrap)
+        ...
+
+or ``broker = start_broker(data_dir, overrides=[...])`` ... ``broker.stop()`` (SIGTERM, waits,
+returns the exit code) / ``broker.kill()`` (SIGKILL). The broker listens on a free 127.0.0.1
+port, stores in ``data_dir``, writes its JSON log lines to ``broker.log_path`` (shown in the
+error when it fails to start). Every wait is bounded; the process is always stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class BrokerProcess:
+    proc: subprocess.Popen[bytes]
+    host: str
+    port: int
+    data_dir: Path
+    log_path: Path
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for a client's bootstrap servers."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send ``sig`` (default SIGTERM: graceful) and wait; SIGKILL if it does not exit."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+                raise AssertionError(
+                    f"broker did not stop within {timeout}s after {sig}:\n{self.log_text()}"
+                ) from None
+        return int(self.proc.returncode)
+
+    def kill(self) -> int:
+        """SIGKILL (kill -9): no chance to flush or write the clean-shutdown marker."""
+        return self.stop(signal.SIGKILL, timeout=10.0)
+
+
+def start_broker(
+    data_dir: Path,
+    *,
+    overrides: Sequence[str] = (),
+    port: int | None = None,
+    timeout: float = 30.0,
+    log_path: Path | None = None,
+) -> BrokerProcess:
+    """Start ``python -m server`` on 127.0.0.1 and return once it accepts TCP connections."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    last_error: Exception | None = None
+    for _attempt in range(3):  # the free port may be taken between free_port() and bind
+        chosen = port if port is not None else free_port()
+        path = log_path or data_dir.parent / f"broker-{chosen}.log"
+        args = [
+            sys.executable,
+            "-m",
+            "server",
+            "--log-format",
+            "json",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{chosen}",
+            "--override",
+            f"log.dirs={data_dir}",
+            *(x for o in overrides for x in ("--override", o)),
+        ]
+        with open(path, "ab") as out:
+            proc = subprocess.Popen(
+                args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        broker = BrokerProcess(proc, "127.0.0.1", chosen, data_dir, path)
+        try:
+            _wait_accepting(broker, timeout)
+            return broker
+        except _PortTaken as exc:
+            last_error = exc
+            broker.stop(signal.SIGKILL)
+            if port is not None:
+                break
+    raise AssertionError(f"could not start broker: {last_error}")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _wait_accepting(broker: BrokerProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.proc.poll() is not None:
+            text = broker.log_text()
+            if "Address already in use" in text or "address already in use" in text:
+                raise _PortTaken(text[-2000:])
+            raise AssertionError(
+                f"broker exited with {broker.proc.returncode} before accepting:\n{text}"
+            )
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection((broker.host, broker.port), timeout=1.0),
+        ):
+            return
+        time.sleep(0.05)
+    broker.stop(signal.SIGKILL)
+    raise AssertionError(f"broker not accepting after {timeout}s:\n{broker.log_text()}")
+
+
+@contextlib.contextmanager
+def running_broker(
+    data_dir: Path, *, overrides: Sequence[str] = (), timeout: float = 30.0
+) -> Iterator[BrokerProcess]:
+    """Context manager: start a broker, yield it, always stop it (SIGTERM, then SIGKILL)."""
+    broker = start_broker(data_dir, overrides=overrides, timeout=timeout)
+    try:
+        yield broker
+    finally:
+        if broker.proc.poll() is None:
+            with contextlib.suppress(AssertionError):
+                broker.stop()
+
+
+class WireClient:
+    """A minimal Kafka wire client over asyncio streams, built on our protocol codec.
+
+    ``await client.request(api_key, version, body)`` sends one request and returns the decoded
+    response body (checking the correlation id). ``expect_response=False`` is for Produce with
+    acks=0. ``send_raw``/``read_frame`` let tests speak garbage. Every read is bounded.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._correlation = 0
+
+    @classmethod
+    async def connect(cls, host: str, port: int, timeout: float = 10.0) -> WireClient:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        return cls(reader, writer)
+
+    async def send(self, api_key: int, version: int, body: Any, client_id: str = "test") -> int:
+        from protocol.framing import encode_request
+
+        self._correlation += 1
+        self.writer.write(encode_request(api_key, version, self._correlation, client_id, body))
+        await self.writer.drain()
+        return self._correlation
+
+    async def receive(
+        self, api_key: int, version: int, correlation: int, timeout: float = 30.0
+    ) -> Any:
+        from protocol.framing import decode_response
+
+        frame = await self.read_frame(timeout)
+        if frame is None:
+            raise ConnectionError("connection closed by the broker")
+        got, body = decode_response(api_key, version, frame)
+        if got != correlation:
+            raise AssertionError(f"correlation id {got} != {correlation}")
+        return body
+
+    async def request(self, api_key: int, version: int, body: Any, *, timeout: float = 30.0) -> Any:
+        correlation = await self.send(api_key, version, body)
+        return await self.receive(api_key, version, correlation, timeout)
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read_frame(self, timeout: float = 30.0) -> bytes | None:
+        """One response frame (without its size prefix), or None at EOF / reset."""
+        try:
+            head = await asyncio.wait_for(self.reader.readexactly(4), timeout)
+            (size,) = struct.unpack(">i", head)
+            return await asyncio.wait_for(self.reader.readexactly(size), timeout)
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            return None
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()

@@ -1,8 +1,8 @@
 """Shared test fixtures. Keep this small.
 
-``make_batch`` builds a valid RecordBatch v2 (uncompressed, CRC via protocol.records.compute_crc)
-independently of the records codec under test elsewhere; it can be replaced by
-``protocol.records.RecordBatchBuilder`` once that is the settled API.
+``make_batch`` builds a valid RecordBatch v2 with ``protocol.records.RecordBatchBuilder``; for
+batches the builder does not make (offset gaps inside a batch, as compaction leaves) it encodes
+the records itself (uncompressed, CRC via ``protocol.records.compute_crc``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from protocol.records import ATTR_TIMESTAMP_TYPE_MASK, CRC_OFFSET, HEADER, compute_crc
+from protocol.records import (
+    ATTR_TIMESTAMP_TYPE_MASK,
+    CRC_OFFSET,
+    HEADER,
+    RecordBatchBuilder,
+    compute_crc,
+)
 from protocol.varint import encode_varint, encode_varlong
 
 MakeBatch = Callable[..., bytes]
@@ -25,13 +31,26 @@ def build_batch(
     *,
     offset_deltas: Sequence[int] | None = None,
     log_append_time: bool = False,
+    compression: int = 0,
     partition_leader_epoch: int = 0,
 ) -> bytes:
     """A v2 batch with one record per timestamp (null key, ``values[i]`` or b"v<i>")."""
     count = len(timestamps)
     if count == 0:
         raise ValueError("a batch needs at least one record")
-    deltas = list(offset_deltas) if offset_deltas is not None else list(range(count))
+    if offset_deltas is None:
+        builder = RecordBatchBuilder(
+            compression=compression,
+            base_offset=base_offset,
+            timestamp_type=1 if log_append_time else 0,
+            partition_leader_epoch=partition_leader_epoch,
+        )
+        for i, ts in enumerate(timestamps):
+            builder.append(ts, None, values[i] if values is not None else b"v%d" % i)
+        return builder.build()
+    if compression:
+        raise ValueError("hand-encoded batches are uncompressed")
+    deltas = list(offset_deltas)
     base_timestamp = timestamps[0]
     records = bytearray()
     for i, ts in enumerate(timestamps):

@@ -365,6 +365,35 @@ def test_find_offset_by_timestamp_log_append_time(tmp_path: Path, make_batch: Ma
     seg.close()
 
 
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+def test_find_offset_by_timestamp_compressed(
+    tmp_path: Path, make_batch: MakeBatch, compression: int
+) -> None:
+    seg = open_segment(tmp_path)
+    append(seg, make_batch(0, [10, 30, 20], compression=compression))
+    append(seg, make_batch(3, [25, 40], compression=compression))
+    assert seg.find_offset_by_timestamp(15) == (30, 1)
+    assert seg.find_offset_by_timestamp(15, 2) == (20, 2)
+    assert seg.find_offset_by_timestamp(26, 2) == (40, 4)
+    assert seg.find_offset_by_timestamp(41) is None
+    seg.close()
+
+
+def test_offset_gaps_inside_a_batch(tmp_path: Path, make_batch: MakeBatch) -> None:
+    """Compaction leaves batches whose records skip offsets; reads go by batch last offset."""
+    seg = open_segment(tmp_path)
+    first = make_batch(0, [1, 2, 3], offset_deltas=[0, 4, 9])
+    append(seg, first)
+    append(seg, make_batch(10, [4]))
+    got = seg.read(5, 1000)
+    assert got is not None and got.first_offset == 0 and got.position == 0
+    got = seg.read(10, 1000)
+    assert got is not None and got.first_offset == 10 and got.position == len(first)
+    assert seg.find_offset_by_timestamp(2, 3) == (2, 4)
+    assert seg.read_next_offset() == 11
+    seg.close()
+
+
 def test_reopen_indexes_like_uninterrupted(tmp_path: Path, make_batch: MakeBatch) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

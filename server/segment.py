@@ -604,6 +604,7 @@ class LogSegment:
         )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.offset_index.newly_created = self.time_index.newly_created = False  # rebuilt now
         return truncated
 
     def _valid_batch_at(

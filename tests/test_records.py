@@ -599,3 +599,37 @@ def test_fuzz_mutated_valid_batches(
     if recompute_crc and len(buf) >= HEADER_SIZE:
         buf = bytearray(fix_crc(buf))
     _only_protocol_errors(buf)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sample=st.sampled_from(SAMPLES[:1]),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
+    cut=st.none() | st.integers(min_value=0),
+    strict=st.booleans(),
+)
+def test_fast_and_careful_record_walks_agree(
+    sample: bytes, flips: list[tuple[int, int]], cut: int | None, strict: bool
+) -> None:
+    # The decoder walks records optimistically and re-walks carefully only to explain a
+    # rejection: both must accept exactly the same inputs, with the same result.
+    from protocol import records as r
+
+    header = r.parse_header(sample)
+    data = bytearray(sample[RECORDS_OFFSET:])
+    for where, byte in flips:
+        data[where % len(data)] = byte
+    if cut is not None:
+        del data[cut % (len(data) + 1) :]
+    section = bytes(data)
+    try:
+        fast: list[Record] | None = r._decode_records_fast(header, section, strict)
+    except (r._Malformed, IndexError, UnicodeDecodeError):
+        fast = None
+    try:
+        careful: list[Record] | None = r._decode_records_careful(
+            header, section, 0, "", strict_count=strict
+        )
+    except CorruptRecordError:
+        careful = None
+    assert fast == careful

@@ -216,8 +216,9 @@ class Log:
            valid data: ``*.deleted`` (deletion was decided, only the unlink was pending),
            ``*.cleaned``, ``*.swap``, ``*.tmp``; then index files with no ``.log`` (orphans).
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
-           segment open recreates it empty) or that fails its sanity check (size not a multiple
-           of the entry size, last offset below base, timestamps decreasing) is rebuilt by
+           segment open recreates it empty), that fails its sanity check (size not a multiple
+           of the entry size, last offset below base, timestamps decreasing, position past the
+           end) or whose last entry names an offset the segment does not hold is rebuilt by
            recovering that segment from the log file: indexes are derived data.
         3. If the clean-shutdown marker was absent (``had_clean_shutdown=False``), recover every
            segment from the one holding ``recovery_point`` to the end: walk its batches,
@@ -268,15 +269,28 @@ class Log:
         segments: list[LogSegment] = []
         max_record_size = config.max_message_bytes
         for base in bases:
-            segment = cls._open_segment(directory, base, config, clock_ms(), vfs)
+            segments.append(cls._open_segment(directory, base, config, clock_ms(), vfs))
+        for i, segment in enumerate(segments):
             try:
                 segment.sanity_check()
-            except CorruptIndexError as exc:
+                # An entry for an offset the segment does not hold would make lookups and the
+                # next index append fail: the index is as good as corrupt.
+                end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+                for index in (segment.offset_index, segment.time_index):
+                    if index.entries and index.last_offset >= end:
+                        raise CorruptIndexError(
+                            f"{index.path}: entry for offset {index.last_offset}, "
+                            f"beyond the segment's data (next offset {end})"
+                        )
+            except (CorruptIndexError, CorruptRecordError) as exc:
+                # (CorruptRecordError: the scan for the next offset met a torn batch.)
                 truncated = segment.recover(max_record_size)
                 log.warning(
-                    "rebuilt index", segment=base, reason=str(exc), truncated_bytes=truncated
+                    "rebuilt index",
+                    segment=segment.base_offset,
+                    reason=str(exc),
+                    truncated_bytes=truncated,
                 )
-            segments.append(segment)
 
         # 3. recover everything above the recovery point after an unclean shutdown
         recovered = False

@@ -58,7 +58,11 @@ def cli(
         log.warning("unknown or unused config key ignored", key=key)
     import uvloop
 
-    uvloop.run(_serve(config))
+    try:
+        uvloop.run(_serve(config))
+    except OSError as exc:  # cannot listen (address in use...) or cannot open the data dir
+        log.error("cannot start broker", error=str(exc))
+        raise SystemExit(1) from exc
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -37,7 +37,7 @@ import asyncio
 import collections
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from protocol.errors import ProtocolError
 from protocol.framing import (
@@ -95,8 +95,9 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
         self._peer = transport.get_extra_info("peername")
         # High watermark = our unsent-bytes bound; resume at a quarter of it.
         transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)

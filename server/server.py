@@ -67,17 +67,29 @@ class Server:
         )
         manager.open()
         self.log_manager = manager
+        # Becoming leader of every partition (Kafka's makeLeader): with this broker the only
+        # replica and ISR member, everything in the log is committed, so HW = LEO. This matters
+        # after an unclean stop, when the checkpointed HW lags the recovered log.
+        for log_ in manager.logs.values():
+            log_.maybe_increment_high_watermark(log_.log_end_offset)
         await manager.start()
         advertised = config.advertised_listener
         self.handlers = Handlers(config, manager, self.metrics)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._make_connection,
-            host=config.listener.host or None,
-            port=config.listener.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        try:
+            self._server = await loop.create_server(
+                self._make_connection,
+                host=config.listener.host or None,
+                port=config.listener.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except OSError:
+            # e.g. address in use: leave the data dir as cleanly as we found it.
+            await manager.stop()
+            manager.close()
+            self.log_manager = None
+            raise
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

@@ -93,7 +93,7 @@ def start_broker(
     last_error: Exception | None = None
     for _attempt in range(3):  # the free port may be taken between free_port() and bind
         chosen = port if port is not None else free_port()
-        path = log_path or data_dir.parent / f"broker-{chosen}.log"
+        path = log_path or data_dir.parent / f"broker-{data_dir.name}-{chosen}-{time.time_ns()}.log"
         args = [
             sys.executable,
             "-m",
@@ -127,20 +127,22 @@ class _PortTaken(Exception):
 
 
 def _wait_accepting(broker: BrokerProcess, timeout: float) -> None:
+    """Until the broker logged that it listens and a TCP connect succeeds (bounded)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        text = broker.log_text()
         if broker.proc.poll() is not None:
-            text = broker.log_text()
-            if "Address already in use" in text or "address already in use" in text:
+            if "address already in use" in text.lower():
                 raise _PortTaken(text[-2000:])
             raise AssertionError(
                 f"broker exited with {broker.proc.returncode} before accepting:\n{text}"
             )
-        with (
-            contextlib.suppress(OSError),
-            socket.create_connection((broker.host, broker.port), timeout=1.0),
-        ):
-            return
+        if '"event": "listening"' in text:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((broker.host, broker.port), timeout=1.0),
+            ):
+                return
         time.sleep(0.05)
     broker.stop(signal.SIGKILL)
     raise AssertionError(f"broker not accepting after {timeout}s:\n{broker.log_text()}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from protocol import messages as m
 from protocol.framing import ADVERTISED_VERSIONS
@@ -458,3 +459,52 @@ async def test_pipelined_requests_are_answered_in_order(client: WireClient) -> N
         resp = await client.receive(PRODUCE, 8, cid)
         offsets.append(resp.responses[0].partition_responses[0].base_offset)
     assert offsets == list(range(20))
+
+
+# --- the same on uvloop (the entrypoint's loop; pytest-asyncio runs the tests above on asyncio) --
+
+
+@pytest.mark.parametrize("zero_copy", ["true", "false"])
+def test_on_uvloop_produce_fetch_long_poll_and_large_fetch(tmp_path: Path, zero_copy: str) -> None:
+    async def scenario() -> None:
+        srv = await start_server(tmp_path, f"sluice.fetch.zero.copy={zero_copy}")
+        try:
+            c = await WireClient.connect("127.0.0.1", srv.port)
+            other = await WireClient.connect("127.0.0.1", srv.port)
+            try:
+                assert await create_topic(c, "uv") == 0
+                # long-poll woken by a produce on another connection
+                task = asyncio.create_task(fetch(c, "uv", 0, max_wait_ms=60_000))
+                assert srv.handlers is not None
+                for _ in range(2000):
+                    if srv.handlers.notifier.waiting():
+                        break
+                    await asyncio.sleep(0.005)
+                assert not task.done()
+                first = batch(3)
+                assert (await produce(other, "uv", first)).error_code == 0
+                p = await asyncio.wait_for(task, 30)
+                same_batch_content(first, bytes(p.records), 0)
+                # several MiB through a reader that starts late
+                sent = [batch(1, start=i, size=400_000) for i in range(10)]
+                for b in sent:
+                    assert (await produce(other, "uv", b)).error_code == 0
+                cid = await c.send(FETCH, 11, fetch_request("uv", 3, partition_max_bytes=10**8))
+                await asyncio.sleep(0.2)
+                resp = await c.receive(FETCH, 11, cid)
+                records = bytes(resp.responses[0].partitions[0].records)
+                stored = [bytes(b) for _, _, b in iter_batches(records)]
+                for i, (s, st) in enumerate(zip(sent, stored, strict=True)):
+                    same_batch_content(s, st, 3 + i)
+                assert (await metadata(c, ["uv"])).topics[0].error_code == 0
+                if zero_copy == "true":
+                    assert srv.metrics.get("fetch.sendfile_bytes") >= sum(map(len, sent))
+                else:
+                    assert srv.metrics.get("fetch.sendfile_bytes") == 0
+            finally:
+                await c.close()
+                await other.close()
+        finally:
+            await srv.shutdown()
+
+    uvloop.run(scenario())

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,17 +129,19 @@ class AbstractIndex:
                 raise FileNotFoundError(f"index {self.path} does not exist")
             if max_index_size < entry_size:
                 raise ValueError(f"invalid max index size {max_index_size} for {self.path}")
-        self._file: VFSFile = vfs.open(self.path, create=writable, writable=writable)
+        self._map: mmap.mmap | None = None
+        self._closed = False
+        self._length_synced = True  # False after a resize until flush() fsyncs the length
+        file = vfs.open(self.path, create=writable, writable=writable)
         try:
             if self.newly_created:
-                self._file.truncate(_round_down(max_index_size, entry_size))
-            self._length = self._file.size()
-            self._map: mmap.mmap | None = None
-            self._map_file()
-            self._entries = 0 if self.newly_created else self._count_written_slots()
-        except BaseException:
-            self._file.close()
-            raise
+                file.truncate(_round_down(max_index_size, entry_size))
+            self._length = file.size()
+            self._map_file(file)
+        finally:
+            # Like Kafka, keep only the map (CPython < 3.13 still keeps a dup inside the map).
+            file.close()
+        self._entries = 0 if self.newly_created else self._count_written_slots()
         self._load_last_entry()
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -291,10 +294,16 @@ class AbstractIndex:
         rounded = _round_down(new_size, self.entry.size)
         if rounded == self._length:
             return False
+        self._check_open()
         self._unmap()
-        self._file.truncate(rounded)
-        self._length = rounded
-        self._map_file()
+        file = self._vfs.open(self.path, create=False, writable=True)
+        try:
+            file.truncate(rounded)
+            self._length = rounded
+            self._map_file(file)
+        finally:
+            file.close()
+        self._length_synced = False
         if self._entries > self.max_entries:
             self._entries = self.max_entries
             self._load_last_entry()
@@ -305,24 +314,35 @@ class AbstractIndex:
         self.resize(self.size_in_bytes)
 
     def flush(self) -> None:
-        """Write the mapped pages and the file length to disk."""
-        if self._map is not None and self.writable:
+        """Write the mapped pages (msync) and, if it changed, the file length (fsync) to disk."""
+        if not self.writable or self._closed:
+            return
+        if self._map is not None:
             self._map.flush()
-        if self.writable:
-            self._file.fsync()
+        if not self._length_synced:
+            file = self._vfs.open(self.path, create=False, writable=True)
+            try:
+                file.fsync()
+            finally:
+                file.close()
+            self._length_synced = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        """Trim to the valid size (if writable) and release the map and the file."""
-        if self._file.closed:
+        """Trim to the valid size (if writable) and release the map."""
+        if self._closed:
             return
         if self.writable:
             self.trim_to_valid_size()
         self.close_handler()
 
     def close_handler(self) -> None:
-        """Release the map and the file without writing anything (disk failure, deletion)."""
+        """Release the map without writing anything more (disk failure, deletion)."""
         self._unmap()
-        self._file.close()
+        self._closed = True
 
     def delete(self) -> None:
         """Close and remove the file (a missing file is fine)."""
@@ -336,12 +356,20 @@ class AbstractIndex:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _map_file(self) -> None:
+    def _map_file(self, file: VFSFile) -> None:
         if self._length == 0:
             self._map = None  # mmap refuses empty files; an empty index needs no map
             return
         access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-        self._map = mmap.mmap(self._file.fileno(), self._length, access=access)
+        if sys.version_info >= (3, 13):
+            # Do not let the map keep a dup of the descriptor (as Kafka, which closes it).
+            self._map = mmap.mmap(file.fileno(), self._length, access=access, trackfd=False)
+        else:
+            self._map = mmap.mmap(file.fileno(), self._length, access=access)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"index {self.path} is closed")
 
     def _unmap(self) -> None:
         if self._map is not None:

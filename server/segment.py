@@ -44,6 +44,7 @@ from .index import (
     DEFAULT_MAX_INDEX_SIZE,
     NO_TIMESTAMP,
     CorruptIndexError,
+    InvalidIndexAppendError,
     OffsetIndex,
     StorageError,
     TimeIndex,
@@ -305,6 +306,17 @@ class LogSegment:
                 f"(base offset {self.base_offset})"
             )
         self._ensure_indexes_extended()
+        index_it = self._bytes_since_last_index_entry > self.index_interval_bytes
+        if index_it:
+            # Check the index invariants before writing, so a caller bug (no roll when the
+            # indexes are full, offsets not increasing) cannot leave unindexable bytes behind.
+            if self.offset_index.is_full() or self.time_index.is_full():
+                raise InvalidIndexAppendError(f"indexes of {self.log_path} are full: roll first")
+            if self.offset_index.entries and largest_offset <= self.offset_index.last_offset:
+                raise InvalidIndexAppendError(
+                    f"offset {largest_offset} is not above the last indexed offset "
+                    f"{self.offset_index.last_offset} of {self.log_path}"
+                )
         position = self._size
         try:
             self._file.pwrite(records, position)
@@ -321,7 +333,7 @@ class LogSegment:
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
             self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
-        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+        if index_it:
             self.offset_index.append(largest_offset, position)
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
@@ -506,10 +518,14 @@ class LogSegment:
         )
 
     def resize_indexes(self, size: int | None = None) -> None:
-        """Set both index files to ``size`` bytes (default ``max_index_size``)."""
-        target = self.max_index_size if size is None else size
-        self.offset_index.resize(target)
-        self.time_index.resize(target)
+        """Set both index files to ``size`` bytes (default ``max_index_size``), which becomes
+        the new ``max_index_size`` (``segment.index.bytes`` may have changed): the Log calls
+        this on the segment that is active after load."""
+        if size is not None:
+            self.max_index_size = size
+            self.offset_index.max_index_size = self.time_index.max_index_size = size
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
 
     def _ensure_indexes_extended(self) -> None:
         for index in (self.offset_index, self.time_index):
@@ -641,7 +657,7 @@ class LogSegment:
             return None
         return header
 
-    def truncate_to(self, offset: int) -> int:
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Remove every batch whose last offset is >= ``offset`` (the batch holding ``offset``
         goes whole) and the index entries at or above it; the segment is active afterwards
         (indexes re-extended). Returns the bytes removed from the ``.log``."""
@@ -655,7 +671,7 @@ class LogSegment:
             self._file.truncate(mapping.position)
             self._size = mapping.position
         if self._size == 0:
-            self.created_ms = _now_ms()
+            self.created_ms = _now_ms() if now_ms is None else now_ms
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = self._size - self.offset_index.last_entry.position
         if self.max_timestamp_so_far >= 0:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from protocol.records import iter_batches, parse_header
-from server.index import OFFSET_ENTRY, TIME_ENTRY
+from server.index import OFFSET_ENTRY, TIME_ENTRY, InvalidIndexAppendError
 from server.segment import (
     FetchSlice,
     LogSegment,
@@ -462,3 +463,48 @@ def test_flush_and_close_idempotent(tmp_path: Path, make_batch: MakeBatch) -> No
     assert reopened.size == len(make_batch(0, [1]))
     assert reopened.read_next_offset() == 1
     reopened.close()
+
+
+def test_append_refuses_unindexable_batches(tmp_path: Path, make_batch: MakeBatch) -> None:
+    # 16 bytes: two offset-index slots, one time-index slot (the reserved one): full at once.
+    seg = open_segment(tmp_path, max_index_size=16)
+    append(seg, make_batch(0, [1]))  # the first batch is never indexed
+    size = seg.size
+    with pytest.raises(InvalidIndexAppendError):
+        append(seg, make_batch(1, [2]))
+    assert seg.size == size and Path(seg.log_path).stat().st_size == size
+    seg.close()
+    other = open_segment(tmp_path / "..", 7)
+    append(other, make_batch(7, [1]))
+    append(other, make_batch(8, [2]))  # indexed: last offset 8
+    size = other.size
+    with pytest.raises(InvalidIndexAppendError):
+        append(other, make_batch(8, [3]))  # a caller bug: offsets not increasing
+    assert other.size == size
+    other.close()
+
+
+def test_resize_indexes_sets_new_max(tmp_path: Path, make_batch: MakeBatch) -> None:
+    seg = open_segment(tmp_path, max_index_size=800)
+    append(seg, make_batch(0, [1]))
+    append(seg, make_batch(1, [2]))
+    seg.on_becoming_inactive()
+    assert seg.offset_index.length == 8
+    seg.resize_indexes(1600)
+    assert seg.offset_index.length == 1600 and seg.time_index.length == 1596
+    assert seg.max_index_size == 1600
+    append(seg, make_batch(2, [3]))
+    assert seg.offset_index.entries == 2
+    seg.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_segment_descriptors_are_bounded_and_released(tmp_path: Path) -> None:
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    segments = [open_segment(tmp_path, 10 * i) for i in range(20)]
+    # The .log, plus one per index map where CPython's mmap keeps a dup (before 3.13).
+    per_segment = 1 if sys.version_info >= (3, 13) else 3
+    assert len(list(Path("/proc/self/fd").iterdir())) - before == 20 * per_segment
+    for seg in segments:
+        seg.close()
+    assert len(list(Path("/proc/self/fd").iterdir())) == before

@@ -13,6 +13,8 @@ client writes and reads:
              some other clients write one *raw* snappy block. Readers must accept both.
  3    lz4    the standard LZ4 frame format (for magic >= 1, KIP-57) with independent blocks: the
              Java reader decodes each block on its own, so linked blocks would not round-trip.
+             64 KiB blocks, no content size or checksum; cramjam always adds block checksums
+             (FLG 0x70), which the Java reader verifies and librdkafka's lz4f accepts.
  4    zstd   a standard zstd frame
  5-7  --     not assigned: :class:`CorruptRecordError` (``field="attributes"``); the broker
              answers UNSUPPORTED_COMPRESSION_TYPE (76)

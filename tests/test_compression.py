@@ -72,6 +72,9 @@ def test_lz4_is_a_frame_with_independent_blocks_and_no_content_checksum() -> Non
     assert flg >> 6 == 1  # version 01
     assert flg & 0x20  # block independence: Kafka's Java reader decodes blocks one by one
     assert not flg & 0x04  # no content checksum
+    assert not flg & 0x09  # no content size, no dictionary id
+    # block checksums (0x10) may be present: Kafka's reader verifies them when the flag is set
+    assert packed[5] == 0x40  # BD: 64 KiB maximum block size, what Kafka's writer uses
     assert compression.decompress(compression.LZ4, packed) == b"q" * 200_000
 
 

@@ -26,11 +26,13 @@ Xerial snappy framing (snappy-java ``SnappyOutputStream``)::
     blocks   repeated   int32 compressedLength (big-endian), then that many bytes of raw snappy,
                         each block holding at most 32 KiB of uncompressed input
 
-We *write* xerial framing: the Java consumer, librdkafka (which has snappy-java framing support
-for exactly this reason) and kafka-python/aiokafka all read it, while raw snappy is not read by
-every Java client version. We *read* both, telling them apart by the 8-byte magic (a raw snappy
-block starts with the varint uncompressed length, which cannot be 0x82 'S' ... for inputs the
-size of a batch).
+We *write* xerial framing, byte for byte what the Java producer writes, so a Sluice-built
+segment looks like a Kafka one; every consumer reads it (the Java client through snappy-java,
+librdkafka through its snappy-java framing support, kafka-python/aiokafka by detecting the
+header). We *read* both forms, telling them apart by the 8-byte magic. That is unambiguous: a
+raw block starts with the varint of its uncompressed length (0x82 'S' would read as 10626)
+followed by its first element, and 'N' (0x4E) is a copy tag, which cannot open a valid stream
+(nothing to copy from yet).
 
 All the work is done by ``cramjam`` (one well-kept Rust package for every codec, also used by
 aiokafka) and the standard library's gzip; this module only adds the framing and turns every

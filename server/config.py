@@ -346,7 +346,18 @@ class Config:
             values["log_dirs"] = _log_dirs(props["log.dir"])
         if "node_id" not in values and "broker.id" in props and int(props["broker.id"]) >= 0:
             values["node_id"] = int(props["broker.id"])
-        return cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
+        config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
+        config._check_log_config()
+        return config
+
+    def _check_log_config(self) -> None:
+        """Fail at load, not at startup, when the storage layer rejects a ``log.*`` value."""
+        from protocol.errors import InvalidConfig
+
+        try:
+            self.log_config()
+        except InvalidConfig as exc:
+            raise ConfigError(str(exc.args[0]) if exc.args else str(exc)) from exc
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:

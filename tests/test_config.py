@@ -80,6 +80,8 @@ def test_advertised_listener_defaults() -> None:
         ("log.message.timestamp.type=Now", "CreateTime"),
         ("socket.request.max.bytes=-5", "socket.request.max.bytes"),
         ("noequals", "key=value"),
+        ("log.cleanup.policy=compact", "compact"),
+        ("log.segment.bytes=10", "log.segment.bytes"),
     ],
 )
 def test_invalid_values_are_rejected_clearly(override: str, fragment: str) -> None:
@@ -98,3 +100,21 @@ def test_example_properties_file_loads() -> None:
     c = Config.load(example)
     assert c.ignored_keys == ()
     assert c == Config.load(None, [f"{k}={v}" for k, v in c.properties.items()])
+
+
+def test_log_keys_reach_the_storage_defaults() -> None:
+    c = Config.load(
+        None,
+        [
+            "log.segment.bytes=1048576",
+            "log.retention.hours=1",
+            "log.message.timestamp.type=LogAppendTime",
+            "message.max.bytes=2000000",
+        ],
+    )
+    lc = c.log_config()
+    assert lc.segment_bytes == 1048576
+    assert lc.retention_ms == 3_600_000
+    assert lc.message_timestamp_type == "LogAppendTime"
+    assert lc.max_message_bytes == 2000000
+    assert Config().log_config().segment_bytes == 1073741824

@@ -3,6 +3,7 @@ again on the same data directory, and everything acknowledged is still there."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 
@@ -119,3 +120,42 @@ async def test_second_start_on_a_busy_port_fails_cleanly(tmp_path: Path) -> None
             assert (await metadata(c, None)).brokers[0].port == first.port
         finally:
             await c.close()
+
+
+async def test_sigterm_answers_a_parked_long_poll_then_exits(tmp_path: Path) -> None:
+    from tests.test_server import fetch_request
+
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        c = await WireClient.connect("127.0.0.1", broker.port)
+        assert await create_topic(c, "quiet") == 0
+        cid = await c.send(1, 11, fetch_request("quiet", 0, max_wait_ms=120_000))
+        for _ in range(200):  # bounded: the broker has read the fetch once it logged nothing else
+            await asyncio.sleep(0.01)
+        broker.proc.send_signal(signal.SIGTERM)
+        # the in-flight fetch is answered (empty, no error) before the connection closes
+        resp = await c.receive(1, 11, cid, timeout=30)
+        p = resp.responses[0].partitions[0]
+        assert (p.error_code, len(p.records or b"")) == (0, 0)
+        assert await c.read_frame(timeout=30) is None
+        await c.close()
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_text()
+    assert (data / ".kafka_cleanshutdown").exists() or (data / ".clean-shutdown").exists()
+
+
+async def test_second_sigint_forces_but_still_closes_logs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        await write_some(broker.port, batches(4))
+        broker.proc.send_signal(signal.SIGINT)
+        broker.proc.send_signal(signal.SIGINT)
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_text()
+    assert (data / ".kafka_cleanshutdown").exists() or (data / ".clean-shutdown").exists()
+    with running_broker(data) as again:
+        assert await read_back(again.port) == expected_values(batches(4))

@@ -159,8 +159,7 @@ def same_batch_content(sent: bytes, stored: bytes | memoryview, base_offset: int
 # --- ApiVersions ---------------------------------------------------------------------------------
 
 
-# TODO(B): add 0, 1, 2 once the codec decodes the empty v0-2 body (see report)
-@pytest.mark.parametrize("version", [3])
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
 async def test_api_versions_advertises_exactly_the_served_apis(
     client: WireClient, version: int
 ) -> None:

@@ -417,6 +417,9 @@ class OffsetIndex(AbstractIndex):
 
     The segment appends one entry per ``index.interval.bytes`` of log (never for the first batch),
     so a lookup lands at most that many bytes before the wanted batch; the rest is a header scan.
+
+    Callers: ``append``/``truncate*``/``resize`` only by the owning LogSegment (append, recovery,
+    truncation, roll); ``lookup``/``entry_at`` by anyone on the event-loop thread.
     """
 
     entry = OFFSET_ENTRY
@@ -509,6 +512,9 @@ class TimeIndex(AbstractIndex):
 
     The last slot is reserved for the entry the segment writes when it stops being active
     (``maybe_append(..., skip_full_check=True)``), hence :meth:`is_full` is one slot early.
+
+    Callers: ``maybe_append``/``truncate*``/``resize`` only by the owning LogSegment; ``lookup``
+    (ListOffsets by timestamp) by anyone on the event-loop thread.
     """
 
     entry = TIME_ENTRY

@@ -407,3 +407,31 @@ def test_fsync_error_propagates(tmp_path: Path, make_batch: MakeBatch) -> None:
     vfs.fail_fsync = False
     seg.flush()
     seg.close()
+
+
+def test_os_vfs_operations(tmp_path: Path) -> None:
+    vfs = OSVFS()
+    path = tmp_path / "f.log"
+    assert not vfs.exists(path)
+    f = vfs.open(path)
+    f.pwrite(b"hello world", 0)
+    f.pwrite(b"W", 6)
+    assert f.pread(100, 0) == b"hello World" and f.size() == 11
+    f.truncate(5)
+    f.fsync()
+    assert f.pread(100, 0) == b"hello"
+    vfs.rename(path, tmp_path / "g.log")
+    vfs.fsync_dir(tmp_path)
+    assert vfs.listdir(tmp_path) == ["g.log"]
+    assert f.pread(5, 0) == b"hello"  # the descriptor survives the rename
+    vfs.set_mtime_ms(tmp_path / "g.log", 1_234_000)
+    assert vfs.mtime_ms(tmp_path / "g.log") == 1_234_000
+    f.close()
+    f.close()
+    assert f.closed
+    with pytest.raises(ValueError):
+        f.fileno()
+    vfs.remove(tmp_path / "g.log")
+    vfs.remove(tmp_path / "g.log")  # missing is fine
+    with pytest.raises(FileNotFoundError):
+        vfs.open(tmp_path / "g.log", create=False)

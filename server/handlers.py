@@ -48,6 +48,7 @@ API_API_VERSIONS = 18
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_DELETE_RECORDS = 21
+API_INIT_PRODUCER_ID = 22
 
 CLUSTER_ID = "sluice-single-node"
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
@@ -135,7 +136,11 @@ class Handlers:
             API_CREATE_TOPICS: self.create_topics,
             API_DELETE_TOPICS: self.delete_topics,
             API_DELETE_RECORDS: self.delete_records,
+            API_INIT_PRODUCER_ID: self.init_producer_id,
         }
+        # Producer ids: start at the wall clock in ms so ids stay unique across restarts
+        # without persisting a counter (Kafka allocates blocks through its controller).
+        self._next_producer_id = int(time.time() * 1000)
 
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)
@@ -557,6 +562,23 @@ class Handlers:
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
+
+    # --- InitProducerId (22) ---------------------------------------------------------------------
+
+    def init_producer_id(self, header: Any, body: Any) -> Message:
+        """A fresh producer id, epoch 0, for an idempotent producer.
+
+        Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
+        epoch checks on append belong to the storage layer (not implemented yet: see report).
+        """
+        cls = _response_cls(API_INIT_PRODUCER_ID)
+        if body.transactional_id is not None:
+            return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        self.metrics.inc("producer_ids.allocated")
+        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 
 
 class _RawError(Exception):

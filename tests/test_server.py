@@ -20,8 +20,9 @@ from tests.broker_util import WireClient
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
+INIT_PRODUCER_ID = 22
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
-          DELETE_RECORDS}  # fmt: skip
+          DELETE_RECORDS, INIT_PRODUCER_ID}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:
@@ -263,6 +264,16 @@ async def test_delete_topics(server: Server, client: WireClient) -> None:
     assert [(r.name, r.error_code) for r in resp.responses] == [("gone", 0), ("never", 3)]
     resp = await metadata(client, ["gone"], auto=False)
     assert resp.topics[0].error_code == 3
+
+
+async def test_init_producer_id(client: WireClient) -> None:
+    req = m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+    a = await client.request(INIT_PRODUCER_ID, 1, req)
+    b = await client.request(INIT_PRODUCER_ID, 0, req)
+    assert (a.error_code, a.producer_epoch, b.error_code) == (0, 0, 0)
+    assert b.producer_id > a.producer_id >= 0
+    req = m.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000)
+    assert (await client.request(INIT_PRODUCER_ID, 1, req)).error_code == 42
 
 
 # --- Produce / Fetch -----------------------------------------------------------------------------

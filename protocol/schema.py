@@ -203,6 +203,7 @@ class Message(metaclass=_MessageMeta):
     if TYPE_CHECKING:
         # Fields are generated from the declarations; let type checkers accept them.
         def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def to_dict(self) -> dict[str, Any]:
         """Fields as a dict, nested structs converted too (for logs and tests)."""
@@ -395,6 +396,7 @@ def _compile_decoder(s: StructSchema, version: int, flexible: bool) -> Decoder:
         g.emit(2, f"tf, pos = t.read_tagged_fields(buf, pos, {kn})")
         for f in tagged:
             g.emit(2, f"o.{f.name} = tf[{f.tag}] if {f.tag} in tf else {_default_expr(g, f)}")
+    g.emit(2, "pass")
     g.emit(1, "except struct_error:")
     g.emit(2, f"raise ProtocolError(f'{s.name}.{{f}}: truncated at byte {{pos}}') from None")
     g.emit(1, "except ProtocolError as exc:")
@@ -519,6 +521,7 @@ def _compile_encoder(s: StructSchema, version: int, flexible: bool) -> Encoder:
                 _emit_write_value(g, f, version, flexible, 3, "b")
                 g.emit(3, f"tf.append(({f.tag}, b))")
             g.emit(2, "t.write_tagged_fields(out, tf)")
+    g.emit(2, "pass")  # the struct may have no field in this version (ApiVersions v0-2)
     g.emit(1, "except (struct_error, TypeError, AttributeError, OverflowError) as exc:")
     g.emit(2, f"raise ValueError(f'{s.name}.{{f}}: {{exc}}') from None")
     fn, src = g.compile("encode")

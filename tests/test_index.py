@@ -338,3 +338,68 @@ def test_rename_and_delete(tmp_path: Path) -> None:
     assert index.lookup(1) == OffsetPosition(1, 8)  # the map survives the rename
     index.delete()
     assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(1, 50)),
+            st.tuples(st.just("truncate_to"), st.integers(0, 3000)),
+            st.tuples(st.just("crash_reopen"), st.just(0)),
+            st.tuples(st.just("close_reopen"), st.just(0)),
+        ),
+        max_size=60,
+    )
+)
+def test_operations_against_list_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
+    """Appends, truncations, crashes (no trim) and clean reopens keep the index equal to a list."""
+    directory = tmp_path_factory.mktemp("ops")
+    base = 1000
+    max_size = 8 * 64
+
+    def reopen() -> tuple[OffsetIndex, TimeIndex]:
+        oi = OffsetIndex(directory / "o.index", base, max_size)
+        ti = TimeIndex(directory / "o.timeindex", base, max_size)
+        oi.resize(max_size)  # active again
+        ti.resize(max_size)
+        return oi, ti
+
+    index, times = reopen()
+    model: list[tuple[int, int, int]] = []  # (offset, position, timestamp)
+    for op, arg in ops:
+        if op == "append":
+            offset = (model[-1][0] if model else base) + arg
+            if index.is_full() or times.is_full():
+                continue
+            position = (model[-1][1] if model else 0) + arg
+            timestamp = (model[-1][2] if model else 0) + arg
+            index.append(offset, position)
+            times.maybe_append(timestamp, offset)
+            model.append((offset, position, timestamp))
+        elif op == "truncate_to":
+            index.truncate_to(base + arg)
+            times.truncate_to(base + arg)
+            model = [m for m in model if m[0] < base + arg]
+        elif op == "crash_reopen":
+            index.flush()
+            times.flush()
+            index.close_handler()
+            times.close_handler()
+            index, times = reopen()
+        else:
+            index.close()
+            times.close()
+            index, times = reopen()
+        assert [index.entry_at(i) for i in range(index.entries)] == [
+            OffsetPosition(o, p) for o, p, _ in model
+        ]
+        assert [times.entry_at(i) for i in range(times.entries)] == [
+            TimestampOffset(t, o) for o, _, t in model
+        ]
+        index.sanity_check(full=True)
+        times.sanity_check(full=True)
+    index.close()
+    times.close()

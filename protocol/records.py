@@ -806,18 +806,15 @@ def _decode_records_careful(
     return records
 
 
-def _decode_view(
-    batch: memoryview, header: BatchHeader, position: int, *, strict_count: bool = False
-) -> list[Record]:
-    """Records of one complete batch view that starts at ``position`` in the caller's buffer
-    (its CRC already checked). ``strict_count``: the last offsetDelta must equal
-    lastOffsetDelta (always true of a producer's batch; compaction may break it in a log)."""
+def _records_data(batch: memoryview, header: BatchHeader, position: int) -> tuple[bytes, int, str]:
+    """The records section of one complete batch view that starts at ``position`` in the
+    caller's buffer, decompressed: ``(data, origin, where)`` where ``origin`` + an index into
+    ``data`` is a position in the caller's buffer, and ``where`` is what error messages add when
+    it is not (inside decompressed data positions are relative to the decompressed records)."""
     section = batch[RECORDS_OFFSET : header.size]
     codec = header.compression
     if codec == COMPRESSION_NONE:
-        return _decode_records(
-            header, bytes(section), position + RECORDS_OFFSET, "", strict_count=strict_count
-        )
+        return bytes(section), position + RECORDS_OFFSET, ""
     try:
         data = codecs.decompress(codec, section)
     except CorruptRecordError as exc:
@@ -830,15 +827,42 @@ def _decode_view(
         raise CorruptRecordError(
             str(exc.args[0]), field="records", position=position + RECORDS_OFFSET
         ) from exc
-    # Positions inside decompressed data mean nothing in the caller's buffer: report them
-    # relative to the decompressed section, and say so.
-    return _decode_records(
-        header,
-        data,
-        0,
-        f" (position within the decompressed records of the batch at byte {position})",
-        strict_count=strict_count,
-    )
+    return data, 0, f" (position within the decompressed records of the batch at byte {position})"
+
+
+def _decode_view(
+    batch: memoryview, header: BatchHeader, position: int, *, strict_count: bool = False
+) -> list[Record]:
+    """Records of one complete batch view (its CRC already checked). ``strict_count``: the last
+    offsetDelta must equal lastOffsetDelta (always true of a producer's batch; compaction may
+    break it in a log)."""
+    data, origin, where = _records_data(batch, header, position)
+    return _decode_records(header, data, origin, where, strict_count=strict_count)
+
+
+def _skim_view(batch: memoryview, header: BatchHeader) -> None:
+    """Decompress and check only the record framing: exactly recordCount length-prefixed
+    records, each at least a minimal record long, filling the section. ~5x cheaper than the full
+    walk; on any doubt the full careful walk runs, to raise the precise error."""
+    data, origin, where = _records_data(batch, header, 0)
+    pos = 0
+    end = len(data)
+    try:
+        for _ in range(header.record_count):
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            else:
+                length, pos = _long_varint(data, pos, 5)
+            if length < MIN_RECORD_SIZE - 1:
+                raise _Malformed
+            pos += length
+        if pos == end:
+            return
+    except (_Malformed, IndexError):
+        pass
+    _decode_records_careful(header, data, origin, where, strict_count=False)
 
 
 def _single_batch(batch: bytes | bytearray | memoryview) -> tuple[memoryview, BatchHeader]:
@@ -928,15 +952,23 @@ def validate_batch(
        compacted batch keeps its offset range but loses records);
     6. an uncompressed records section big enough for recordCount minimal records.
 
-    ``deep`` additionally decompresses and walks every record (lengths, varints, UTF-8 header
-    keys, exactly recordCount records, offsetDeltas strictly increasing up to lastOffsetDelta
-    and, from a client, exactly 0..recordCount-1). That is a Python loop over the records:
-    ~1-2 µs per record, i.e. it would cap the broker far below 1M records/s. Default
-    (``deep=None``): deep for compressed batches only — a batch that does not decompress must
-    never be stored, since no consumer could read it, and decompressing already costs more than
-    the walk — and header+CRC for uncompressed ones, whose bytes the producer's CRC vouches for.
-    ``deep=False`` forces the cheap checks even for compressed batches (e.g. replaying the
-    broker's own log).
+    ``deep=True`` additionally decompresses and walks every record (lengths, varints, UTF-8
+    header keys, exactly recordCount records, offsetDeltas strictly increasing up to
+    lastOffsetDelta and, from a client, exactly 0..recordCount-1): a Python loop at ~2.5 µs per
+    record, far too slow for a broker meant to take 1M records/s.
+
+    Default ``deep=None``, chosen for the produce path:
+
+    * uncompressed batches: header + CRC only (~5 µs for a 16 KiB batch of 150 records, i.e.
+      ~30M records/s). The producer's CRC vouches for the bytes; a producer that writes
+      well-CRC'd garbage records hurts only its own consumers, as with Kafka's in-place path.
+    * compressed batches: also decompress, and skim the record framing (recordCount
+      length-prefixed records filling the section). A batch that does not decompress must never
+      be stored: no consumer could read it. Cost with decompression: ~0.5 µs per record
+      (~75 µs for 150 records of 100 bytes, ~2M records/s), about 5x less than the full walk.
+
+    ``deep=False`` forces header + CRC even for compressed batches (e.g. re-validating the
+    broker's own log, where the batch was checked on the way in).
 
     Raises :class:`CorruptRecordError`; :func:`kafka_error_for` gives the Kafka error to answer.
     """
@@ -991,10 +1023,12 @@ def validate_batch(
             field="recordCount",
             position=RECORD_COUNT_OFFSET,
         )
-    if deep or (deep is None and codec != COMPRESSION_NONE):
+    if deep:
         # From a client: count records with strictly increasing offsetDeltas ending at
         # lastOffsetDelta == count - 1 are exactly 0..count-1, as Kafka requires of producers.
         _decode_view(view, header, 0, strict_count=from_client)
+    elif deep is None and codec != COMPRESSION_NONE:
+        _skim_view(view, header)
     return header
 
 

@@ -532,9 +532,16 @@ def test_compressed_damage(codec: int) -> None:
         assert kafka_error_for(exc) is errors.CorruptMessage
     # the default skips nothing for compressed batches; deep=False skips decompression
     assert validate_batch(garbage, max_batch_size=MAX, deep=False).compression == codec
-    # well compressed, but the records inside are bad: positions are in the decompressed data
-    inner = compression.compress(codec, GOOD + GOOD)
-    exc = error_of(wrap(inner, count=2, codec=codec), deep=None)
+    # well compressed, but the record framing inside is bad: the default skim catches it, with
+    # positions in the decompressed data
+    short = wrap(compression.compress(codec, GOOD), count=2, codec=codec)
+    exc = error_of(short, deep=None)
+    assert (exc.field, exc.position) == ("recordCount", len(GOOD))
+    assert "decompressed" in str(exc)
+    # framing fine, a field inside bad (offsetDelta repeated): only deep=True walks that far
+    inner = wrap(compression.compress(codec, GOOD + GOOD), count=2, codec=codec)
+    assert validate_batch(inner, max_batch_size=MAX).record_count == 2
+    exc = error_of(inner, deep=True)
     assert (exc.field, exc.position) == ("record.offsetDelta", len(GOOD) + 3)
     assert "decompressed" in str(exc)
 
@@ -633,3 +640,23 @@ def test_fast_and_careful_record_walks_agree(
     except CorruptRecordError:
         careful = None
     assert fast == careful
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.binary(max_size=120),
+    codec=st.sampled_from(CODECS[1:]),
+    count=st.integers(min_value=1, max_value=4),
+)
+def test_fuzz_random_records_inside_valid_compression(
+    records: bytes, codec: int, count: int
+) -> None:
+    # decompresses fine, so the default validation's framing skim and the walks see garbage
+    from protocol import compression
+
+    batch = wrap(compression.compress(codec, records), count=count, codec=codec)
+    _only_protocol_errors(batch)
+    try:
+        validate_batch(batch, max_batch_size=MAX)
+    except CorruptRecordError as exc:
+        assert exc.field == "recordCount" or (exc.field or "").startswith("record.")

@@ -41,7 +41,7 @@ import bisect
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -85,7 +85,7 @@ def base_offset_of(path: Path) -> int:
         raise click.BadParameter(f"{path.name} is not named after a base offset") from None
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ScannedBatch:
     """One batch found in a .log file: its position, header, whole bytes and CRC verdict."""
 
@@ -95,32 +95,30 @@ class ScannedBatch:
     crc_valid: bool
 
 
-@dataclass
-class LogScan:
-    """Result of walking a .log file: the batches, and why the walk stopped early (if it did)."""
+@dataclass(frozen=True, slots=True)
+class InvalidTail:
+    """Where the walk of a .log file stopped: a header that does not parse, or a batch running
+    past the end of the file (what a torn write leaves)."""
 
-    batches: list[ScannedBatch] = field(default_factory=list)
-    error: CorruptRecordError | None = None
-    size: int = 0
+    position: int
+    invalid_bytes: int
+    error: CorruptRecordError
 
 
-def scan_log(path: Path) -> LogScan:
-    """Read a .log file batch by batch (streamed: one batch in memory at a time is enough, but
-    the batches are kept for the caller). A header that does not parse or a batch that runs
-    past the end of the file ends the walk with ``error`` set, like a torn tail would."""
-    scan = LogScan()
+def scan_log(path: Path) -> Iterator[ScannedBatch | InvalidTail]:
+    """Stream a .log file batch by batch (one batch in memory at a time, so 1 GiB segments are
+    fine); an :class:`InvalidTail`, if any, comes last."""
     with path.open("rb") as f:
-        scan.size = f.seek(0, 2)
+        size = f.seek(0, 2)
         f.seek(0)
         position = 0
-        while position < scan.size:
-            batch = _read_batch(f, position, scan.size)
+        while position < size:
+            batch = _read_batch(f, position, size)
             if isinstance(batch, CorruptRecordError):
-                scan.error = batch
-                break
-            scan.batches.append(batch)
+                yield InvalidTail(position, size - position, batch)
+                return
+            yield batch
             position += len(batch.data)
-    return scan
 
 
 def _read_batch(f: BinaryIO, position: int, file_size: int) -> ScannedBatch | CorruptRecordError:
@@ -204,8 +202,13 @@ def dump_log(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
     """Lines describing a .log file: one per batch, and per record with ``print_data_log``."""
     yield f"Dumping {path}"
     yield f"Log starting offset: {base_offset_of(path)}"
-    scan = scan_log(path)
-    for batch in scan.batches:
+    for batch in scan_log(path):
+        if isinstance(batch, InvalidTail):
+            yield (
+                f"Found {batch.invalid_bytes} invalid bytes at the end of {path.name} "
+                f"(position {batch.position}): {batch.error}"
+            )
+            break
         yield format_batch(batch)
         if print_data_log:
             try:
@@ -215,12 +218,6 @@ def dump_log(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
                 continue
             for record in decoded.records:
                 yield format_record(batch.header, record)
-    if scan.error is not None:
-        position = scan.batches[-1].position + len(scan.batches[-1].data) if scan.batches else 0
-        yield (
-            f"Found {scan.size - position} invalid bytes at the end of {path.name} "
-            f"(position {position}): {scan.error}"
-        )
 
 
 def read_offset_index(path: Path) -> tuple[list[tuple[int, int]], int]:
@@ -297,18 +294,18 @@ def verify_partition(directory: Path) -> list[str]:
     for log_path in sorted(directory.glob(f"*{LOG_SUFFIX}"), key=base_offset_of):
         base = base_offset_of(log_path)
         where = f"{directory.name}/{log_path.name}"
-        scan = scan_log(log_path)
-        if scan.error is not None:
-            problems.append(f"{where}: {scan.error}")
         if previous_last is not None and base <= previous_last:
             problems.append(
                 f"{where}: segment base offset {base} not above the previous segment's last "
                 f"offset {previous_last}"
             )
-        by_position: dict[int, BatchHeader] = {}
-        for batch in scan.batches:
+        headers: list[tuple[int, BatchHeader]] = []  # (position, header): no batch bytes kept
+        for batch in scan_log(log_path):
+            if isinstance(batch, InvalidTail):
+                problems.append(f"{where}: {batch.error}")
+                break
             h = batch.header
-            by_position[batch.position] = h
+            headers.append((batch.position, h))
             at = f"{where} position {batch.position} (baseOffset {h.base_offset})"
             if not batch.crc_valid:
                 problems.append(f"{at}: CRC mismatch (stored {h.crc:#010x})")
@@ -326,8 +323,8 @@ def verify_partition(directory: Path) -> list[str]:
                     f"{at}: offsets not increasing (previous batch ended at {previous_last})"
                 )
             previous_last = max(h.last_offset, previous_last if previous_last is not None else -1)
-        problems += _verify_offset_index(directory, base, where, by_position)
-        problems += _verify_time_index(directory, base, where, scan.batches)
+        problems += _verify_offset_index(directory, base, where, dict(headers))
+        problems += _verify_time_index(directory, base, where, [h for _, h in headers])
     return problems
 
 
@@ -356,7 +353,7 @@ def _verify_offset_index(
 
 
 def _verify_time_index(
-    directory: Path, base: int, where: str, batches: list[ScannedBatch]
+    directory: Path, base: int, where: str, batches: list[BatchHeader]
 ) -> list[str]:
     path = directory / f"{base:020d}{TIME_INDEX_SUFFIX}"
     if not path.exists():
@@ -366,14 +363,14 @@ def _verify_time_index(
     if trailing:
         problems.append(f"{path.name}: {trailing} trailing bytes (size not a multiple of 12)")
     previous_ts = previous_offset = -(2**63)
-    last_offsets = [b.header.last_offset for b in batches]  # increasing in a healthy segment
+    last_offsets = [b.last_offset for b in batches]  # increasing in a healthy segment
     for timestamp, offset in entries:
         at = f"{directory.name}/{path.name} entry timestamp: {timestamp} offset: {offset}"
         if timestamp <= previous_ts or offset < previous_offset:
             problems.append(f"{at}: not increasing after ({previous_ts}, {previous_offset})")
         previous_ts, previous_offset = timestamp, offset
         i = bisect.bisect_left(last_offsets, offset)
-        holder = batches[i].header if i < len(batches) else None
+        holder = batches[i] if i < len(batches) else None
         if holder is None or not holder.base_offset <= offset <= holder.last_offset:
             problems.append(f"{at}: no batch of {where} holds this offset")
         elif holder.max_timestamp != timestamp:  # the entry is (batch maxTimestamp, last offset)

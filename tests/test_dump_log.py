@@ -292,3 +292,14 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     other.write_text("x")
     assert runner.invoke(dump_log.main, [str(other)]).exit_code == 2
     assert runner.invoke(dump_log.main, ["--files", str(tmp_path / "nope.log")]).exit_code == 2
+
+
+def test_verify_reports_a_torn_tail(log_dir: Path) -> None:
+    log = log_dir / "other-1" / seg(0, ".log")
+    whole = log.read_bytes()
+    log.write_bytes(whole + B0[:-3])  # a batch cut short, as a crash mid-write leaves it
+    problems = dump_log.verify_log_dir(log_dir)
+    assert problems == [
+        f"other-1/{seg(0, '.log')}: batch of {len(B0)} bytes runs past the end of the file "
+        f"({len(B0) - 3} bytes left) (field batchLength, byte {len(whole) + 8})"
+    ]

@@ -47,6 +47,7 @@ from protocol.framing import (
     decode_request,
     encode_response,
 )
+from server.handlers import CLOSE_CONNECTION
 from server.logging import get_logger
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class Connection(asyncio.Protocol):
             transport.resume_reading()
             self._reading_paused = False
 
-    def _bad_input(self, reason: str, exc: BaseException) -> None:
+    def _bad_input(self, reason: str, exc: BaseException | str) -> None:
         """Log, count, and close after already-queued requests are answered."""
         log.warning("closing connection", reason=reason, peer=self._peer, error=str(exc))
         self._metrics.inc(f"connections.closed.{reason}")
@@ -243,10 +244,17 @@ class Connection(asyncio.Protocol):
         except ProtocolError as exc:
             self._bad_input("bad_request", exc)
             return False
+        if not self._handlers.serves(request.header.api_key):
+            # Declared in the codec but not advertised (no handler yet): like an unknown API.
+            self._bad_input("unsupported_version", f"API {request.header.api_key} not served")
+            return False
         self._metrics.inc("requests")
         body = await self._handlers.handle(request.header, request.body)
         if body is None:  # e.g. Produce with acks=0: no response at all
             return True
+        if body is CLOSE_CONNECTION:
+            self._metrics.inc("connections.closed.acks0_error")
+            return False
         if self._transport is None:
             return False
         await self._send(encode_response(request.header, body))

@@ -57,6 +57,9 @@ TOPIC_DELETION_DISABLED = 73
 
 TopicPartition = tuple[str, int]
 
+#: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
+CLOSE_CONNECTION: Any = object()
+
 
 @functools.cache
 def _item_cls(cls: type[Message], field_name: str) -> type[Message]:
@@ -151,11 +154,12 @@ class Handlers:
         self.notifier.wake_all()
 
     async def handle(self, header: Any, body: Any) -> Any:
-        """Response body for ``body`` (None: send nothing). Never raises for a Kafka error."""
-        handler = self._dispatch.get(header.api_key)
+        """Response body for ``body``; None: send nothing; :data:`CLOSE_CONNECTION`: close.
+
+        Never raises for a Kafka error (those become error codes in the body).
+        """
+        handler = self._dispatch[header.api_key]  # callers check serves() first
         self.metrics.inc(f"requests.{header.api_key}")
-        if handler is None:  # decodable but not served here (e.g. a declared-but-unwired API)
-            raise errors.UnsupportedVersion(f"API {header.api_key} is not served")
         result = handler(header, body)
         if asyncio.iscoroutine(result):
             result = await result
@@ -165,6 +169,10 @@ class Handlers:
     def served_api_keys(self) -> frozenset[int]:
         """API keys with a handler: ApiVersions advertises the codec's versions of exactly these."""
         return frozenset(self._dispatch)
+
+    def serves(self, api_key: int) -> bool:
+        """False for an API the codec knows but no handler serves (it is not advertised)."""
+        return api_key in self._dispatch
 
     def unsupported_version(self, exc: UnsupportedVersionError) -> list[Any] | None:
         """Response parts answering an unsupported request, or None = close the connection.
@@ -256,8 +264,13 @@ class Handlers:
                 parts.append(self._append(part_cls, topic.name, pd.index, pd.records))
             responses.append(topic_cls(name=topic.name, partition_responses=parts))
         if acks == 0:
-            # acks=0: the client expects no response at all (Kafka sends none).
+            # acks=0: the client expects no response at all (Kafka sends none). On an error
+            # Kafka closes the connection instead, the only way such a client can notice.
             self.metrics.inc("produce.acks0")
+            failed = [p for t in responses for p in t.partition_responses if p.error_code]
+            if failed:
+                log.info("acks=0 produce failed: closing the connection", errors=len(failed))
+                return CLOSE_CONNECTION
             return None
         return cls(responses=responses, throttle_time_ms=0)
 
@@ -362,7 +375,7 @@ class Handlers:
                     log_start_offset=-1,
                     aborted_transactions=None,
                     preferred_read_replica=-1,
-                    records=None,
+                    records=b"",  # Kafka sends empty (not null) records with an error
                 )
             else:
                 limit = max(min(part_max, budget - total), 0)
@@ -380,7 +393,7 @@ class Handlers:
                         log_start_offset=log_.log_start_offset,
                         aborted_transactions=None,
                         preferred_read_replica=-1,
-                        records=None,
+                        records=b"",  # Kafka sends empty (not null) records with an error
                     )
                 else:
                     records = info.slice

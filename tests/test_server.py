@@ -335,6 +335,10 @@ async def test_acks_zero_sends_no_response(server: Server, client: WireClient) -
     assert resp.topics[0].error_code == 0
     p = await fetch(client, "a0", 0)
     assert p.high_watermark == 4
+    # an error with acks=0 closes the connection (Kafka's only way to tell such a client)
+    await produce(client, "missing", batch(1), acks=0)
+    assert await client.read_frame(timeout=10) is None
+    assert server.metrics.get("connections.closed.acks0_error") == 1
 
 
 async def test_fetch_limits_and_min_one_message(client: WireClient) -> None:

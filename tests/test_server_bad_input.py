@@ -118,6 +118,18 @@ async def test_unknown_api_or_version_closes(server: Server, api_key: int, versi
     await assert_still_serving(server)
 
 
+@pytest.mark.parametrize("api", [m.FindCoordinator, m.Heartbeat, m.JoinGroup])
+async def test_api_declared_but_not_served_closes(server: Server, api: object) -> None:
+    """The codec knows the group APIs; without a handler they are neither advertised nor served."""
+    key, version = api.key, api.min_version  # type: ignore[attr-defined]
+    c = await WireClient.connect("127.0.0.1", server.port)
+    await c.send_raw(encode_request(key, version, 3, "t", api.request.cls()))  # type: ignore[attr-defined]
+    await assert_closed(c)
+    await c.close()
+    assert server.metrics.get("connections.closed.unsupported_version") == 1
+    await assert_still_serving(server)
+
+
 async def test_responses_due_before_the_garbage_are_sent(server: Server) -> None:
     c = await WireClient.connect("127.0.0.1", server.port)
     good = encode_request(3, 8, 41, "t", m.MetadataRequest(topics=None))

@@ -398,6 +398,22 @@ class RecordBatchBuilder:
         give or take the codec's framing on incompressible data)."""
         return HEADER_SIZE + len(self._buf)
 
+    @staticmethod
+    def max_record_size(
+        key: bytes | bytearray | memoryview | None,
+        value: bytes | bytearray | memoryview | None,
+        headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]] = (),
+    ) -> int:
+        """Upper bound of the bytes ``append`` adds for this record (before compression), for a
+        producer deciding whether a record still fits its batch. Counts every varint at its
+        widest (length 5, timestampDelta 10, offsetDelta 5)."""
+        size = 5 + 1 + 10 + 5 + 5 + 5 + 5  # length, attrs, deltas, key/value lengths, count
+        size += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        for header_key, header_value in headers:
+            size += 10 + len(header_key.encode("utf-8"))
+            size += len(header_value) if header_value is not None else 0
+        return size
+
     def append(
         self,
         timestamp: int,

@@ -660,3 +660,17 @@ def test_fuzz_random_records_inside_valid_compression(
         validate_batch(batch, max_batch_size=MAX)
     except CorruptRecordError as exc:
         assert exc.field == "recordCount" or (exc.field or "").startswith("record.")
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_st, min_size=1, max_size=5))
+def test_max_record_size_bounds_what_append_adds(
+    records: list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]],
+) -> None:
+    builder = RecordBatchBuilder()
+    for ts, key, value, headers in records:
+        before = builder.size_in_bytes
+        builder.append(ts, key, value, headers)
+        added = builder.size_in_bytes - before
+        assert added <= RecordBatchBuilder.max_record_size(key, value, headers)
+        assert added >= 7 + len(key or b"") + len(value or b"")

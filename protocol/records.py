@@ -336,8 +336,11 @@ class RecordBatchBuilder:
     serialized as they are appended, into one growing buffer, so ``size_in_bytes`` is exact for
     uncompressed batches and ``build()`` only adds the header, compresses and computes the CRC.
 
-    A builder is single-use and not thread-safe (the client's accumulator owns one per
-    partition).
+    ``base_offset``, ``partition_leader_epoch``, ``producer_id``, ``producer_epoch`` and
+    ``base_sequence`` are plain attributes, read only by ``build()``: an idempotent producer's
+    sender sets them when it drains the batch. ``build()`` does not consume the records, so a
+    batch can be rebuilt (e.g. with a new sequence on retry). Not thread-safe: the client's
+    accumulator owns one builder per partition.
     """
 
     __slots__ = (

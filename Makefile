@@ -22,13 +22,13 @@ run: $(STAMP)
 	$(BIN)/sluice-server --override log.dirs=./data
 
 test: setup
-	$(BIN)/ruff check protocol server client pipeline tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol server client pipeline tests bench
-	$(BIN)/ruff format --check protocol server client pipeline tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -674,3 +674,14 @@ def test_max_record_size_bounds_what_append_adds(
         added = builder.size_in_bytes - before
         assert added <= RecordBatchBuilder.max_record_size(key, value, headers)
         assert added >= 7 + len(key or b"") + len(value or b"")
+
+
+def test_producer_state_set_at_drain_and_rebuild() -> None:
+    builder = RecordBatchBuilder(compression=2)
+    builder.append(1, b"k", b"v")
+    first = decode_batch(builder.build())
+    builder.producer_id, builder.producer_epoch, builder.base_sequence = 42, 0, 100
+    second = decode_batch(builder.build())
+    assert (first.header.producer_id, first.header.base_sequence) == (-1, -1)
+    assert (second.header.producer_id, second.header.base_sequence) == (42, 100)
+    assert first.records == second.records

@@ -248,7 +248,7 @@ OPTIONS: tuple[Option, ...] = (
         "log_flush_scheduler_interval_ms",
         _int(0),
         str(_LONG_MAX),
-        "how often the flush check runs",
+        "how often the flush check runs (unset: every second, which also flushes rolled segments)",
     ),
     Option(
         "log.flush.offset.checkpoint.interval.ms",

@@ -61,17 +61,15 @@ class Server:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         # Kafka's default flush scheduler interval is "never"; ours also flushes rolled segments
         # (as Kafka does on roll), so keep the storage layer's default unless set explicitly.
-        flush_check: dict[str, int] = {}
+        flush_check_ms = 1_000
         if "log.flush.scheduler.interval.ms" in config.properties:
-            flush_check["flush_check_interval_ms"] = min(
-                config.log_flush_scheduler_interval_ms, 86_400_000
-            )
+            flush_check_ms = min(config.log_flush_scheduler_interval_ms, 86_400_000)
         manager = LogManager(
             config.data_dir,
             config.log_config(),
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             checkpoint_interval_ms=config.log_checkpoint_interval_ms,
-            **flush_check,
+            flush_check_interval_ms=flush_check_ms,
         )
         manager.open()
         self.log_manager = manager

@@ -159,3 +159,24 @@ async def test_second_sigint_forces_but_still_closes_logs(tmp_path: Path) -> Non
     assert (data / ".kafka_cleanshutdown").exists() or (data / ".clean-shutdown").exists()
     with running_broker(data) as again:
         assert await read_back(again.port) == expected_values(batches(4))
+
+
+def test_invalid_config_exits_2_with_a_clear_message(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.broker_util import REPO
+
+    props = tmp_path / "server.properties"
+    props.write_text("num.partitions=3\nlisteners=PLAINTEXT://127.0.0.1:0\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "server", str(props), "--override", "default.replication.factor=3"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    out = proc.stdout.decode()
+    assert "invalid configuration" in out and "default.replication.factor" in out
+    assert "listening" not in out  # it stopped before opening anything

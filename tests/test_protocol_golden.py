@@ -331,3 +331,157 @@ def test_fetch_v11_response_with_file_slice_records() -> None:
     assert wire[4:] == b"\x00\x00\x00\x03" + expected_body
     theirs = kafka.protocol.consumer.FetchResponse[11].decode(expected_body)
     assert bytes(theirs.responses[0].partitions[0].records) == batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Real clients: librdkafka (confluent-kafka) and kafka-python against a minimal socket server
+# that speaks only through this codec (ApiVersions + Metadata), on 127.0.0.1.
+# ---------------------------------------------------------------------------------------------
+
+
+class _MetadataOnlyServer:
+    """Answers ApiVersions and Metadata with our codec; records every decoded request header."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.seen: list[tuple[int, int, Any]] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept_loop, daemon=True)]
+        self._threads[0].start()
+
+    def _accept_loop(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: Any) -> None:
+        conn.settimeout(0.2)
+        reader = framing.FrameReader(1 << 20)
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                reader.feed(data)
+                while (frame := reader.next_frame()) is not None:
+                    try:
+                        req = framing.decode_request(frame)
+                    except framing.UnsupportedVersionError as exc:
+                        self.seen.append((exc.api_key, exc.api_version, None))
+                        parts = framing.unsupported_version_response(exc, [3, 18])
+                        if parts is None:
+                            return
+                        conn.sendall(b"".join(parts))
+                        continue
+                    self.seen.append((req.header.api_key, req.header.api_version, req.body))
+                    conn.sendall(b"".join(framing.encode_response(req.header, self._answer(req))))
+
+    def _answer(self, req: framing.Request) -> Message:
+        if req.header.api_key == 18:
+            return framing.api_versions_response(api_keys=[3, 18])
+        if req.header.api_key != 3:
+            raise AssertionError(f"unexpected API {req.header.api_key}")
+        r = m.MetadataResponse
+        part = r.MetadataResponsePartition(
+            error_code=0, partition_index=0, leader_id=0, leader_epoch=0,
+            replica_nodes=[0], isr_nodes=[0], offline_replicas=[],
+        )  # fmt: skip
+        return r(
+            brokers=[r.MetadataResponseBroker(node_id=0, host="127.0.0.1", port=self.port)],
+            cluster_id="golden-cluster",
+            controller_id=0,
+            topics=[r.MetadataResponseTopic(error_code=0, name="golden", partitions=[part])],
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+@pytest.fixture
+def metadata_server() -> Any:
+    server = _MetadataOnlyServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.interop
+def test_librdkafka_reads_our_api_versions_and_metadata(metadata_server: Any) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{metadata_server.port}"})
+    md = admin.list_topics(timeout=10)
+    assert md.cluster_id == "golden-cluster"
+    assert [(b.id, b.host, b.port) for b in md.brokers.values()] == [
+        (0, "127.0.0.1", metadata_server.port)
+    ]
+    assert list(md.topics) == ["golden"]
+    assert md.topics["golden"].partitions[0].leader == 0
+    api_versions = [(k, v) for k, v, _ in metadata_server.seen if k == 18]
+    # librdkafka opens with ApiVersions v3 or newer; anything above 3 is answered with the v0
+    # error body and it retries at the version we advertise.
+    assert api_versions[0][1] >= 3 and api_versions[-1] == (18, 3)
+    metadata = [(v, body) for k, v, body in metadata_server.seen if k == 3 and body is not None]
+    assert metadata and all(1 <= v <= 8 for v, _ in metadata)
+    assert confluent_kafka.libversion()[0]
+
+
+@pytest.mark.interop
+def test_kafka_python_steps_down_from_api_versions_v4(metadata_server: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{metadata_server.port}",
+            request_timeout_ms=10000,
+        )
+        try:
+            assert consumer.topics() == {"golden"}
+        finally:
+            consumer.close()
+    seen = [(k, v) for k, v, _ in metadata_server.seen]
+    assert seen[0][0] == 18
+    if seen[0][1] > 3:  # kafka-python 3 asks for v4 first: answered with the v0 error body
+        assert seen[1] == (18, 3)
+    assert (3, 8) in seen
+
+
+@pytest.mark.interop
+async def test_aiokafka_reads_our_metadata(metadata_server: Any) -> None:
+    import aiokafka
+
+    consumer = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{metadata_server.port}", request_timeout_ms=10000
+    )
+    await consumer.start()
+    try:
+        assert await consumer.topics() == {"golden"}
+        assert consumer.partitions_for_topic("golden") == {0}
+    finally:
+        await consumer.stop()
+    assert [k for k, _, _ in metadata_server.seen][:2] == [18, 3]

@@ -283,15 +283,16 @@ def test_random_operations_match_reference_model(
                     assert log.delete_records(arg) == m.start
             elif op == "truncate":
                 if arg < m.leo:
-                    m.batches = [b for b in m.batches if b[1] < arg]
-                    # the batch containing arg goes whole
-                    m.leo = m.batches[-1][1] + 1 if m.batches else min(arg, m.leo)
-                    if not m.batches and arg < log.segments[0].base_offset:
-                        m.leo = m.start = arg
-                    if m.batches == [] and m.leo < m.start:
-                        m.start = m.leo
-                    m.start = min(m.start, m.leo)
-                    m.hw = min(m.hw, m.leo)
+                    if arg < log.segments[0].base_offset:
+                        # below everything still stored: the log restarts empty at arg
+                        m.batches, m.leo, m.start, m.hw = [], arg, arg, arg
+                    else:
+                        # the batch containing arg goes whole: LEO = its first offset
+                        removed = [b for b in m.batches if b[1] >= arg]
+                        m.batches = [b for b in m.batches if b[1] < arg]
+                        m.leo = removed[0][0]
+                        m.start = min(m.start, m.leo)
+                        m.hw = min(m.hw, m.leo)
                 log.truncate_to(arg)
             elif op == "roll":
                 log.roll()

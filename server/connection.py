@@ -104,11 +104,13 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
         self._registry.add(self)
         self._metrics.inc("connections.accepted")
+        self._metrics.set("connections.active", len(self._registry))
         self._worker = asyncio.get_running_loop().create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._metrics.inc("connections.closed")
+        self._metrics.set("connections.active", len(self._registry))
         self._closing = True
         self._frames.clear()
         self._can_write.set()  # let a worker blocked on writing notice the close

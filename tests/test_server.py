@@ -475,6 +475,31 @@ async def test_pipelined_requests_are_answered_in_order(client: WireClient) -> N
     assert offsets == list(range(20))
 
 
+async def test_many_connections_append_concurrently(server: Server) -> None:
+    async def one(i: int) -> list[int]:
+        c = await WireClient.connect("127.0.0.1", server.port)
+        try:
+            offsets = []
+            for j in range(15):
+                r = await produce(c, "conc", batch(2, start=100 * i + j))
+                assert r.error_code == 0
+                offsets.append(r.base_offset)
+            return offsets
+        finally:
+            await c.close()
+
+    setup = await WireClient.connect("127.0.0.1", server.port)
+    assert await create_topic(setup, "conc") == 0
+    results = await asyncio.gather(*(one(i) for i in range(8)))
+    got = sorted(o for offsets in results for o in offsets)
+    assert got == list(range(0, 8 * 15 * 2, 2))  # every batch got its own, gapless range
+    for offsets in results:
+        assert offsets == sorted(offsets)  # per connection, in request order
+    p = await fetch(setup, "conc", 0)
+    assert p.high_watermark == 240
+    await setup.close()
+
+
 # --- the same on uvloop (the entrypoint's loop; pytest-asyncio runs the tests above on asyncio) --
 
 

@@ -230,7 +230,8 @@ class Log:
            beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
            segment and start empty at the log start offset.
         6. Clamp: log start offset := max(checkpoint, first segment's base);
-           recovery point := LEO after a clean shutdown or a recovery, else min(checkpoint, LEO);
+           recovery point := LEO after a clean shutdown, else min(checkpoint, LEO) (recovered
+           bytes are valid but not known to be on disk: only a flush advances it, as in Kafka);
            HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
         7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
            when it was closed) so it can take new entries.
@@ -293,7 +294,6 @@ class Log:
                 )
 
         # 3. recover everything above the recovery point after an unclean shutdown
-        recovered = False
         if not had_clean_shutdown and segments:
             first = max(
                 0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1
@@ -312,7 +312,6 @@ class Log:
                         later.delete()
                     del segments[i + 1 :]
                     break
-            recovered = True
             log.info("recovered log", from_segment=segments[first].base_offset)
 
         # 4. an empty log still has an (empty) active segment
@@ -330,7 +329,7 @@ class Log:
 
         # 6. clamp the offsets
         log_start_offset = max(log_start_offset, segments[0].base_offset)
-        recovery_point = leo if had_clean_shutdown or recovered else min(recovery_point, leo)
+        recovery_point = leo if had_clean_shutdown else min(recovery_point, leo)
         hw = log_start_offset if high_watermark is None else high_watermark
 
         # 7. the active segment takes new index entries again

@@ -10,6 +10,7 @@
         replication-offset-checkpoint        each log's high watermark (Kafka's name)
         sluice-topics.json                   partition counts and config overrides per topic
         .kafka_cleanshutdown                 present only after a clean stop
+        .lock                                flock()ed while a LogManager has the dir open
 
 Authoritative: the segment files and ``sluice-topics.json`` (Kafka keeps the latter in its
 metadata log; Sluice has no controller, so it lives next to the data, written atomically).
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -58,6 +60,7 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"  # Kafka's name: one broker per data dir
 TOPICS_FILE = "sluice-topics.json"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -103,6 +106,7 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._opened = False
         self._closed = False
+        self._lock_fd: int | None = None
         self.had_clean_shutdown = False
 
     # ------------------------------------------------------------------ files
@@ -166,7 +170,8 @@ class LogManager:
     # ------------------------------------------------------------------ open / close
 
     def open(self) -> None:
-        """Load every partition of ``log_dir``.
+        """Lock ``log_dir`` (``flock`` on ``.lock``: one broker per data dir), then load every
+        partition in it:
 
         1. Note whether the clean-shutdown marker is present.
         2. Read the checkpoints (a corrupt one is logged and ignored) and the topic metadata.
@@ -180,6 +185,31 @@ class LogManager:
         if self._opened:
             raise RuntimeError("LogManager already opened")
         os.makedirs(self.log_dir, exist_ok=True)
+        self._lock()
+        try:
+            self._load()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _lock(self) -> None:
+        # Two brokers appending to the same segment files would interleave batches: refuse.
+        fd = os.open(self.log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"{self.log_dir} is in use by another process (lock file {LOCK_FILE})"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            os.close(fd)  # releases the flock
+
+    def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         self.had_clean_shutdown = marker.exists()
         recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
@@ -262,6 +292,7 @@ class LogManager:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         atomic_write(marker, b"")
         self._closed = True
+        self._unlock()
         logger.info("logs closed cleanly", log_dir=str(self.log_dir))
 
     # ------------------------------------------------------------------ topics

@@ -221,12 +221,22 @@ def test_delayed_topic_delete_and_leftover_delete_dirs(tmp_path: Path) -> None:
     m.delete_topic("t")
     pending = [p.name for p in tmp_path.iterdir() if p.is_dir()]
     assert len(pending) == 1 and pending[0].startswith("t-0.") and pending[0].endswith("-delete")
-    # A crash now: the next open finishes the deletion.
-    m2 = opened(tmp_path)
-    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
+    # A crash now (the image of the data dir): the next open finishes the deletion.
+    image = tmp_path / "image"
+    shutil.copytree(tmp_path, image, ignore=shutil.ignore_patterns("image"))
+    m.close()
+    m2 = opened(image)
+    assert [p for p in image.iterdir() if p.is_dir()] == []
     assert m2.topics() == {}
     m2.close()
+
+
+def test_data_dir_is_locked_while_open(tmp_path: Path) -> None:
+    m = opened(tmp_path)
+    with pytest.raises(RuntimeError, match="in use"):
+        opened(tmp_path)
     m.close()
+    opened(tmp_path).close()  # released by close
 
 
 def test_partition_directories_without_metadata_are_adopted(tmp_path: Path) -> None:

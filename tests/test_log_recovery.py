@@ -154,6 +154,8 @@ def test_recovery_starts_at_the_recovery_point(tmp_path: Path) -> None:
     log = Log.open(directory, config, had_clean_shutdown=False, recovery_point=last_base)
     assert log.log_end_offset == 40
     assert last.stat().st_size == log.active_segment.size
+    assert log.recovery_point == last_base  # recovered, but not known to be on disk
+    log.flush()
     assert log.recovery_point == 40
     log.close()
 

@@ -1,4 +1,4 @@
-"""Entrypoint: ``sluice-server [server.properties] [--override key=value ...]``.
+"""Entrypoint: ``sluice-server [--config FILE | FILE] [--override key=value ...]``.
 
 Also ``python -m server``.
 
@@ -28,6 +28,12 @@ async def _serve(config: Config) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("config_file", required=False, type=click.Path(dir_okay=False))
 @click.option(
+    "--config",
+    "config_option",
+    type=click.Path(dir_okay=False),
+    help="Properties file (same as the positional CONFIG_FILE of kafka-server-start.sh).",
+)
+@click.option(
     "--override",
     "overrides",
     multiple=True,
@@ -44,9 +50,16 @@ async def _serve(config: Config) -> None:
     help="auto: JSON unless stdout is a terminal.",
 )
 def cli(
-    config_file: str | None, overrides: tuple[str, ...], log_level: str, log_format: str
+    config_file: str | None,
+    config_option: str | None,
+    overrides: tuple[str, ...],
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run a Sluice broker."""
+    if config_file and config_option:
+        raise click.UsageError("give the properties file once: either --config FILE or FILE")
+    config_file = config_file or config_option
     configure_logging(log_level, json=None if log_format == "auto" else log_format == "json")
     log = get_logger("sluice.main")
     try:

@@ -429,15 +429,25 @@ class Log:
     # ------------------------------------------------------------------ append
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        in_place: bool = False,
     ) -> AppendInfo:
         """Validate ``records`` (back-to-back v2 batches from a producer), assign offsets from
         LEO, stamp LogAppendTime if configured, roll if needed, append, advance LEO, flush per
         ``flush.messages``. Does not move HW (the caller does, once replicas have it).
 
+        The headers must be rewritten (baseOffset, partitionLeaderEpoch, LogAppendTime), so the
+        request is copied once into a private buffer. With ``in_place=True`` and a writable
+        buffer (bytearray, writable memoryview: e.g. the Produce request's frame, which the
+        broker discards afterwards) the headers are rewritten in the caller's buffer instead and
+        nothing is copied; the caller must not reuse those bytes as a producer batch.
+
         Raises CorruptMessage, InvalidRecord, MessageTooLarge, UnsupportedCompressionType (per
         batch, via ``protocol.records.kafka_error_for``) or RecordListTooLarge; on any error
-        nothing has been written.
+        nothing has been written (and nothing rewritten: validation comes first).
         """
         self._check_open()
         view = memoryview(records).cast("B")
@@ -477,9 +487,9 @@ class Log:
         if last_offset - first_offset > _INT32_MAX:
             raise RecordListTooLarge("offset range of one append does not fit int32")
 
-        # One copy of the request into a buffer we may rewrite: baseOffset and
-        # partitionLeaderEpoch are outside the CRC, so rewriting them keeps the batch valid.
-        buf = bytearray(view)
+        # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
+        # batch valid; do it in the caller's buffer if allowed, else in one private copy.
+        buf: bytearray | memoryview = view if in_place and not view.readonly else bytearray(view)
         log_append_time = self._clock() if self._config.log_append_time else -1
         max_timestamp = rec.NO_TIMESTAMP
         offset_of_max = first_offset

@@ -543,3 +543,24 @@ def test_closed_log_refuses_use(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(Exception, match="closed"):
         log.append_as_leader(batch([b"a"]))
+
+
+def test_in_place_append_rewrites_the_callers_buffer_only_when_allowed(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch([b"first"]))
+    original = batch([b"a", b"b"])
+    mutable = bytearray(original)
+    info = log.append_as_leader(mutable, in_place=True, leader_epoch=3)
+    assert info.first_offset == 1
+    header = rec.parse_header(mutable)
+    assert (header.base_offset, header.partition_leader_epoch) == (1, 3)  # rewritten in place
+    readonly = memoryview(original)
+    log.append_as_leader(readonly, in_place=True)  # not writable: copied, caller's bytes intact
+    assert bytes(readonly) == original
+    copied = bytearray(original)
+    log.append_as_leader(copied)  # in_place defaults to False
+    assert copied == original
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    expected = [(0, b"first")] + [(o, b"a" if o % 2 else b"b") for o in range(1, 7)]
+    assert list(all_values(log)) == expected
+    log.close()

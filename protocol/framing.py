@@ -121,10 +121,14 @@ class UnsupportedVersionError(ProtocolError):
 @dataclass(slots=True)
 class Request:
     """A decoded request: the header (``api_key``, ``api_version``, ``correlation_id``,
-    ``client_id``) and the body, an instance of e.g. :class:`messages.ProduceRequest`."""
+    ``client_id``) and the body, an instance of e.g. :class:`messages.ProduceRequest`.
+
+    ``trailing_bytes`` counts bytes after the body, which Kafka ignores (see decode_request).
+    """
 
     header: Any
     body: Any
+    trailing_bytes: int = 0
 
     @property
     def api(self) -> Api:
@@ -205,9 +209,14 @@ def decode_request(frame: Buffer) -> Request:
     """Decode one request frame (without its size prefix), as the broker receives it.
 
     Raises :class:`UnsupportedVersionError` (with the parsed header) for an API key or version
-    not in :data:`SUPPORTED_VERSIONS`, and :class:`ProtocolError` for bytes that do not parse
-    (including trailing bytes after the body). Produce ``records`` are memoryview slices of
-    ``frame`` (zero-copy); they stay valid as long as the caller keeps them.
+    not in :data:`SUPPORTED_VERSIONS`, and :class:`ProtocolError` for bytes that do not parse.
+    Produce ``records`` are memoryview slices of ``frame`` (zero-copy); they stay valid as long
+    as the caller keeps them.
+
+    Bytes after a complete body are ignored and counted in ``Request.trailing_bytes``, as Kafka
+    does (its parser never checks for leftovers). Real clients depend on it: librdkafka 2.16
+    sends Metadata v9+ "all topics" requests with a null compact array written into a reserved
+    int32 slot, leaving junk after the body.
     """
     buf = frame if isinstance(frame, memoryview) else memoryview(frame)
     if len(buf) < 8:
@@ -222,11 +231,7 @@ def decode_request(frame: Buffer) -> Request:
     if api is None or not api.supports(api_version):
         raise UnsupportedVersionError(header)
     body, end = api.request.struct.decoder(api_version, flexible)(buf, pos)
-    if end != len(buf):
-        raise ProtocolError(
-            f"{api.name}Request v{api_version}: {len(buf) - end} trailing bytes after byte {end}"
-        )
-    return Request(header, body)
+    return Request(header, body, len(buf) - end)
 
 
 def encode_response(header: Any, body: Message) -> list[Any]:

@@ -150,7 +150,7 @@ ListOffsets = api(
 )
 
 Metadata = api(
-    3, "Metadata", versions="1-8", flexible="9+",
+    3, "Metadata", versions="1-9", flexible="9+",
     request=[
         F("topics", "[]MetadataRequestTopic", nullable="1+", fields=[
             F("name", "string"),

@@ -111,7 +111,7 @@ def test_request_header_v2_skips_tagged_fields() -> None:
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(99, 0), (0, 2), (0, 9), (1, 3), (1, 12), (3, 0), (3, 9), (18, 4), (-1, 0), (22, 2)],
+    [(99, 0), (0, 2), (0, 9), (1, 3), (1, 12), (3, 0), (3, 10), (18, 4), (-1, 0), (22, 2)],
 )
 def test_unsupported_versions_carry_the_header(api_key: int, version: int) -> None:
     # Header v2 for versions in an API's flexible range (even unimplemented ones), v1 otherwise.
@@ -160,7 +160,6 @@ def test_api_versions_newer_than_ours_gets_a_v0_error_answer() -> None:
         b"\x00\x12\x00\x00\x00\x00\x00\x01\x00\x09abc",  # client_id body cut
         b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xfe",  # client_id length -2
         b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff",  # v2 header without its tag section
-        b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xffX",  # ApiVersions v0 has no body: trailing byte
         b"\x00\x03\x00\x01\x00\x00\x00\x01\xff\xff\x00\x00\x00\x01",  # topic array cut
     ],
 )
@@ -168,6 +167,16 @@ def test_garbage_requests_raise_protocol_error(frame: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
         framing.decode_request(frame)
     assert not isinstance(info.value, framing.UnsupportedVersionError)
+
+
+def test_trailing_bytes_are_ignored_like_kafka_does() -> None:
+    # librdkafka 2.16's Metadata v9 "all topics" request, as captured from confluent-kafka: the
+    # null compact array (0x00) sits in a reserved int32 slot, so 3 zero bytes shift the rest.
+    header = b"\x00\x03\x00\x09\x00\x00\x00\x03" + _str16("rdkafka") + b"\x00"
+    req = framing.decode_request(header + bytes.fromhex("00 00 00 00 01 00 00 00"))
+    assert req.body.topics is None and req.trailing_bytes == 1
+    assert framing.decode_request(b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xffX").trailing_bytes == 1
+    assert framing.decode_request(header + b"\x01\x00\x00\x00\x00").trailing_bytes == 0
 
 
 def test_produce_records_are_views_of_the_frame() -> None:
@@ -274,7 +283,7 @@ def test_client_side_errors() -> None:
 
 def test_supported_and_advertised_versions() -> None:
     assert framing.SUPPORTED_VERSIONS == {
-        0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (1, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
+        0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (1, 9), 8: (2, 7), 9: (1, 5), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 18: (0, 3), 19: (0, 4), 20: (0, 3),
         21: (0, 1), 22: (0, 1),
     }  # fmt: skip
@@ -285,5 +294,5 @@ def test_supported_and_advertised_versions() -> None:
     }
     resp = framing.api_versions_response(api_keys=[18, 3])
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [
-        (3, 1, 8), (18, 0, 3),
+        (3, 1, 9), (18, 0, 3),
     ]  # fmt: skip

@@ -564,3 +564,16 @@ def test_in_place_append_rewrites_the_callers_buffer_only_when_allowed(tmp_path:
     expected = [(0, b"first")] + [(o, b"a" if o % 2 else b"b") for o in range(1, 7)]
     assert list(all_values(log)) == expected
     log.close()
+
+
+def test_delete_removes_every_file_and_the_directory(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, clock, segment_bytes=200, retention_ms=1, file_delete_delay_ms=10**6)
+    for i in range(6):
+        log.append_as_leader(batch([b"%d" % i * 20]))
+    log.update_high_watermark(log.log_end_offset)
+    clock.now += 10**9
+    assert log.delete_old_segments() > 0  # leaves *.deleted files pending
+    log.delete()
+    assert not (tmp_path / "topic-a-0").exists()
+    assert log.closed

@@ -7,6 +7,7 @@ reopened with ``had_clean_shutdown=False``.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from protocol import records as rec
 from server.log import Isolation, Log
 from server.log_config import LogConfig
+from server.vfs import OSVFS, OSFile
 
 CONFIG = LogConfig(segment_index_bytes=4096, index_interval_bytes=128, file_delete_delay_ms=0)
 
@@ -245,3 +247,54 @@ def test_reopen_after_close_keeps_everything(tmp_path: Path, clean: bool) -> Non
     assert contents(log) == list(enumerate(values))
     assert log.append_as_leader(batch([b"more"])).first_offset == len(values)
     log.close()
+
+
+class TornWriteFile:
+    """A real file whose pwrite can be told to write half of the data, then fail (ENOSPC)."""
+
+    def __init__(self, inner: OSFile, vfs: FaultyVFS) -> None:
+        self._inner = inner
+        self._vfs = vfs
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        if self._vfs.fail_log_writes and self._inner.path.suffix == ".log":
+            self._vfs.fail_log_writes -= 1
+            if self._vfs.fail_log_writes == 0:
+                half = memoryview(data)[: len(data) // 2]
+                self._inner.pwrite(half, offset)
+                raise OSError(errno.ENOSPC, "injected: disk full")
+        self._inner.pwrite(data, offset)
+
+
+class FaultyVFS(OSVFS):
+    """The real file system, with injectable torn writes on ``.log`` files."""
+
+    def __init__(self) -> None:
+        self.fail_log_writes = 0  # the n-th next write to a .log file tears and fails
+
+    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
+        return TornWriteFile(super().open(path, create=create, writable=writable), self)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("failing_write", [1, 2])
+def test_io_error_during_append_leaves_the_log_unchanged(
+    tmp_path: Path, failing_write: int
+) -> None:
+    vfs = FaultyVFS()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    log.append_as_leader(batch([b"kept"]))
+    before = (log.active_segment.log_path.read_bytes(), log.log_end_offset)
+    vfs.fail_log_writes = failing_write  # 2 = the second batch of a two-batch request tears
+    with pytest.raises(OSError, match="injected"):
+        log.append_as_leader(batch([b"lost-1"]) + batch([b"lost-2"]))
+    assert (log.active_segment.log_path.read_bytes(), log.log_end_offset) == before
+    assert log.append_as_leader(batch([b"next"])).first_offset == 1
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert contents(log) == [(0, b"kept"), (1, b"next")]
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", CONFIG, had_clean_shutdown=False)
+    assert contents(reopened) == [(0, b"kept"), (1, b"next")]
+    reopened.close()

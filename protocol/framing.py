@@ -222,16 +222,34 @@ def decode_request(frame: Buffer) -> Request:
     if len(buf) < 8:
         raise ProtocolError(f"request of {len(buf)} bytes is shorter than a request header")
     api_key, api_version = _API_KEY_VERSION.unpack_from(buf, 0)
-    api = APIS.get(api_key)
-    header_version, flexible = _header_versions(api, api_version)
+    codecs = _REQUEST_DECODERS.get((api_key, api_version))
+    if codecs is None:
+        codecs = _request_decoders(api_key, api_version)
+    header_decoder, body_decoder = codecs
     try:
-        header, pos = REQUEST_HEADER.decoder(header_version, flexible)(buf, 0)
+        header, pos = header_decoder(buf, 0)
     except ProtocolError as exc:
         raise ProtocolError(f"request header: {exc}") from None
-    if api is None or not api.supports(api_version):
+    if body_decoder is None:
         raise UnsupportedVersionError(header)
-    body, end = api.request.struct.decoder(api_version, flexible)(buf, pos)
+    body, end = body_decoder(buf, pos)
     return Request(header, body, len(buf) - end)
+
+
+# (api_key, api_version) -> (header decoder, body decoder), supported versions only: saves the
+# per-request lookups of the compiled codecs on the hot path.
+_REQUEST_DECODERS: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _request_decoders(api_key: int, api_version: int) -> tuple[Any, Any]:
+    api = APIS.get(api_key)
+    header_version, flexible = _header_versions(api, api_version)
+    header_decoder = REQUEST_HEADER.decoder(header_version, flexible)
+    if api is None or not api.supports(api_version):
+        return header_decoder, None  # not cached: garbage keys must not grow the dict
+    codecs = (header_decoder, api.request.struct.decoder(api_version, flexible))
+    _REQUEST_DECODERS[(api_key, api_version)] = codecs
+    return codecs
 
 
 def encode_response(header: Any, body: Message) -> list[Any]:

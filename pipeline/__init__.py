@@ -1,1 +1,57 @@
+"""Sluice for Apache Spark: PySpark data sources that read and write Sluice topics.
 
+Modelled on Spark's own Kafka connector, so existing Spark code switches by changing
+``format("kafka")`` to ``format("sluice")`` (same option names, same output schema)::
+
+    import pipeline
+    pipeline.register(spark)
+    df = (spark.read.format("sluice")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events")
+          .load())
+
+Formats (PySpark 4.x Python data sources, ``pyspark.sql.datasource``):
+
+* ``sluice``: batch and streaming read (:mod:`pipeline.source`), batch and streaming write
+  (:mod:`pipeline.writer`), over the Kafka protocol.
+* ``sluice-segments``: batch read of a broker's data directory straight from its segment files
+  (:mod:`pipeline.segments`), one Spark partition per segment.
+
+Jobs for the command line (``sluice pipeline archive|replay``): :mod:`pipeline.jobs`,
+:mod:`pipeline.cli`. PySpark's auto-registration (a top-level ``pyspark_*`` module exporting
+``DefaultSource``) is not used: it needs a top-level module in the distribution, and
+registering takes one call.
+
+Spark's Python workers must run this interpreter (they import ``pipeline`` and ``protocol``):
+:func:`python_worker_env` sets ``PYSPARK_PYTHON`` before a session is created.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+FORMAT = "sluice"
+SEGMENTS_FORMAT = "sluice-segments"
+
+
+def python_worker_env() -> None:
+    """Make Spark's Python workers use the running interpreter (call before building a session).
+
+    Without it Spark starts ``python3`` from PATH, which may lack pyarrow and this package.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def register(spark: Any) -> None:
+    """Register ``format("sluice")`` and ``format("sluice-segments")`` with a SparkSession."""
+    from .segments import SluiceSegmentsDataSource
+    from .source import SluiceDataSource
+
+    spark.dataSource.register(SluiceDataSource)
+    spark.dataSource.register(SluiceSegmentsDataSource)
+
+
+__all__ = ["FORMAT", "SEGMENTS_FORMAT", "python_worker_env", "register"]

@@ -7,8 +7,12 @@ the records itself (uncompressed, CRC via ``protocol.records.compute_crc``).
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -91,3 +95,41 @@ def build_batch(
 @pytest.fixture(scope="session")
 def make_batch() -> MakeBatch:
     return build_batch
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """ONE local[2] SparkSession for the whole run (starting one costs ~5-10 s): UI off, two
+    shuffle partitions, UTC, Sluice's data sources registered; stopped at session end.
+    Skips when PySpark or Java is missing (``make`` installs PySpark; Java 17 is a system
+    package)."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("the Spark tests need Java 17 (java not on PATH, JAVA_HOME unset)")
+    import pipeline
+
+    pipeline.python_worker_env()
+    from pyspark.sql import SparkSession
+
+    with warnings.catch_warnings():
+        # PySpark warns that it does not yet fully support pandas >= 3; nothing here uses pandas.
+        warnings.simplefilter("ignore", FutureWarning)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sluice-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.sql.streaming.stopTimeout", "30s")
+            .getOrCreate()
+        )
+    session.sparkContext.setLogLevel("ERROR")
+    pipeline.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,274 @@
+"""The options of ``format("sluice")``, with the names of Spark's Kafka connector.
+
+Spark hands a data source its options as a case-insensitive string mapping; :func:`parse`
+turns them into one validated, picklable :class:`SourceOptions` on the driver, so a bad option
+fails the query at analysis time with a message that names it, not later inside a task.
+
+Read options (see Spark's "Structured Streaming + Kafka Integration Guide")::
+
+    kafka.bootstrap.servers   host:port[,host:port]   required (network source/sink)
+    subscribe                 topicA,topicB            exactly one of subscribe /
+    subscribePattern          regex (whole topic name)   subscribePattern / assign
+    assign                    {"topicA":[0,1]}
+    startingOffsets           earliest | latest | JSON  batch default earliest, streaming latest
+    endingOffsets             latest | JSON             batch only, default latest
+    startingTimestamp         ms since epoch            first offset with timestamp >= it
+    maxOffsetsPerTrigger      int                       streaming admission control
+    minPartitions             int                       split ranges to at least this many tasks
+    maxRecordsPerPartition    int                       split ranges above this many records
+    includeHeaders            true | false              adds the ``headers`` column
+    failOnDataLoss            true | false (true)       offsets gone to retention: fail or skip
+    kafka.max.partition.fetch.bytes  int (1 MiB)        Fetch partition_max_bytes
+    kafka.request.timeout.ms  int (30000)
+
+Write options: ``kafka.bootstrap.servers``, ``topic`` (default topic when rows have none),
+``kafka.acks`` (-1/all, 1, 0; default all), ``kafka.batch.size`` (bytes per produced batch,
+default 1 MiB), ``kafka.compression.type`` (none, gzip, snappy, lz4, zstd).
+
+``sluice-segments`` reads ``path`` (the broker's ``log.dirs`` directory) and accepts
+``subscribe`` / ``subscribePattern`` / ``assign`` and ``includeHeaders``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .offsets import EARLIEST, LATEST, OptionError, PartitionOffsets, parse_partition_offsets
+
+DEFAULT_MAX_RECORDS_PER_PARTITION = 2_000_000
+DEFAULT_PARTITION_FETCH_BYTES = 1 << 20
+COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Which partitions to read: ``subscribe`` (topics), ``subscribePattern`` or ``assign``."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def topics_of_interest(self) -> list[str] | None:
+        """Topic names to ask Metadata for, or None for all (pattern subscriptions)."""
+        if self.kind == "subscribe":
+            return list(self.topics)
+        if self.kind == "assign":
+            return sorted({t for t, _ in self.assigned})
+        return None
+
+    def select(self, partition_counts: Mapping[str, int]) -> list[tuple[str, int]]:
+        """The (topic, partition) pairs this subscription reads, given each topic's partitions.
+
+        ``subscribe``/``assign`` name topics that must exist (else OptionError, as the Kafka
+        source fails on an unknown assigned topic); a pattern matches whole names.
+        """
+        if self.kind == "subscribePattern":
+            rx = re.compile(self.pattern or "")
+            return [
+                (t, p)
+                for t in sorted(partition_counts)
+                if rx.fullmatch(t)
+                for p in range(partition_counts[t])
+            ]
+        if self.kind == "subscribe":
+            missing = [t for t in self.topics if t not in partition_counts]
+            if missing:
+                raise OptionError(f"subscribe: unknown topic(s) {', '.join(missing)}")
+            return [(t, p) for t in self.topics for p in range(partition_counts[t])]
+        out = []
+        for t, p in self.assigned:
+            if p >= partition_counts.get(t, 0):
+                raise OptionError(f"assign: {t}-{p} does not exist")
+            out.append((t, p))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """``earliest``, ``latest``, a timestamp, or specific offsets (-2/-1 allowed per partition).
+
+    ``default`` applies to partitions not named in ``specific`` (Kafka: a partition missing from
+    a JSON startingOffsets is an error for subscribe; we use the default, which is kinder and
+    what the streaming source needs for partitions added later).
+    """
+
+    default: int  # EARLIEST or LATEST
+    specific: PartitionOffsets = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Every read option, parsed and validated (picklable: shipped to executors)."""
+
+    bootstrap: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    include_headers: bool
+    fail_on_data_loss: bool
+    fetch_bytes: int
+    timeout_s: float
+    path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    bootstrap: str
+    topic: str | None
+    acks: int
+    batch_bytes: int
+    compression: int
+    timeout_s: float
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _int(opts: Mapping[str, str], key: str, default: int | None, *, minimum: int) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"{key}: {raw!r} is not an integer") from None
+    if value < minimum:
+        raise OptionError(f"{key}: {value} is below {minimum}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"{key}: {raw!r} is not true or false")
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(given) != 1:
+        raise OptionError(
+            "exactly one of subscribe, subscribePattern, assign is required"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    key = given[0]
+    value = opts[key].strip()
+    if key == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError("subscribe: no topic given")
+        return Subscription("subscribe", topics=topics)
+    if key == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise OptionError(f"subscribePattern: {exc}") from None
+        return Subscription("subscribePattern", pattern=value)
+    try:
+        doc = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f'assign: expected {{"topic":[0,1]}}, {exc.msg}') from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(ps, list) and all(isinstance(p, int) and p >= 0 for p in ps)
+        for ps in doc.values()
+    ):
+        raise OptionError(f'assign: expected {{"topic":[0,1]}}, got {value!r}')
+    pairs = tuple(sorted({(str(t), int(p)) for t, ps in doc.items() for p in ps}))
+    if not pairs:
+        raise OptionError("assign: no partition given")
+    return Subscription("assign", assigned=pairs)
+
+
+def _offset_spec(opts: Mapping[str, str], key: str, default: int, *, ending: bool) -> OffsetSpec:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return OffsetSpec(default)
+    text = raw.strip()
+    if text.lower() == "earliest":
+        if ending:
+            raise OptionError(f"{key}: earliest is not a valid ending offset")
+        return OffsetSpec(EARLIEST)
+    if text.lower() == "latest":
+        return OffsetSpec(LATEST)
+    specific = parse_partition_offsets(text, option=key)
+    if ending and any(v == EARLIEST for v in specific.values()):
+        raise OptionError(f"{key}: -2 (earliest) is not a valid ending offset")
+    return OffsetSpec(default, specific)
+
+
+def parse(
+    options: Mapping[str, str], *, streaming: bool, need_bootstrap: bool = True
+) -> SourceOptions:
+    """Validate the read options (``streaming`` picks the Kafka connector's defaults)."""
+    opts = _lower(options)
+    bootstrap = opts.get("kafka.bootstrap.servers", "")
+    if need_bootstrap and not bootstrap.strip():
+        raise OptionError("kafka.bootstrap.servers is required")
+    starting = _offset_spec(
+        opts, "startingOffsets", LATEST if streaming else EARLIEST, ending=False
+    )
+    if not streaming and starting.default == LATEST and "startingoffsets" in opts:
+        raise OptionError("startingOffsets: latest is not valid for a batch query")
+    ts = _int(opts, "startingTimestamp", None, minimum=0)
+    if ts is not None:
+        starting = OffsetSpec(starting.default, {}, ts)
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("endingOffsets is for batch queries only")
+    ending = _offset_spec(opts, "endingOffsets", LATEST, ending=True)
+    return SourceOptions(
+        bootstrap=bootstrap.strip(),
+        subscription=_subscription(opts),
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", None, minimum=1),
+        min_partitions=_int(opts, "minPartitions", None, minimum=1),
+        max_records_per_partition=_int(
+            opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION, minimum=1
+        ),
+        include_headers=_bool(opts, "includeHeaders", False),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        fetch_bytes=_int(
+            opts, "kafka.max.partition.fetch.bytes", DEFAULT_PARTITION_FETCH_BYTES, minimum=1024
+        )
+        or DEFAULT_PARTITION_FETCH_BYTES,
+        timeout_s=(_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000) / 1000,
+        path=opts.get("path"),
+    )
+
+
+def parse_sink(options: Mapping[str, str]) -> SinkOptions:
+    """Validate the write options."""
+    opts = _lower(options)
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise OptionError("kafka.bootstrap.servers is required")
+    acks_raw = opts.get("kafka.acks", "all").strip().lower()
+    acks_map = {"all": -1, "-1": -1, "1": 1, "0": 0}
+    if acks_raw not in acks_map:
+        raise OptionError(f"kafka.acks: {acks_raw!r} is not all, -1, 1 or 0")
+    codec = opts.get("kafka.compression.type", "none").strip().lower()
+    if codec not in COMPRESSION_CODECS:
+        raise OptionError(
+            f"kafka.compression.type: {codec!r} is not one of {list(COMPRESSION_CODECS)}"
+        )
+    return SinkOptions(
+        bootstrap=bootstrap,
+        topic=opts.get("topic") or None,
+        acks=acks_map[acks_raw],
+        batch_bytes=_int(opts, "kafka.batch.size", 1 << 20, minimum=1) or 1 << 20,
+        compression=COMPRESSION_CODECS[codec],
+        timeout_s=(_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000) / 1000,
+    )

@@ -449,7 +449,8 @@ class Log:
         batch, via ``protocol.records.kafka_error_for``) or RecordListTooLarge; on any error
         nothing has been written (and nothing rewritten: validation comes first).
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         view = memoryview(records).cast("B")
         total = len(view)
         if total == 0:
@@ -460,6 +461,7 @@ class Log:
             )
         # Validate every batch before anything is copied or written.
         headers: list[tuple[int, rec.BatchHeader]] = []
+        offsets = 0  # offsets the request takes
         position = 0
         while position < total:
             if total - position < rec.LOG_OVERHEAD:
@@ -479,12 +481,13 @@ class Log:
             except CorruptRecordError as exc:
                 raise rec.kafka_error_for(exc)(str(exc)) from exc
             headers.append((position, header))
+            offsets += header.last_offset_delta + 1
             position = end
 
         first_offset = self._leo
         next_offset = first_offset
-        last_offset = first_offset + sum(h.last_offset_delta + 1 for _, h in headers) - 1
-        if last_offset - first_offset > _INT32_MAX:
+        last_offset = first_offset + offsets - 1
+        if offsets > _INT32_MAX:
             raise RecordListTooLarge("offset range of one append does not fit int32")
 
         # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
@@ -632,16 +635,16 @@ class Log:
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
         """Raise HW to ``hw`` if it is greater; refuse a value above LEO (ValueError).
-        Returns whether HW moved. (A leader with one replica calls it with LEO after append.)"""
+        Returns whether HW moved. (A leader with one replica calls it with LEO after append.)
+
+        Where HW lives (segment, byte position) is derived when a read needs it: from the active
+        segment's end while HW == LEO (so "equal but on a newer segment" after a roll is always
+        current), else looked up once and cached until HW or the segments change."""
         if hw > self._leo:
             raise ValueError(f"high watermark {hw} above log end offset {self._leo}")
         if hw > self._hw:
             self._hw = hw
-            self._hw_meta = self._leo_metadata() if hw == self._leo else None
             return True
-        if hw == self._hw == self._leo:
-            # Same offset, possibly on a newer (just rolled) segment: refresh where it lives.
-            self._hw_meta = self._leo_metadata()
         return False
 
     def _leo_metadata(self) -> LogOffsetMetadata:
@@ -659,9 +662,13 @@ class Log:
         return LogOffsetMetadata(offset, segment.base_offset, position)
 
     def _hw_metadata(self) -> LogOffsetMetadata:
-        if self._hw_meta is None or self._hw_meta.offset != self._hw:
-            self._hw_meta = self._offset_metadata(self._hw)
-        return self._hw_meta
+        hw = self._hw
+        if hw == self._leo:
+            return self._leo_metadata()
+        meta = self._hw_meta
+        if meta is None or meta.offset != hw:
+            meta = self._hw_meta = self._offset_metadata(hw)
+        return meta
 
     # ------------------------------------------------------------------ read
 

@@ -296,3 +296,12 @@ def test_supported_and_advertised_versions() -> None:
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [
         (3, 1, 9), (18, 0, 3),
     ]  # fmt: skip
+
+
+def test_package_docstring_example_runs() -> None:
+    import doctest
+
+    import protocol
+
+    result = doctest.testmod(protocol, raise_on_error=False, verbose=False)
+    assert result.attempted >= 8 and result.failed == 0

@@ -114,7 +114,9 @@ Fetch = api(
                     F("first_offset", "int64", "4+"),
                 ]),
                 F("preferred_read_replica", "int32", "11+", default=-1),
-                F("records", "records", nullable="0+"),
+                # Kafka never sends null records and librdkafka rejects them ("invalid
+                # MessageSetSize -1"): default to empty, unlike the JSON (null).
+                F("records", "records", nullable="0+", default=b""),
             ]),
         ]),
     ],

@@ -305,3 +305,12 @@ def test_package_docstring_example_runs() -> None:
 
     result = doctest.testmod(protocol, raise_on_error=False, verbose=False)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_fetch_records_default_to_empty_not_null() -> None:
+    # librdkafka fails the whole Fetch response on a null (-1) records size.
+    part = m.FetchResponse.PartitionData(partition_index=0)
+    assert part.records == b""
+    body = m.FetchResponse(responses=[m.FetchResponse.FetchableTopicResponse(partitions=[part])])
+    (wire,) = framing.encode_response(framing.RequestHeader(1, 11, 1, "c"), body)
+    assert wire.endswith(b"\x00\x00\x00\x00")  # records size 0 closes the frame

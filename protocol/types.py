@@ -133,13 +133,6 @@ def read_uuid(buf: Buffer, pos: int) -> tuple[uuid.UUID, int]:
     return uuid.UUID(bytes=bytes(buf[pos:end])), end
 
 
-def _read_int16_len(buf: Buffer, pos: int, what: str) -> tuple[int, int]:
-    try:
-        return INT16.unpack_from(buf, pos)[0], pos + 2
-    except struct.error:
-        raise _truncated(f"{what} length", pos, 2, buf) from None
-
-
 def _read_int32_len(buf: Buffer, pos: int, what: str) -> tuple[int, int]:
     try:
         return INT32.unpack_from(buf, pos)[0], pos + 4

@@ -39,8 +39,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
-# Suffixes of files a crash may leave behind: never valid data on their own (Sluice does not
-# compact, so a .swap/.cleaned can only come from an interrupted operation of another tool).
+SWAP_SUFFIX = ".swap"
+# Suffixes of files a crash may leave behind that are never valid data on their own. (A
+# "<base>.log.swap" is: Kafka's compaction renames a finished cleaned segment to .swap before
+# replacing the old segments, so load completes the swap. Sluice itself never compacts.)
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
@@ -212,14 +214,18 @@ class Log:
 
         Crash-recovery procedure (Kafka's LogLoader), in order:
 
-        1. Create the directory if missing. Delete what a crash can leave behind that is never
-           valid data: ``*.deleted`` (deletion was decided, only the unlink was pending),
-           ``*.cleaned``, ``*.swap``, ``*.tmp``; then index files with no ``.log`` (orphans).
+        1. Create the directory if missing. A ``<base>.log.swap`` is a complete replacement
+           segment (Kafka's compaction output) whose swap was interrupted: rename it to
+           ``<base>.log`` and drop its stale indexes. Delete what a crash can leave behind that
+           is never valid data: ``*.deleted`` (deletion was decided, only the unlink was
+           pending), ``*.cleaned``, other ``*.swap``, ``*.tmp``; then index files with no
+           ``.log`` (orphans).
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
            segment open recreates it empty), that fails its sanity check (size not a multiple
            of the entry size, last offset below base, timestamps decreasing, position past the
            end) or whose last entry names an offset the segment does not hold is rebuilt by
-           recovering that segment from the log file: indexes are derived data.
+           recovering that segment from the log file: indexes are derived data. Segments whose
+           offsets a swapped-in segment covers are deleted.
         3. If the clean-shutdown marker was absent (``had_clean_shutdown=False``), recover every
            segment from the one holding ``recovery_point`` to the end: walk its batches,
            validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
@@ -244,10 +250,18 @@ class Log:
         parse_partition_dir(directory.name)  # fail early on a bad directory name
         log = logger.bind(dir=str(directory))
 
-        # 1. clean up leftovers
+        # 1. clean up leftovers; complete an interrupted segment swap
         names = vfs.listdir(directory)
+        swapped: list[int] = []
         for name in names:
-            if name.endswith(_STRAY_SUFFIXES):
+            stem = name.removesuffix(LOG_SUFFIX + SWAP_SUFFIX)
+            if stem != name and stem.isdigit():
+                vfs.rename(directory / name, directory / (stem + LOG_SUFFIX))
+                vfs.remove(directory / (stem + INDEX_SUFFIX))  # described the replaced segment
+                vfs.remove(directory / (stem + TIME_INDEX_SUFFIX))
+                swapped.append(int(stem))
+                log.warning("completed interrupted segment swap", segment=int(stem))
+            elif name.endswith(_STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
         names = vfs.listdir(directory)
@@ -292,6 +306,15 @@ class Log:
                     reason=str(exc),
                     truncated_bytes=truncated,
                 )
+
+        # A swapped-in segment replaces every segment its offsets cover.
+        for base in swapped:
+            i = bases.index(base)
+            covered_until = segments[i].read_next_offset()
+            while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
+                log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
+                segments.pop(i + 1).delete()
+                bases.pop(i + 1)
 
         # 3. recover everything above the recovery point after an unclean shutdown
         if not had_clean_shutdown and segments:

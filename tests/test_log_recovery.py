@@ -205,7 +205,7 @@ def test_stray_files_are_cleaned_up_at_load(tmp_path: Path) -> None:
         "00000000000000000000.log.deleted",
         "00000000000000000000.index.deleted",
         "00000000000000000007.log.cleaned",
-        "00000000000000000007.log.swap",
+        "00000000000000000007.index.swap",
         "00000000000000000000.index.tmp",
         "00000000000000000999.index",
         "00000000000000000999.timeindex",
@@ -219,6 +219,26 @@ def test_stray_files_are_cleaned_up_at_load(tmp_path: Path) -> None:
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
     ]
+    assert contents(log) == list(enumerate(values))
+    log.close()
+
+
+def test_interrupted_kafka_segment_swap_is_completed(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=300, segment_index_bytes=4096)
+    directory = tmp_path / "t-0"
+    values = write_log(directory, 12, config)
+    logs = sorted(directory.glob("*.log"))
+    assert len(logs) >= 4
+    # Kafka's compaction: segments 0 and 1 merged into one cleaned segment at base 0, renamed
+    # to .swap; the crash came before the swap finished (the old segments are still there).
+    merged = logs[0].read_bytes() + logs[1].read_bytes()
+    (directory / (logs[0].name + ".swap")).write_bytes(merged)
+    log = Log.open(directory, config, had_clean_shutdown=False)
+    assert not list(directory.glob("*.swap"))
+    assert not logs[1].exists()
+    bases = [s.base_offset for s in log.segments]
+    assert bases[0] == 0 and bases[1] == int(logs[2].name.split(".")[0])
+    assert log.segments[0].size == len(merged)
     assert contents(log) == list(enumerate(values))
     log.close()
 

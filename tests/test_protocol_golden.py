@@ -223,6 +223,67 @@ def test_hand_written_classes_agree(lib: str, key: int, version: int, kind: str,
 
 
 # ---------------------------------------------------------------------------------------------
+# Frames kafka-python builds itself (header included), decoded by our broker side
+# ---------------------------------------------------------------------------------------------
+
+
+def _kp_frame(req: Any, correlation_id: int) -> bytes:
+    req.with_header(correlation_id=correlation_id, client_id="kp-client")
+    return bytes(req.encode(header=True, framed=True))
+
+
+def test_kafka_python_built_requests_decode() -> None:
+    produce_cls = kafka.protocol.producer.ProduceRequest
+    fetch_cls = kafka.protocol.consumer.FetchRequest
+    create_cls = kafka.protocol.admin.CreateTopicsRequest
+    tpd = produce_cls.TopicProduceData
+    produce = produce_cls[8](
+        transactional_id=None, acks=-1, timeout_ms=1500,
+        topic_data=[tpd(name="t", partition_data=[
+            tpd.PartitionProduceData(index=3, records=b"batch-bytes")])],
+    )  # fmt: skip
+    fetch = fetch_cls[11](
+        replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=1,
+        session_id=0, session_epoch=-1, rack_id="rack-a", forgotten_topics_data=[],
+        topics=[fetch_cls.FetchTopic(topic="t", partitions=[fetch_cls.FetchTopic.FetchPartition(
+            partition=3, current_leader_epoch=-1, fetch_offset=42, log_start_offset=-1,
+            partition_max_bytes=1048576)])],
+    )  # fmt: skip
+    ct = create_cls.CreatableTopic
+    create = create_cls[4](
+        topics=[ct(name="n", num_partitions=2, replication_factor=1, assignments=[],
+                   configs=[ct.CreatableTopicConfig(name="retention.ms", value=None)])],
+        timeout_ms=1000, validate_only=True,
+    )  # fmt: skip
+    api_versions = kafka.protocol.metadata.ApiVersionsRequest[3](
+        client_software_name="kafka-python", client_software_version="3.0.12"
+    )
+    metadata = kafka.protocol.metadata.MetadataRequest[9](
+        topics=None, allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False, include_topic_authorized_operations=True,
+    )  # fmt: skip
+
+    requests = [produce, fetch, create, api_versions, metadata]
+    decoded = []
+    for i, req in enumerate(requests):
+        frame = _kp_frame(req, 100 + i)
+        assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
+        got = framing.decode_request(frame[4:])
+        assert got.trailing_bytes == 0
+        assert (got.header.correlation_id, got.header.client_id) == (100 + i, "kp-client")
+        decoded.append(got.body)
+    p, f, c, a, md = decoded
+    part = p.topic_data[0].partition_data[0]
+    assert (p.acks, p.timeout_ms, part.index, bytes(part.records)) == (-1, 1500, 3, b"batch-bytes")
+    fp = f.topics[0].partitions[0]
+    assert (f.isolation_level, f.rack_id, fp.partition, fp.fetch_offset) == (1, "rack-a", 3, 42)
+    assert fp.partition_max_bytes == 1048576 and f.max_bytes == 52428800
+    assert c.validate_only is True and c.topics[0].configs[0].value is None
+    assert (a.client_software_name, a.client_software_version) == ("kafka-python", "3.0.12")
+    assert md.topics is None and md.include_topic_authorized_operations is True
+
+
+# ---------------------------------------------------------------------------------------------
 # Hand-checked frames
 # ---------------------------------------------------------------------------------------------
 

@@ -154,6 +154,20 @@ OPTIONS: tuple[Option, ...] = (
         "largest request frame; a bigger one closes the connection before its body is read",
     ),
     Option(
+        "socket.send.buffer.bytes",
+        "socket_send_buffer_bytes",
+        _int(-1),
+        "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
+        "SO_SNDBUF of client connections (-1: the OS default, with autotuning)",
+    ),
+    Option(
+        "socket.receive.buffer.bytes",
+        "socket_receive_buffer_bytes",
+        _int(-1),
+        "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
+        "SO_RCVBUF of client connections (-1: the OS default, with autotuning)",
+    ),
+    Option(
         "queued.max.requests",
         "queued_max_requests",
         _int(1),
@@ -277,6 +291,8 @@ class Config:
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Listener, ...] | None = None
     socket_request_max_bytes: int = 104857600
+    socket_send_buffer_bytes: int = -1
+    socket_receive_buffer_bytes: int = -1
     queued_max_requests: int = 500
     max_unsent_bytes: int = 4194304
     fetch_zero_copy: bool = True

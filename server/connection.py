@@ -37,6 +37,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import socket
 from typing import TYPE_CHECKING, Any, cast
 
 from protocol.errors import ProtocolError
@@ -70,6 +71,8 @@ class Connection(asyncio.Protocol):
         max_unsent_bytes: int,
         zero_copy: bool,
         registry: set[Connection],
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         self._handlers = handlers
         self._metrics = metrics
@@ -78,6 +81,8 @@ class Connection(asyncio.Protocol):
         self._max_unsent = max_unsent_bytes
         self._zero_copy = zero_copy
         self._registry = registry
+        self._sndbuf = send_buffer_bytes
+        self._rcvbuf = receive_buffer_bytes
         self._frames: collections.deque[memoryview] = collections.deque()
         self._frame_ready = asyncio.Event()
         self._can_write = asyncio.Event()
@@ -100,6 +105,14 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
         self._peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Kafka's socket.send/receive.buffer.bytes; -1 keeps the kernel's autotuning.
+            with contextlib.suppress(OSError):
+                if self._sndbuf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+                if self._rcvbuf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
         # High watermark = our unsent-bytes bound; resume at a quarter of it.
         transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
         self._registry.add(self)
@@ -289,6 +302,7 @@ class Connection(asyncio.Protocol):
     async def _wait_write_buffer_empty(self, transport: asyncio.Transport) -> None:
         if transport.get_write_buffer_size() == 0:
             return
+        self._metrics.inc("fetch.sendfile_waits")
         # Make the transport call resume_writing() exactly when its buffer reaches 0.
         self._can_write.clear()
         transport.set_write_buffer_limits(high=0, low=0)

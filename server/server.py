@@ -123,6 +123,8 @@ class Server:
             max_unsent_bytes=c.max_unsent_bytes,
             zero_copy=c.fetch_zero_copy,
             registry=self._connections,
+            send_buffer_bytes=c.socket_send_buffer_bytes,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes,
         )
 
     def install_signal_handlers(self) -> None:

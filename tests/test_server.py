@@ -460,6 +460,60 @@ async def test_large_fetch_through_a_slow_reader(server: Server, client: WireCli
         assert server.metrics.get("fetch.sendfile_bytes") >= sum(map(len, sent))
 
 
+async def pipelined_mixed_responses(srv: Server, c: WireClient, topic: str) -> None:
+    """Small responses that pile up in the transport's buffer while the client does not read,
+    then big fetches: their file slices must wait for that buffer to drain, in order."""
+    assert await create_topic(c, topic) == 0
+    for i in range(30):  # padding topics make each Metadata response ~2 KB
+        assert await create_topic(c, f"{topic}-pad-{i:02}") == 0
+    sent = [batch(1, start=i, size=400_000) for i in range(24)]  # ~10 MB
+    for b in sent:
+        assert (await produce(c, topic, b)).error_code == 0
+    big = fetch_request(topic, 0, partition_max_bytes=10**8)
+    meta = (METADATA, m.MetadataRequest(topics=None))
+    n_meta = 1500  # ~3 MB of responses: more than the socket buffers hold, less than 4 MiB
+    plan = [meta] * n_meta + [(FETCH, big)] + [meta] * 10 + [(FETCH, big)]
+    before = srv.metrics.get("requests.3")
+    ids = [await c.send(k, 11 if k == FETCH else 8, body) for k, body in plan]
+    for _ in range(3000):  # bounded: until the broker answered the first metadata requests
+        if srv.metrics.get("requests.3") - before >= n_meta:
+            break
+        await asyncio.sleep(0.005)
+    if srv.config.fetch_zero_copy:
+        for _ in range(3000):  # ... and the first fetch waits for the buffer to drain
+            if srv.metrics.get("fetch.sendfile_waits"):
+                break
+            await asyncio.sleep(0.005)
+    for cid, (k, _) in zip(ids, plan, strict=True):
+        resp = await c.receive(k, 11 if k == FETCH else 8, cid)
+        if k == FETCH:
+            records = bytes(resp.responses[0].partitions[0].records)
+            stored = [bytes(b) for _, _, b in iter_batches(records)]
+            for i, (s, st) in enumerate(zip(sent, stored, strict=True)):
+                same_batch_content(s, st, i)
+        else:
+            assert topic in {t.name for t in resp.topics}
+
+
+@pytest.mark.parametrize("zero_copy", ["true", "false"])
+async def test_sendfile_after_buffered_responses(tmp_path: Path, zero_copy: str) -> None:
+    # Small socket buffers on both ends, so the small responses overflow into the transport's
+    # buffer while the client is not reading.
+    srv = await start_server(
+        tmp_path, f"sluice.fetch.zero.copy={zero_copy}", "socket.send.buffer.bytes=131072"
+    )
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            await pipelined_mixed_responses(srv, c, "mixed")
+        finally:
+            await c.close()
+        if zero_copy == "true":
+            assert srv.metrics.get("fetch.sendfile_waits") >= 1
+    finally:
+        await srv.shutdown()
+
+
 async def test_pipelined_requests_are_answered_in_order(client: WireClient) -> None:
     assert await create_topic(client, "pipe") == 0
     ids = []
@@ -506,7 +560,9 @@ async def test_many_connections_append_concurrently(server: Server) -> None:
 @pytest.mark.parametrize("zero_copy", ["true", "false"])
 def test_on_uvloop_produce_fetch_long_poll_and_large_fetch(tmp_path: Path, zero_copy: str) -> None:
     async def scenario() -> None:
-        srv = await start_server(tmp_path, f"sluice.fetch.zero.copy={zero_copy}")
+        srv = await start_server(
+            tmp_path, f"sluice.fetch.zero.copy={zero_copy}", "socket.send.buffer.bytes=131072"
+        )
         try:
             c = await WireClient.connect("127.0.0.1", srv.port)
             other = await WireClient.connect("127.0.0.1", srv.port)
@@ -536,8 +592,10 @@ def test_on_uvloop_produce_fetch_long_poll_and_large_fetch(tmp_path: Path, zero_
                 for i, (s, st) in enumerate(zip(sent, stored, strict=True)):
                     same_batch_content(s, st, 3 + i)
                 assert (await metadata(c, ["uv"])).topics[0].error_code == 0
+                await pipelined_mixed_responses(srv, c, "uv-mixed")
                 if zero_copy == "true":
                     assert srv.metrics.get("fetch.sendfile_bytes") >= sum(map(len, sent))
+                    assert srv.metrics.get("fetch.sendfile_waits") >= 1
                 else:
                     assert srv.metrics.get("fetch.sendfile_bytes") == 0
             finally:

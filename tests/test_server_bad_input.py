@@ -95,9 +95,10 @@ async def test_negative_size_closes(server: Server) -> None:
         header(3, 8) + b"\xff\xff\xff\xfe",  # Metadata: topics count -2
         header(3, 8) + b"\x00\x00\x00\x05\x00",  # Metadata: 5 topics announced, 0 present
         header(0, 8) + b"\x00\x00\x00\x01",  # Produce body truncated
-        header(18, 0) + b"trailing",  # ApiVersions v0 with trailing bytes
+        header(0, 8) + b"\xff\xff" + b"\x00\x01\x00\x00\x03\xe8\x00\x00\x00\x01\x7f\xff",
+        # ^ Produce: acks, timeout, 1 topic whose name claims 32767 bytes
     ],
-    ids=["empty", "short", "client_id", "neg_count", "count_past_end", "truncated", "trailing"],
+    ids=["empty", "short", "client_id", "neg_count", "count_past_end", "truncated", "name_len"],
 )
 async def test_garbage_header_or_body_closes(server: Server, payload: bytes) -> None:
     c = await WireClient.connect("127.0.0.1", server.port)

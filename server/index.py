@@ -32,9 +32,8 @@ import mmap
 import struct
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from protocol.errors import SluiceError
 
@@ -70,16 +69,18 @@ class InvalidIndexAppendError(StorageError):
     """An append that would break the index invariants (full, or not increasing): a caller bug."""
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetPosition:
+# Entries are NamedTuples (immutable, and several times cheaper to build than frozen
+# dataclasses): the time index builds one per append whose timestamp moves forward.
+
+
+class OffsetPosition(NamedTuple):
     """An offset-index entry: the batch whose last offset is ``offset`` starts at ``position``."""
 
     offset: int
     position: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimestampOffset:
+class TimestampOffset(NamedTuple):
     """A time-index entry: no record before ``offset`` has a timestamp above ``timestamp``."""
 
     timestamp: int

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from server.config import Config
     from server.server import Server
 
-__all__ = ["Config", "Server"]
+from .embedded import EmbeddedBroker  # stdlib-only at import: the network stack stays lazy
+
+__all__ = ["Config", "EmbeddedBroker", "Server"]
 
 
 def __getattr__(name: str) -> Any:

@@ -93,9 +93,8 @@ class Connection(asyncio.Protocol):
         self._writing_paused = False
         self._closing = False  # no more frames accepted; worker drains what is queued, then closes
         self._busy = False  # a request is being handled right now
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._dup_fd: int | None = None
+        self._dup_fd: int | None = None  # dup of the socket fd, polled for writability
+        self._writable: asyncio.Future[None] | None = None
         self._peer: Any = None
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
@@ -130,9 +129,12 @@ class Connection(asyncio.Protocol):
         self._frame_ready.set()
         if self._worker is not None and not self._worker.done() and not self._busy:
             self._worker.cancel()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)  # a worker waiting to sendfile sees the close
         if self._dup_fd is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 asyncio.get_running_loop().remove_writer(self._dup_fd)
+            with contextlib.suppress(OSError):
                 os.close(self._dup_fd)
             self._dup_fd = None
         self._transport = None
@@ -330,6 +332,7 @@ class Connection(asyncio.Protocol):
             try:
                 sent = os.sendfile(out_fd, in_fd, position, remaining)
             except BlockingIOError:
+                self._metrics.inc("fetch.sendfile_eagain")
                 await self._wait_socket_writable(loop, out_fd)
                 if self._transport is None:
                     return
@@ -351,6 +354,7 @@ class Connection(asyncio.Protocol):
             self._dup_fd = os.dup(fd)
         dup = self._dup_fd
         fut: asyncio.Future[None] = loop.create_future()
+        self._writable = fut
 
         def ready() -> None:
             if not fut.done():
@@ -360,5 +364,7 @@ class Connection(asyncio.Protocol):
         try:
             await fut
         finally:
-            with contextlib.suppress(OSError, ValueError):
-                loop.remove_writer(dup)
+            self._writable = None
+            if self._dup_fd == dup:
+                with contextlib.suppress(OSError, ValueError):
+                    loop.remove_writer(dup)

@@ -192,6 +192,76 @@ async def test_client_vanishing_mid_frame_and_mid_long_poll(server: Server) -> N
     await assert_still_serving(server, hw=10)
 
 
+async def test_client_vanishing_while_a_fetch_waits_for_the_socket(tmp_path: Path) -> None:
+    from tests.test_server import batch, fetch_request
+
+    srv = await start_server(tmp_path, "socket.send.buffer.bytes=65536")
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await create_topic(c, "big") == 0
+        for i in range(10):
+            assert (await produce(c, "big", batch(1, start=i, size=500_000))).error_code == 0
+        await c.send(1, 11, fetch_request("big", 0, partition_max_bytes=10**8))
+        for _ in range(3000):  # bounded: until sendfile is parked on a full socket
+            if srv.metrics.get("fetch.sendfile_eagain"):
+                break
+            await asyncio.sleep(0.005)
+        assert srv.metrics.get("fetch.sendfile_eagain") >= 1
+        c.writer.transport.abort()
+        await c.close()
+        for _ in range(3000):  # bounded: the connection and its worker go away
+            if srv.metrics.get("connections.active") == 0:
+                break
+            await asyncio.sleep(0.005)
+        assert srv.metrics.get("connections.active") == 0
+
+        def workers() -> list[asyncio.Task[object]]:
+            return [t for t in asyncio.all_tasks() if "Connection._run" in repr(t.get_coro())]
+
+        for _ in range(3000):  # bounded: no worker is left hanging on the dead socket
+            if not workers():
+                break
+            await asyncio.sleep(0.005)
+        assert workers() == []
+        other = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            p = await fetch(other, "big", 9)
+            assert p.error_code == 0 and p.high_watermark == 10
+        finally:
+            await other.close()
+    finally:
+        await srv.shutdown()
+
+
+async def test_shutdown_with_a_fetch_stuck_on_a_client_that_does_not_read(tmp_path: Path) -> None:
+    from tests.test_server import batch, fetch_request
+
+    srv = await start_server(
+        tmp_path, "socket.send.buffer.bytes=65536", "sluice.shutdown.timeout.ms=200"
+    )
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        assert await create_topic(c, "big") == 0
+        for i in range(10):
+            assert (await produce(c, "big", batch(1, start=i, size=500_000))).error_code == 0
+        await c.send(1, 11, fetch_request("big", 0, partition_max_bytes=10**8))
+        for _ in range(3000):  # bounded: until sendfile is parked on a full socket
+            if srv.metrics.get("fetch.sendfile_eagain"):
+                break
+            await asyncio.sleep(0.005)
+        assert srv.metrics.get("fetch.sendfile_eagain") >= 1
+        # the client never reads: shutdown must still finish (bounded) and leave no worker
+        await asyncio.wait_for(srv.shutdown(), 30)
+        assert [t for t in asyncio.all_tasks() if "Connection._run" in repr(t.get_coro())] == []
+        # and the client is disconnected (it sees the end of the stream after the partial data)
+        async with asyncio.timeout(30):
+            while await c.reader.read(1 << 20):
+                pass
+    finally:
+        await c.close()
+        await srv.shutdown()
+
+
 async def test_flood_without_reading_is_bounded(tmp_path: Path) -> None:
     """A client that pipelines requests and never reads: the broker pauses reading from it."""
     srv = await start_server(

@@ -118,3 +118,33 @@ def test_log_keys_reach_the_storage_defaults() -> None:
     assert lc.message_timestamp_type == "LogAppendTime"
     assert lc.max_message_bytes == 2000000
     assert Config().log_config().segment_bytes == 1073741824
+
+
+def test_logging_is_json_off_a_terminal_and_pretty_on_one() -> None:
+    import io
+    import json
+
+    import structlog
+
+    from server.logging import configure_logging, get_logger
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    try:
+        out = io.StringIO()
+        configure_logging("info", stream=out)
+        get_logger("sluice.test").info("hello", n=1)
+        get_logger("sluice.test").debug("dropped below the level")
+        (line,) = out.getvalue().splitlines()
+        record = json.loads(line)
+        assert (record["event"], record["n"], record["logger_name"]) == ("hello", 1, "sluice.test")
+        assert record["level"] == "info"
+        tty = Tty()
+        configure_logging("info", stream=tty)
+        get_logger("sluice.test").info("hello", n=2)
+        text = tty.getvalue()
+        assert "hello" in text and "\x1b[" in text and not text.lstrip().startswith("{")
+    finally:
+        structlog.reset_defaults()

@@ -998,20 +998,31 @@ def validate_batch(
 
     Raises :class:`CorruptRecordError`; :func:`kafka_error_for` gives the Kafka error to answer.
     """
-    view, header = _single_batch(batch)
-    size = header.size
+    # The produce path runs this once per batch: header parsed once, its fields read once, the
+    # CRC compared with the parsed field (no second unpack), no helper calls on success.
+    view = memoryview(batch)
+    header = parse_header(view)
+    size = header.batch_length + LOG_OVERHEAD
+    if size != len(view):
+        raise CorruptRecordError(
+            f"batchLength {header.batch_length} says {size} bytes, {len(view)} bytes present",
+            field="batchLength",
+            position=LENGTH_OFFSET,
+        )
     if size > max_batch_size:
         raise CorruptRecordError(
             f"batch of {size} bytes exceeds max.message.bytes {max_batch_size}",
             field="batchSize",
             position=LENGTH_OFFSET,
         )
-    codec = header.compression
+    attributes = header.attributes
+    codec = attributes & ATTR_COMPRESSION_MASK
     if codec > COMPRESSION_ZSTD:
         raise CorruptRecordError(
             f"unknown compression codec {codec}", field="attributes", position=ATTRIBUTES_OFFSET
         )
-    verify_crc(view)
+    if crc32c(view[ATTRIBUTES_OFFSET:]) != header.crc:
+        verify_crc(view)  # raises, with the message
     count = header.record_count
     last_delta = header.last_offset_delta
     if from_client:
@@ -1021,7 +1032,7 @@ def validate_batch(
                 field="baseOffset",
                 position=BASE_OFFSET_OFFSET,
             )
-        if header.attributes & ATTR_CONTROL_MASK:
+        if attributes & ATTR_CONTROL_MASK:
             raise CorruptRecordError(
                 "clients may not write control batches",
                 field="isControl",

@@ -119,6 +119,7 @@ class AbstractIndex:
     ) -> None:
         self.path = Path(path)
         self.base_offset = base_offset
+        self._length = 0
         self.max_index_size = max_index_size
         self.writable = writable
         self._vfs = vfs
@@ -137,7 +138,7 @@ class AbstractIndex:
         try:
             if self.newly_created:
                 file.truncate(_round_down(max_index_size, entry_size))
-            self._length = file.size()
+            self._set_length(file.size())
             self._map_file(file)
         finally:
             # Like Kafka, keep only the map (CPython < 3.13 still keeps a dup inside the map).
@@ -169,6 +170,27 @@ class AbstractIndex:
     def entry_size(self) -> int:
         return self.entry.size
 
+    # The capacity figures are cached (they change only with the file length or max_index_size)
+    # because the append path asks for them on every append.
+
+    @property
+    def max_index_size(self) -> int:
+        """``segment.index.bytes``: the length the file is (re-)extended to while active."""
+        return self._max_index_size
+
+    @max_index_size.setter
+    def max_index_size(self, value: int) -> None:
+        self._max_index_size = value
+        self._set_length(self._length)
+
+    def _set_length(self, length: int) -> None:
+        size = self.entry.size
+        self._length = length
+        self._max_entries = length // size
+        #: True while the file is shorter than ``max_index_size`` allows (trimmed at roll or
+        #: close): the segment re-extends it before appending to it again.
+        self.trimmed = length < _round_down(self._max_index_size, size)
+
     @property
     def entries(self) -> int:
         """Number of valid entries."""
@@ -176,7 +198,7 @@ class AbstractIndex:
 
     @property
     def max_entries(self) -> int:
-        return self._length // self.entry.size
+        return self._max_entries
 
     @property
     def length(self) -> int:
@@ -189,7 +211,7 @@ class AbstractIndex:
         return self._entries * self.entry.size
 
     def is_full(self) -> bool:
-        return self._entries >= self.max_entries
+        return self._entries >= self._max_entries
 
     # -- relative offsets ----------------------------------------------------------------------
 
@@ -300,13 +322,13 @@ class AbstractIndex:
         file = self._vfs.open(self.path, create=False, writable=True)
         try:
             file.truncate(rounded)
-            self._length = rounded
+            self._set_length(rounded)
             self._map_file(file)
         finally:
             file.close()
         self._length_synced = False
-        if self._entries > self.max_entries:
-            self._entries = self.max_entries
+        if self._entries > self._max_entries:
+            self._entries = self._max_entries
             self._load_last_entry()
         return True
 
@@ -468,18 +490,22 @@ class OffsetIndex(AbstractIndex):
         Raises :class:`InvalidIndexAppendError` if the index is full or ``offset`` is not greater
         than the last one, :class:`IndexOffsetOverflowError` if it does not fit relative int32.
         """
-        if self.is_full():
+        entries = self._entries
+        if entries >= self._max_entries:
             raise InvalidIndexAppendError(
-                f"attempt to append to a full index {self.path} ({self._entries} entries)"
+                f"attempt to append to a full index {self.path} ({entries} entries)"
             )
-        if self._entries and offset <= self._last_offset:
+        if entries and offset <= self._last_offset:
             raise InvalidIndexAppendError(
                 f"attempt to append offset {offset} to {self.path}, not larger than the last "
                 f"offset {self._last_offset}"
             )
-        relative = self.relative_offset(offset)
-        OFFSET_ENTRY.pack_into(self._buffer(), self._entries * 8, relative, position)
-        self._entries += 1
+        relative = offset - self.base_offset
+        if not 0 <= relative <= _INT32_MAX:
+            relative = self.relative_offset(offset)  # raises IndexOffsetOverflowError
+        # (a non-empty file is always mapped: max_entries > 0 implies a map)
+        OFFSET_ENTRY.pack_into(self._buffer(), entries * 8, relative, position)
+        self._entries = entries + 1
         self._last_offset = offset
 
     def sanity_check(self, full: bool = False) -> None:
@@ -534,7 +560,7 @@ class TimeIndex(AbstractIndex):
 
     def is_full(self) -> bool:
         # Keep the last slot free for the entry written when the segment becomes inactive.
-        return self._entries >= self.max_entries - 1
+        return self._entries >= self._max_entries - 1
 
     @property
     def last_entry(self) -> TimestampOffset:
@@ -567,7 +593,7 @@ class TimeIndex(AbstractIndex):
         the offset or the timestamp goes backwards (equal values are silently ignored: the
         final entry is offered again on every roll and close).
         """
-        if not skip_full_check and self.is_full():
+        if not skip_full_check and self._entries >= self._max_entries - 1:  # is_full()
             raise InvalidIndexAppendError(
                 f"attempt to append to a full time index {self.path} ({self._entries} entries)"
             )
@@ -583,7 +609,7 @@ class TimeIndex(AbstractIndex):
                 f"timestamp {last.timestamp}"
             )
         if timestamp > last.timestamp:
-            if self._entries >= self.max_entries:
+            if self._entries >= self._max_entries:
                 raise InvalidIndexAppendError(f"no slot left in time index {self.path}")
             relative = self.relative_offset(offset)
             TIME_ENTRY.pack_into(self._buffer(), self._entries * 12, timestamp, relative)

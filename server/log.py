@@ -52,6 +52,10 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 _I32 = struct.Struct(">i")
+# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch header, none of
+# them covered by the CRC (protocol.records.HEADER has the whole layout).
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+assert _OFFSET_LENGTH_EPOCH.size == rec.PARTITION_LEADER_EPOCH_OFFSET + 4
 _INT32_MAX = 2**31 - 1
 
 
@@ -472,17 +476,23 @@ class Log:
         batch, via ``protocol.records.kafka_error_for``) or RecordListTooLarge; on any error
         nothing has been written (and nothing rewritten: validation comes first).
         """
+        # Hot path (once per partition per Produce request): config, helpers and the active
+        # segment are read into locals once; a single-batch request (the usual case) is
+        # validated without slicing and rewritten without per-batch views.
         if self._closed:
             self._check_open()
         view = memoryview(records).cast("B")
         total = len(view)
+        config = self._config
         if total == 0:
             raise InvalidRecord("produce request without any record batch")
-        if total > self._config.segment_bytes:
+        if total > config.segment_bytes:
             raise RecordListTooLarge(
-                f"{total} bytes of batches exceed segment.bytes {self._config.segment_bytes}"
+                f"{total} bytes of batches exceed segment.bytes {config.segment_bytes}"
             )
         # Validate every batch before anything is copied or written.
+        validate = rec.validate_batch
+        max_batch_size = config.max_message_bytes
         headers: list[tuple[int, rec.BatchHeader]] = []
         offsets = 0  # offsets the request takes
         position = 0
@@ -496,9 +506,9 @@ class Log:
                     f"batchLength {length} at byte {position} does not match the bytes present"
                 )
             try:
-                header = rec.validate_batch(
-                    view[position:end],
-                    max_batch_size=self._config.max_message_bytes,
+                header = validate(
+                    view if end - position == total else view[position:end],
+                    max_batch_size=max_batch_size,
                     from_client=True,
                 )
             except CorruptRecordError as exc:
@@ -516,32 +526,34 @@ class Log:
         # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
         # batch valid; do it in the caller's buffer if allowed, else in one private copy.
         buf: bytearray | memoryview = view if in_place and not view.readonly else bytearray(view)
-        log_append_time = self._clock() if self._config.log_append_time else -1
+        log_append_time = self._clock() if config.log_append_time else -1
         max_timestamp = rec.NO_TIMESTAMP
         offset_of_max = first_offset
         record_count = 0
         # (position, size, last offset, max timestamp) of each batch, offsets assigned
         placed: list[tuple[int, int, int, int]] = []
         for position, header in headers:
-            batch = memoryview(buf)[position : position + header.size]
-            rec.set_base_offset(batch, next_offset)
-            _I32.pack_into(batch, rec.PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+            # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one contiguous store.
+            _OFFSET_LENGTH_EPOCH.pack_into(
+                buf, position, next_offset, header.batch_length, leader_epoch
+            )
             batch_last = next_offset + header.last_offset_delta
+            size = header.batch_length + rec.LOG_OVERHEAD
             if log_append_time >= 0:
-                rec.stamp_log_append_time(batch, log_append_time)
+                with memoryview(buf)[position : position + size] as batch:
+                    rec.stamp_log_append_time(batch, log_append_time)
                 batch_max = log_append_time
             else:
                 batch_max = header.max_timestamp
-            batch.release()
             if batch_max > max_timestamp:
                 max_timestamp, offset_of_max = batch_max, batch_last
             record_count += header.record_count
-            placed.append((position, header.size, batch_last, batch_max))
+            placed.append((position, size, batch_last, batch_max))
             next_offset = batch_last + 1
 
         # The roll decision covers the whole request (it must fit one segment), as Kafka's.
         self._maybe_roll(total, max_timestamp, last_offset)
-        active = self.active_segment
+        active = self._segments[-1]
         if len(placed) == 1:
             active.append(last_offset, max_timestamp, offset_of_max, buf)
         else:
@@ -560,17 +572,17 @@ class Log:
                     active.truncate_to(first_offset)
                 raise
         self._leo = last_offset + 1
-        if self._leo - self._recovery_point >= self._config.flush_messages:
+        if self._leo - self._recovery_point >= config.flush_messages:
             self.flush()
         return AppendInfo(
-            first_offset=first_offset,
-            last_offset=last_offset,
-            log_append_time=log_append_time,
-            log_start_offset=self._log_start_offset,
-            record_count=record_count,
-            max_timestamp=max_timestamp,
-            offset_of_max_timestamp=offset_of_max,
-            valid_bytes=total,
+            first_offset,
+            last_offset,
+            log_append_time,
+            self._log_start_offset,
+            record_count,
+            max_timestamp,
+            offset_of_max,
+            total,  # valid_bytes
         )
 
     def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> None:

@@ -297,25 +297,29 @@ class LogSegment:
         fit; an OSError from the write leaves ``size`` unchanged and the file cut back to it.
         Only the partition's append path calls this, after :meth:`should_roll` said no.
         """
+        # Hot path (once per produced batch): locals and cached index fields, no helper calls.
         size = len(records)
         if size == 0:
             return
-        if not self.offset_index.can_append_offset(largest_offset):
+        if not 0 <= largest_offset - self.base_offset <= _INT32_MAX:
             raise SegmentOffsetOverflowError(
                 f"offset {largest_offset} does not fit segment {self.log_path} "
                 f"(base offset {self.base_offset})"
             )
-        self._ensure_indexes_extended()
+        offset_index = self.offset_index
+        time_index = self.time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
         index_it = self._bytes_since_last_index_entry > self.index_interval_bytes
         if index_it:
             # Check the index invariants before writing, so a caller bug (no roll when the
             # indexes are full, offsets not increasing) cannot leave unindexable bytes behind.
-            if self.offset_index.is_full() or self.time_index.is_full():
+            if offset_index.is_full() or time_index.is_full():
                 raise InvalidIndexAppendError(f"indexes of {self.log_path} are full: roll first")
-            if self.offset_index.entries and largest_offset <= self.offset_index.last_offset:
+            if offset_index.entries and largest_offset <= offset_index.last_offset:
                 raise InvalidIndexAppendError(
                     f"offset {largest_offset} is not above the last indexed offset "
-                    f"{self.offset_index.last_offset} of {self.log_path}"
+                    f"{offset_index.last_offset} of {self.log_path}"
                 )
         position = self._size
         try:
@@ -334,12 +338,11 @@ class LogSegment:
             self.max_timestamp_so_far = largest_timestamp
             self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
         if index_it:
-            self.offset_index.append(largest_offset, position)
-            self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-            )
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += size
+            offset_index.append(largest_offset, position)
+            time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            self._bytes_since_last_index_entry = size
+        else:
+            self._bytes_since_last_index_entry += size
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -503,18 +506,29 @@ class LogSegment:
         # Asked only of the active segment: if its indexes were trimmed (it was closed or
         # recovered and is being written again) give them their room back, or it would look
         # full and roll at once; Kafka does this explicitly at load and truncation.
-        self._ensure_indexes_extended()
-        reached_roll_ms = (
-            self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
-            > segment_ms - self.rolling_jitter_ms
-        )
+        offset_index = self.offset_index
+        time_index = self.time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
         size = self._size
+        if size > segment_bytes - messages_size:
+            return True
+        if size > 0:
+            # time_waited_for_roll(), inlined: this runs once per append.
+            ts = self._rolling_based_timestamp
+            if ts is None:
+                self._load_first_batch_timestamp()
+                ts = self._rolling_based_timestamp
+            if ts is not None and ts >= 0:
+                waited = max_timestamp_in_messages - ts
+            else:
+                waited = now_ms - self.created_ms
+            if waited > segment_ms - self.rolling_jitter_ms:
+                return True
         return (
-            size > segment_bytes - messages_size
-            or (size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.offset_index.can_append_offset(max_offset_in_messages)
+            offset_index.is_full()
+            or time_index.is_full()
+            or not 0 <= max_offset_in_messages - self.base_offset <= _INT32_MAX
         )
 
     def resize_indexes(self, size: int | None = None) -> None:
@@ -529,7 +543,7 @@ class LogSegment:
 
     def _ensure_indexes_extended(self) -> None:
         for index in (self.offset_index, self.time_index):
-            if index.length < index.max_index_size - index.max_index_size % index.entry_size:
+            if index.trimmed:
                 index.resize(index.max_index_size)
 
     def on_becoming_inactive(self) -> None:

@@ -13,11 +13,15 @@ loopback figures measured in the same run on the same bytes.
 * **fetch**: the data just produced is read back with Fetch v11 requests, all encoded before the
   clock starts (``partition_max_bytes`` = a whole number of batches, so every response carries
   exactly ``--fetch-batches`` whole batches and the next request's offset is known in advance),
-  pipelined the same way; the client only splits response frames and counts bytes. Measured once
+  pipelined the same way; the client only splits response frames and counts bytes; the log is
+  read ``--fetch-passes`` times per timed round (longer, steadier windows). Measured once
   per ``sluice.fetch.zero.copy`` setting (true: the broker ``os.sendfile``s the log slices;
   false: it copies them through Python), restarting the broker on the same data dir between
   them. Compared with **raw sendfile**: a process ``os.sendfile``-ing a file of the same size to
-  the same receiver over the same number of connections. Target: fetch >= 0.8 x raw sendfile.
+  the same receiver over the same number of connections, from one thread (connections one
+  after the other: the broker also makes every sendfile call from its one event-loop thread)
+  and from one thread per connection (the kernel copies in parallel). Target: fetch >= 0.8 x
+  raw sendfile (the one-thread figure; the ratio to the threaded one is printed too).
 
 The client uses uvloop (if installed) and ``asyncio.Protocol`` callbacks (no stream copies). The
 broker's own log lines go to a file; data lives in a temp dir that is removed at the end. This
@@ -311,9 +315,13 @@ async def raw_loopback_produce(frames: Sequence[Sequence[bytes]], window: int) -
             proc.join(5)
 
 
-def _sendfile_process(port: int, path: str, sizes: list[int], ready: Any, go: Any) -> None:
+def _sendfile_process(
+    port: int, path: str, sizes: list[int], threaded: bool, ready: Any, go: Any
+) -> None:
     """Accept ``len(sizes)`` connections; on ``go``, os.sendfile ``sizes[i]`` bytes of ``path``
-    on connection i (one thread each), then close them."""
+    on connection i, then close it: one thread per connection (``threaded``: the kernel copies
+    run in parallel), or one thread doing the connections one after the other (like the
+    broker, whose single event-loop thread makes every sendfile call)."""
     import threading
 
     with socket.create_server(("127.0.0.1", port)) as server:
@@ -328,13 +336,18 @@ def _sendfile_process(port: int, path: str, sizes: list[int], ready: Any, go: An
                 offset += os.sendfile(conn.fileno(), fd, offset, size - offset)
             conn.close()
 
-        threads = [
-            threading.Thread(target=send, args=(c, s)) for c, s in zip(conns, sizes, strict=True)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        if threaded:
+            threads = [
+                threading.Thread(target=send, args=(c, s))
+                for c, s in zip(conns, sizes, strict=True)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for c, size in zip(conns, sizes, strict=True):
+                send(c, size)
         os.close(fd)
 
 
@@ -357,13 +370,13 @@ class _Counter(asyncio.BufferedProtocol):
             self.done.set_result(None)
 
 
-async def raw_sendfile(path: Path, sizes: list[int]) -> tuple[float, int]:
+async def raw_sendfile(path: Path, sizes: list[int], threaded: bool) -> tuple[float, int]:
     """Seconds for ``len(sizes)`` connections to receive ``sizes`` bytes sent with sendfile."""
     ctx = multiprocessing.get_context("spawn")
     ready, go = ctx.Event(), ctx.Event()
     port = free_port()
     proc = ctx.Process(
-        target=_sendfile_process, args=(port, str(path), sizes, ready, go), daemon=True
+        target=_sendfile_process, args=(port, str(path), sizes, threaded, ready, go), daemon=True
     )
     proc.start()
     try:
@@ -481,7 +494,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
     )
 
     data_dir = workdir / "data"
-    overrides = ["log.flush.interval.messages=9223372036854775807"]
+    overrides = ["log.flush.interval.messages=9223372036854775807", *args.broker_override]
     if args.profile:
         broker = start_profiled_broker(data_dir, args.profile, overrides)
     else:
@@ -519,7 +532,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
     log_bytes = sum(f.stat().st_size for f in log_files)
     lines.append(
         f"fetch: {len(fetches):,} Fetch v{FETCH_VERSION} requests of {per_fetch} batches "
-        f"({max_bytes:,} B), log {log_bytes:,} B in {len(log_files)} segment(s)"
+        f"({max_bytes:,} B) x {args.fetch_passes} passes over the log, "
+        f"log {log_bytes:,} B in {len(log_files)} segment(s)"
     )
     results: list[Figure] = []
     for zero_copy in ("true", "false"):
@@ -533,32 +547,46 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
             best_s, received = float("inf"), 0
             for _ in range(args.rounds):  # read-only: repeat, keep the best
                 seconds, received = await run_pipelines(
-                    broker.host, broker.port, split(fetches, conns), args.window
+                    broker.host, broker.port, split(fetches * args.fetch_passes, conns), args.window
                 )
                 best_s = min(best_s, seconds)
         finally:
             broker.stop()
-        if received < log_bytes:
+        if received < log_bytes * args.fetch_passes:
             raise RuntimeError(f"fetch received {received} B < log size {log_bytes} B")
-        results.append(Figure(f"broker fetch (zero.copy={zero_copy})", best_s, received, records))
-    # Raw sendfile: a file as large as what the broker sent, split over the same connections.
+        results.append(
+            Figure(
+                f"broker fetch (zero.copy={zero_copy})",
+                best_s,
+                received,
+                records * args.fetch_passes,
+            )
+        )
+    # Raw sendfile: a file as large as what the broker sent (the log once per pass, plus the
+    # bytes of the response headers), split over the same connections.
+    total = results[0].nbytes
+    padding = max(0, total // args.fetch_passes - log_bytes)
     blob = workdir / "blob"
     with open(blob, "wb") as f:
-        for seg in log_files:
-            with open(seg, "rb") as src:
-                shutil.copyfileobj(src, f, 4 * MiB)
-    total = results[0].nbytes
-    with open(blob, "ab") as f:  # the responses' headers make the total a bit larger than the log
-        f.write(b"\0" * max(0, total - log_bytes))
+        for _ in range(args.fetch_passes):
+            for seg in log_files:
+                with open(seg, "rb") as src:
+                    shutil.copyfileobj(src, f, 4 * MiB)
+            f.write(b"\0" * padding)
+    total = blob.stat().st_size
     sizes = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
-    raw_seconds, raw_bytes = float("inf"), 0
-    for _ in range(args.rounds):
-        seconds, raw_bytes = await raw_sendfile(blob, sizes)
-        raw_seconds = min(raw_seconds, seconds)
-    raw_fetch = Figure("raw sendfile (same bytes)", raw_seconds, raw_bytes, records)
-    lines.append(raw_fetch.line())
+    raws = []
+    for threaded in (False, True):
+        raw_seconds, raw_bytes = float("inf"), 0
+        for _ in range(args.rounds):
+            seconds, raw_bytes = await raw_sendfile(blob, sizes, threaded)
+            raw_seconds = min(raw_seconds, seconds)
+        name = f"raw sendfile ({conns} threads)" if threaded else "raw sendfile (1 thread)"
+        raws.append(Figure(name, raw_seconds, raw_bytes, records * args.fetch_passes))
+    raw_fetch, raw_threaded = raws
+    lines.extend(r.line() for r in raws)
     for fig in results:
-        lines.append(fig.line(raw_fetch))
+        lines.append(fig.line(raw_fetch) + f", {fig.mb_s / raw_threaded.mb_s:.2f} x threaded")
     best = max(results, key=lambda r: r.mb_s)
     verdict = "meets" if best.mb_s >= FETCH_TARGET_RATIO * raw_fetch.mb_s else "BELOW"
     lines.append(f"  target >= {FETCH_TARGET_RATIO} x raw sendfile: {verdict} (best: {best.name})")
@@ -593,6 +621,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--connections", type=int, default=3, help="client connections")
     parser.add_argument("--window", type=int, default=8, help="requests in flight per connection")
     parser.add_argument("--fetch-batches", type=int, default=8, help="batches per Fetch response")
+    parser.add_argument(
+        "--fetch-passes", type=int, default=None, help="times the log is read per round"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: temp)")
     parser.add_argument(
         "--profile", type=Path, default=None, help="cProfile the broker during produce"
@@ -601,9 +632,18 @@ def main(argv: list[str]) -> int:
         "--profile-fetch", type=Path, default=None, help="cProfile the zero-copy fetch broker"
     )
     parser.add_argument("--rounds", type=int, default=3, help="fetch/raw rounds (best is kept)")
+    parser.add_argument(
+        "--broker-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker --override (repeatable), e.g. socket.send.buffer.bytes=4194304",
+    )
     args = parser.parse_args(argv)
     if args.records is None:
         args.records = 500_000 if args.quick else 3_000_000
+    if args.fetch_passes is None:
+        args.fetch_passes = 1 if args.quick else 3
     with contextlib.suppress(ImportError):
         import uvloop
 

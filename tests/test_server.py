@@ -257,6 +257,31 @@ async def test_create_topics_errors(server: Server, client: WireClient) -> None:
     assert server.log_manager.topics() == {"t1": 3, "t6": 1}
 
 
+async def test_create_topics_with_assignments_and_duplicates(
+    server: Server, client: WireClient
+) -> None:
+    topic = m.CreateTopicsRequest.CreatableTopic
+    assign = m.CreateTopicsRequest.CreatableReplicaAssignment
+    req = m.CreateTopicsRequest(
+        topics=[
+            topic(name="as-ok", num_partitions=-1, replication_factor=-1,
+                  assignments=[assign(partition_index=i, broker_ids=[0]) for i in range(3)]),
+            topic(name="as-bad", num_partitions=-1, replication_factor=-1,
+                  assignments=[assign(partition_index=0, broker_ids=[0, 1])]),
+            topic(name="as-mixed", num_partitions=2, replication_factor=1,
+                  assignments=[assign(partition_index=0, broker_ids=[0])]),
+            topic(name="dup", num_partitions=1, replication_factor=1),
+            topic(name="dup", num_partitions=1, replication_factor=1),
+        ],
+        timeout_ms=1000,
+    )  # fmt: skip
+    resp = await client.request(CREATE_TOPICS, 4, req)
+    codes = [(t.name, t.error_code) for t in resp.topics]
+    assert codes == [("as-ok", 0), ("as-bad", 39), ("as-mixed", 42), ("dup", 42), ("dup", 42)]
+    assert all(t.error_message for t in resp.topics[1:])
+    assert server.log_manager is not None and server.log_manager.topics() == {"as-ok": 3}
+
+
 async def test_delete_topics(server: Server, client: WireClient) -> None:
     assert await create_topic(client, "gone") == 0
     resp = await client.request(DELETE_TOPICS, 3, m.DeleteTopicsRequest(

@@ -110,6 +110,7 @@ def spark() -> Iterator[Any]:
     import pipeline
 
     pipeline.python_worker_env()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # driver and workers on loopback only
     from pyspark.sql import SparkSession
 
     with warnings.catch_warnings():

@@ -16,7 +16,9 @@ fetch is already travelling while the application processes the current records.
 Positions: each partition has the *position* (offset of the next record handed to the
 application) and the *fetch position* (next offset to request, ahead by what is buffered). A
 seek bumps the partition's epoch, clears its buffer and resets both; fetch responses for an old
-epoch are dropped, so nothing from before a seek is ever returned after it.
+epoch are dropped, so nothing from before a seek is ever returned after it. As in Kafka's
+consumer, a fetch already parked at the broker (long poll) is not cancelled: records from the new
+position can take up to ``fetch_max_wait_ms`` to arrive after a seek.
 
 A partition without a position (just assigned) gets one from ``auto_offset_reset``: "latest"
 (default, like Kafka), "earliest", or "none" (raise :class:`NoOffsetForPartitionError` until the
@@ -37,7 +39,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -154,6 +156,8 @@ class Consumer:
             allow_auto_topic_creation=False,
         )
         self._states: dict[TopicPartition, _PartitionState] = {}
+        self._current: _PartitionState | None = None  # partition __anext__ reads from
+        self._next_start = 0  # where _take starts scanning: round robin across partitions
         self._fetcher: asyncio.Task[None] | None = None
         self._data = asyncio.Event()  # records buffered or an error stored
         self._wake_fetcher = asyncio.Event()  # assignment / seek / room in a buffer
@@ -211,6 +215,7 @@ class Consumer:
         wanted = [TopicPartition(*tp) for tp in partitions]
         old = self._states
         self._states = {}
+        self._current = None
         for tp in wanted:
             state = old.get(tp)
             if state is None:
@@ -418,18 +423,28 @@ class Consumer:
             for records in got.values():
                 return records[0]
 
-    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
-        return self._iterate()
+    def __aiter__(self) -> Consumer:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
+    async def __anext__(self) -> ConsumerRecord:
+        """The next record, waiting as long as it takes; iteration ends when the consumer is
+        stopped. The position moves past exactly the records returned, so ``break`` loses
+        nothing and a ``seek`` in the loop body takes effect with the next record."""
         while True:
+            state = self._current
+            if state is not None and state.buffer and not state.paused and state.error is None:
+                record = state.buffer.popleft()
+                state.position = record.offset + 1
+                if len(state.buffer) < self.max_buffered_records:
+                    self._wake_fetcher.set()
+                return record
             try:
-                got = await self.getmany(timeout_ms=1_000, max_records=500)
+                got = await self.getmany(timeout_ms=1_000, max_records=1)
             except ConsumerStoppedError:
-                return
-            for records in got.values():
-                for record in records:
-                    yield record
+                raise StopAsyncIteration from None
+            for tp, records in got.items():
+                self._current = self._states[tp]
+                return records[0]
 
     def _check_running(self) -> None:
         if self._closed:
@@ -441,10 +456,14 @@ class Consumer:
         self, partitions: Sequence[TopicPartition], max_records: int | None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         tps = [TopicPartition(*tp) for tp in partitions] or list(self._states)
+        start = 0
+        if len(tps) > 1:  # start where the last call stopped, so no partition starves
+            start = self._next_start % len(tps)
+            tps = tps[start:] + tps[:start]
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         budget = max_records if max_records is not None else 1 << 62
         woke = False
-        for tp in tps:
+        for i, tp in enumerate(tps):
             state = self._states.get(tp)
             if state is None:
                 continue
@@ -459,6 +478,7 @@ class Consumer:
             budget -= n
             state.position = taken[-1].offset + 1
             out[tp] = taken
+            self._next_start = start + i + 1
             if len(buf) < self.max_buffered_records:
                 woke = True
         if woke:

@@ -1,0 +1,139 @@
+"""EmbeddedBroker in its three forms (on the caller's loop, in a thread, as a subprocess), used by
+real clients: ours, kafka-python (blocking) and confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from client import Consumer, Producer, TopicPartition
+from server import EmbeddedBroker
+
+with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use (3.11)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KpTP
+
+BOUND = 20.0
+
+
+async def roundtrip(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
+    async with Producer(bootstrap) as p:
+        for v in values:
+            await p.send_and_wait(topic, v, partition=0)
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition(topic, 0)])
+        got = await asyncio.wait_for(c.getmany(timeout_ms=5_000, max_records=len(values)), BOUND)
+    return [r.value for r in got.get(TopicPartition(topic, 0), [])]
+
+
+async def test_async_form_on_the_callers_loop() -> None:
+    broker = EmbeddedBroker(properties={"num.partitions": "2"})
+    with pytest.raises(RuntimeError):
+        _ = broker.bootstrap_servers
+    async with broker as b:
+        assert b.running and b.server is not None and b.port > 0
+        assert b.bootstrap_servers == f"127.0.0.1:{b.port}"
+        assert await roundtrip(b.bootstrap_servers, "t", [b"a", b"b"]) == [b"a", b"b"]
+        async with Producer(b.bootstrap_servers) as p:
+            assert await p.partitions_for("two") == [0, 1]  # properties reach the broker
+        data_dir = b.data_dir
+        assert (data_dir / "t-0").is_dir()
+    assert not broker.running
+    assert not data_dir.exists()  # the temporary data dir is removed
+    with pytest.raises(RuntimeError, match="twice"):
+        await broker.start()
+
+
+def test_sync_form_with_a_blocking_client() -> None:
+    with EmbeddedBroker() as b:
+        producer = KafkaProducer(bootstrap_servers=b.bootstrap_servers)
+        try:
+            meta = producer.send("kp", b"hello", key=b"k").get(timeout=BOUND)
+        finally:
+            producer.close(timeout=5)
+        consumer = KafkaConsumer(
+            bootstrap_servers=b.bootstrap_servers, auto_offset_reset="earliest",
+            consumer_timeout_ms=5_000,
+        )  # fmt: skip
+        try:
+            consumer.assign([KpTP("kp", meta.partition)])
+            got = next(iter(consumer))
+        finally:
+            consumer.close()
+        assert (got.offset, got.key, got.value) == (meta.offset, b"k", b"hello")
+        data_dir = b.data_dir
+    assert not data_dir.exists()
+
+
+async def test_sync_form_also_serves_async_tests() -> None:
+    with EmbeddedBroker() as b:
+        assert await roundtrip(b.bootstrap_servers, "t", [b"x"]) == [b"x"]
+
+
+@pytest.mark.interop
+def test_subprocess_form_with_confluent_kafka() -> None:
+    from confluent_kafka import Consumer as CkConsumer
+    from confluent_kafka import Producer as CkProducer
+    from confluent_kafka import TopicPartition as CkTP
+
+    with EmbeddedBroker(mode="subprocess") as b:
+        assert b.process is not None and b.process.poll() is None
+        producer = CkProducer({"bootstrap.servers": b.bootstrap_servers})
+        producer.produce("ck", b"from-librdkafka", partition=0)
+        assert producer.flush(BOUND) == 0
+        consumer = CkConsumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "unused",
+                               "enable.auto.commit": False})  # fmt: skip
+        try:
+            consumer.assign([CkTP("ck", 0, 0)])
+            msg = None
+            for _ in range(50):
+                msg = consumer.poll(0.2)
+                if msg is not None:
+                    break
+            assert msg is not None and msg.error() is None and msg.value() == b"from-librdkafka"
+        finally:
+            consumer.close()
+        proc = b.process
+    assert proc.returncode == 0  # SIGTERM: graceful shutdown
+
+
+async def test_given_data_dir_is_kept_and_reopened(tmp_path: Path) -> None:
+    data = tmp_path / "keep"
+    async with EmbeddedBroker(data) as b:
+        await roundtrip(b.bootstrap_servers, "durable", [b"1", b"2"])
+    assert (data / "durable-0").is_dir()
+    async with EmbeddedBroker(data) as b:
+        async with Consumer(b.bootstrap_servers, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("durable", 0)])
+            got = await c.getmany(timeout_ms=5_000)
+        assert [r.value for r in got[TopicPartition("durable", 0)]] == [b"1", b"2"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_port_in_use_fails_cleanly(sync: bool) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = EmbeddedBroker(port=taken.getsockname()[1])
+        with pytest.raises(OSError):
+            if sync:
+                broker.start_sync()
+            else:
+                await broker.start()
+    assert not broker.running
+
+
+def test_importing_server_stays_light() -> None:
+    code = (
+        "import sys, server; from server import EmbeddedBroker; "
+        "assert 'server.server' not in sys.modules and 'server.log' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()

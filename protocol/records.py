@@ -1002,10 +1002,26 @@ def validate_batch(
     # CRC compared with the parsed field (no second unpack), no helper calls on success.
     view = memoryview(batch)
     header = parse_header(view)
-    size = header.batch_length + LOG_OVERHEAD
+    # One tuple unpack instead of a named-field lookup per use.
+    (
+        base_offset,
+        batch_length,
+        _epoch,
+        _magic,
+        crc,
+        attributes,
+        last_delta,
+        _base_timestamp,
+        _max_timestamp,
+        _producer_id,
+        _producer_epoch,
+        _base_sequence,
+        count,
+    ) = header
+    size = batch_length + LOG_OVERHEAD
     if size != len(view):
         raise CorruptRecordError(
-            f"batchLength {header.batch_length} says {size} bytes, {len(view)} bytes present",
+            f"batchLength {batch_length} says {size} bytes, {len(view)} bytes present",
             field="batchLength",
             position=LENGTH_OFFSET,
         )
@@ -1015,20 +1031,17 @@ def validate_batch(
             field="batchSize",
             position=LENGTH_OFFSET,
         )
-    attributes = header.attributes
     codec = attributes & ATTR_COMPRESSION_MASK
     if codec > COMPRESSION_ZSTD:
         raise CorruptRecordError(
             f"unknown compression codec {codec}", field="attributes", position=ATTRIBUTES_OFFSET
         )
-    if crc32c(view[ATTRIBUTES_OFFSET:]) != header.crc:
+    if crc32c(view[ATTRIBUTES_OFFSET:]) != crc:
         verify_crc(view)  # raises, with the message
-    count = header.record_count
-    last_delta = header.last_offset_delta
     if from_client:
-        if header.base_offset != 0:
+        if base_offset != 0:
             raise CorruptRecordError(
-                f"baseOffset {header.base_offset} from a client (must be 0)",
+                f"baseOffset {base_offset} from a client (must be 0)",
                 field="baseOffset",
                 position=BASE_OFFSET_OFFSET,
             )

@@ -530,31 +530,53 @@ class Log:
         max_timestamp = rec.NO_TIMESTAMP
         offset_of_max = first_offset
         record_count = 0
-        # (position, size, last offset, max timestamp) of each batch, offsets assigned
-        placed: list[tuple[int, int, int, int]] = []
-        for position, header in headers:
+        # (position, size, last offset, max timestamp) of each batch, offsets assigned; None for
+        # a single batch, which is rewritten below without the per-batch bookkeeping.
+        placed: list[tuple[int, int, int, int]] | None = None
+        if len(headers) == 1:
+            header = headers[0][1]
             # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one contiguous store.
-            _OFFSET_LENGTH_EPOCH.pack_into(
-                buf, position, next_offset, header.batch_length, leader_epoch
-            )
-            batch_last = next_offset + header.last_offset_delta
-            size = header.batch_length + rec.LOG_OVERHEAD
+            _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, first_offset, header.batch_length, leader_epoch)
             if log_append_time >= 0:
-                with memoryview(buf)[position : position + size] as batch:
-                    rec.stamp_log_append_time(batch, log_append_time)
+                rec.stamp_log_append_time(buf, log_append_time)  # buf is exactly this batch
                 batch_max = log_append_time
             else:
                 batch_max = header.max_timestamp
             if batch_max > max_timestamp:
-                max_timestamp, offset_of_max = batch_max, batch_last
-            record_count += header.record_count
-            placed.append((position, size, batch_last, batch_max))
-            next_offset = batch_last + 1
+                max_timestamp, offset_of_max = batch_max, last_offset
+            record_count = header.record_count
+        else:
+            placed = []
+            for position, header in headers:
+                _OFFSET_LENGTH_EPOCH.pack_into(
+                    buf, position, next_offset, header.batch_length, leader_epoch
+                )
+                batch_last = next_offset + header.last_offset_delta
+                size = header.batch_length + rec.LOG_OVERHEAD
+                if log_append_time >= 0:
+                    with memoryview(buf)[position : position + size] as batch:
+                        rec.stamp_log_append_time(batch, log_append_time)
+                    batch_max = log_append_time
+                else:
+                    batch_max = header.max_timestamp
+                if batch_max > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max, batch_last
+                record_count += header.record_count
+                placed.append((position, size, batch_last, batch_max))
+                next_offset = batch_last + 1
 
         # The roll decision covers the whole request (it must fit one segment), as Kafka's.
-        self._maybe_roll(total, max_timestamp, last_offset)
         active = self._segments[-1]
-        if len(placed) == 1:
+        if active.should_roll(
+            messages_size=total,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            now_ms=self._clock(),
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+        ):
+            active = self.roll(self._leo)
+        if placed is None:
             active.append(last_offset, max_timestamp, offset_of_max, buf)
         else:
             # One call per batch: the segment indexes per append call, and recovery indexes per
@@ -584,18 +606,6 @@ class Log:
             offset_of_max,
             total,  # valid_bytes
         )
-
-    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> None:
-        segment = self.active_segment
-        if segment.should_roll(
-            messages_size=size,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=last_offset,
-            now_ms=self._clock(),
-            segment_bytes=self._config.segment_bytes,
-            segment_ms=self._config.segment_ms,
-        ):
-            self.roll(self._leo)
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)`` and return it.

@@ -344,6 +344,46 @@ SyncGroup = api(
     ],
 )
 
+DescribeGroups = api(
+    15, "DescribeGroups", versions="0-4", flexible="5+",
+    request=[
+        F("groups", "[]string"),
+        F("include_authorized_operations", "bool", "3+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("groups", "[]DescribedGroup", fields=[
+            F("error_code", "int16"),
+            F("group_id", "string"),
+            F("group_state", "string"),
+            F("protocol_type", "string"),
+            F("protocol_data", "string"),
+            F("members", "[]DescribedGroupMember", fields=[
+                F("member_id", "string"),
+                F("group_instance_id", "string", "4+", nullable="4+", default=None),
+                F("client_id", "string"),
+                F("client_host", "string"),
+                F("member_metadata", "bytes"),
+                F("member_assignment", "bytes"),
+            ]),
+            F("authorized_operations", "int32", "3+", default=-2147483648),
+        ]),
+    ],
+)
+
+ListGroups = api(
+    16, "ListGroups", versions="0-2", flexible="3+",
+    request=[],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("groups", "[]ListedGroup", fields=[
+            F("group_id", "string"),
+            F("protocol_type", "string"),
+        ]),
+    ],
+)
+
 ApiVersions = api(
     18, "ApiVersions", versions="0-3", flexible="3+",
     request=[
@@ -456,6 +496,20 @@ InitProducerId = api(
     ],
 )
 
+DeleteGroups = api(
+    42, "DeleteGroups", versions="0-1", flexible="2+",
+    request=[
+        F("groups_names", "[]string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]DeletableGroupResult", fields=[
+            F("group_id", "string"),
+            F("error_code", "int16"),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -463,8 +517,8 @@ APIS: dict[int, Api] = {
     a.key: a
     for a in (
         Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
-        JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ApiVersions, CreateTopics, DeleteTopics,
-        DeleteRecords, InitProducerId,
+        JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
+        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, DeleteGroups,
     )
 }  # fmt: skip
 
@@ -490,6 +544,10 @@ LeaveGroupRequest: type[Message] = LeaveGroup.request.cls
 LeaveGroupResponse: type[Message] = LeaveGroup.response.cls
 SyncGroupRequest: type[Message] = SyncGroup.request.cls
 SyncGroupResponse: type[Message] = SyncGroup.response.cls
+DescribeGroupsRequest: type[Message] = DescribeGroups.request.cls
+DescribeGroupsResponse: type[Message] = DescribeGroups.response.cls
+ListGroupsRequest: type[Message] = ListGroups.request.cls
+ListGroupsResponse: type[Message] = ListGroups.response.cls
 ApiVersionsRequest: type[Message] = ApiVersions.request.cls
 ApiVersionsResponse: type[Message] = ApiVersions.response.cls
 CreateTopicsRequest: type[Message] = CreateTopics.request.cls
@@ -500,3 +558,5 @@ DeleteRecordsRequest: type[Message] = DeleteRecords.request.cls
 DeleteRecordsResponse: type[Message] = DeleteRecords.response.cls
 InitProducerIdRequest: type[Message] = InitProducerId.request.cls
 InitProducerIdResponse: type[Message] = InitProducerId.response.cls
+DeleteGroupsRequest: type[Message] = DeleteGroups.request.cls
+DeleteGroupsResponse: type[Message] = DeleteGroups.response.cls

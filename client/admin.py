@@ -174,7 +174,9 @@ class Admin:
 
     async def partitions(self, topic: str) -> list[int]:
         """Partition ids of an existing topic."""
-        parts = await self._cluster.wait_for_topic(topic, self.request_timeout_ms)
+        parts = await self._cluster.wait_for_topic(
+            topic, self.request_timeout_ms, wait_for_creation=False
+        )
         return [p.partition for p in parts]
 
     async def delete_records(

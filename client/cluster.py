@@ -265,9 +265,13 @@ class Cluster:
         info = meta.partitions.get(tp.partition)
         return info.leader if info is not None and info.leader in self.brokers else -1
 
-    async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[PartitionInfo]:
+    async def wait_for_topic(
+        self, topic: str, timeout_ms: int, *, wait_for_creation: bool = True
+    ) -> list[PartitionInfo]:
         """Partitions of ``topic`` with leaders, refreshing metadata (with backoff) until it is
-        known or ``timeout_ms`` passes. Non-retriable topic errors raise at once."""
+        known or ``timeout_ms`` passes. Non-retriable topic errors raise at once; so does
+        UNKNOWN_TOPIC_OR_PARTITION unless ``wait_for_creation`` (a producer waits for
+        auto-creation; a consumer asking for a topic that does not exist gets the error)."""
         deadline = time.monotonic() + timeout_ms / 1000
         backoff = self.retry_backoff_ms / 1000
         while True:
@@ -275,7 +279,10 @@ class Cluster:
             if parts and all(p.leader >= 0 for p in parts):
                 return parts
             error = self.topic_error(topic)
-            if error is not None and not error.retriable:
+            if error is not None and (
+                not error.retriable
+                or (not wait_for_creation and isinstance(error, UnknownTopicOrPartition))
+            ):
                 raise error
             remaining = deadline - time.monotonic()
             if remaining <= 0:

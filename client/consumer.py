@@ -228,8 +228,9 @@ class Consumer:
         return set(self._states)
 
     async def partitions_for_topic(self, topic: str, timeout_ms: int = 30_000) -> list[int]:
-        """Partition ids of an existing ``topic`` (the consumer never auto-creates topics)."""
-        parts = await self._cluster.wait_for_topic(topic, timeout_ms)
+        """Partition ids of an existing ``topic`` (the consumer never auto-creates topics: an
+        unknown topic raises ``UnknownTopicOrPartition``)."""
+        parts = await self._cluster.wait_for_topic(topic, timeout_ms, wait_for_creation=False)
         return [p.partition for p in parts]
 
     async def topics(self) -> dict[str, int]:

@@ -1,0 +1,164 @@
+"""The ``sluice`` command line, run as a subprocess against a running broker; stdout checked."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.embedded import EmbeddedBroker
+from tests.broker_util import free_port
+
+SCRIPT = Path(sys.executable).with_name("sluice")
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "client.cli"]
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(properties={"num.partitions": "1"}) as b:
+        yield b
+
+
+def sluice(
+    broker: EmbeddedBroker | None, *args: str, stdin: str | None = None, status: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``sluice ARGS --bootstrap-server ...``; assert the exit status."""
+    extra = ["--bootstrap-server", broker.bootstrap_servers] if broker is not None else []
+    result = subprocess.run(
+        [*COMMAND, *args, *extra], input=stdin, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == status, f"{args}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def test_topics_lifecycle(broker: EmbeddedBroker) -> None:
+    out = sluice(broker, "topics", "create", "--topic", "cli-t", "--partitions", "3",
+                 "--config", "retention.ms=3600000").stdout  # fmt: skip
+    assert out == "Created topic cli-t.\n"
+    assert "cli-t" in sluice(broker, "topics", "list").stdout.splitlines()
+    described = sluice(broker, "topics", "describe", "--topic", "cli-t").stdout
+    rows = [line for line in described.splitlines() if "cli-t" in line]
+    assert len(rows) == 3
+    assert [re.findall(r"\S+", r.replace("│", " "))[:3] for r in rows] == [
+        ["cli-t", str(p), "0"] for p in range(3)
+    ]
+    again = sluice(broker, "topics", "create", "--topic", "cli-t", status=1)
+    assert "TopicAlreadyExists" in again.stderr
+    sluice(broker, "topics", "create", "--topic", "cli-t", "--if-not-exists")
+    assert sluice(broker, "topics", "delete", "--topic", "cli-t").stdout == "Deleted topic cli-t.\n"
+    assert "cli-t" not in sluice(broker, "topics", "list").stdout.splitlines()
+
+
+def test_topic_configs_are_applied(broker: EmbeddedBroker) -> None:
+    sluice(broker, "topics", "create", "--topic", "tiny", "--config", "max.message.bytes=200")
+    sluice(broker, "produce", "--topic", "tiny", stdin="short\n")
+    failed = sluice(broker, "produce", "--topic", "tiny", stdin="x" * 1000 + "\n", status=1)
+    assert "records failed" in failed.stderr
+
+
+def test_produce_and_consume_lines(broker: EmbeddedBroker) -> None:
+    produced = sluice(broker, "produce", "--topic", "lines", "--key-separator", ":",
+                      "--header", "source=cli", "--header", "n=1",
+                      stdin="k1:first\nk2:second:with:colons\nk1:third\n")  # fmt: skip
+    assert "Produced 3 record(s)" in produced.stderr
+    out = sluice(broker, "consume", "--topic", "lines", "--from-beginning", "--max-messages", "3")
+    assert out.stdout == "first\nsecond:with:colons\nthird\n"
+    assert "Processed a total of 3 messages" in out.stderr
+    keyed = sluice(broker, "consume", "--topic", "lines", "--from-beginning", "--max-messages",
+                   "1", "--print-key", "--key-separator", "=")  # fmt: skip
+    assert keyed.stdout == "k1=first\n"
+    as_json = sluice(broker, "consume", "--topic", "lines", "--from-beginning", "--max-messages",
+                     "3", "--format", "json").stdout  # fmt: skip
+    records = [json.loads(line) for line in as_json.splitlines()]
+    assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+        (0, "k1", "first"), (1, "k2", "second:with:colons"), (2, "k1", "third"),
+    ]  # fmt: skip
+    assert records[0]["headers"] == [["source", "cli"], ["n", "1"]]
+    assert records[0]["topic"] == "lines" and records[0]["partition"] == 0
+
+
+def test_produce_from_file_and_consume_from_offset(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"line-{i}\n" for i in range(10)))
+    sluice(broker, "produce", "--topic", "fromfile", "--file", str(source))
+    out = sluice(broker, "consume", "--topic", "fromfile", "--partition", "0", "--offset", "7",
+                 "--max-messages", "3").stdout  # fmt: skip
+    assert out == "line-7\nline-8\nline-9\n"
+
+
+def test_consume_from_timestamp_and_latest(broker: EmbeddedBroker) -> None:
+    sluice(broker, "produce", "--topic", "timed", stdin="old\n")
+    marker = json.loads(sluice(broker, "consume", "--topic", "timed", "--from-beginning",
+                               "--max-messages", "1", "--format", "json").stdout)  # fmt: skip
+    sluice(broker, "produce", "--topic", "timed", stdin="new\n")
+    # "new" was produced a whole CLI run after "old": its timestamp is later.
+    after = sluice(broker, "consume", "--topic", "timed", "--timestamp",
+                   str(marker["timestamp"] + 1), "--max-messages", "1").stdout  # fmt: skip
+    assert after == "new\n"
+    from_marker = sluice(broker, "consume", "--topic", "timed", "--timestamp",
+                         str(marker["timestamp"]), "--max-messages", "2").stdout  # fmt: skip
+    assert from_marker == "old\nnew\n"
+    latest = sluice(broker, "consume", "--topic", "timed", "--timeout-ms", "500")
+    assert latest.stdout == ""
+    assert "Processed a total of 0 messages" in latest.stderr
+
+
+def test_bad_input(broker: EmbeddedBroker) -> None:
+    missing = sluice(broker, "produce", "--topic", "sep", "--key-separator", ":",
+                     stdin="a:1\nno separator\n", status=1)  # fmt: skip
+    assert "line 2: no key separator" in missing.stderr
+    usage = sluice(broker, "consume", "--topic", "sep", "--offset", "3", status=2)
+    assert "--offset needs --partition" in usage.stderr
+    unknown = sluice(broker, "consume", "--topic", "does-not-exist", "--timeout-ms", "100",
+                     status=1)  # fmt: skip
+    assert "UnknownTopicOrPartition" in unknown.stderr
+
+
+def test_unreachable_broker_exits_1() -> None:
+    result = subprocess.run(
+        [*COMMAND, "topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "no broker reachable" in result.stderr
+
+
+def test_offsets(broker: EmbeddedBroker) -> None:
+    sluice(broker, "topics", "create", "--topic", "offs", "--partitions", "2")
+    sluice(broker, "produce", "--topic", "offs", "--partition", "1", stdin="a\nb\nc\n")
+    assert sluice(broker, "offsets", "--topic", "offs").stdout == "offs:0:0\noffs:1:3\n"
+    earliest = sluice(broker, "offsets", "--topic", "offs", "--time", "-2", "--partition", "1")
+    assert earliest.stdout == "offs:1:0\n"
+    future = sluice(broker, "offsets", "--topic", "offs", "--time", "4000000000000")
+    assert future.stdout == "offs:0:\noffs:1:\n"  # no record that late
+
+
+def test_dump_log(broker: EmbeddedBroker) -> None:
+    sluice(broker, "produce", "--topic", "dumped", stdin="alpha\nbeta\n")
+    segment = next((broker.data_dir / "dumped-0").glob("*.log"))
+    out = sluice(None, "dump-log", "--files", str(segment), "--print-data-log").stdout
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in out
+    assert "payload: alpha" in out and "payload: beta" in out
+    verify = sluice(None, "dump-log", "--verify", str(broker.data_dir)).stdout
+    assert re.search(r"Verified \d+ partition\(s\) under .*: 0 problem\(s\)", verify)
+
+
+def test_perf_produce_and_consume(broker: EmbeddedBroker) -> None:
+    out = sluice(broker, "perf", "produce", "--topic", "perf", "--num-records", "2000",
+                 "--record-size", "50").stdout  # fmt: skip
+    assert re.fullmatch(
+        r"2000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
+        r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.\n",
+        out,
+    )
+    assert sluice(broker, "offsets", "--topic", "perf").stdout == "perf:0:2000\n"
+    consumed = sluice(broker, "perf", "consume", "--topic", "perf", "--messages", "2000").stdout
+    assert re.fullmatch(
+        r"2000 records consumed, 0\.10 MB, [\d.]+ records/sec \([\d.]+ MB/sec\) in [\d.]+ s\n",
+        consumed,
+    )

@@ -181,6 +181,10 @@ def _flatten_ours(msg: Any, s: StructSchema, version: int, out: list[Any]) -> li
                     out.append(x)
         elif f.struct is not None:
             _flatten_ours(v, f.struct, version, out)
+        elif f.name.endswith("authorized_operations") and v == -(2**31):
+            # INT32_MIN is Kafka's "operations not requested"; kafka-python's BitField decodes
+            # exactly that value as None (and encodes None back to it).
+            out.append(None)
         else:
             out.append(bytes(v) if isinstance(v, memoryview) else v)
     return out
@@ -548,3 +552,16 @@ async def test_aiokafka_reads_our_metadata(metadata_server: Any) -> None:
     finally:
         await consumer.stop()
     assert [k for k, _, _ in metadata_server.seen][:2] == [18, 3]
+
+
+@pytest.mark.parametrize("lib", sorted(_HAND))
+def test_authorized_operations_sentinel_agrees_with_hand_written_classes(lib: str) -> None:
+    # Found by hypothesis: INT32_MIN ("not requested") round-trips as None in kafka-python.
+    if (3, 8, "response") not in _HAND[lib]:
+        pytest.skip(f"{lib} has no Metadata v8 response class")
+    schema = m.APIS[3].response
+    msg = m.MetadataResponse(brokers=[], topics=[], cluster_authorized_operations=-(2**31))
+    ours = schema.encode(msg, 8)
+    theirs = _HAND[lib][(3, 8, "response")].decode(io.BytesIO(ours))
+    assert _flatten_theirs(theirs, []) == _flatten_ours(msg, schema.struct, 8, [])
+    assert bytes(theirs.encode()) == ours

@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 import sys
 
-KNOWN = ("storage", "broker")
+KNOWN = ("storage", "broker", "spark")
 
 
 def main(argv: list[str]) -> int:

@@ -492,6 +492,9 @@ async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: in
         raise click.ClickException(f"only {result.records} of {messages} records arrived")
 
 
+cli.add_command(__import__("pipeline.cli", fromlist=["pipeline"]).pipeline)  # Spark jobs (K)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (``sluice``)."""
     cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="sluice")

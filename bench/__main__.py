@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 import sys
 
-KNOWN = ("storage", "broker", "spark")
+KNOWN = ("storage", "broker", "spark", "embedded", "client_perf")
 
 
 def main(argv: list[str]) -> int:

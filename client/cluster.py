@@ -253,6 +253,14 @@ class Cluster:
             return None
         return [meta.partitions[i] for i in sorted(meta.partitions)]
 
+    def partition_count(self, topic: str) -> int | None:
+        """Number of partitions of ``topic`` if known and without error (the producer's hot
+        path: no list built)."""
+        meta = self._topics.get(topic)
+        if meta is None or meta.error_code or not meta.partitions:
+            return None
+        return len(meta.partitions)
+
     def topic_error(self, topic: str) -> KafkaError | None:
         meta = self._topics.get(topic)
         return for_code(meta.error_code)() if meta is not None and meta.error_code else None

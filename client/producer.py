@@ -231,10 +231,9 @@ class Producer:
         key_b = _as_bytes(key)
         value_b = _as_bytes(value)
         hdrs = [(k, _as_bytes(v)) for k, v in headers] if headers else []
-        parts = self._cluster.partitions_for(topic)
-        if parts is None:
-            parts = await self._cluster.wait_for_topic(topic, self.max_block_ms)
-        n = len(parts)
+        n = self._cluster.partition_count(topic)
+        if n is None:
+            n = len(await self._cluster.wait_for_topic(topic, self.max_block_ms))
         if partition is None:
             if key_b is not None:
                 partition = self.partitioner(key_b, n)

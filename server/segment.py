@@ -284,8 +284,14 @@ class LogSegment:
         largest_timestamp: int,
         offset_of_max_timestamp: int,
         records: Buffer,
+        *,
+        rest: Buffer = b"",
     ) -> None:
         """Append ``records`` (one or more whole, validated batches with offsets assigned).
+
+        ``rest``, if given, is written right after ``records`` and counts as part of them: the
+        Log passes a big batch as its rewritten header (``records``) and its untouched body
+        (``rest``) rather than copying a megabyte to change 16 bytes.
 
         ``largest_offset``: last offset in ``records``; ``largest_timestamp``: their max
         timestamp; ``offset_of_max_timestamp``: the offset the time index should map it to. Pass
@@ -298,7 +304,8 @@ class LogSegment:
         Only the partition's append path calls this, after :meth:`should_roll` said no.
         """
         # Hot path (once per produced batch): locals and cached index fields, no helper calls.
-        size = len(records)
+        head = len(records)
+        size = head + len(rest)
         if size == 0:
             return
         if not 0 <= largest_offset - self.base_offset <= _INT32_MAX:
@@ -324,6 +331,8 @@ class LogSegment:
         position = self._size
         try:
             self._file.pwrite(records, position)
+            if rest:
+                self._file.pwrite(rest, position + head)
         except OSError:
             # Do not leave a torn batch behind the size we report: later appends overwrite
             # from `position` anyway (pwrite), and recovery would cut it, but readers of the raw

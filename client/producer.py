@@ -289,6 +289,21 @@ class Producer:
     # --- sender ------------------------------------------------------------------------------
 
     async def _run_sender(self) -> None:
+        try:
+            await self._sender_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A bug must not leave delivery futures hanging forever: fail them all, refuse sends.
+            self._closed = True
+            acc = self._accumulator
+            assert acc is not None
+            acc.abort_all(exc)
+            for batch in acc.pending():
+                batch.fail(exc)
+            raise
+
+    async def _sender_loop(self) -> None:
         acc = self._accumulator
         assert acc is not None
         delivery_timeout = self.delivery_timeout_ms / 1000

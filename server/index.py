@@ -389,6 +389,12 @@ class AbstractIndex:
             self._map = mmap.mmap(file.fileno(), self._length, access=access, trackfd=False)
         else:
             self._map = mmap.mmap(file.fileno(), self._length, access=access)
+        # Index access is random (binary search) or append-at-the-end, never a sequential scan
+        # worth read-ahead. Measured on Linux 6.18/ext4: without this advice a preallocated
+        # 10 MiB index map being appended to slowed every write() of the *log* by ~0.35 us per
+        # 4 KiB page (a 1 MiB append: ~225 -> ~315 us); with it the cost is gone.
+        if hasattr(mmap, "MADV_RANDOM"):
+            self._map.madvise(mmap.MADV_RANDOM)
 
     def _check_open(self) -> None:
         if self._closed:

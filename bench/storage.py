@@ -4,9 +4,10 @@
 
 For 1 MiB and 16 KiB producer batches (pre-built, uncompressed, 1 KiB values):
 
-* **append**: ``Log.append_as_leader`` (validate: header + CRC-32C; copy once; assign offsets;
-  roll when due; pwrite) + ``maybe_increment_high_watermark``, vs ``os.write`` of the same batch
-  bytes, the same number of calls, to a plain file. Target: log >= 0.7 x raw.
+* **append**: ``Log.append_as_leader`` (validate: header + CRC-32C; copy the batch, or only
+  its header for a single batch >= 256 KiB; assign offsets; roll when due; pwrite; index) +
+  ``maybe_increment_high_watermark``, vs ``os.write`` of the same batch bytes, the same number
+  of calls, to a plain file. Target: log >= 0.7 x raw.
 * **read**: a consumer-style loop of ``Log.read`` (1 MiB max_bytes, HW-bounded) + ``read_bytes``
   (pread: the copying path; the broker can sendfile the slice instead), vs ``os.read`` of the
   segment files in 1 MiB chunks.

@@ -53,7 +53,7 @@ from protocol.errors import (
     UnknownTopicOrPartition,
     for_code,
 )
-from protocol.records import iter_records
+from protocol.records import decode_batch, iter_batches
 
 from .cluster import Cluster, TopicPartition
 from .errors import (
@@ -634,34 +634,32 @@ class Consumer:
         return False
 
     def _append_records(self, tp: TopicPartition, state: _PartitionState, data: Any) -> None:
+        """Decode a Fetch response's records into the partition's buffer, batch by batch
+        (protocol.records verifies each CRC and decompresses). A corrupt batch stops the
+        partition there: its error goes to the application, the position stays before it."""
         if not data:
             return
         start = state.fetch_position
         assert start is not None
-        next_offset = start
         buf = state.buffer
         topic, partition = tp
         try:
-            for header, rec in iter_records(data, allow_partial_tail=True):
-                next_offset = max(next_offset, header.next_offset)
-                # A compressed batch is fetched whole, so it may begin before the position.
-                if header.is_control or rec.offset < start:
+            for _, header, view in iter_batches(data, allow_partial_tail=True):
+                if header.is_control or header.next_offset <= start:
+                    state.fetch_position = max(header.next_offset, start)
                     continue
-                buf.append(
+                ts_type = header.timestamp_type
+                buf.extend(
                     ConsumerRecord(
-                        topic,
-                        partition,
-                        rec.offset,
-                        rec.timestamp,
-                        header.timestamp_type,
-                        rec.key,
-                        rec.value,
-                        rec.headers,
+                        topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers
                     )
+                    for r in decode_batch(view).records
+                    # a compressed batch is fetched whole, so it may begin before the position
+                    if r.offset >= start
                 )
+                state.fetch_position = header.next_offset
         except ProtocolError as exc:
             state.error = exc
-        state.fetch_position = next_offset
         if buf or state.error is not None:
             self._data.set()
 

@@ -4,8 +4,10 @@ STOPGAP: Sluice's own client (``client/``: asyncio Producer/Consumer) did not ex
 pipeline was written. Spark calls ``read(partition)``/``write(rows)`` synchronously in its Python
 workers, so this module speaks the few requests the pipeline needs over one blocking socket,
 with the project's one codec (``protocol.framing`` for requests/responses, ``protocol.records``
-for batches) — no second codec. Replace it with ``client/`` once that lands (the methods map to
-a consumer's fetch/list-offsets and a producer's send).
+for batches) — no second codec. ``client/`` has landed since; to replace this module, run
+``client.Consumer`` (assign + seek, ``auto_offset_reset="none"`` to see data loss) and
+``client.Producer`` under ``asyncio.run`` in each task. Measure first: the read path here hands
+whole decoded batches to the Arrow builder, with no per-record object beyond ``Record``.
 
 Scope: one broker (Sluice is single-node): every request goes to the first reachable bootstrap
 server. Every socket operation is bounded by ``timeout``; a Kafka error code becomes the

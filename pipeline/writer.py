@@ -6,7 +6,8 @@ Input columns, as Spark's Kafka sink takes them::
     key        binary or string   optional (null = no key)
     topic      string             optional; else the ``topic`` option (one must be given)
     partition  int                optional; else Kafka's default partitioner: murmur2(key) mod
-                                  partitions for keyed rows (same placement as Java producers),
+                                  partitions for keyed rows (``client.partitioner``: the same
+                                  placement as Java producers),
                                   a sticky partition per produced batch for unkeyed rows
     headers    array<struct<key string, value binary>>   optional
 
@@ -35,6 +36,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from client.partitioner import default_partition
 from protocol.errors import UnknownTopicOrPartition
 from protocol.records import RecordBatchBuilder
 
@@ -43,38 +45,6 @@ from .options import SinkOptions, parse_sink
 from .wire import SyncClient
 
 _KNOWN_COLUMNS = {"key", "value", "topic", "partition", "headers"}
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (seed 0x9747b28c), as a signed 32-bit int."""
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    n4 = length // 4
-    for i in range(n4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    tail = data[4 * n4 :]
-    if len(tail) >= 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def default_partition(key: bytes, partitions: int) -> int:
-    """Kafka's ``BuiltInPartitioner.partitionForKey``: ``toPositive(murmur2(key)) % n``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ this machine and this moment, printed next to the raw figures so the ratio is wh
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
@@ -218,26 +219,31 @@ def run_case(
     raws: list[Result] = []
     appends: list[Result] = []
     in_place: list[Result] = []
-    for round_ in range(rounds + 1):  # round 0 warms up both paths and is not counted
+    scratch = workdir / "inplace-0"
+    for round_ in range(rounds + 1):  # round 0 warms up every path and is not counted
         n = count if round_ else min(count, 8)
         shutil.rmtree(directory, ignore_errors=True)
         log = Log.open(directory, config)
-        # Alternate which goes first: the first writer of a round finds less free page cache.
-        if round_ % 2:
-            raw = raw_write(workdir / "raw.bin", batch, n)
-            appended = log_append(log, batch, n)
-        else:
-            appended = log_append(log, batch, n)
-            raw = raw_write(workdir / "raw.bin", batch, n)
+        other = Log.open(scratch, config)
+        # Rotate which goes first: a writer finds less free page cache (and more dirty pages to
+        # wait for) after the others of its round. All three are measured in the same rotation
+        # and files are removed only at the end of the round, so no line gets cleaner conditions.
+        runs: list[Callable[[], Result]] = [
+            functools.partial(raw_write, workdir / "raw.bin", batch, n),
+            functools.partial(log_append, log, batch, n),
+            functools.partial(log_append_in_place, other, batch, n),
+        ]
+        shift = round_ % len(runs)
+        results: dict[int, Result] = {}
+        for i in list(range(shift, len(runs))) + list(range(shift)):
+            results[i] = runs[i]()
         (workdir / "raw.bin").unlink()
+        other.close()
+        shutil.rmtree(scratch)
         if round_:
-            raws.append(raw)
-            appends.append(appended)
-            scratch = workdir / "inplace-0"
-            other = Log.open(scratch, config)
-            in_place.append(log_append_in_place(other, batch, n))
-            other.close()
-            shutil.rmtree(scratch)
+            raws.append(results[0])
+            appends.append(results[1])
+            in_place.append(results[2])
         if round_ < rounds:
             log.close()
     raw, appended = best(raws), best(appends)

@@ -131,6 +131,7 @@ class Connection:
         for fut, _, _ in pending.values():
             if not fut.done():
                 fut.set_exception(self._closed)
+                fut.exception()  # retrieved: a caller that timed out no longer awaits it
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception, asyncio.CancelledError):

@@ -433,7 +433,7 @@ class Consumer:
         nothing and a ``seek`` in the loop body takes effect with the next record."""
         while True:
             state = self._current
-            if state is not None and state.buffer and not state.paused and state.error is None:
+            if state is not None and state.buffer and not state.paused:
                 record = state.buffer.popleft()
                 state.position = record.offset + 1
                 if len(state.buffer) < self.max_buffered_records:
@@ -468,7 +468,8 @@ class Consumer:
             state = self._states.get(tp)
             if state is None:
                 continue
-            if state.error is not None:
+            if state.error is not None and not state.buffer:
+                # after the records fetched before the error were handed out
                 error, state.error = state.error, None
                 raise error
             if not state.buffer or state.paused or budget <= 0:

@@ -89,6 +89,7 @@ def spark_session() -> Any:
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.memory", "2g")
+            .config("spark.ui.showConsoleProgress", "false")
             .getOrCreate()
         )
     spark.sparkContext.setLogLevel("ERROR")
@@ -108,6 +109,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--max-records-per-partition", type=int, default=None, help="source option (split)"
+    )
     parser.add_argument("--quick", action="store_true", help="200k records, one round")
     args = parser.parse_args(argv)
     if args.quick:
@@ -136,8 +140,10 @@ def main(argv: list[str]) -> int:
             spark.read.format("sluice")
             .option("kafka.bootstrap.servers", broker.bootstrap)
             .option("subscribe", TOPIC)
-            .load()
         )
+        if args.max_records_per_partition:
+            network = network.option("maxRecordsPerPartition", str(args.max_records_per_partition))
+        network = network.load()
         segments = (
             spark.read.format("sluice-segments")
             .option("subscribe", TOPIC)

@@ -12,8 +12,12 @@ appended (protocol/'s codec: one builder per open batch); the sender calls ``bui
 drains the batch, which compresses and computes the CRC once. A retried batch keeps its built
 bytes (``ProducerBatch.payload``).
 
-Memory bound: the accumulator holds at most ``buffer_memory`` bytes of unsent records; ``append``
-waits for room (bounded by ``max_block_ms``), which is the producer's backpressure.
+Backpressure: the accumulator holds at most ``buffer_memory`` bytes of unsent records, and (when
+``max_queued_batches`` > 0) at most that many unsent batches per partition; ``append`` waits for
+room (bounded by ``max_block_ms``). The byte bound is Kafka's ``buffer.memory``. The batch bound
+is aiokafka's behaviour: a producer that sends faster than the broker takes waits in ``send``
+instead of queueing seconds of records, so delivery latency stays at a few batches' worth while
+the pipeline to the broker stays full.
 
 Single-threaded: used only from the event loop of its producer (``append`` from ``send``; the
 rest from the sender task).
@@ -97,8 +101,10 @@ class RecordAccumulator:
         compression: int = 0,
         buffer_memory: int = 32 * 1024 * 1024,
         max_request_size: int = 1_048_576,
+        max_queued_batches: int = 0,
     ) -> None:
         self.batch_size = batch_size
+        self.max_queued_batches = max_queued_batches
         self.linger = linger_ms / 1000
         self.compression = compression
         self.buffer_memory = buffer_memory
@@ -142,13 +148,10 @@ class RecordAccumulator:
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
+        if self.max_queued_batches and self._needs_new_batch(queue, size):
+            await self._wait_for_queue(queue, size, max_block_ms)
         batch = queue[-1] if queue else None
-        if (
-            batch is None
-            or batch.payload is not None
-            or batch.attempts
-            or (len(batch.builder) and batch.estimated_size + size > self.batch_size)
-        ):
+        if batch is None or self._needs_new_batch(queue, size):
             # The sender recomputes its sleep: the previous batch is full (ready now) or this
             # new batch starts a linger timer.
             self.wakeup.set()
@@ -173,6 +176,35 @@ class RecordAccumulator:
         if batch.estimated_size >= self.batch_size or self.linger <= 0:
             self.wakeup.set()
         return fut
+
+    def _needs_new_batch(self, queue: deque[ProducerBatch], size: int) -> bool:
+        """Whether a record of ``size`` bytes cannot join the last batch of ``queue``."""
+        if not queue:
+            return True
+        batch = queue[-1]
+        return (
+            batch.payload is not None
+            or batch.attempts > 0
+            or (len(batch.builder) > 0 and batch.estimated_size + size > self.batch_size)
+        )
+
+    async def _wait_for_queue(
+        self, queue: deque[ProducerBatch], size: int, max_block_ms: int
+    ) -> None:
+        deadline = time.monotonic() + max_block_ms / 1000
+        while len(queue) >= self.max_queued_batches and self._needs_new_batch(queue, size):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"{self.max_queued_batches} batches queued for one partition for "
+                    f"{max_block_ms} ms"
+                )
+            self.wakeup.set()  # the full batches are ready: make sure the sender looks
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), remaining)
+            except TimeoutError:
+                continue
 
     async def _wait_for_room(self, size: int, max_block_ms: int) -> None:
         deadline = time.monotonic() + max_block_ms / 1000
@@ -214,6 +246,7 @@ class RecordAccumulator:
         """Take the first batch of ``tp`` for sending (it must be :meth:`ready`)."""
         batch = self._queues[tp].popleft()
         batch.build()
+        self._room.set()  # a queue slot is free
         return batch
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:

@@ -97,8 +97,10 @@ class Producer:
     ``batch_size`` (bytes), ``compression`` (None, "gzip", "snappy", "lz4", "zstd"),
     ``retries``, ``retry_backoff_ms``, ``retry_backoff_max_ms``, ``request_timeout_ms``,
     ``delivery_timeout_ms``, ``max_block_ms``, ``buffer_memory``, ``max_request_size``,
-    ``max_in_flight_requests_per_connection``. ``partitioner(key, num_partitions) -> int``
-    replaces the murmur2 default for keyed records.
+    ``max_in_flight_requests_per_connection``. ``max_queued_batches_per_partition`` (0: no
+    limit, only ``buffer_memory``) bounds the full batches waiting per partition: ``send`` waits
+    beyond it, which keeps delivery latency low when the application outruns the broker.
+    ``partitioner(key, num_partitions) -> int`` replaces the murmur2 default for keyed records.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Producer:
         buffer_memory: int = 32 * 1024 * 1024,
         max_request_size: int = 1_048_576,
         max_in_flight_requests_per_connection: int = 5,
+        max_queued_batches_per_partition: int = 3,
         partitioner: Callable[[bytes, int], int] = default_partition,
     ) -> None:
         if acks == "all":
@@ -148,6 +151,7 @@ class Producer:
             "compression": COMPRESSION_CODECS[compression],
             "buffer_memory": buffer_memory,
             "max_request_size": max_request_size,
+            "max_queued_batches": max_queued_batches_per_partition,
         }
         self._accumulator: RecordAccumulator | None = None
         self._sticky = StickyPartitioner()

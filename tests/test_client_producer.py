@@ -165,3 +165,23 @@ async def test_retries_across_broker_restart(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert (first.offset, meta.offset) == (0, 1)
+
+
+async def test_send_waits_when_partition_queue_is_full_then_times_out() -> None:
+    broker = await EmbeddedBroker().start()
+    p = Producer(
+        broker.bootstrap_servers, batch_size=100, max_queued_batches_per_partition=2,
+        max_block_ms=300, retry_backoff_ms=20,
+    )  # fmt: skip
+    await p.start()
+    try:
+        await p.send_and_wait("bp", b"warm-up", partition=0)
+        await broker.stop()  # nothing drains any more: batches pile up
+        queued = [await p.send("bp", b"x" * 80, partition=0) for _ in range(3)]
+        with pytest.raises(KafkaTimeoutError, match="batches queued"):
+            for _ in range(5):
+                await p.send("bp", b"x" * 80, partition=0)
+    finally:
+        await p.stop(timeout=0.5)
+    for fut in queued:
+        assert isinstance(fut.exception(), ProducerClosedError | KafkaTimeoutError)

@@ -180,7 +180,7 @@ async def test_send_waits_when_partition_queue_is_full_then_times_out() -> None:
         queued = [await p.send("bp", b"x" * 80, partition=0) for _ in range(3)]
         with pytest.raises(KafkaTimeoutError, match="batches queued"):
             for _ in range(5):
-                await p.send("bp", b"x" * 80, partition=0)
+                queued.append(await p.send("bp", b"x" * 80, partition=0))
     finally:
         await p.stop(timeout=0.5)
     for fut in queued:

@@ -31,6 +31,7 @@ from protocol.framing import (
 from protocol.messages import APIS
 from protocol.schema import Message
 from server.logging import get_logger
+from server.offsets_store import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from server.config import Config
@@ -44,11 +45,21 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
+API_OFFSET_COMMIT = 8
+API_OFFSET_FETCH = 9
+API_FIND_COORDINATOR = 10
+API_JOIN_GROUP = 11
+API_HEARTBEAT = 12
+API_LEAVE_GROUP = 13
+API_SYNC_GROUP = 14
+API_DESCRIBE_GROUPS = 15
+API_LIST_GROUPS = 16
 API_API_VERSIONS = 18
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_DELETE_RECORDS = 21
 API_INIT_PRODUCER_ID = 22
+API_DELETE_GROUPS = 42
 
 CLUSTER_ID = "sluice-single-node"
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
@@ -140,7 +151,29 @@ class Handlers:
             API_DELETE_TOPICS: self.delete_topics,
             API_DELETE_RECORDS: self.delete_records,
             API_INIT_PRODUCER_ID: self.init_producer_id,
+            API_FIND_COORDINATOR: self.find_coordinator,
+            API_JOIN_GROUP: self.join_group,
+            API_SYNC_GROUP: self.sync_group,
+            API_HEARTBEAT: self.heartbeat,
+            API_LEAVE_GROUP: self.leave_group,
+            API_OFFSET_COMMIT: self.offset_commit,
+            API_OFFSET_FETCH: self.offset_fetch,
+            API_LIST_GROUPS: self.list_groups,
+            API_DESCRIBE_GROUPS: self.describe_groups,
+            API_DELETE_GROUPS: self.delete_groups,
         }
+        # Consumer groups and committed offsets (server.group_coordinator): loads
+        # __consumer_offsets now, so it must be built on the running loop (Server.start does).
+        from server.group_coordinator import GroupConfig, GroupCoordinator
+        from server.offsets_store import OffsetsStore
+
+        group_config = GroupConfig.from_properties(config.properties)
+        self.groups = GroupCoordinator(
+            OffsetsStore(log_manager, group_config.offsets_topic_num_partitions),
+            group_config,
+            topic_exists=lambda t, p: log_manager.get_log(t, p) is not None,
+        )
+        self.groups.load()
         # Producer ids: start at the wall clock in ms so ids stay unique across restarts
         # without persisting a counter (Kafka allocates blocks through its controller).
         self._next_producer_id = int(time.time() * 1000)
@@ -152,6 +185,7 @@ class Handlers:
         """Server shutdown: long-polls answer now with what they have."""
         self._stopping = True
         self.notifier.wake_all()
+        self.groups.shutdown()
 
     async def handle(self, header: Any, body: Any) -> Any:
         """Response body for ``body``; None: send nothing; :data:`CLOSE_CONNECTION`: close.
@@ -232,7 +266,7 @@ class Handlers:
                 topic_cls(
                     error_code=error,
                     name=name,
-                    is_internal=False,
+                    is_internal=name == OFFSETS_TOPIC,
                     partitions=partitions,
                     topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
                 )
@@ -592,6 +626,203 @@ class Handlers:
         self._next_producer_id += 1
         self.metrics.inc("producer_ids.allocated")
         return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+    # --- Consumer groups (10-16, 42) and committed offsets (8, 9): server.group_coordinator --
+
+    def find_coordinator(self, header: Any, body: Any) -> Message:
+        """This broker coordinates every group (key type 0); transactions (1) are not served."""
+        cls = _response_cls(API_FIND_COORDINATOR)
+        host, port = self._advertised
+        code = self.groups.ensure_ready() if body.key_type == 0 else 15
+        if code:
+            message = "transactions are not supported" if body.key_type else None
+            return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
+                       host="", port=-1)  # fmt: skip
+        return cls(throttle_time_ms=0, error_code=0, error_message=None,
+                   node_id=self.config.node_id, host=host, port=port)  # fmt: skip
+
+    async def join_group(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_JOIN_GROUP)
+        member_cls = _item_cls(cls, "members")
+        result = await self.groups.join_group(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            client_id=header.client_id or "",
+            client_host="",
+            session_timeout_ms=body.session_timeout_ms,
+            rebalance_timeout_ms=body.rebalance_timeout_ms,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            require_known_member_id=header.api_version >= 4,
+        )
+        self.metrics.inc("groups.joins")
+        return cls(
+            throttle_time_ms=0,
+            error_code=result.error_code,
+            generation_id=result.generation_id,
+            protocol_name=result.protocol_name,
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                member_cls(member_id=m, group_instance_id=i, metadata=md)
+                for m, i, md in result.members
+            ],
+        )
+
+    async def sync_group(self, header: Any, body: Any) -> Message:
+        code, assignment = await self.groups.sync_group(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            assignments=[(a.member_id, bytes(a.assignment)) for a in body.assignments],
+        )
+        return _response_cls(API_SYNC_GROUP)(
+            throttle_time_ms=0, error_code=code, assignment=assignment
+        )
+
+    def heartbeat(self, header: Any, body: Any) -> Message:
+        code = self.groups.heartbeat(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+        )
+        return _response_cls(API_HEARTBEAT)(throttle_time_ms=0, error_code=code)
+
+    def leave_group(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_LEAVE_GROUP)
+        member_cls = _item_cls(cls, "members")
+        if header.api_version >= 3:
+            who = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            who = [(body.member_id, None)]
+        code, results = self.groups.leave_group(body.group_id, who)
+        if header.api_version < 3 and code == 0 and results:
+            code = results[0]
+        return cls(
+            throttle_time_ms=0,
+            error_code=code,
+            members=[
+                member_cls(member_id=m, group_instance_id=i, error_code=c)
+                for (m, i), c in zip(who, results, strict=False)
+            ],
+        )
+
+    def offset_commit(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_OFFSET_COMMIT)
+        topic_cls = _item_cls(cls, "topics")
+        part_cls = _item_cls(topic_cls, "partitions")
+        wanted = [
+            (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+             p.committed_metadata)
+            for t in body.topics
+            for p in t.partitions
+        ]  # fmt: skip
+        codes = self.groups.commit_offsets(
+            group_id=body.group_id,
+            generation_id=body.generation_id_or_member_epoch,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            offsets=wanted,
+        )
+        self.metrics.inc("groups.offset_commits")
+        topics: dict[str, list[Message]] = {}
+        for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
+            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+        return cls(
+            throttle_time_ms=0,
+            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
+        )
+
+    def offset_fetch(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_OFFSET_FETCH)
+        topic_cls = _item_cls(cls, "topics")
+        part_cls = _item_cls(topic_cls, "partitions")
+        wanted = (
+            None
+            if body.topics is None
+            else [(t.name, p) for t in body.topics for p in t.partition_indexes]
+        )
+        try:
+            found = self.groups.fetch_offsets(body.group_id, wanted)
+        except Exception as exc:
+            return cls(throttle_time_ms=0, topics=[], error_code=_code(exc))
+        topics: dict[str, list[Message]] = {}
+        for topic, part, value in found:
+            topics.setdefault(topic, []).append(
+                part_cls(
+                    partition_index=part,
+                    committed_offset=value.offset if value else -1,
+                    committed_leader_epoch=value.leader_epoch if value else -1,
+                    metadata=value.metadata if value else "",
+                    error_code=0,
+                )
+            )
+        return cls(
+            throttle_time_ms=0,
+            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
+            error_code=0,
+        )
+
+    def list_groups(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_LIST_GROUPS)
+        group_cls = _item_cls(cls, "groups")
+        return cls(
+            throttle_time_ms=0,
+            error_code=0,
+            groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
+        )
+
+    def describe_groups(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_DESCRIBE_GROUPS)
+        group_cls = _item_cls(cls, "groups")
+        member_cls = _item_cls(group_cls, "members")
+        described = []
+        for group_id in body.groups:
+            group = self.groups.describe_group(group_id)
+            if group is None:
+                # Kafka (v0-5): an unknown group is described as Dead, without an error.
+                described.append(
+                    group_cls(error_code=0, group_id=group_id, group_state="Dead", members=[])
+                )
+                continue
+            stable = group.state.value == "Stable"
+            protocol = group.protocol_name or ""
+            described.append(
+                group_cls(
+                    error_code=0,
+                    group_id=group_id,
+                    group_state=group.state.value,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=protocol if stable else "",
+                    members=[
+                        member_cls(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata_for(protocol) if stable else b"",
+                            member_assignment=m.assignment if stable else b"",
+                        )
+                        for m in group.members.values()
+                    ],
+                )
+            )
+        return cls(throttle_time_ms=0, groups=described)
+
+    def delete_groups(self, header: Any, body: Any) -> Message:
+        cls = _response_cls(API_DELETE_GROUPS)
+        result_cls = _item_cls(cls, "results")
+        codes = self.groups.delete_groups(list(body.groups_names))
+        return cls(
+            throttle_time_ms=0,
+            results=[
+                result_cls(group_id=g, error_code=c)
+                for g, c in zip(body.groups_names, codes, strict=True)
+            ],
+        )
 
 
 class _RawError(Exception):

@@ -163,8 +163,9 @@ class _Lines(logging.Handler):
 
 def test_api_versions_v3_handshake_and_metadata(broker: BrokerProcess, admin: AdminClient) -> None:
     """librdkafka's own debug log shows its ApiVersions v3 request answered at v3 (no fallback),
-    the MsgVer2 feature (RecordBatch v2) enabled, and the group features disabled (so a consumer
-    never sends FindCoordinator); Metadata lists the topic with its partitions."""
+    the MsgVer2 feature (RecordBatch v2) enabled, and the group features enabled (the broker
+    serves the group APIs: tests/test_interop_groups.py); Metadata lists the topic with its
+    partitions."""
     handler = _Lines()
     logger = logging.getLogger(f"{__name__}.librdkafka")
     logger.addHandler(handler)
@@ -183,7 +184,7 @@ def test_api_versions_v3_handshake_and_metadata(broker: BrokerProcess, admin: Ad
     assert "Sent ApiVersionRequest (v3" in log
     assert "Received ApiVersionResponse (v3" in log
     assert "Enabling feature MsgVer2" in log
-    assert "Disabling feature BrokerGroupCoordinator" in log
+    assert "Enabling feature BrokerGroupCoordinator" in log
 
     assert set(md.brokers) == {0}
     assert (md.brokers[0].host, md.brokers[0].port) == (broker.host, broker.port)

@@ -21,8 +21,9 @@ from tests.broker_util import WireClient
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
 INIT_PRODUCER_ID = 22
+GROUP_APIS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42}  # server.group_coordinator
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
-          DELETE_RECORDS, INIT_PRODUCER_ID}  # fmt: skip
+          DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from protocol.records import (
     ATTR_TIMESTAMP_TYPE_MASK,
@@ -26,6 +27,12 @@ from protocol.records import (
 from protocol.varint import encode_varint, encode_varlong
 
 MakeBatch = Callable[..., bytes]
+
+# In CI, property tests draw the same examples every run: a failure there reproduces, and main
+# cannot turn red by luck. Locally they stay random, to keep finding new cases.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def build_batch(

@@ -1,0 +1,225 @@
+"""``__consumer_offsets`` records: Kafka's byte layout, placement, replay, expiry.
+
+Golden bytes are assembled here field by field from Kafka's ``OffsetCommitKey/Value.json`` and
+``GroupMetadataKey/Value.json`` (int16 version prefix, then the classic encoding of that version).
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ProtocolError
+from server.group_coordinator import GroupConfig, GroupCoordinator
+from server.log_config import LogConfig
+from server.log_manager import LogManager
+from server.offsets_store import (
+    OFFSETS_TOPIC,
+    GroupMetadataValue,
+    GroupRecord,
+    MemberMetadata,
+    OffsetAndMetadata,
+    OffsetRecord,
+    OffsetsStore,
+    decode_record,
+    group_metadata_record,
+    java_string_hash,
+    offset_commit_record,
+    partition_for,
+)
+
+
+def s16(text: str | None) -> bytes:
+    if text is None:
+        return struct.pack(">h", -1)
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def b32(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def test_offset_commit_record_bytes() -> None:
+    key, value = offset_commit_record("grp", "topic", 7, OffsetAndMetadata(42, 3, "meta", 1000))
+    assert key == struct.pack(">h", 1) + s16("grp") + s16("topic") + struct.pack(">i", 7)
+    assert value == (
+        struct.pack(">h", 3) + struct.pack(">qi", 42, 3) + s16("meta") + struct.pack(">q", 1000)
+    )
+    assert decode_record(key, value) == OffsetRecord(
+        "grp", "topic", 7, OffsetAndMetadata(42, 3, "meta", 1000)
+    )
+    tomb_key, tomb = offset_commit_record("grp", "topic", 7, None)
+    assert tomb_key == key and tomb is None
+    assert decode_record(key, None) == OffsetRecord("grp", "topic", 7, None)
+
+
+def test_older_offset_value_versions_decode() -> None:
+    key = struct.pack(">h", 0) + s16("g") + s16("t") + struct.pack(">i", 0)
+    v0 = struct.pack(">h", 0) + struct.pack(">q", 5) + s16("") + struct.pack(">q", 9)
+    v1 = struct.pack(">h", 1) + struct.pack(">q", 6) + s16("x") + struct.pack(">qq", 9, 99)
+    assert decode_record(key, v0) == OffsetRecord("g", "t", 0, OffsetAndMetadata(5, -1, "", 9))
+    assert decode_record(key, v1) == OffsetRecord("g", "t", 0, OffsetAndMetadata(6, -1, "x", 9))
+
+
+def test_group_metadata_record_bytes() -> None:
+    member = MemberMetadata(
+        member_id="m-1",
+        group_instance_id=None,
+        client_id="cli",
+        client_host="/127.0.0.1",
+        rebalance_timeout=300000,
+        session_timeout=45000,
+        subscription=b"\x00\x01sub",
+        assignment=b"asg",
+    )
+    value = GroupMetadataValue.cls(
+        protocol_type="consumer",
+        generation=4,
+        protocol="range",
+        leader="m-1",
+        current_state_timestamp=1234,
+        members=[member],
+    )
+    key, data = group_metadata_record("grp", value)
+    assert key == struct.pack(">h", 2) + s16("grp")
+    expected_member = (
+        s16("m-1") + s16(None) + s16("cli") + s16("/127.0.0.1") + struct.pack(">ii", 300000, 45000)
+        + b32(b"\x00\x01sub") + b32(b"asg")
+    )  # fmt: skip
+    assert data == (
+        struct.pack(">h", 3) + s16("consumer") + struct.pack(">i", 4) + s16("range") + s16("m-1")
+        + struct.pack(">q", 1234) + struct.pack(">i", 1) + expected_member
+    )  # fmt: skip
+    rec = decode_record(key, data)
+    assert isinstance(rec, GroupRecord) and rec.group == "grp" and rec.value == value
+    empty = GroupMetadataValue.cls(protocol_type="consumer", generation=5, protocol=None,
+                                   leader=None, members=[])  # fmt: skip
+    _k, data = group_metadata_record("grp", empty)
+    assert data == struct.pack(">h", 3) + s16("consumer") + struct.pack(">i", 5) + s16(None) * 2 + (
+        struct.pack(">qi", -1, 0)
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [b"", b"\x00", struct.pack(">h", 9) + s16("g"), struct.pack(">h", 1) + s16("g")],
+)
+def test_garbage_keys_raise_protocol_errors(key: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_record(key, b"\x00\x03")
+
+
+def test_garbage_value_raises_protocol_error() -> None:
+    key, _ = offset_commit_record("g", "t", 0, None)
+    for value in (b"", b"\x00\x03\x00", struct.pack(">h", 7) + b"\x00" * 30):
+        with pytest.raises(ProtocolError):
+            decode_record(key, value)
+
+
+def test_java_string_hash_and_placement() -> None:
+    # Values of Java's String.hashCode, computed by the JVM.
+    assert java_string_hash("") == 0
+    assert java_string_hash("test") == 3556498
+    assert java_string_hash("abc") == 96354
+    assert java_string_hash("polygenelubricants") == -(2**31)  # Integer.MIN_VALUE
+    assert java_string_hash("\u00e9t\u00e9") == 233 * 31 * 31 + 116 * 31 + 233
+    # Outside the BMP Java hashes the two UTF-16 surrogates, not the code point.
+    assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00
+    # Kafka's Utils.abs(Integer.MIN_VALUE) is 0 (it masks the sign bit).
+    assert partition_for("polygenelubricants", 50) == 0
+    assert partition_for("test", 50) == 3556498 % 50
+    assert partition_for("anything", 1) == 0
+
+
+def open_manager(tmp_path: Path) -> LogManager:
+    manager = LogManager(tmp_path / "data", LogConfig())
+    manager.open()
+    return manager
+
+
+def test_store_is_lazy_and_replays_with_tombstones(tmp_path: Path) -> None:
+    manager = open_manager(tmp_path)
+    try:
+        store = OffsetsStore(manager, 3)
+        assert store.open() is False and list(store.replay()) == []
+        assert OFFSETS_TOPIC not in manager.topics()
+        store.append("g", [offset_commit_record("g", "t", 0, OffsetAndMetadata(1, -1, "", 5))])
+        assert manager.topics()[OFFSETS_TOPIC] == 3
+        assert manager.topic_config(OFFSETS_TOPIC).retention_ms == -1
+        store.append(
+            "g",
+            [
+                offset_commit_record("g", "t", 0, OffsetAndMetadata(2, -1, "", 6)),
+                offset_commit_record("g", "t", 1, OffsetAndMetadata(3, -1, "", 6)),
+            ],
+        )
+        store.append("g", [offset_commit_record("g", "t", 1, None)])
+        got = [(r.partition, r.value.offset if r.value else None) for r in store.replay()
+               if isinstance(r, OffsetRecord)]  # fmt: skip
+        assert got == [(0, 1), (0, 2), (1, 3), (1, None)]
+        # Every record is in the group's partition.
+        log_ = manager.get_log(OFFSETS_TOPIC, partition_for("g", 3))
+        assert log_ is not None and log_.log_end_offset == 4
+    finally:
+        manager.close()
+    manager = open_manager(tmp_path)
+    try:
+        store = OffsetsStore(manager, 50)  # an existing topic's partition count wins
+        assert store.open() is True and store.num_partitions == 3
+        assert len(list(store.replay())) == 4
+    finally:
+        manager.close()
+
+
+async def test_expiry_of_empty_and_standalone_groups(tmp_path: Path) -> None:
+    manager = open_manager(tmp_path)
+    now = [1_000_000]
+    try:
+        config = GroupConfig(offsets_retention_ms=1000, offsets_retention_check_interval_ms=10**9)
+        coordinator = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        coordinator.load()
+        codes = coordinator.commit_offsets(
+            group_id="solo",
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets=[("t", 0, 5, -1, ""), ("t", 1, 6, -1, None)],
+        )
+        assert codes == [0, 0]
+        now[0] += 600
+        coordinator.commit_offsets(
+            group_id="solo", generation_id=-1, member_id="", group_instance_id=None,
+            offsets=[("t", 1, 7, -1, "")],
+        )  # fmt: skip
+        now[0] += 500  # t-0 is 1100 ms old, t-1 500 ms
+        assert coordinator.expire_offsets() == 1
+        assert [(t, p, v.offset if v else None) for t, p, v in
+                coordinator.fetch_offsets("solo", None)] == [("t", 1, 7)]  # fmt: skip
+        now[0] += 1000
+        assert coordinator.expire_offsets() == 1
+        assert "solo" not in coordinator.groups
+        coordinator.shutdown()
+        # The tombstones are durable: a fresh coordinator sees nothing.
+        again = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        again.load()
+        assert again.fetch_offsets("solo", None) == []
+        again.shutdown()
+    finally:
+        manager.close()
+
+
+def test_group_config_from_properties() -> None:
+    config = GroupConfig.from_properties(
+        {"group.initial.rebalance.delay.ms": "0", "offsets.retention.minutes": "2",
+         "offsets.topic.num.partitions": "4", "log.dirs": "/x"}
+    )  # fmt: skip
+    assert (config.initial_rebalance_delay_ms, config.offsets_retention_ms) == (0, 120000)
+    assert config.offsets_topic_num_partitions == 4
+    assert GroupConfig().initial_rebalance_delay_ms == 3000  # Kafka's default
+    with pytest.raises(ValueError):
+        GroupConfig.from_properties({"offsets.topic.num.partitions": "0"})
+    with pytest.raises(ValueError):
+        GroupConfig.from_properties({"group.initial.rebalance.delay.ms": "soon"})

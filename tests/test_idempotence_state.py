@@ -1,0 +1,130 @@
+"""ProducerStateManager against a reference of Kafka's sequence rules (no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import DuplicateSequenceNumber, InvalidProducerEpoch, OutOfOrderSequenceNumber
+from protocol.records import BatchHeader
+from server.producer_state import (
+    INT32_MAX,
+    BatchMetadata,
+    ProducerStateManager,
+    last_sequence,
+)
+
+
+def header(pid: int, epoch: int, seq: int, count: int = 1, base_offset: int = 0) -> BatchHeader:
+    return BatchHeader(
+        base_offset=base_offset,
+        batch_length=100,
+        partition_leader_epoch=0,
+        magic=2,
+        crc=0,
+        attributes=0,
+        last_offset_delta=count - 1,
+        base_timestamp=0,
+        max_timestamp=0,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        record_count=count,
+    )
+
+
+def append(ps: ProducerStateManager, h: BatchHeader, offset: int) -> BatchMetadata | None:
+    dup = ps.check([h])
+    if dup is None:
+        ps.update(h, offset)
+    return dup
+
+
+def test_in_order_duplicates_and_gaps() -> None:
+    ps = ProducerStateManager()
+    assert append(ps, header(7, 0, 0, 3), 10) is None  # seqs 0-2 at offsets 10-12
+    assert append(ps, header(7, 0, 3, 2), 20) is None  # seqs 3-4 at 20-21
+    # A resend of either batch is a duplicate: the original offsets come back.
+    assert ps.check([header(7, 0, 0, 3)]) == BatchMetadata(0, 2, 10, 12)
+    assert ps.check([header(7, 0, 3, 2)]) == BatchMetadata(3, 4, 20, 21)
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(7, 0, 6)])  # gap: 5 is missing
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(7, 0, 4, 2)])  # overlaps the last batch
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(8, 0, 1)])  # a new producer must start at 0
+    # A new epoch restarts at 0; a gap in the new epoch is still a gap.
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(7, 1, 5)])
+    assert append(ps, header(7, 1, 0), 30) is None
+    with pytest.raises(InvalidProducerEpoch):
+        ps.check([header(7, 0, 5)])  # the old epoch is fenced
+    # Non-idempotent batches are not checked.
+    assert ps.check([header(-1, -1, -1)]) is None
+
+
+def test_old_sequences_beyond_the_cache_are_duplicate_sequence_errors() -> None:
+    ps = ProducerStateManager()
+    for i in range(8):
+        assert append(ps, header(1, 0, i), 100 + i) is None
+    assert ps.check([header(1, 0, 7)]) == BatchMetadata(7, 7, 107, 107)
+    assert ps.check([header(1, 0, 3)]) == BatchMetadata(3, 3, 103, 103)  # 5 retained: 3..7
+    with pytest.raises(DuplicateSequenceNumber):
+        ps.check([header(1, 0, 2)])
+
+
+def test_several_batches_of_one_append_are_checked_in_order() -> None:
+    ps = ProducerStateManager()
+    assert ps.check([header(1, 0, 0, 2), header(1, 0, 2, 2)]) is None
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(1, 0, 0, 2), header(1, 0, 3)])
+
+
+def test_sequence_wraps_after_int32_max() -> None:
+    ps = ProducerStateManager()
+    h = header(1, 0, 0)
+    ps.update(h, 0)
+    ps.producers[1].batches.append(BatchMetadata(INT32_MAX - 1, INT32_MAX, 1, 2))
+    assert last_sequence(header(1, 0, INT32_MAX - 1, 4)) == 1
+    assert ps.check([header(1, 0, 0, 2)]) is None  # INT32_MAX -> 0 is in sequence
+
+
+def test_rebuild_from_headers_matches_live_state() -> None:
+    live = ProducerStateManager()
+    written = []
+    offset = 0
+    for pid, seq, count in [(1, 0, 2), (2, 0, 1), (1, 2, 3), (2, 1, 1), (1, 5, 1)]:
+        h = header(pid, 0, seq, count)
+        assert append(live, h, offset) is None
+        written.append(h._replace(base_offset=offset))
+        offset += count
+    rebuilt = ProducerStateManager.rebuild([*written, header(-1, -1, -1, 4, offset)])
+    assert {p: list(e.batches) for p, e in rebuilt.producers.items()} == {
+        p: list(e.batches) for p, e in live.producers.items()
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.booleans()), max_size=40))
+def test_random_resends_never_duplicate(ops: list[tuple[int, int, bool]]) -> None:
+    """A reference model: each producer writes batches in order and sometimes resends its
+    previous batch; the log must hold each sequence exactly once, in order."""
+    ps = ProducerStateManager()
+    next_seq = {0: 0, 1: 0, 2: 0}
+    last: dict[int, BatchHeader] = {}
+    log: list[tuple[int, int]] = []  # (pid, seq) per offset
+    for pid, count, resend in ops:
+        if resend and pid in last:
+            h = last[pid]
+            dup = ps.check([h])
+            assert dup is not None and dup.first_seq == h.base_sequence
+            assert log[dup.first_offset] == (pid, h.base_sequence)
+            continue
+        h = header(pid, 0, next_seq[pid], count)
+        assert append(ps, h, len(log)) is None
+        log.extend((pid, next_seq[pid] + i) for i in range(count))
+        next_seq[pid] += count
+        last[pid] = h
+    for pid in next_seq:
+        assert [s for p, s in log if p == pid] == list(range(next_seq[pid]))

@@ -1,4 +1,4 @@
-"""Interop: consumer groups and committed offsets with confluent-kafka and kafka-python.
+"""Interop: consumer groups and committed offsets with confluent-kafka, kafka-python, aiokafka.
 
 Each test uses its own group and topic on one broker process per module (started with
 ``group.initial.rebalance.delay.ms=0`` and a low ``group.min.session.timeout.ms`` so rebalances
@@ -388,3 +388,44 @@ def test_kafka_python_admin_lists_describes_lag_and_deletes(broker: BrokerProces
         assert admin.delete_groups([group]) == {group: "GroupIdNotFoundError"}
     finally:
         admin.close()
+
+
+# ------------------------------------------------------------------------------ aiokafka
+
+
+async def test_aiokafka_group_members_split_and_commit(broker: BrokerProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    topic, group = unique("aio"), unique("g")
+    create_topic(broker, topic, 4)
+    produce(broker, topic, 4, 5)
+
+    def member() -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=100,
+        )
+
+    consumers = [member(), member()]
+    try:
+        for c in consumers:
+            await asyncio.wait_for(c.start(), DEADLINE_S)
+        deadline = time.monotonic() + DEADLINE_S
+        while not split_ok([{tp.partition for tp in c.assignment()} for c in consumers], 4):
+            assert time.monotonic() < deadline, "aiokafka members did not split 4 partitions"
+            await asyncio.gather(*(c.getmany(timeout_ms=50) for c in consumers))
+        owner = consumers[0]
+        tp = AioTopicPartition(topic, min(tp.partition for tp in owner.assignment()))
+        await asyncio.wait_for(owner.commit({tp: 3}), DEADLINE_S)
+        assert await asyncio.wait_for(owner.committed(tp), DEADLINE_S) == 3
+    finally:
+        for c in consumers:
+            await asyncio.wait_for(c.stop(), DEADLINE_S)

@@ -27,6 +27,7 @@ from protocol.records import (
     build_batch,
     compute_crc,
     decode_batch,
+    decode_batch_columns,
     iter_records,
     kafka_error_for,
     set_base_offset,
@@ -608,9 +609,22 @@ def test_fuzz_mutated_valid_batches(
     _only_protocol_errors(buf)
 
 
+# Uncompressed batches for the walk comparison: small fields (one-byte varints) and fields
+# whose lengths and deltas take two and three varint bytes (the fast walk inlines two).
+WALK_SAMPLES = [
+    SAMPLES[0],
+    build_batch(
+        [
+            (1000 * i, b"k" * (60 * i), b"v" * (70 * i + 9000 * (i == 2)), [("h", b"x")] * (i % 2))
+            for i in range(4)
+        ]
+    ),
+]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    sample=st.sampled_from(SAMPLES[:1]),
+    sample=st.sampled_from(WALK_SAMPLES),
     flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
     cut=st.none() | st.integers(min_value=0),
     strict=st.booleans(),
@@ -630,7 +644,9 @@ def test_fast_and_careful_record_walks_agree(
         del data[cut % (len(data) + 1) :]
     section = bytes(data)
     try:
-        fast: list[Record] | None = r._decode_records_fast(header, section, strict)
+        fast: list[Record] | None = list(
+            map(Record, *r._decode_columns_fast(header, section, strict))
+        )
     except (r._Malformed, IndexError, UnicodeDecodeError):
         fast = None
     try:
@@ -640,6 +656,45 @@ def test_fast_and_careful_record_walks_agree(
     except CorruptRecordError:
         careful = None
     assert fast == careful
+
+
+@pytest.mark.parametrize("log_append_time", [False, True])
+@pytest.mark.parametrize("sample", [*SAMPLES, *WALK_SAMPLES[1:]])
+def test_columns_hold_the_records(sample: bytes, log_append_time: bool) -> None:
+    batch = bytearray(sample)
+    set_base_offset(batch, 1234)
+    if log_append_time:
+        stamp_log_append_time(batch, 777)
+    records = decode_batch(batch).records
+    columns = decode_batch_columns(batch)
+    assert len(records) >= 4
+    assert columns.offsets == [r.offset for r in records]
+    assert columns.timestamps == [r.timestamp for r in records]
+    assert columns.keys == [r.key for r in records]
+    assert columns.values == [r.value for r in records]
+    assert columns.headers == [r.headers for r in records]
+    assert (not log_append_time) or set(columns.timestamps) == {777}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sample=st.sampled_from(SAMPLES),
+    where=st.integers(min_value=0),
+    byte=st.integers(0, 255),
+)
+def test_columns_fail_like_records(sample: bytes, where: int, byte: int) -> None:
+    # the same checks: a damaged batch (CRC fixed up) fails both ways with the same field/position
+    buf = bytearray(sample)
+    buf[RECORDS_OFFSET + where % (len(buf) - RECORDS_OFFSET)] = byte
+    buf = bytearray(fix_crc(buf))
+    outcomes: list[tuple[str | None, int | None, str] | None] = []
+    for decode in (decode_batch, decode_batch_columns):
+        try:
+            decode(buf)
+            outcomes.append(None)
+        except CorruptRecordError as exc:
+            outcomes.append((exc.field, exc.position, str(exc)))
+    assert outcomes[0] == outcomes[1]
 
 
 @settings(max_examples=150, deadline=None)

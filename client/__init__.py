@@ -13,8 +13,9 @@ broker that speaks the API versions in :data:`protocol.SUPPORTED_VERSIONS`::
         async for record in consumer:
             ...
 
-Consumer groups (``subscribe``, ``commit``) arrive with issue 5 and raise
-:class:`GroupsNotSupportedError` until then.
+Consumer groups: ``Consumer(group_id=...)`` with ``subscribe([...])`` joins the group
+(:mod:`client.group`), ``commit()`` / ``committed()`` store and read its offsets. Without a
+``group_id`` those raise :class:`GroupsNotSupportedError`.
 """
 
 from .accumulator import RecordMetadata

@@ -24,10 +24,14 @@ A partition without a position (just assigned) gets one from ``auto_offset_reset
 (default, like Kafka), "earliest", or "none" (raise :class:`NoOffsetForPartitionError` until the
 application seeks). The same policy answers OFFSET_OUT_OF_RANGE.
 
-Consumer groups are not implemented yet (Sluice issue 5): ``group_id``, :meth:`subscribe`,
-:meth:`commit` and :meth:`committed` raise :class:`GroupsNotSupportedError` (a
-``NotImplementedError``) rather than being ignored. The positions kept here are what a later
-``commit()`` will send; ``subscribe()`` will feed the same assignment machinery.
+Consumer groups: with a ``group_id``, :meth:`subscribe` joins the group
+(:class:`client.group.GroupMember`: Kafka's classic protocol, range / roundrobin assignors) and
+the group's assignment replaces :meth:`assign`; newly assigned partitions start at the group's
+committed offset, else follow ``auto_offset_reset``. :meth:`commit` stores the positions (the
+offsets of the next records to hand out) in the group, every ``auto_commit_interval_ms`` when
+``enable_auto_commit`` (the default, like Kafka's), before a rebalance takes partitions away and
+at :meth:`stop` (which also leaves the group, so its partitions move at once). A consumer with a
+``group_id`` that uses :meth:`assign` commits as a standalone member (generation -1).
 
 Records of control batches (transaction markers) are skipped. Single event loop; not
 thread-safe.
@@ -63,6 +67,7 @@ from .errors import (
     KafkaTimeoutError,
     NoOffsetForPartitionError,
 )
+from .group import GroupMember
 
 __all__ = ["EARLIEST", "LATEST", "Consumer", "ConsumerRecord", "OffsetAndTimestamp"]
 
@@ -113,7 +118,10 @@ class Consumer:
     ``max_partition_fetch_bytes``, ``isolation_level`` ("read_uncommitted" |
     "read_committed"), ``request_timeout_ms``, ``retry_backoff_ms``,
     ``max_buffered_records`` (per partition: the fetcher pauses it above this).
-    ``group_id`` must be None until consumer groups exist.
+    Groups: ``group_id``, ``enable_auto_commit``, ``auto_commit_interval_ms``,
+    ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms`` (the rebalance
+    timeout), ``partition_assignment_strategy`` ("range", "roundrobin"), ``group_instance_id``
+    (static membership).
     """
 
     def __init__(
@@ -131,9 +139,14 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         max_buffered_records: int = 10_000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
+        group_instance_id: str | None = None,
     ) -> None:
-        if group_id is not None:
-            raise GroupsNotSupportedError("Consumer(group_id=...)")
         if auto_offset_reset not in ("latest", "earliest", "none"):
             raise ValueError("auto_offset_reset must be latest, earliest or none")
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -147,6 +160,22 @@ class Consumer:
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.max_buffered_records = max_buffered_records
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self._group_options: dict[str, Any] = {
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "rebalance_timeout_ms": max_poll_interval_ms,
+            "retry_backoff_ms": retry_backoff_ms,
+            "assignors": tuple(partition_assignment_strategy),
+            "group_instance_id": group_instance_id,
+        }
+        self._group: GroupMember | None = None
+        self._subscribed: list[str] | None = None
+        self._auto_committer: asyncio.Task[None] | None = None
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._leaving: asyncio.Future[None] | None = None  # unsubscribe()'s LeaveGroup
         # A long poll must not look like a dead connection.
         self._cluster = Cluster(
             bootstrap_servers,
@@ -170,12 +199,25 @@ class Consumer:
         if self._started:
             return
         await self._cluster.start()
-        self._fetcher = asyncio.get_running_loop().create_task(self._run_fetcher())
+        loop = asyncio.get_running_loop()
+        self._fetcher = loop.create_task(self._run_fetcher())
         self._started = True
+        if self._subscribed is not None:
+            self._membership().start()
+        if self.enable_auto_commit:
+            self._auto_committer = loop.create_task(self._auto_commit_loop())
 
     async def stop(self) -> None:
         if self._closed:
             return
+        if self._auto_committer is not None:
+            self._auto_committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._auto_committer
+        if self._started and self.enable_auto_commit:
+            await self._commit_quietly()
+        if self._group is not None:
+            await self._group.stop(leave=self._subscribed is not None)
         self._closed = True
         self._data.set()
         if self._fetcher is not None:
@@ -191,21 +233,104 @@ class Consumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    # --- groups: not yet (issue 5) -----------------------------------------------------------
+    # --- groups ------------------------------------------------------------------------------
+
+    def _membership(self) -> GroupMember:
+        if self.group_id is None:
+            raise GroupsNotSupportedError("consumer groups need Consumer(group_id=...)")
+        if self._group is None:
+            self._group = GroupMember(
+                self._cluster,
+                self.group_id,
+                topics=list(self._subscribed or ()),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                **self._group_options,
+            )
+        return self._group
 
     def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None) -> None:
-        """Group subscription: not implemented yet; raises :class:`GroupsNotSupportedError`."""
-        raise GroupsNotSupportedError("subscribe()")
+        """Join ``group_id`` for ``topics``; the group decides which partitions this consumer
+        reads (:meth:`assignment` follows every rebalance). Calling it again changes the
+        subscription (a rebalance). Pattern subscriptions are not supported."""
+        if pattern is not None or topics is None:
+            raise GroupsNotSupportedError("subscribe(pattern=...)")
+        wanted = sorted(set(topics))
+        if not wanted:
+            raise ValueError("subscribe() needs at least one topic (unsubscribe() to stop)")
+        member = self._membership()
+        if self._subscribed is None:
+            self._subscribed = wanted
+            member.topics = wanted
+            if self._started:
+                member.start()
+        else:
+            self._subscribed = wanted
+            member.resubscribe(wanted)
 
     def unsubscribe(self) -> None:
-        raise GroupsNotSupportedError("unsubscribe()")
+        """Leave the group (in the background) and drop the assignment."""
+        if self._group is not None and self._subscribed is not None:
+            group, self._group = self._group, None
+            self._subscribed = None
+            self._leaving = asyncio.ensure_future(group.stop(leave=True))
+        self.assign([])
+
+    def subscription(self) -> set[str]:
+        return set(self._subscribed or ())
+
+    async def _on_assign(self, partitions: set[TopicPartition]) -> None:
+        """The group assigned ``partitions``: start each at its committed offset (fetched
+        before the assignment changes, so the fetcher never resolves them by the reset policy
+        first), else by ``auto_offset_reset``."""
+        committed = await self._membership().committed(partitions) if partitions else {}
+        self.assign(partitions)
+        for tp, found in committed.items():
+            if found is not None:
+                self._reposition(self._states[tp], found[0])
+                self._last_committed[tp] = found[0]
+
+    async def _on_revoke(self, partitions: set[TopicPartition]) -> None:
+        """A rebalance takes the partitions away (eager protocol): commit, then drop them."""
+        if self.enable_auto_commit:
+            await self._commit_quietly()
+        self.assign([])
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        return {tp: s.position for tp, s in self._states.items() if s.position is not None}
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Offset commit: not implemented yet; raises :class:`GroupsNotSupportedError`."""
-        raise GroupsNotSupportedError("commit()")
+        """Commit ``offsets`` (the offset of the *next* record to read, as Kafka), by default
+        the current position of every assigned partition. Raises the broker's error (e.g.
+        ``RebalanceInProgress``, ``IllegalGeneration`` after losing the group membership)."""
+        self._check_running()
+        wanted = self._positions() if offsets is None else dict(offsets)
+        await self._membership().commit({TopicPartition(*tp): (o, "") for tp, o in wanted.items()})
+        self._last_committed.update(wanted)
 
     async def committed(self, tp: TopicPartition) -> int | None:
-        raise GroupsNotSupportedError("committed()")
+        """The group's committed offset of ``tp`` (None when there is none)."""
+        self._check_running()
+        tp = TopicPartition(*tp)
+        found = (await self._membership().committed([tp]))[tp]
+        return None if found is None else found[0]
+
+    async def _commit_quietly(self) -> None:
+        """Auto-commit: positions that moved since the last commit; errors are logged away
+        (the next commit or the rebalance's fresh assignment takes over)."""
+        changed = {
+            tp: o for tp, o in self._positions().items() if self._last_committed.get(tp) != o
+        }
+        if not changed:
+            return
+        with contextlib.suppress(KafkaError, KafkaConnectionError, KafkaTimeoutError):
+            await self._membership().commit({tp: (o, "") for tp, o in changed.items()})
+            self._last_committed.update(changed)
+
+    async def _auto_commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.auto_commit_interval_ms / 1000)
+            await self._commit_quietly()
 
     # --- assignment --------------------------------------------------------------------------
 

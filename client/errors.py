@@ -69,17 +69,14 @@ class UnsupportedVersionError(ClientError):
 
 
 class GroupsNotSupportedError(ClientError, NotImplementedError):
-    """Consumer groups (``group_id``, ``subscribe``, ``commit``...) are not implemented yet.
-
-    They arrive with issue 5 (group coordinator in the broker). Until then the consumer works
-    with explicit ``assign()`` and ``seek*()``; every group operation raises this error instead
-    of being silently ignored.
-    """
+    """A group operation this consumer cannot do: ``subscribe``/``commit``/``committed``
+    without a ``group_id``, or a pattern subscription (not supported). Raised instead of being
+    silently ignored."""
 
     def __init__(self, operation: str) -> None:
         super().__init__(
-            f"{operation}: consumer groups are not implemented yet (Sluice issue 5); "
-            "use assign() and seek()/seek_to_beginning()/seek_to_timestamp() instead"
+            f"{operation} (not supported here: give Consumer a group_id for subscribe/commit, "
+            "or use assign() and seek())"
         )
 
 

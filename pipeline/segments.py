@@ -36,7 +36,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from protocol.errors import CorruptRecordError
-from protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch, iter_batches
+from protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
 
 from .options import OptionError, SourceOptions, parse
 from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
@@ -145,7 +145,7 @@ def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
                     consumed = at + header.size
                     if header.last_offset < seg.log_start_offset:
                         continue
-                    builder.add(header, decode_batch(batch).records, seg.log_start_offset, hi)
+                    builder.add(header, decode_batch_columns(batch), seg.log_start_offset, hi)
                     if len(builder) >= ARROW_BATCH_RECORDS:
                         yield builder.build()
             except CorruptRecordError as exc:

@@ -47,7 +47,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from protocol.errors import OffsetOutOfRange
-from protocol.records import decode_batch, iter_batches
+from protocol.records import decode_batch_columns, iter_batches
 
 from .offsets import (
     EARLIEST,
@@ -137,7 +137,7 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[Any]:
                 for _, header, batch in iter_batches(result.records, allow_partial_tail=True):
                     if header.last_offset < offset:
                         continue  # the broker returns whole batches: skip what is before us
-                    builder.add(header, decode_batch(batch).records, offset, r.until_offset)
+                    builder.add(header, decode_batch_columns(batch), offset, r.until_offset)
                     next_offset = header.next_offset
                     if len(builder) >= ARROW_BATCH_RECORDS:
                         yield builder.build()

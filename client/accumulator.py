@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -242,9 +243,15 @@ class RecordAccumulator:
                 next_in = due - now
         return ready, next_in
 
-    def drain(self, tp: TopicPartition) -> ProducerBatch:
-        """Take the first batch of ``tp`` for sending (it must be :meth:`ready`)."""
+    def drain(
+        self, tp: TopicPartition, stamp: Callable[[ProducerBatch], None] | None = None
+    ) -> ProducerBatch:
+        """Take the first batch of ``tp`` for sending (it must be :meth:`ready`). ``stamp`` is
+        called before a batch is built for the first time (the idempotent producer sets its
+        producer id, epoch and base sequence there; retries resend the built bytes)."""
         batch = self._queues[tp].popleft()
+        if stamp is not None and batch.payload is None:
+            stamp(batch)
         batch.build()
         self._room.set()  # a queue slot is free
         return batch

@@ -24,8 +24,16 @@ Usage::
 
 Ordering: records of one partition are sent in order. As with Kafka's non-idempotent producer,
 a retried batch may land after a later batch of the same partition when several requests are in
-flight; set ``max_in_flight_requests_per_connection=1`` for strict order under retries
-(idempotence is not implemented: the broker does not check sequences yet).
+flight; set ``max_in_flight_requests_per_connection=1`` for strict order under retries.
+
+Idempotence (``enable_idempotence=True``, needs ``acks=-1``): the producer gets a producer id
+and epoch (InitProducerId) and numbers each partition's batches (``baseSequence``) when they are
+first built; a retry resends the same bytes, which the broker recognises (it answers with the
+original offset), so a request whose response was lost is never written twice. One batch per
+partition is in flight at a time (requests to a broker still pipeline across partitions), which
+keeps each partition's sequences in order under retries. A batch that fails for good leaves a
+hole in its partition's sequence: the producer then takes a fresh producer id (sequences
+restart at 0), as Kafka's producer resets its state.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from .partitioner import StickyPartitioner, default_partition
 __all__ = ["COMPRESSION_CODECS", "Producer", "RecordMetadata"]
 
 PRODUCE = messages.Produce.key
+DUPLICATE_SEQUENCE_NUMBER = 46
 
 #: ``compression=`` names -> RecordBatch codec ids.
 COMPRESSION_CODECS = {
@@ -123,6 +132,7 @@ class Producer:
         max_in_flight_requests_per_connection: int = 5,
         max_queued_batches_per_partition: int = 3,
         partitioner: Callable[[bytes, int], int] = default_partition,
+        enable_idempotence: bool = False,
     ) -> None:
         if acks == "all":
             acks = -1
@@ -131,6 +141,14 @@ class Producer:
         if compression not in COMPRESSION_CODECS:
             raise ValueError(f"unknown compression {compression!r}")
         self.acks = int(acks)
+        if enable_idempotence and (self.acks != -1 or retries < 1):
+            raise ValueError("enable_idempotence needs acks=-1 (all) and retries > 0")
+        self.enable_idempotence = enable_idempotence
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sequences: dict[TopicPartition, int] = {}  # next base sequence per partition
+        self._busy: set[TopicPartition] = set()  # idempotent: partitions with a batch in flight
+        self._reset_producer_id = False
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
@@ -170,6 +188,8 @@ class Producer:
             return
         self._accumulator = RecordAccumulator(**self._accumulator_args)  # type: ignore[arg-type]
         await self._cluster.start()
+        if self.enable_idempotence:
+            await self._init_producer_id()
         self._sender = asyncio.get_running_loop().create_task(self._run_sender())
         self._started = True
 
@@ -290,6 +310,38 @@ class Producer:
         finally:
             acc.end_flush()
 
+    # --- idempotence -------------------------------------------------------------------------
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId (no transactional id), retried within ``request_timeout_ms``."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        body = messages.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+        while True:
+            try:
+                conn = await self._cluster.any_connection()
+                resp = await conn.request(messages.InitProducerId.key, body)
+                if resp.error_code == 0:
+                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    self._sequences.clear()
+                    return
+                error: BaseException = for_code(resp.error_code)("InitProducerId")
+                if not getattr(error, "retriable", False):
+                    raise error
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                error = exc
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"InitProducerId did not succeed: {error}")
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    def _stamp(self, batch: ProducerBatch) -> None:
+        """Give a batch built for the first time its producer id, epoch and base sequence."""
+        builder = batch.builder
+        seq = self._sequences.get(batch.tp, 0)
+        builder.producer_id = self.producer_id
+        builder.producer_epoch = self.producer_epoch
+        builder.base_sequence = seq
+        self._sequences[batch.tp] = (seq + len(builder)) & 0x7FFFFFFF
+
     # --- sender ------------------------------------------------------------------------------
 
     async def _run_sender(self) -> None:
@@ -321,6 +373,12 @@ class Producer:
                     )
                 )
                 acc.done(batch)
+                if self.enable_idempotence and batch.payload is not None:
+                    self._reset_producer_id = True  # it had a sequence: now a hole
+            if self._reset_producer_id:
+                self._reset_producer_id = False
+                with contextlib.suppress(KafkaError, KafkaConnectionError, KafkaTimeoutError):
+                    await self._init_producer_id()
             if self._metadata_stale:
                 self._metadata_stale = False
                 with contextlib.suppress(KafkaError, KafkaConnectionError, KafkaTimeoutError):
@@ -328,14 +386,21 @@ class Producer:
             ready, next_in = acc.ready(now)
             by_node: dict[int, list[ProducerBatch]] = {}
             unknown_leader = False
+            idempotent = self.enable_idempotence
             for tp in ready:
+                if idempotent and tp in self._busy:
+                    continue  # one batch per partition in flight: sequences stay in order
                 node = self._cluster.leader_for(tp)
                 if node < 0:
                     unknown_leader = True
                     continue
                 if self._in_flight.get(node, 0) >= self.max_in_flight:
                     continue
-                by_node.setdefault(node, []).append(acc.drain(tp))
+                if idempotent:
+                    self._busy.add(tp)
+                    by_node.setdefault(node, []).append(acc.drain(tp, self._stamp))
+                else:
+                    by_node.setdefault(node, []).append(acc.drain(tp))
             for node, batches in by_node.items():
                 self._in_flight[node] = self._in_flight.get(node, 0) + 1
                 task = asyncio.get_running_loop().create_task(self._send_batches(node, batches))
@@ -380,6 +445,10 @@ class Producer:
                 p = results.get(batch.tp)
                 if p is None:
                     self._retry_or_fail(batch, KafkaConnectionError(f"no response for {batch.tp}"))
+                elif p.error_code == DUPLICATE_SEQUENCE_NUMBER and self.enable_idempotence:
+                    # Written before (the broker no longer knows where): delivered.
+                    batch.complete(-1, -1)
+                    acc.done(batch)
                 elif p.error_code:
                     error = for_code(p.error_code)(p.error_message or None)
                     if isinstance(error, _METADATA_ERRORS):
@@ -390,6 +459,8 @@ class Producer:
                     acc.done(batch)
         finally:
             self._in_flight[node] -= 1
+            for batch in batches:
+                self._busy.discard(batch.tp)
             acc.wakeup.set()
 
     async def _produce(self, node: int, batches: list[ProducerBatch]) -> Any:
@@ -426,3 +497,5 @@ class Producer:
         else:
             batch.fail(exc)
             acc.done(batch)
+            if self.enable_idempotence and batch.builder.base_sequence >= 0:
+                self._reset_producer_id = True  # a hole in this partition's sequences

@@ -42,9 +42,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from protocol import messages
@@ -57,7 +59,7 @@ from protocol.errors import (
     UnknownTopicOrPartition,
     for_code,
 )
-from protocol.records import decode_batch, iter_batches
+from protocol.records import decode_batch_columns, iter_batches
 
 from .cluster import Cluster, TopicPartition
 from .errors import (
@@ -90,6 +92,11 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+
+
+# ConsumerRecord(*fields) built in C: what the NamedTuple's generated __new__ does, without a
+# Python frame per record (the fetch path builds one per record of every batch).
+_new_record: Callable[[type[ConsumerRecord], tuple[Any, ...]], ConsumerRecord] = tuple.__new__
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -774,15 +781,25 @@ class Consumer:
                 if header.is_control or header.next_offset <= start:
                     state.fetch_position = max(header.next_offset, start)
                     continue
-                ts_type = header.timestamp_type
-                buf.extend(
-                    ConsumerRecord(
-                        topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers
-                    )
-                    for r in decode_batch(view).records
+                offsets, timestamps, keys, values, headers = decode_batch_columns(view)
+                if header.base_offset < start:
                     # a compressed batch is fetched whole, so it may begin before the position
-                    if r.offset >= start
+                    first = bisect_left(offsets, start)
+                    offsets, timestamps = offsets[first:], timestamps[first:]
+                    keys, values, headers = keys[first:], values[first:], headers[first:]
+                n = len(offsets)
+                each = zip(
+                    repeat(topic, n),
+                    repeat(partition, n),
+                    offsets,
+                    timestamps,
+                    repeat(header.timestamp_type, n),
+                    keys,
+                    values,
+                    headers,
+                    strict=True,
                 )
+                buf.extend(map(_new_record, repeat(ConsumerRecord, n), each))
                 state.fetch_position = header.next_offset
         except ProtocolError as exc:
             state.error = exc

@@ -1,7 +1,8 @@
 """Broker benchmark: produce and fetch throughput of a ``python -m server`` subprocess, next to raw
 loopback figures measured in the same run on the same bytes.
 
-``python -m bench broker [--quick] [--records N] [--connections C] [--profile FILE]``
+``python -m bench broker [--quick] [--records N] [--connections C] [--fetch-batches N]
+[--rounds N] [--profile FILE] [--profile-fetch FILE] [--compare-tree DIR]``
 
 * **produce**: one RecordBatch of ``--batch-records`` 100-byte records (null keys, uncompressed)
   and one Produce v8 request carrying it (acks=1, 1 partition) are encoded ONCE with protocol/'s
@@ -14,14 +15,23 @@ loopback figures measured in the same run on the same bytes.
   clock starts (``partition_max_bytes`` = a whole number of batches, so every response carries
   exactly ``--fetch-batches`` whole batches and the next request's offset is known in advance),
   pipelined the same way; the client only splits response frames and counts bytes; the log is
-  read ``--fetch-passes`` times per timed round (longer, steadier windows). Measured once
-  per ``sluice.fetch.zero.copy`` setting (true: the broker ``os.sendfile``s the log slices;
-  false: it copies them through Python), restarting the broker on the same data dir between
-  them. Compared with **raw sendfile**: a process ``os.sendfile``-ing a file of the same size to
-  the same receiver over the same number of connections, from one thread (connections one
-  after the other: the broker also makes every sendfile call from its one event-loop thread)
-  and from one thread per connection (the kernel copies in parallel). Target: fetch >= 0.8 x
-  raw sendfile (the one-thread figure; the ratio to the threaded one is printed too).
+  read ``--fetch-passes`` times per timed round (default 10: rounds of a second or more).
+  One broker per ``sluice.fetch.zero.copy`` setting (true: the broker ``os.sendfile``s the log
+  slices; false: it copies them through Python), plus one run from ``--compare-tree DIR`` (a
+  checkout to A/B against), each on its own copy of the data dir, all running at once. Compared
+  with **raw sendfile**: a process ``os.sendfile``-ing a file as large as what the broker sent
+  to the same receiver over the same connections, like-for-like with the broker: one call per
+  response-sized piece (as many bytes per call as the broker's), TCP_NODELAY (uvloop sets it)
+  and the broker's ``socket.send.buffer.bytes`` (default: autotuned on both), from one thread
+  taking the connections in turn (the broker makes every sendfile call from its one event-loop
+  thread), and from one thread per connection (the kernel copies in parallel). Target: fetch
+  >= 0.8 x raw sendfile (the one-thread figure; the ratio to the threaded one is printed too).
+* **interleaved rounds**: each round measures every broker and both raw figures back to back,
+  so the neighbours' load spreads over all of them; the best round of each is reported, plus
+  the range of the per-round ratios. Each round also records CPU seconds per GiB sent: the
+  sender's (the broker's threads from ``/proc/PID/task/*/schedstat``, the raw sender's
+  ``getrusage``) and the receiving client's. CPU per byte is much steadier than wall time on a
+  shared machine, and says which side is the bottleneck.
 
 The client uses uvloop (if installed) and ``asyncio.Protocol`` callbacks (no stream copies). The
 broker's own log lines go to a file; data lives in a temp dir that is removed at the end. This
@@ -44,6 +54,7 @@ import pstats
 import shutil
 import signal
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -316,38 +327,75 @@ async def raw_loopback_produce(frames: Sequence[Sequence[bytes]], window: int) -
 
 
 def _sendfile_process(
-    port: int, path: str, sizes: list[int], threaded: bool, ready: Any, go: Any
+    port: int,
+    path: str,
+    plan: list[list[int]],
+    threaded: bool,
+    sndbuf: int,
+    ready: Any,
+    go: Any,
+    cpu: Any,
 ) -> None:
-    """Accept ``len(sizes)`` connections; on ``go``, os.sendfile ``sizes[i]`` bytes of ``path``
-    on connection i, then close it: one thread per connection (``threaded``: the kernel copies
-    run in parallel), or one thread doing the connections one after the other (like the
-    broker, whose single event-loop thread makes every sendfile call)."""
+    """Accept ``len(plan)`` connections; on ``go``, send ``path`` over them with one
+    ``os.sendfile`` call per entry of ``plan[i]`` (the sizes of the broker's responses, so every
+    call moves as many bytes as one of the broker's), then close them.
+
+    Like-for-like with the broker: TCP_NODELAY (uvloop sets it on every TCP transport), the
+    broker's SO_SNDBUF (``sndbuf`` > 0) or the kernel's autotuning, and blocking sockets (the
+    cheapest way to wait for buffer space: no epoll). ``threaded``: one thread per connection
+    (the kernel copies run in parallel); otherwise one thread taking the connections in turn,
+    one response-sized call each (the broker also makes every sendfile call from its one
+    event-loop thread and answers its connections interleaved). ``cpu.value``: the CPU seconds
+    (user + system, all threads) the sending took."""
+    import resource
     import threading
+
+    def cpu_seconds() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
 
     with socket.create_server(("127.0.0.1", port)) as server:
         ready.set()
-        conns = [server.accept()[0] for _ in sizes]
+        conns = [server.accept()[0] for _ in plan]
+        for conn in conns:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if sndbuf > 0:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         fd = os.open(path, os.O_RDONLY)
+        starts = [sum(sum(sizes) for sizes in plan[:i]) for i in range(len(plan))]
         go.wait(60)
+        cpu_before = cpu_seconds()
 
-        def send(conn: socket.socket, size: int) -> None:
-            offset = 0
-            while offset < size:
-                offset += os.sendfile(conn.fileno(), fd, offset, size - offset)
+        def send_one(conn: socket.socket, offset: int, size: int) -> None:
+            end = offset + size
+            while offset < end:
+                offset += os.sendfile(conn.fileno(), fd, offset, end - offset)
+
+        def send_all(conn: socket.socket, offset: int, sizes: list[int]) -> None:
+            for size in sizes:
+                send_one(conn, offset, size)
+                offset += size
             conn.close()
 
         if threaded:
             threads = [
-                threading.Thread(target=send, args=(c, s))
-                for c, s in zip(conns, sizes, strict=True)
+                threading.Thread(target=send_all, args=(c, o, s))
+                for c, o, s in zip(conns, starts, plan, strict=True)
             ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
         else:
-            for c, size in zip(conns, sizes, strict=True):
-                send(c, size)
+            offsets = list(starts)
+            for turn in range(max(len(sizes) for sizes in plan)):
+                for i, sizes in enumerate(plan):
+                    if turn < len(sizes):
+                        send_one(conns[i], offsets[i], sizes[turn])
+                        offsets[i] += sizes[turn]
+            for conn in conns:
+                conn.close()
+        cpu.value = cpu_seconds() - cpu_before
         os.close(fd)
 
 
@@ -370,13 +418,21 @@ class _Counter(asyncio.BufferedProtocol):
             self.done.set_result(None)
 
 
-async def raw_sendfile(path: Path, sizes: list[int], threaded: bool) -> tuple[float, int]:
-    """Seconds for ``len(sizes)`` connections to receive ``sizes`` bytes sent with sendfile."""
+async def raw_sendfile(
+    path: Path, plan: list[list[int]], threaded: bool, sndbuf: int
+) -> tuple[float, int, float, float]:
+    """(seconds, bytes, sender CPU seconds, receiver CPU seconds) for ``len(plan)`` connections
+    to receive
+    ``sum(plan[i])`` bytes each, sent with one sendfile call per ``plan[i]`` entry (see
+    :func:`_sendfile_process`)."""
     ctx = multiprocessing.get_context("spawn")
     ready, go = ctx.Event(), ctx.Event()
+    cpu = ctx.Value("d", 0.0)
     port = free_port()
     proc = ctx.Process(
-        target=_sendfile_process, args=(port, str(path), sizes, threaded, ready, go), daemon=True
+        target=_sendfile_process,
+        args=(port, str(path), plan, threaded, sndbuf, ready, go, cpu),
+        daemon=True,
     )
     proc.start()
     try:
@@ -384,34 +440,55 @@ async def raw_sendfile(path: Path, sizes: list[int], threaded: bool) -> tuple[fl
             raise RuntimeError("sendfile process did not start")
         loop = asyncio.get_running_loop()
         counters = []
-        for _ in sizes:
+        for _ in plan:
             done: asyncio.Future[None] = loop.create_future()
             _, counter = await loop.create_connection(
                 functools.partial(_Counter, done), "127.0.0.1", port
             )
             counters.append(counter)
         await asyncio.sleep(0.05)  # let the sender accept every connection
-        started = time.perf_counter()
+        started, receiver_cpu = time.perf_counter(), time.process_time()
         go.set()
         await asyncio.wait_for(asyncio.gather(*(c.done for c in counters)), 300)
         elapsed = time.perf_counter() - started
-        return elapsed, sum(c.received for c in counters)
+        receiver_cpu = time.process_time() - receiver_cpu
+        proc.join(10)
+        return elapsed, sum(c.received for c in counters), float(cpu.value), receiver_cpu
     finally:
         proc.join(10)
         if proc.is_alive():
             proc.kill()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """On-CPU time of every live thread of ``pid`` (``/proc/PID/task/*/schedstat``, ns
+    precision; user + system, including the loopback softirq work done in its context)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
 # --- the broker ---------------------------------------------------------------------------------
 
 
-def start_profiled_broker(data_dir: Path, profile: Path, overrides: Sequence[str]) -> BrokerProcess:
-    """Like tests.broker_util.start_broker, under ``python -m cProfile -o profile``."""
+def start_bench_broker(
+    data_dir: Path,
+    overrides: Sequence[str],
+    profile: Path | None = None,
+    tree: Path | None = None,
+) -> BrokerProcess:
+    """Like tests.broker_util.start_broker, optionally under ``python -m cProfile -o profile``
+    and/or from another source tree (``tree``: e.g. a checkout of the commit to compare with)."""
+    if profile is None and tree is None:
+        return start_broker(data_dir, overrides=overrides)
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log_path = data_dir.parent / f"broker-profiled-{port}.log"
+    log_path = data_dir.parent / f"broker-{data_dir.name}-{port}.log"
     args = [
-        sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "server",
+        sys.executable, *(("-m", "cProfile", "-o", str(profile)) if profile else ()),
+        "-m", "server",
         "--log-format", "json",
         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
         "--override", f"log.dirs={data_dir}",
@@ -420,7 +497,7 @@ def start_profiled_broker(data_dir: Path, profile: Path, overrides: Sequence[str
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             args,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=tree or Path(__file__).resolve().parent.parent,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -495,10 +572,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
 
     data_dir = workdir / "data"
     overrides = ["log.flush.interval.messages=9223372036854775807", *args.broker_override]
-    if args.profile:
-        broker = start_profiled_broker(data_dir, args.profile, overrides)
-    else:
-        broker = start_broker(data_dir, overrides=overrides)
+    broker = start_bench_broker(data_dir, overrides, args.profile)
     try:
         await create_topic(broker)
         seconds, _ = await run_pipelines(
@@ -535,59 +609,108 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
         f"({max_bytes:,} B) x {args.fetch_passes} passes over the log, "
         f"log {log_bytes:,} B in {len(log_files)} segment(s)"
     )
-    results: list[Figure] = []
-    for zero_copy in ("true", "false"):
-        fetch_overrides = [*overrides, f"sluice.fetch.zero.copy={zero_copy}"]
-        profile = args.profile_fetch if zero_copy == "true" else None
-        if profile:
-            broker = start_profiled_broker(data_dir, profile, fetch_overrides)
-        else:
-            broker = start_broker(data_dir, overrides=fetch_overrides)
-        try:
-            best_s, received = float("inf"), 0
-            for _ in range(args.rounds):  # read-only: repeat, keep the best
-                seconds, received = await run_pipelines(
-                    broker.host, broker.port, split(fetches * args.fetch_passes, conns), args.window
-                )
-                best_s = min(best_s, seconds)
-        finally:
-            broker.stop()
-        if received < log_bytes * args.fetch_passes:
-            raise RuntimeError(f"fetch received {received} B < log size {log_bytes} B")
-        results.append(
-            Figure(
-                f"broker fetch (zero.copy={zero_copy})",
-                best_s,
-                received,
-                records * args.fetch_passes,
-            )
-        )
-    # Raw sendfile: a file as large as what the broker sent (the log once per pass, plus the
-    # bytes of the response headers), split over the same connections.
-    total = results[0].nbytes
-    padding = max(0, total // args.fetch_passes - log_bytes)
-    blob = workdir / "blob"
-    with open(blob, "wb") as f:
-        for _ in range(args.fetch_passes):
-            for seg in log_files:
-                with open(seg, "rb") as src:
-                    shutil.copyfileobj(src, f, 4 * MiB)
-            f.write(b"\0" * padding)
-    total = blob.stat().st_size
-    sizes = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
-    raws = []
-    for threaded in (False, True):
-        raw_seconds, raw_bytes = float("inf"), 0
+    # One broker per variant, each on its own copy of the data (one broker per log dir), all
+    # running at once so that every round measures each variant and the raw baselines back to
+    # back: the machine is shared, and interleaving spreads its noise over all of them.
+    variants = [("true", None), ("false", None)]
+    if args.compare_tree is not None:
+        variants.append(("true", args.compare_tree))
+    brokers: list[tuple[str, BrokerProcess]] = []
+    sndbuf = next(
+        (int(o.split("=", 1)[1]) for o in overrides if o.startswith("socket.send.buffer.bytes=")),
+        -1,
+    )
+    frames = split(fetches * args.fetch_passes, conns)
+    try:
+        for i, (zero_copy, tree) in enumerate(variants):
+            vdir = data_dir if i == 0 else workdir / f"data-{i}"
+            if i:
+                shutil.copytree(data_dir, vdir)
+            profile = args.profile_fetch if i == 0 else None
+            name = f"broker fetch (zero.copy={zero_copy}{', ' + tree.name if tree else ''})"
+            fetch_overrides = [*overrides, f"sluice.fetch.zero.copy={zero_copy}"]
+            brokers.append((name, start_bench_broker(vdir, fetch_overrides, profile, tree)))
+        # Untimed warm-up of every broker; gives the bytes on the wire (records + headers).
+        received = 0
+        for _, broker in brokers:
+            _, received = await run_pipelines(broker.host, broker.port, frames, args.window)
+            if received < log_bytes * args.fetch_passes:
+                raise RuntimeError(f"fetch received {received} B < log size {log_bytes} B")
+        # Raw sendfile: a file as large as what the broker sent (the log once per pass, plus the
+        # response headers' bytes), sent in calls as large as the broker's responses.
+        padding = max(0, received // args.fetch_passes - log_bytes)
+        blob = workdir / "blob"
+        with open(blob, "wb") as f:
+            for _ in range(args.fetch_passes):
+                for seg in log_files:
+                    with open(seg, "rb") as src:
+                        shutil.copyfileobj(src, f, 4 * MiB)
+                f.write(b"\0" * padding)
+        total = blob.stat().st_size
+        response_size = total // (len(fetches) * args.fetch_passes)
+        plan = []
+        for c in range(conns):
+            share = total // conns + (1 if c < total % conns else 0)
+            sizes = [response_size] * (share // response_size)
+            plan.append(sizes + ([share % response_size] if share % response_size else []))
+        names = [name for name, _ in brokers] + [
+            "raw sendfile (1 thread)",
+            f"raw sendfile ({conns} threads)",
+        ]
+        timings: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[float]] = {name: [] for name in names}
+        rcpu: dict[str, list[float]] = {name: [] for name in names}  # the receiving client's
+        nbytes: dict[str, int] = {}
         for _ in range(args.rounds):
-            seconds, raw_bytes = await raw_sendfile(blob, sizes, threaded)
-            raw_seconds = min(raw_seconds, seconds)
-        name = f"raw sendfile ({conns} threads)" if threaded else "raw sendfile (1 thread)"
-        raws.append(Figure(name, raw_seconds, raw_bytes, records * args.fetch_passes))
-    raw_fetch, raw_threaded = raws
-    lines.extend(r.line() for r in raws)
-    for fig in results:
-        lines.append(fig.line(raw_fetch) + f", {fig.mb_s / raw_threaded.mb_s:.2f} x threaded")
-    best = max(results, key=lambda r: r.mb_s)
+            for name, broker in brokers:
+                cpu_before = process_cpu_seconds(broker.proc.pid)
+                rcpu_before = time.process_time()
+                s, nbytes[name] = await run_pipelines(broker.host, broker.port, frames, args.window)
+                rcpu[name].append(time.process_time() - rcpu_before)
+                cpu[name].append(process_cpu_seconds(broker.proc.pid) - cpu_before)
+                timings[name].append(s)
+            for threaded, name in ((False, names[-2]), (True, names[-1])):
+                s, nbytes[name], used, received_cpu = await raw_sendfile(
+                    blob, plan, threaded, sndbuf
+                )
+                timings[name].append(s)
+                cpu[name].append(used)
+                rcpu[name].append(received_cpu)
+    finally:
+        for _, broker in brokers:
+            broker.stop()
+    figs = {n: Figure(n, min(timings[n]), nbytes[n], records * args.fetch_passes) for n in names}
+    raw_fetch, raw_threaded = figs[names[-2]], figs[names[-1]]
+    lines.append(
+        f"  best of {args.rounds} interleaved rounds; raw: one sendfile call per "
+        f"{response_size:,} B (the broker's response size), sndbuf "
+        f"{'autotuned' if sndbuf <= 0 else sndbuf}"
+    )
+    lines.extend(figs[n].line() for n in names[-2:])
+    for name, _ in brokers:
+        fig = figs[name]
+        per_round = [r / b for b, r in zip(timings[name], timings[names[-2]], strict=True)]
+        lines.append(
+            fig.line(raw_fetch)
+            + f", {fig.mb_s / raw_threaded.mb_s:.2f} x threaded;"
+            + f" per round {min(per_round):.2f}-{max(per_round):.2f}"
+        )
+    # CPU per byte is much steadier than wall time on a shared machine: the sender's CPU is
+    # what a busy broker runs out of (its one thread makes every sendfile call).
+    lines.append(
+        "  CPU per GiB, median of rounds: sender (raw / broker = its CPU-efficiency ratio);"
+        " receiving client"
+    )
+    raw_cpu = statistics.median(cpu[names[-2]]) / (nbytes[names[-2]] / (1 << 30))
+    for name in names:
+        gib = nbytes[name] / (1 << 30)
+        per_gib = statistics.median(cpu[name]) / gib
+        recv = statistics.median(rcpu[name]) / gib
+        ratio = f" = {raw_cpu / per_gib:.2f} x raw" if name in dict(brokers) else " " * 11
+        lines.append(
+            f"    {name:<40}{per_gib * 1000:5.0f} ms/GiB{ratio};  client {recv * 1000:4.0f} ms/GiB"
+        )
+    best = max((figs[name] for name, _ in brokers), key=lambda r: r.mb_s)
     verdict = "meets" if best.mb_s >= FETCH_TARGET_RATIO * raw_fetch.mb_s else "BELOW"
     lines.append(f"  target >= {FETCH_TARGET_RATIO} x raw sendfile: {verdict} (best: {best.name})")
     if args.profile_fetch:
@@ -633,6 +756,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--rounds", type=int, default=3, help="fetch/raw rounds (best is kept)")
     parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        default=None,
+        help="also measure a zero-copy broker run from this source tree (A/B against a checkout)",
+    )
+    parser.add_argument(
         "--broker-override",
         action="append",
         default=[],
@@ -643,7 +772,9 @@ def main(argv: list[str]) -> int:
     if args.records is None:
         args.records = 500_000 if args.quick else 3_000_000
     if args.fetch_passes is None:
-        args.fetch_passes = 1 if args.quick else 3
+        # Rounds of a second or more (a few tenths with --quick): shorter ones measured mostly
+        # start-up and the neighbours' noise.
+        args.fetch_passes = 10
     with contextlib.suppress(ImportError):
         import uvloop
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from protocol import messages
@@ -37,11 +38,17 @@ from .connection import Connection
 from .errors import KafkaConnectionError, KafkaTimeoutError
 
 __all__ = [
+    "GroupDescription",
     "GroupMember",
+    "MemberDescription",
+    "PartitionLag",
     "decode_assignment",
     "decode_subscription",
+    "delete_groups",
+    "describe_group",
     "encode_assignment",
     "encode_subscription",
+    "list_groups",
     "range_assign",
     "roundrobin_assign",
 ]
@@ -433,3 +440,123 @@ class GroupMember:
                         p.metadata or "",
                     )
         return out
+
+
+# --- group administration: the calls behind ``sluice groups`` ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of a group: committed offset (None: none), log end offset, lag
+    (log end - committed; None without a commit) and the member consuming it (None: nobody)."""
+
+    tp: TopicPartition
+    committed: int | None
+    log_end_offset: int
+    lag: int | None
+    member_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    partitions: tuple[PartitionLag, ...]
+
+
+EndOffsets = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
+
+
+async def _coordinator_for(cluster: Cluster, group_id: str) -> Connection:
+    member = GroupMember(cluster, group_id, topics=[], on_assign=_nothing, on_revoke=_nothing)
+    return await member.coordinator()
+
+
+async def _nothing(_partitions: set[TopicPartition]) -> None:
+    return None
+
+
+async def list_groups(cluster: Cluster) -> list[tuple[str, str]]:
+    """``(group_id, protocol_type)`` of every group of every broker."""
+    await cluster.refresh([])
+    out: list[tuple[str, str]] = []
+    for node in sorted(cluster.brokers):
+        conn = await cluster.connection(node)
+        resp = await conn.request(messages.ListGroups.key, messages.ListGroupsRequest())
+        if resp.error_code:
+            raise for_code(resp.error_code)("ListGroups")
+        out += [(g.group_id, g.protocol_type) for g in resp.groups]
+    return sorted(out)
+
+
+async def describe_group(
+    cluster: Cluster, group_id: str, end_offsets: EndOffsets
+) -> GroupDescription:
+    """State, members and per-partition lag of ``group_id`` (like kafka-consumer-groups
+    --describe): partitions with a committed offset or assigned to a member."""
+    conn = await _coordinator_for(cluster, group_id)
+    resp = await conn.request(
+        messages.DescribeGroups.key, messages.DescribeGroupsRequest(groups=[group_id])
+    )
+    (g,) = resp.groups
+    if g.error_code:
+        raise for_code(g.error_code)(f"DescribeGroups {group_id}")
+    members = []
+    for m in g.members:
+        assigned: set[TopicPartition] = set()
+        if g.protocol_type == "consumer" and m.member_assignment:
+            with contextlib.suppress(ProtocolError):
+                assigned = decode_assignment(bytes(m.member_assignment))
+        members.append(
+            MemberDescription(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, frozenset(assigned)
+            )
+        )
+    fetch = await conn.request(
+        OFFSET_FETCH, messages.OffsetFetchRequest(group_id=group_id, topics=None)
+    )
+    if getattr(fetch, "error_code", 0):
+        raise for_code(fetch.error_code)(f"OffsetFetch {group_id}")
+    committed = {
+        TopicPartition(t.name, p.partition_index): p.committed_offset
+        for t in fetch.topics
+        for p in t.partitions
+        if p.committed_offset >= 0
+    }
+    owner = {tp: m.member_id for m in members for tp in m.assignment}
+    tps = sorted(set(committed) | set(owner))
+    ends = await end_offsets(tps) if tps else {}
+    rows = []
+    for tp in tps:
+        end = ends.get(tp, -1)
+        done = committed.get(tp)
+        lag = max(end - done, 0) if done is not None and end >= 0 else None
+        rows.append(PartitionLag(tp, done, end, lag, owner.get(tp)))
+    return GroupDescription(
+        group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members), tuple(rows)
+    )
+
+
+async def delete_groups(cluster: Cluster, group_ids: list[str]) -> dict[str, KafkaError | None]:
+    """DeleteGroups (each must be empty): the error of each group, None when deleted."""
+    out: dict[str, KafkaError | None] = {}
+    for group_id in group_ids:
+        conn = await _coordinator_for(cluster, group_id)
+        resp = await conn.request(
+            messages.DeleteGroups.key, messages.DeleteGroupsRequest(groups_names=[group_id])
+        )
+        for r in resp.results:
+            out[r.group_id] = for_code(r.error_code)(r.group_id) if r.error_code else None
+    return out

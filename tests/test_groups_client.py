@@ -203,3 +203,42 @@ async def test_standalone_commit_with_assign(broker: EmbeddedBroker) -> None:
     async with Consumer(broker.bootstrap_servers) as c:
         with pytest.raises(NotImplementedError):
             c.subscribe(["solo"])  # no group_id
+
+
+async def test_describe_group_reports_members_and_lag(broker: EmbeddedBroker) -> None:
+    from client.cluster import Cluster
+    from client.group import delete_groups, describe_group, list_groups
+
+    await create(broker, "lag", 2)
+    await produce(broker, "lag", 2, 10)
+    c = member(broker, "g-lag", enable_auto_commit=False)
+    ends = Consumer(broker.bootstrap_servers)
+    cluster = Cluster(broker.bootstrap_servers)
+    await c.start()
+    await ends.start()
+    await cluster.start()
+    try:
+        c.subscribe(["lag"])
+        await until("the assignment", lambda: len(c.assignment()) == 2)
+        await c.commit({TopicPartition("lag", 0): 4, TopicPartition("lag", 1): 10})
+        assert ("g-lag", "consumer") in await list_groups(cluster)
+        d = await describe_group(cluster, "g-lag", ends.end_offsets)
+        assert (d.state, d.protocol_type, d.protocol) == ("Stable", "consumer", "range")
+        (m,) = d.members
+        assert m.assignment == {TopicPartition("lag", 0), TopicPartition("lag", 1)}
+        rows = [(r.tp.partition, r.committed, r.log_end_offset, r.lag) for r in d.partitions]
+        assert rows == [(0, 4, 10, 6), (1, 10, 10, 0)]
+        assert {r.member_id for r in d.partitions} == {m.member_id}
+        await c.stop()
+        d = await describe_group(cluster, "g-lag", ends.end_offsets)
+        assert d.state == "Empty" and d.members == ()
+        assert [(r.tp.partition, r.lag, r.member_id) for r in d.partitions] == [
+            (0, 6, None),
+            (1, 0, None),
+        ]
+        assert await delete_groups(cluster, ["g-lag"]) == {"g-lag": None}
+        assert ("g-lag", "consumer") not in await list_groups(cluster)
+    finally:
+        await c.stop()
+        await ends.stop()
+        await cluster.close()

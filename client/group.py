@@ -16,22 +16,20 @@
    coordinator.
 
 ``leave()`` sends LeaveGroup so the partitions move at once instead of after a session timeout.
-ConsumerProtocol subscription / assignment (v0) are declared with :mod:`protocol.schema` like
-every other Kafka structure. Single event loop; not thread-safe.
+ConsumerProtocol subscription / assignment blobs are encoded by :mod:`protocol.consumer_protocol`.
+Single event loop; not thread-safe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol import messages
+from protocol import consumer_protocol, messages
 from protocol.errors import KafkaError, ProtocolError, for_code
-from protocol.schema import F, Message, StructSchema
 
 from .cluster import Cluster, TopicPartition
 from .connection import Connection
@@ -69,66 +67,28 @@ NOT_COORDINATOR = 16
 COORDINATOR_NOT_AVAILABLE = 15
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
-_I16 = struct.Struct(">h")
-
-# Kafka's ConsumerProtocolSubscription / ConsumerProtocolAssignment, version 0.
-Subscription = StructSchema(
-    "ConsumerProtocolSubscription",
-    [F("topics", "[]string"), F("user_data", "bytes", nullable="0+", default=None)],
-)
-Assignment = StructSchema(
-    "ConsumerProtocolAssignment",
-    [
-        F(
-            "assigned_partitions",
-            "[]TopicPartition",
-            fields=[F("topic", "string"), F("partitions", "[]int32")],
-        ),
-        F("user_data", "bytes", nullable="0+", default=None),
-    ],
-)
-
-
-def _encode(schema: StructSchema, msg: Message) -> bytes:
-    out = bytearray(_I16.pack(0))
-    schema.encoder(0, False)(msg, out, [])
-    return bytes(out)
-
-
-def _decode(schema: StructSchema, data: bytes) -> Message:
-    if len(data) < 2:
-        raise ProtocolError(f"{schema.name}: no version")
-    # Newer versions append fields: decoding their v0 prefix is what Kafka's clients do.
-    msg, _ = schema.decoder(0, False)(bytes(data), 2)
-    return msg
-
 
 def encode_subscription(topics: Iterable[str]) -> bytes:
-    return _encode(Subscription, Subscription.cls(topics=sorted(set(topics))))
+    return consumer_protocol.encode_subscription(topics)
 
 
 def decode_subscription(data: bytes) -> list[str]:
-    return list(_decode(Subscription, data).topics)
+    return consumer_protocol.decode_subscription(data)
 
 
 def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    item = Assignment.cls.TopicPartition
-    msg = Assignment.cls(
-        assigned_partitions=[
-            item(topic=t, partitions=sorted(ps)) for t, ps in sorted(by_topic.items())
-        ]
-    )
-    return _encode(Assignment, msg)
+    return consumer_protocol.encode_assignment(by_topic)
 
 
 def decode_assignment(data: bytes) -> set[TopicPartition]:
-    if not data:
-        return set()
-    msg = _decode(Assignment, data)
-    return {TopicPartition(a.topic, p) for a in msg.assigned_partitions for p in a.partitions}
+    return {
+        TopicPartition(topic, p)
+        for topic, parts in consumer_protocol.decode_assignment(data).items()
+        for p in parts
+    }
 
 
 def range_assign(

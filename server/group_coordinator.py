@@ -402,7 +402,15 @@ class GroupCoordinator:
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
         if group.in_initial_delay:
+            # The initial delay is over: complete now if everyone is in, else wait for the
+            # stragglers up to the rebalance timeout (Kafka's InitialDelayedJoin).
             group.in_initial_delay = False
+            remaining = group.rebalance_deadline - self._loop.time()
+            if not group.all_joined() and remaining > 0:
+                group.rebalance_handle = self._loop.call_later(
+                    remaining, self._rebalance_timer, group
+                )
+                return
         self._complete_join_phase(group)
 
     def _extend_initial_delay(self, group: Group) -> None:
@@ -451,9 +459,8 @@ class GroupCoordinator:
             group.members.pop(m.member_id, None)
             if m.group_instance_id is not None:
                 group.static_members.pop(m.group_instance_id, None)
-        for handle in group.pending_members.values():
-            handle.cancel()
-        group.pending_members.clear()
+        # Pending (MEMBER_ID_REQUIRED) members stay pending until their own session expiry:
+        # one that rejoins late joins the next generation with its id.
         group.generation += 1
         if not group.members:
             group.protocol_name = None

@@ -466,3 +466,23 @@ async def test_offsets_and_membership_survive_restart(tmp_path: Path) -> None:
         await c.close()
     finally:
         await srv.shutdown()
+
+
+async def test_initial_rebalance_delay_gathers_members_into_one_generation(
+    tmp_path: Path,
+) -> None:
+    srv = await start(tmp_path, "group.initial.rebalance.delay.ms=400")
+    a, b = await connect(srv), await connect(srv)
+    try:
+        first_a, first_b = await join(a), await join(b)
+        # Both join an Empty group within the delay: a single generation holds both.
+        ja, jb = await asyncio.gather(
+            join(a, member_id=first_a.member_id), join(b, member_id=first_b.member_id)
+        )
+        assert ja.generation_id == jb.generation_id == 1
+        leader = ja if ja.members else jb
+        assert {x.member_id for x in leader.members} == {first_a.member_id, first_b.member_id}
+    finally:
+        await a.close()
+        await b.close()
+        await srv.shutdown()

@@ -327,9 +327,17 @@ def test_kafka_python_members_split_leave_and_commit(broker: BrokerProcess) -> N
             lambda: kp_poll(consumers),
         )
         owner = consumers[0]
-        part = min(kp_assignment(owner))
-        tp = KpTopicPartition(topic, part)
-        owner.commit({tp: KpOffsetAndMetadata(7, "kp-meta", -1)})
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            # kafka-python refuses a commit while it is (re)joining: poll and retry, as its
+            # error message says (the group may still be settling after the leave).
+            tp = KpTopicPartition(topic, min(kp_assignment(owner) or {0}))
+            try:
+                owner.commit({tp: KpOffsetAndMetadata(7, "kp-meta", -1)})
+                break
+            except (kafka.errors.RebalanceInProgressError, kafka.errors.CommitFailedError):
+                assert time.monotonic() < deadline, "commit kept failing with a rebalance"
+                kp_poll(consumers)
         assert owner.committed(tp) == 7
     finally:
         for c in consumers:

@@ -551,6 +551,18 @@ class Figure:
         return text
 
 
+BATCH_WRITE = 110_000  # bytes per write() when copying logs: one default bench batch
+
+
+def copy_in_batch_writes(src: str, dst: str) -> str:
+    """``shutil.copytree``'s copy function: plain batch-sized writes (not copy_file_range or
+    sendfile), so the copy's page cache looks like a log the broker appended to."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, BATCH_WRITE)
+    shutil.copystat(src, dst)
+    return dst
+
+
 def split(items: Sequence[bytes], parts: int) -> list[list[bytes]]:
     """Round-robin ``items`` over ``parts`` lists (order within each list preserved)."""
     return [list(items[i::parts]) for i in range(parts)]
@@ -623,9 +635,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
     frames = split(fetches * args.fetch_passes, conns)
     try:
         for i, (zero_copy, tree) in enumerate(variants):
-            vdir = data_dir if i == 0 else workdir / f"data-{i}"
-            if i:
-                shutil.copytree(data_dir, vdir)
+            # Every broker reads its own copy, written in batch-sized writes like the log and
+            # the raw blob: the page cache's folio sizes follow the write sizes, sendfile costs
+            # less from larger folios, and a fixed advantage of one copy (~10% CPU in an A/A
+            # run of two identical brokers) would pass for a difference between variants.
+            vdir = workdir / f"data-{i}"
+            shutil.copytree(data_dir, vdir, copy_function=copy_in_batch_writes)
             profile = args.profile_fetch if i == 0 else None
             name = f"broker fetch (zero.copy={zero_copy}{', ' + tree.name if tree else ''})"
             fetch_overrides = [*overrides, f"sluice.fetch.zero.copy={zero_copy}"]
@@ -637,14 +652,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
             if received < log_bytes * args.fetch_passes:
                 raise RuntimeError(f"fetch received {received} B < log size {log_bytes} B")
         # Raw sendfile: a file as large as what the broker sent (the log once per pass, plus the
-        # response headers' bytes), sent in calls as large as the broker's responses.
+        # response headers' bytes), sent in calls as large as the broker's responses; written
+        # in batch-sized writes like the brokers' copies of the log.
         padding = max(0, received // args.fetch_passes - log_bytes)
         blob = workdir / "blob"
         with open(blob, "wb") as f:
             for _ in range(args.fetch_passes):
                 for seg in log_files:
                     with open(seg, "rb") as src:
-                        shutil.copyfileobj(src, f, 4 * MiB)
+                        shutil.copyfileobj(src, f, BATCH_WRITE)
                 f.write(b"\0" * padding)
         total = blob.stat().st_size
         response_size = total // (len(fetches) * args.fetch_passes)
@@ -661,21 +677,30 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[str]:
         cpu: dict[str, list[float]] = {name: [] for name in names}
         rcpu: dict[str, list[float]] = {name: [] for name in names}  # the receiving client's
         nbytes: dict[str, int] = {}
-        for _ in range(args.rounds):
-            for name, broker in brokers:
-                cpu_before = process_cpu_seconds(broker.proc.pid)
-                rcpu_before = time.process_time()
-                s, nbytes[name] = await run_pipelines(broker.host, broker.port, frames, args.window)
-                rcpu[name].append(time.process_time() - rcpu_before)
-                cpu[name].append(process_cpu_seconds(broker.proc.pid) - cpu_before)
+        by_name = dict(brokers)
+        for round_no in range(args.rounds):
+            # Each round starts one step further down the list: a fixed order put the same
+            # figure right after the raw sender's process start every time (two identical
+            # brokers differed by ~15% in client CPU that way).
+            order = names[round_no % len(names) :] + names[: round_no % len(names)]
+            for name in order:
+                if name in by_name:
+                    broker = by_name[name]
+                    cpu_before = process_cpu_seconds(broker.proc.pid)
+                    rcpu_before = time.process_time()
+                    s, nbytes[name] = await run_pipelines(
+                        broker.host, broker.port, frames, args.window
+                    )
+                    rcpu[name].append(time.process_time() - rcpu_before)
+                    cpu[name].append(process_cpu_seconds(broker.proc.pid) - cpu_before)
+                else:
+                    threaded = name == names[-1]
+                    s, nbytes[name], used, received_cpu = await raw_sendfile(
+                        blob, plan, threaded, sndbuf
+                    )
+                    cpu[name].append(used)
+                    rcpu[name].append(received_cpu)
                 timings[name].append(s)
-            for threaded, name in ((False, names[-2]), (True, names[-1])):
-                s, nbytes[name], used, received_cpu = await raw_sendfile(
-                    blob, plan, threaded, sndbuf
-                )
-                timings[name].append(s)
-                cpu[name].append(used)
-                rcpu[name].append(received_cpu)
     finally:
         for _, broker in brokers:
             broker.stop()

@@ -124,6 +124,16 @@ async def heartbeat(client: WireClient, generation: int, member: str, group: str
     return int((await client.request(HEARTBEAT, 3, body, timeout=WAIT)).error_code)
 
 
+async def heartbeat_until(client: WireClient, generation: int, member: str, want: int) -> bool:
+    """Heartbeat every 20 ms until the answer is ``want`` (True) or WAIT passed (False)."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while asyncio.get_running_loop().time() < deadline:
+        if await heartbeat(client, generation, member) == want:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
 async def commit(
     client: WireClient,
     generation: int,
@@ -254,12 +264,7 @@ async def test_two_members_rebalance_and_rebalance_in_progress(server: Server) -
         # b joins: a's heartbeat says REBALANCE_IN_PROGRESS until a rejoins.
         first_b = await join(b)
         join_b = asyncio.ensure_future(join(b, member_id=first_b.member_id))
-        for _ in range(100):
-            code = await heartbeat(a, ja.generation_id, ja.member_id)
-            if code == REBALANCE_IN_PROGRESS:
-                break
-            await asyncio.sleep(0.01)
-        assert code == REBALANCE_IN_PROGRESS
+        assert await heartbeat_until(a, ja.generation_id, ja.member_id, REBALANCE_IN_PROGRESS)
         # A commit with the old generation during the rebalance: the member is known, the
         # generation is still 1 while PreparingRebalance, so it is accepted (Kafka's rule).
         assert await commit(a, 1, ja.member_id, {("t", 0): 3}) == {
@@ -300,19 +305,13 @@ async def test_session_timeout_removes_a_silent_member(server: Server) -> None:
     try:
         ja = await join_new(a, session_ms=5000)
         await sync(a, 1, ja.member_id, {})
-        first_b = await join(b, session_ms=300)
-        join_b = asyncio.ensure_future(join(b, member_id=first_b.member_id, session_ms=300))
+        first_b = await join(b, session_ms=1000)
+        join_b = asyncio.ensure_future(join(b, member_id=first_b.member_id, session_ms=1000))
         ra = await join(a, member_id=ja.member_id, session_ms=5000)
         rb = await asyncio.wait_for(join_b, WAIT)
         await asyncio.gather(sync(a, 2, ra.member_id, {}), sync(b, 2, rb.member_id))
         # b goes silent; a keeps heartbeating and is told to rejoin once b's session expires.
-        code = NONE
-        for _ in range(100):
-            code = await heartbeat(a, 2, ra.member_id)
-            if code != NONE:
-                break
-            await asyncio.sleep(0.05)
-        assert code == REBALANCE_IN_PROGRESS
+        assert await heartbeat_until(a, 2, ra.member_id, REBALANCE_IN_PROGRESS)
         ra = await join(a, member_id=ra.member_id)
         assert ra.generation_id == 3 and [x.member_id for x in ra.members] == [ra.member_id]
         assert await heartbeat(b, 2, rb.member_id) == UNKNOWN_MEMBER_ID
@@ -346,10 +345,7 @@ async def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(
         assert ja.error_code == NONE
         await sync(a, 1, ja.member_id, {ja.member_id: b"A"}, instance="inst-a")
         jb_task = asyncio.ensure_future(join(b, instance="inst-b"))
-        for _ in range(100):
-            if await heartbeat(a, 1, ja.member_id) == REBALANCE_IN_PROGRESS:
-                break
-            await asyncio.sleep(0.01)
+        assert await heartbeat_until(a, 1, ja.member_id, REBALANCE_IN_PROGRESS)
         ra = await join(a, member_id=ja.member_id, instance="inst-a")
         jb = await asyncio.wait_for(jb_task, WAIT)
         assert ra.generation_id == jb.generation_id == 2

@@ -165,6 +165,12 @@ _HAND_CASES = [
 ]
 
 
+# Kafka's authorized_operations use INT32_MIN for "not requested". The oracles disagree on how to
+# model it (kafka-python's BitField decodes it as None, aiokafka's Int32 keeps the number), so
+# both flatteners map INT32_MIN to None: a symmetric normalisation that hides no difference.
+_INT32_MIN = -(2**31)
+
+
 def _flatten_ours(msg: Any, s: StructSchema, version: int, out: list[Any]) -> list[Any]:
     for f in s.fields:
         if not f.present(version):
@@ -178,13 +184,11 @@ def _flatten_ours(msg: Any, s: StructSchema, version: int, out: list[Any]) -> li
                 if f.struct is not None:
                     _flatten_ours(x, f.struct, version, out)
                 else:
-                    out.append(x)
+                    out.append(None if x == _INT32_MIN else x)
         elif f.struct is not None:
             _flatten_ours(v, f.struct, version, out)
-        elif f.name.endswith("authorized_operations") and v == -(2**31):
-            # INT32_MIN is Kafka's "operations not requested"; kafka-python's BitField decodes
-            # exactly that value as None (and encodes None back to it).
-            out.append(None)
+        elif v == _INT32_MIN:
+            out.append(None)  # see _INT32_MIN
         else:
             out.append(bytes(v) if isinstance(v, memoryview) else v)
     return out
@@ -203,9 +207,10 @@ def _flatten_theirs(value: Any, out: list[Any]) -> list[Any]:
             _flatten_theirs(x, out)
     elif isinstance(value, set):  # kafka-python's BitField (authorized operations): bits -> int32
         bits = sum(1 << b for b in value)
-        out.append(bits - (1 << 32) if bits >= 1 << 31 else bits)
+        bits = bits - (1 << 32) if bits >= 1 << 31 else bits
+        out.append(None if bits == _INT32_MIN else bits)
     else:
-        out.append(value)
+        out.append(None if value == _INT32_MIN else value)
     return out
 
 

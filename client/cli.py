@@ -7,6 +7,7 @@
                     --partition P | --timestamp MS] [--max-messages N] [--format text|json]
     sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
+    sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
     sluice perf produce --topic T --num-records N --record-size S [--throughput R]
     sluice perf consume --topic T --messages N
@@ -36,8 +37,9 @@ from rich.table import Table
 from protocol.errors import SluiceError
 
 from .admin import Admin
-from .cluster import TopicPartition
+from .cluster import Cluster, TopicPartition
 from .consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
+from .group import delete_groups, describe_group, list_groups
 from .producer import COMPRESSION_CODECS, Producer
 
 T = TypeVar("T")
@@ -386,6 +388,95 @@ async def offsets(bootstrap: str, topic: str, partitions: tuple[int, ...], when:
     for tp in sorted(found):
         hit = found[tp]
         click.echo(f"{tp.topic}:{tp.partition}:{hit.offset if hit is not None else ''}")
+
+
+# --- groups --------------------------------------------------------------------------------
+
+
+@cli.group()
+def groups() -> None:
+    """List, describe (members, lag) and delete consumer groups (like kafka-consumer-groups)."""
+
+
+@groups.command("list")
+@bootstrap_option
+@async_command
+async def groups_list(bootstrap: str) -> None:
+    """Print every group id, one per line."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        found = await list_groups(cluster)
+    finally:
+        await cluster.close()
+    for group_id, _protocol_type in found:
+        click.echo(group_id)
+
+
+@groups.command("describe")
+@bootstrap_option
+@click.option("--group", required=True)
+@click.option("--members", "show_members", is_flag=True, help="One row per member instead.")
+@async_command
+async def groups_describe(bootstrap: str, group: str, show_members: bool) -> None:
+    """Per partition: committed offset, log end offset, lag and the consuming member."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    ends = Consumer(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        await ends.start()
+        d = await describe_group(cluster, group, ends.end_offsets)
+    finally:
+        await ends.stop()
+        await cluster.close()
+    stderr.print(f"Consumer group '{d.group_id}' is {d.state} ({len(d.members)} members)")
+    members = {m.member_id: m for m in d.members}
+    if show_members:
+        table = Table("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")
+        for m in d.members:
+            parts = ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment))
+            table.add_row(d.group_id, m.member_id, m.client_host or "-", m.client_id,
+                          str(len(m.assignment)), parts or "-")  # fmt: skip
+        Console(width=200).print(table)
+        return
+    table = Table(
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+        "HOST", "CLIENT-ID",
+    )  # fmt: skip
+    for r in d.partitions:
+        owner = members.get(r.member_id or "")
+        table.add_row(
+            d.group_id,
+            r.tp.topic,
+            str(r.tp.partition),
+            "-" if r.committed is None else str(r.committed),
+            str(r.log_end_offset),
+            "-" if r.lag is None else str(r.lag),
+            r.member_id or "-",
+            (owner.client_host or "-") if owner else "-",
+            owner.client_id if owner else "-",
+        )
+    Console(width=200).print(table)
+
+
+@groups.command("delete")
+@bootstrap_option
+@click.option("--group", "group_ids", required=True, multiple=True, help="Repeatable.")
+@async_command
+async def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
+    """Delete empty groups and their committed offsets."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        results = await delete_groups(cluster, list(group_ids))
+    finally:
+        await cluster.close()
+    failed = {g: e for g, e in results.items() if e is not None}
+    for g in results:
+        if g not in failed:
+            click.echo(f"Deleted group {g}.")
+    if failed:
+        raise click.ClickException("; ".join(f"{g}: {type(e).__name__}" for g, e in failed.items()))
 
 
 # --- dump-log ------------------------------------------------------------------------------

@@ -30,16 +30,17 @@ the socket (uvloop transports do not implement ``loop.sendfile``), waiting for w
 dup of the socket fd when the kernel buffer is full (uvloop refuses ``add_writer`` on an fd a
 transport owns). Otherwise each slice is copied with ``read_bytes()`` and written like any bytes.
 
-Measured and rejected (``python -m bench broker --rounds 5..7 --fetch-passes 10 --compare-tree
-<this version>``, 880 KB responses, 2 shared cores): sending the whole response on the socket
-ourselves, the header with ``send(MSG_MORE)`` so it rides in the records' first segment, was not
-faster: fetch 0.54-0.66 x raw sendfile against 0.62-0.67 x for this path in the same
-interleaved rounds, broker CPU 291-303 ms/GiB against 278-283, and the client read no fewer times
-per response (1.5-1.7 against 1.2-1.8: the header does not cost a wake-up of its own, the kernel
-already merges it). ``os.sendfile`` is already called until EAGAIN, and a Fetch holds one slice
-per partition, so there are no adjacent slices to coalesce. What a response costs beyond the
-kernel's sendfile is the request's Python path (decode ~12 us, handler + log read ~40 us, encode
-~11 us per 880 KB response, against ~100 us of kernel sendfile), outside this module.
+Measured and rejected (``python -m bench broker --rounds 7 --compare-tree <the variant's tree>``,
+880 KB responses, 2 shared cores): sending the whole response on the socket ourselves, the header
+with ``send(MSG_MORE)`` so it rides in the records' first segment. In the same interleaved rounds
+it used 359 ms of broker CPU per GiB against 347 for this path and the same client CPU (279
+ms/GiB), fetch 0.61-0.89 x raw sendfile per round against 0.69-1.26, and the client read no
+fewer times per response (1.5-1.7 against 1.2-1.8): the kernel already merges the header. (Two
+identical trees differ by ~6% CPU in such an A/A run: 311 vs 294 ms/GiB.) ``os.sendfile`` is
+already called until EAGAIN, and a Fetch holds one slice per partition: no adjacent slices to
+coalesce. What a response costs beyond the kernel's sendfile is the request's Python path (decode
+~12 us, handler + log read ~40 us, encode ~11 us per 880 KB response, against ~100 us of kernel
+sendfile), outside this module.
 """
 
 from __future__ import annotations

@@ -6,9 +6,12 @@ reading the same topic with our own consumer loop, in the same run on the same d
 * **setup**: a ``python -m server`` broker in a temp dir; a topic of ``P`` partitions filled
   with ``N`` records (``B``-byte values, 16-byte keys, uncompressed, ~1 MiB batches built once
   with ``protocol.records.RecordBatchBuilder`` and produced repeatedly).
-* **consumer**: one process reads every partition to its high watermark with Fetch requests
-  (``pipeline.wire``, 4 MiB per fetch) and decodes every record (``protocol.records``:
-  CRC + record walk) — what a Python consumer does, with no Spark and no Arrow.
+* **consumer**: one process reads every partition to its high watermark with Sluice's own
+  ``client.Consumer`` (assigned partitions, 4 MiB per partition fetch, records handed out by
+  ``getmany``) — what a Python application does, with no Spark and no Arrow.
+* **fetch + columns**: the Spark source's executor loop without Spark
+  (``pipeline.source.read_range``: ``pipeline.blocking`` Fetch requests, batches decoded as
+  columns, Arrow record batches), one process, every partition in turn.
 * **spark sluice**: ``spark.read.format("sluice")...load().write.format("noop").save()`` on a
   local[2] session (Python workers warmed up by one small read first): fetch, decode, Arrow
   record batches, handed to the JVM. Target: >= 500,000 records/s.
@@ -21,6 +24,7 @@ Figures vary with what else runs on this shared 2-core machine; best of ``--roun
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sys
@@ -30,9 +34,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pipeline.offsets import TopicPartition
-from pipeline.wire import SyncClient
-from protocol.records import RecordBatchBuilder, decode_batch, iter_batches
+from client import Admin, Consumer
+from client import TopicPartition as ClientTopicPartition
+from pipeline.blocking import BlockingClient
+from pipeline.offsets import OffsetRange, TopicPartition
+from pipeline.options import parse
+from pipeline.source import read_range
+from protocol.records import RecordBatchBuilder
 from tests.broker_util import start_broker
 
 TARGET = 500_000
@@ -47,8 +55,13 @@ def fill(bootstrap: str, records: int, partitions: int, value_size: int) -> None
     for i in range(per_batch):
         builder.append(now, b"key-%012d" % i, os.urandom(value_size))
     batch = builder.build()
-    with SyncClient(bootstrap, timeout=60) as client:
-        client.create_topic(TOPIC, partitions)
+
+    async def create() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic(TOPIC, partitions)
+
+    asyncio.run(create())
+    with BlockingClient(bootstrap, timeout=60) as client:
         sent = 0
         while sent < records:
             client.produce({TopicPartition(TOPIC, p): batch for p in range(partitions)}, acks=1)
@@ -57,20 +70,36 @@ def fill(bootstrap: str, records: int, partitions: int, value_size: int) -> None
 
 
 def consume(bootstrap: str, partitions: int) -> int:
-    """Our own consumer loop: fetch to the HW and decode every record; returns the count."""
+    """Our own consumer: ``client.Consumer`` from offset 0 to the high watermark of every
+    partition; returns the count of records handed out."""
+
+    async def run() -> int:
+        tps = [ClientTopicPartition(TOPIC, p) for p in range(partitions)]
+        async with Consumer(
+            bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20
+        ) as consumer:
+            ends = await consumer.end_offsets(tps)
+            consumer.assign(tps)
+            count = 0
+            deadline = time.monotonic() + 300
+            while any(consumer.position(tp) != ends[tp] for tp in tps):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("consumer did not reach the high watermarks")
+                got = await consumer.getmany(timeout_ms=1000)
+                count += sum(len(records) for records in got.values())
+            return count
+
+    return asyncio.run(run())
+
+
+def fetch_columns(bootstrap: str, partitions: int, hws: dict[TopicPartition, int]) -> int:
+    """The Spark source's read loop (fetch, decode as columns, Arrow) without Spark."""
+    options = parse({"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC}, streaming=False)
     count = 0
-    with SyncClient(bootstrap, timeout=60) as client:
-        for p in range(partitions):
-            tp = TopicPartition(TOPIC, p)
-            offset = 0
-            hw = client.list_offsets({tp: -1})[tp]
-            while offset < hw:
-                result = client.fetch(tp, offset, max_bytes=4 << 20)
-                for _, header, batch in iter_batches(
-                    result.records or b"", allow_partial_tail=True
-                ):
-                    count += len(decode_batch(batch).records)
-                    offset = header.next_offset
+    for p in range(partitions):
+        tp = TopicPartition(TOPIC, p)
+        for arrow_batch in read_range(OffsetRange(TOPIC, p, 0, hws[tp]), options):
+            count += arrow_batch.num_rows
     return count
 
 
@@ -121,9 +150,10 @@ def main(argv: list[str]) -> int:
     spark = None
     try:
         fill(broker.bootstrap, args.records, args.partitions, args.value_size)
-        with SyncClient(broker.bootstrap) as client:
+        with BlockingClient(broker.bootstrap) as client:
             tps = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
-            total = sum(client.list_offsets(dict.fromkeys(tps, -1)).values())
+            hws = client.list_offsets(dict.fromkeys(tps, -1))
+            total = sum(hws.values())
         print(f"spark: {total:,} records of {args.value_size} B in {args.partitions} partitions")
 
         counted = 0
@@ -133,6 +163,13 @@ def main(argv: list[str]) -> int:
             counted = consume(broker.bootstrap, args.partitions)
 
         t_consumer = min(timed(own) for _ in range(args.rounds))
+        assert counted == total, (counted, total)
+
+        def columns() -> None:
+            nonlocal counted
+            counted = fetch_columns(broker.bootstrap, args.partitions, hws)
+
+        t_columns = min(timed(columns) for _ in range(args.rounds))
         assert counted == total, (counted, total)
 
         spark = spark_session()
@@ -160,7 +197,8 @@ def main(argv: list[str]) -> int:
         t_spark = min(timed(lambda: run(network)) for _ in range(args.rounds))
         t_segments = min(timed(lambda: run(segments)) for _ in range(args.rounds))
         rows = [
-            ("own consumer (fetch + decode, 1 process)", t_consumer),
+            ("own consumer (client.Consumer, 1 process)", t_consumer),
+            ("source read loop, no Spark (1 process)", t_columns),
             ('spark format("sluice") local[2]', t_spark),
             ('spark format("sluice-segments") local[2]', t_segments),
         ]

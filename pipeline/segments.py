@@ -182,6 +182,8 @@ class SegmentReader(DataSourceReader):
         return plan_segments(Path(self.options.path), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, SegmentFile) and partition.value is None:
+            return iter(())  # no segment planned: PySpark then reads one InputPartition(None)
         assert isinstance(partition, SegmentFile)
         if not os.path.exists(partition.path):
             if self.options.fail_on_data_loss:

@@ -18,8 +18,6 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CfTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.offsets import TopicPartition
-from pipeline.wire import SyncClient
 from tests.broker_util import BrokerProcess, running_broker
 
 pytestmark = pytest.mark.spark
@@ -309,10 +307,21 @@ def test_streaming_write_copies_a_topic(
 def test_data_loss_is_handled_per_fail_on_data_loss(spark: Any, broker: BrokerProcess) -> None:
     create_topic(broker, "lossy", 1)
     produce(broker, "lossy", 100)
-    with SyncClient(broker.bootstrap) as client:
-        assert client.delete_records(TopicPartition("lossy", 0), 60) == 60
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (deleted,) = admin.delete_records([CfTopicPartition("lossy", 0, 60)]).values()
+    assert deleted.result(DEADLINE_S).low_watermark == 60
     start = json.dumps({"lossy": {"0": 10}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         read(spark, broker, "lossy", startingOffsets=start).collect()
     rest = read(spark, broker, "lossy", startingOffsets=start, failOnDataLoss="false")
     assert sorted(r["offset"] for r in rest.select("offset").collect()) == list(range(60, 100))
+
+
+def test_reading_an_empty_topic_gives_no_rows(spark: Any, broker: BrokerProcess) -> None:
+    # nothing to plan: PySpark reads one InputPartition(None), which must yield nothing
+    create_topic(broker, "empty", 2)
+    assert read(spark, broker, "empty").count() == 0
+    segments = (
+        spark.read.format("sluice-segments").option("subscribe", "empty").load(str(broker.data_dir))
+    )
+    assert segments.count() == 0

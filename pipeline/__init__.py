@@ -18,9 +18,13 @@ Formats (PySpark 4.x Python data sources, ``pyspark.sql.datasource``):
   (:mod:`pipeline.segments`), one Spark partition per segment.
 
 Jobs for the command line (``sluice pipeline archive|replay``): :mod:`pipeline.jobs`,
-:mod:`pipeline.cli`. PySpark's auto-registration (a top-level ``pyspark_*`` module exporting
-``DefaultSource``) is not used: it needs a top-level module in the distribution, and
-registering takes one call.
+:mod:`pipeline.cli`.
+
+Registration: PySpark 4 registers by itself, at a session's first data source lookup, the
+``DefaultSource`` of every top-level ``pyspark_*`` module on the Python path; the distribution
+ships two (``pyspark_sluice``, ``pyspark_sluice_segments``), so an installed Sluice needs no
+call. :func:`register` remains for a checkout that is not on the workers' path (an editable
+install is not: its import hook does not list modules) and is harmless otherwise.
 
 Spark's Python workers must run this interpreter (they import ``pipeline`` and ``protocol``):
 :func:`python_worker_env` sets ``PYSPARK_PYTHON`` before a session is created.

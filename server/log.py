@@ -30,6 +30,7 @@ from protocol.errors import (
 )
 from server.index import CorruptIndexError
 from server.log_config import LogConfig
+from server.producer_state import ProducerStateManager
 from server.segment import FetchSlice, LogSegment
 from server.vfs import DEFAULT_VFS, VFS
 
@@ -201,6 +202,9 @@ class Log:
         self._dir_dirty = False  # a segment file was created/renamed since the last dir fsync
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
+        # Idempotent-producer state (server.producer_state): derived from the batch headers,
+        # built on the first batch with a producer id, dropped on truncation.
+        self._producers: ProducerStateManager | None = None
 
     # ------------------------------------------------------------------ load / recovery
 
@@ -525,6 +529,27 @@ class Log:
         last_offset = first_offset + offsets - 1
         if offsets > _INT32_MAX:
             raise RecordListTooLarge("offset range of one append does not fit int32")
+        # Idempotent producers: sequence checks before anything is written. A request without
+        # a producer id (-1, the usual case) pays one compare (two for multi-batch requests).
+        producers = None
+        if headers[0][1].producer_id >= 0 or (
+            len(headers) > 1 and any(h.producer_id >= 0 for _, h in headers)
+        ):
+            producers = self.producer_state()
+            duplicate = producers.check([h for _, h in headers])
+            if duplicate is not None:
+                # A retry of a batch already in the log: nothing is written; the producer gets
+                # the original offsets (what Kafka answers).
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    -1,
+                    self._log_start_offset,
+                    0,
+                    rec.NO_TIMESTAMP,
+                    duplicate.last_offset,
+                    0,
+                )
 
         # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
         # batch valid; do it in the caller's buffer if allowed, else in one private copy.
@@ -608,6 +633,11 @@ class Log:
                     active.truncate_to(first_offset)
                 raise
         self._leo = last_offset + 1
+        if producers is not None:
+            batch_first = first_offset
+            for _, header in headers:
+                producers.update(header, batch_first)
+                batch_first += header.last_offset_delta + 1
         if self._leo - self._recovery_point >= config.flush_messages:
             self.flush()
         return AppendInfo(
@@ -620,6 +650,16 @@ class Log:
             offset_of_max,
             total,  # valid_bytes
         )
+
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state of this partition, rebuilt from every segment's batch
+        headers on first use (only the append path calls this; see server.producer_state)."""
+        producers = self._producers
+        if producers is None:
+            producers = self._producers = ProducerStateManager.rebuild(
+                header for segment in self._segments for _position, header in segment.batches()
+            )
+        return producers
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)`` and return it.
@@ -937,6 +977,7 @@ class Log:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._leo:
             return False
+        self._producers = None  # rebuilt from what remains, on the next idempotent append
         if offset < self._bases[0]:
             self._truncate_fully_and_start_at(offset)
             return True
@@ -961,6 +1002,7 @@ class Log:
         return True
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._producers = None
         doomed = self._segments[:]
         self._segments.clear()
         self._bases.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,3 +130,48 @@ def test_random_resends_never_duplicate(ops: list[tuple[int, int, bool]]) -> Non
         last[pid] = h
     for pid in next_seq:
         assert [s for p, s in log if p == pid] == list(range(next_seq[pid]))
+
+
+def _batch(pid: int, seq: int, n: int, epoch: int = 0) -> bytes:
+    from protocol.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    for i in range(n):
+        b.append(1_000 + i, None, b"v%d" % (seq + i))
+    return b.build()
+
+
+def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path) -> None:
+    from server.log import Log
+    from server.log_config import LogConfig
+
+    config = LogConfig(segment_bytes=200)  # several segments: the rebuild walks them all
+    log = Log.open(tmp_path / "t-0", config)
+    try:
+        assert log.append_as_leader(_batch(5, 0, 2)).first_offset == 0
+        log.append_as_leader(build_plain())  # a non-idempotent batch in between: offset 2
+        assert log.append_as_leader(_batch(5, 2, 3)).first_offset == 3
+        dup = log.append_as_leader(_batch(5, 2, 3))
+        assert (dup.first_offset, dup.last_offset, dup.record_count) == (3, 5, 0)
+        assert log.log_end_offset == 6
+        with pytest.raises(OutOfOrderSequenceNumber):
+            log.append_as_leader(_batch(5, 9, 1))
+        assert log.log_end_offset == 6 and len(log.segments) > 1
+    finally:
+        log.close()
+    log = Log.open(tmp_path / "t-0", config)
+    try:
+        dup = log.append_as_leader(_batch(5, 0, 2))  # still known after a restart
+        assert (dup.first_offset, log.log_end_offset) == (0, 6)
+        assert log.truncate_to(3)  # drops sequences 2-4 (offsets 3-5)
+        assert log.append_as_leader(_batch(5, 2, 3)).first_offset == 3  # not a duplicate now
+    finally:
+        log.close()
+
+
+def build_plain() -> bytes:
+    from protocol.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder()
+    b.append(1_000, None, b"plain")
+    return b.build()

@@ -616,7 +616,7 @@ class Handlers:
         """A fresh producer id, epoch 0, for an idempotent producer.
 
         Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
-        epoch checks on append belong to the storage layer (not implemented yet: see report).
+        epoch checks on append are the storage layer's (server.producer_state via Log).
         """
         cls = _response_cls(API_INIT_PRODUCER_ID)
         if body.transactional_id is not None:

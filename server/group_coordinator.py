@@ -96,6 +96,9 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
     max_size: int = 2147483647
+    #: compaction (see GroupCoordinator.compact) runs when a partition holds this many more
+    #: records than live keys; checked at start-up and every retention check interval
+    offsets_compaction_min_records: int = 10000
 
     KEYS: ClassVar[dict[str, str]] = {
         "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
@@ -105,6 +108,7 @@ class GroupConfig:
         "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         "offset.metadata.max.bytes": "offset_metadata_max_bytes",
         "group.max.size": "max_size",
+        "sluice.offsets.compaction.min.records": "offsets_compaction_min_records",
     }
 
     @classmethod
@@ -125,6 +129,10 @@ class GroupConfig:
         if config.initial_rebalance_delay_ms < 0:
             raise ValueError("group.initial.rebalance.delay.ms must be >= 0")
         return config
+
+
+#: Records per batch when compaction restates a partition (well under message.max.bytes).
+_COMPACTION_CHUNK = 2000
 
 
 class GroupError(Exception):
@@ -188,6 +196,7 @@ class Group:
     rebalance_handle: asyncio.TimerHandle | None = None
     rebalance_deadline: float = 0.0  # loop time by which the (initial) delay must end
     in_initial_delay: bool = False
+    persisted: Any = None  # the last GroupMetadataValue written (or loaded): compaction restates it
 
     def all_joined(self) -> bool:
         return not self.pending_members and all(
@@ -252,6 +261,7 @@ class GroupCoordinator:
                 self._restore(group, value)
             self.groups[group_id] = group
         log.info("groups loaded", groups=len(self.groups), records=count)
+        self.compact()
         self._schedule_expiry()
 
     def ensure_ready(self) -> int:
@@ -266,6 +276,7 @@ class GroupCoordinator:
         return NONE
 
     def _restore(self, group: Group, value: Any) -> None:
+        group.persisted = value
         group.generation = value.generation
         group.protocol_type = value.protocol_type or None
         group.protocol_name = value.protocol
@@ -902,6 +913,7 @@ class GroupCoordinator:
         except Exception:
             log.exception("group metadata write failed", group=group.group_id)
             return errors.CoordinatorNotAvailable.code
+        group.persisted = value
         return NONE
 
     # ------------------------------------------------------------------ admin
@@ -956,9 +968,54 @@ class GroupCoordinator:
     def _run_expiry(self) -> None:
         try:
             self.expire_offsets()
+            self.compact()
         except Exception:
-            log.exception("offset expiry failed")
+            log.exception("offset expiry / compaction failed")
         self._schedule_expiry()
+
+    # ------------------------------------------------------------------ compaction
+
+    def compact(self, min_records: int | None = None) -> int:
+        """Minimal compaction of ``__consumer_offsets`` (Kafka compacts it with its log cleaner,
+        which Sluice does not have). Per partition, when the records since the log start
+        offset outnumber the live keys by ``min_records`` and by 2x: append every live value of
+        the partition's groups again (their offsets and last persisted group metadata, original
+        timestamps kept), then move the log start offset to the first restated record
+        (``Log.delete_records``). Replay then starts there; the retention pass deletes the
+        segments wholly below it (disk is reclaimed once the active segment has rolled).
+
+        Crash-safe at every step: the restated records carry the same values, so a replay
+        that sees old records, some or all restated ones, or only the restated ones rebuilds
+        the same state. Returns the number of partitions compacted.
+        """
+        threshold = (
+            self.config.offsets_compaction_min_records if min_records is None else min_records
+        )
+        if self._stopped or not self.store.open():
+            return 0
+        by_partition: dict[int, list[Group]] = {}
+        for group in self.groups.values():
+            by_partition.setdefault(self.store.partition_for(group.group_id), []).append(group)
+        compacted = 0
+        for partition in range(self.store.num_partitions):
+            log_ = self.store.log(partition)
+            records: list[tuple[bytes, bytes | None]] = []
+            for group in by_partition.get(partition, ()):
+                for (topic, part), value in sorted(group.offsets.items()):
+                    records.append(offset_commit_record(group.group_id, topic, part, value))
+                if group.persisted is not None:
+                    records.append(group_metadata_record(group.group_id, group.persisted))
+            span = log_.log_end_offset - log_.log_start_offset
+            if span < threshold + len(records) or span < 2 * len(records):
+                continue
+            start = log_.log_end_offset
+            for i in range(0, len(records), _COMPACTION_CHUNK):
+                self.store.append_to(partition, records[i : i + _COMPACTION_CHUNK])
+            log_.delete_records(start)
+            compacted += 1
+            log.info("offsets partition compacted", partition=partition, records_before=span,
+                     live=len(records), log_start_offset=start)  # fmt: skip
+        return compacted
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Remove offsets past ``offsets.retention.minutes`` (KIP-211); returns how many.

@@ -19,10 +19,10 @@ single broker, documented in :class:`server.group_coordinator.GroupConfig`). The
 of an existing topic wins over the config (changing it would move groups).
 
 **Durability / compaction**: the topic is created with ``cleanup.policy=delete`` and
-``retention.ms=-1`` (LogConfig rejects ``compact``; log compaction is not implemented): nothing is
-ever removed by retention, so replaying the whole log at start-up restores the latest value of
-every key. The log grows by one small record per committed partition; a compaction pass is the
-missing piece for very long-running brokers.
+``retention.ms=-1`` (LogConfig rejects ``compact``; Sluice has no log cleaner): retention never
+removes anything, so replaying the log from its start offset restores the latest value of every
+key. Instead of Kafka's cleaner, :meth:`server.group_coordinator.GroupCoordinator.compact`
+restates the live values and moves the log start offset past the superseded records.
 
 **Concurrency**: called only from the event-loop thread (the group coordinator); appends are
 synchronous like every other Log append.
@@ -47,7 +47,12 @@ if TYPE_CHECKING:
 OFFSETS_TOPIC = "__consumer_offsets"
 
 #: Topic-level settings of the internal topic (see the module docstring on compaction).
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+OFFSETS_TOPIC_CONFIG = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": "104857600",  # Kafka's offsets.topic.segment.bytes
+}
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -249,7 +254,7 @@ class OffsetsStore:
     def partition_for(self, group: str) -> int:
         return partition_for(group, self.num_partitions)
 
-    def _log(self, partition: int) -> Log:
+    def log(self, partition: int) -> Log:
         log_ = self._logs.get_log(OFFSETS_TOPIC, partition)
         if log_ is None:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} is not open")
@@ -263,11 +268,15 @@ class OffsetsStore:
         if not records:
             return -1
         self.ensure_topic()
+        return self.append_to(self.partition_for(group), records)
+
+    def append_to(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append ``records`` as one batch to ``partition`` (which must exist)."""
         now = self._clock()
         builder = RecordBatchBuilder()
         for key, value in records:
             builder.append(now, key, value)
-        log_ = self._log(self.partition_for(group))
+        log_ = self.log(partition)
         info = log_.append_as_leader(builder.build())
         # Single replica: committed as soon as it is in the log.
         log_.maybe_increment_high_watermark(log_.log_end_offset)
@@ -283,7 +292,7 @@ class OffsetsStore:
         if not self.open():
             return
         for partition in range(self.num_partitions):
-            log_ = self._log(partition)
+            log_ = self.log(partition)
             offset = log_.log_start_offset
             end = log_.log_end_offset
             while offset < end:

@@ -223,3 +223,42 @@ def test_group_config_from_properties() -> None:
         GroupConfig.from_properties({"offsets.topic.num.partitions": "0"})
     with pytest.raises(ValueError):
         GroupConfig.from_properties({"group.initial.rebalance.delay.ms": "soon"})
+
+
+async def test_compaction_restates_live_values_and_moves_the_log_start(tmp_path: Path) -> None:
+    manager = open_manager(tmp_path)
+    now = [5_000_000]
+    config = GroupConfig(offsets_compaction_min_records=50)
+    try:
+        coordinator = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        coordinator.load()
+        for i in range(100):  # 100 commits of the same 3 partitions: 300 records, 3 live keys
+            now[0] += 1
+            assert coordinator.commit_offsets(
+                group_id="busy", generation_id=-1, member_id="", group_instance_id=None,
+                offsets=[("t", p, i * 10 + p, -1, f"m{i}") for p in range(3)],
+            ) == [0, 0, 0]  # fmt: skip
+        coordinator.commit_offsets(
+            group_id="quiet", generation_id=-1, member_id="", group_instance_id=None,
+            offsets=[("u", 0, 42, 7, "q")],
+        )  # fmt: skip
+        before = coordinator.fetch_offsets("busy", None) + coordinator.fetch_offsets("quiet", None)
+        log_ = manager.get_log(OFFSETS_TOPIC, 0)
+        assert log_ is not None and log_.log_end_offset == 301
+        assert coordinator.compact() == 1
+        assert log_.log_start_offset == 301 and log_.log_end_offset == 305  # 4 live keys
+        assert coordinator.compact() == 0  # nothing to gain now
+        coordinator.shutdown()
+    finally:
+        manager.close()
+    manager = open_manager(tmp_path)
+    try:
+        again = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        again.load()
+        after = again.fetch_offsets("busy", None) + again.fetch_offsets("quiet", None)
+        assert after == before  # offsets, metadata, epochs and commit timestamps
+        assert [v.offset for _t, _p, v in after if v is not None] == [990, 991, 992, 42]
+        assert len(list(again.store.replay())) == 4  # replay starts at the restated records
+        again.shutdown()
+    finally:
+        manager.close()

@@ -30,7 +30,12 @@ from protocol.errors import (
 )
 from server.index import CorruptIndexError
 from server.log_config import LogConfig
-from server.producer_state import ProducerStateManager
+from server.producer_state import (
+    ProducerStateManager,
+    delete_snapshots_above,
+    load_latest_snapshot,
+    write_snapshot,
+)
 from server.segment import FetchSlice, LogSegment
 from server.vfs import DEFAULT_VFS, VFS
 
@@ -652,13 +657,22 @@ class Log:
         )
 
     def producer_state(self) -> ProducerStateManager:
-        """The idempotent-producer state of this partition, rebuilt from every segment's batch
-        headers on first use (only the append path calls this; see server.producer_state)."""
+        """The idempotent-producer state of this partition, built on first use from the newest
+        ``<offset>.snapshot`` at or below LEO plus the batch headers after it (or from every
+        header when there is none). Only the append path calls this (server.producer_state)."""
         producers = self._producers
         if producers is None:
-            producers = self._producers = ProducerStateManager.rebuild(
-                header for segment in self._segments for _position, header in segment.batches()
+            found = load_latest_snapshot(self.directory, self._leo)
+            start = found[0] if found is not None else -1
+            producers = found[1] if found is not None else ProducerStateManager()
+            first = max(0, bisect.bisect_right(self._bases, start) - 1)
+            producers.replay(
+                header
+                for segment in self._segments[first:]
+                for _position, header in segment.batches()
+                if header.base_offset >= start
             )
+            self._producers = producers
         return producers
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
@@ -978,6 +992,7 @@ class Log:
         if offset >= self._leo:
             return False
         self._producers = None  # rebuilt from what remains, on the next idempotent append
+        delete_snapshots_above(self.directory, offset)
         if offset < self._bases[0]:
             self._truncate_fully_and_start_at(offset)
             return True
@@ -1003,6 +1018,7 @@ class Log:
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._producers = None
+        delete_snapshots_above(self.directory, offset)
         doomed = self._segments[:]
         self._segments.clear()
         self._bases.clear()
@@ -1022,6 +1038,13 @@ class Log:
         if self._closed:
             return
         self.flush()
+        if self._producers is not None:
+            # Kafka's clean-shutdown producer snapshot: the next build starts from it.
+            try:
+                write_snapshot(self.directory, self._leo, self._producers)
+            except OSError as exc:
+                logger.warning("producer snapshot not written", dir=str(self.directory),
+                               error=str(exc))  # fmt: skip
         self.run_delayed_deletes(2**63 - 1)
         for segment in self._segments:
             segment.close()

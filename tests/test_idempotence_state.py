@@ -159,11 +159,20 @@ def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path)
         assert log.log_end_offset == 6 and len(log.segments) > 1
     finally:
         log.close()
+    # The clean close wrote Kafka's snapshot, named by the log end offset.
+    assert [p.name for p in (tmp_path / "t-0").glob("*.snapshot")] == [
+        "00000000000000000006.snapshot"
+    ]
     log = Log.open(tmp_path / "t-0", config)
     try:
-        dup = log.append_as_leader(_batch(5, 0, 2))  # still known after a restart
-        assert (dup.first_offset, log.log_end_offset) == (0, 6)
-        assert log.truncate_to(3)  # drops sequences 2-4 (offsets 3-5)
+        # A snapshot keeps each producer's last batch (as Kafka's): its resend is recognised
+        # with the original offsets, an older one gets DUPLICATE_SEQUENCE_NUMBER.
+        dup = log.append_as_leader(_batch(5, 2, 3))
+        assert (dup.first_offset, log.log_end_offset) == (3, 6)
+        with pytest.raises(DuplicateSequenceNumber):
+            log.append_as_leader(_batch(5, 0, 2))
+        assert log.truncate_to(3)  # drops sequences 2-4 (offsets 3-5) and the snapshot
+        assert list((tmp_path / "t-0").glob("*.snapshot")) == []
         assert log.append_as_leader(_batch(5, 2, 3)).first_offset == 3  # not a duplicate now
     finally:
         log.close()
@@ -175,3 +184,63 @@ def build_plain() -> bytes:
     b = RecordBatchBuilder()
     b.append(1_000, None, b"plain")
     return b.build()
+
+
+def test_snapshot_bytes_and_corruption(tmp_path: Path) -> None:
+    import struct
+
+    from crc32c import crc32c
+
+    from server.producer_state import (
+        CorruptSnapshotError,
+        decode_snapshot,
+        encode_snapshot,
+        load_latest_snapshot,
+        write_snapshot,
+    )
+
+    ps = ProducerStateManager()
+    ps.update(header(9, 2, 0, 3), 100)  # seqs 0-2 at 100-102
+    ps.update(header(9, 2, 3, 2), 110)  # seqs 3-4 at 110-111
+    data = encode_snapshot(ps, 1234)
+    entry = struct.pack(">qhiqiqiq", 9, 2, 4, 111, 1, 1234, -1, -1)
+    body = struct.pack(">i", 1) + entry
+    assert data == struct.pack(">hI", 1, crc32c(body)) + body  # Kafka's layout, version 1
+    back = decode_snapshot(data)
+    assert list(back.producers[9].batches) == [BatchMetadata(3, 4, 110, 111)]
+    for bad in (data[:-1], data[:2] + b"\x00\x00\x00\x00" + data[6:], b"\x00\x02" + data[2:]):
+        with pytest.raises(CorruptSnapshotError):
+            decode_snapshot(bad)
+    write_snapshot(tmp_path, 112, ps)
+    write_snapshot(tmp_path, 200, ps)  # replaces the older one
+    assert [p.name for p in tmp_path.glob("*.snapshot")] == ["00000000000000000200.snapshot"]
+    assert load_latest_snapshot(tmp_path, 150) is None  # beyond the log end: deleted
+    assert list(tmp_path.glob("*.snapshot")) == []
+    write_snapshot(tmp_path, 100, ps)
+    (tmp_path / "00000000000000000100.snapshot").write_bytes(data[:-3])
+    assert load_latest_snapshot(tmp_path, 150) is None  # corrupt: ignored and deleted
+
+
+def test_snapshot_keeps_producers_whose_batches_retention_deleted(tmp_path: Path) -> None:
+    from server.log import Log
+    from server.log_config import LogConfig
+
+    config = LogConfig(segment_bytes=200, file_delete_delay_ms=0)
+    log = Log.open(tmp_path / "t-0", config)
+    try:
+        log.append_as_leader(_batch(8, 0, 2))
+        for _ in range(3):
+            log.append_as_leader(build_plain())  # roll past producer 8's segment
+            log.roll()
+        log.maybe_increment_high_watermark(log.log_end_offset)
+        log.delete_records(log.log_end_offset)
+        log.delete_old_segments()
+        assert log.segments[0].base_offset > 1  # producer 8's batch is gone from disk
+    finally:
+        log.close()
+    log = Log.open(tmp_path / "t-0", config, log_start_offset=5)
+    try:
+        # Without the snapshot producer 8 would be unknown (sequence 2 -> OUT_OF_ORDER).
+        assert log.append_as_leader(_batch(8, 2, 1)).first_offset == 5
+    finally:
+        log.close()

@@ -85,6 +85,22 @@ def _response_cls(api_key: int) -> type[Message]:
     return APIS[api_key].response.cls
 
 
+@functools.cache
+def _fetch_classes() -> tuple[type[Message], type[Message], type[Message]]:
+    """(FetchResponse, its topic struct, its partition struct): resolved once, not per request."""
+    cls = _response_cls(API_FETCH)
+    topic_cls = _item_cls(cls, "responses")
+    return cls, topic_cls, _item_cls(topic_cls, "partitions")
+
+
+@functools.cache
+def _fetch_isolation(isolation_level: int) -> Any:
+    """The Log read bound for a Fetch ``isolation_level`` (1 = read_committed)."""
+    from server.log import Isolation  # lazy, as elsewhere in this module
+
+    return Isolation.TXN_COMMITTED if isolation_level == 1 else Isolation.HIGH_WATERMARK
+
+
 def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
 
@@ -352,11 +368,7 @@ class Handlers:
     # --- Fetch (1) -------------------------------------------------------------------------------
 
     async def fetch(self, header: Any, body: Any) -> Message:
-        from server.log import Isolation
-
-        isolation = (
-            Isolation.TXN_COMMITTED if body.isolation_level == 1 else (Isolation.HIGH_WATERMARK)
-        )
+        isolation = _fetch_isolation(body.isolation_level)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
             for t in body.topics
@@ -388,16 +400,17 @@ class Handlers:
     def _read_fetch(
         self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any
     ) -> tuple[Message, int, bool]:
-        cls = _response_cls(API_FETCH)
-        topic_cls = _item_cls(cls, "responses")
-        part_cls = _item_cls(topic_cls, "partitions")
+        # Hot path (every Fetch, every partition): classes resolved once, the log looked up
+        # through the manager's dict, one response object per partition.
+        cls, topic_cls, part_cls = _fetch_classes()
+        get_log = self.logs.get_log
         budget = body.max_bytes if body.max_bytes > 0 else 0
         min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
         total = 0
         had_error = False
         topics: dict[str, list[Message]] = {}
         for topic, part, offset, part_max in wanted:
-            log_ = self.logs.get_log(topic, part)
+            log_ = get_log(topic, part)
             entry: Message
             if log_ is None:
                 had_error = True
@@ -431,6 +444,7 @@ class Handlers:
                     )
                 else:
                     records = info.slice
+                    hw = info.high_watermark
                     size = records.size if records is not None else 0
                     if size:
                         total += size
@@ -438,14 +452,18 @@ class Handlers:
                     entry = part_cls(
                         partition_index=part,
                         error_code=0,
-                        high_watermark=info.high_watermark,
-                        last_stable_offset=info.high_watermark,
+                        high_watermark=hw,
+                        last_stable_offset=hw,
                         log_start_offset=info.log_start_offset,
                         aborted_transactions=None,
                         preferred_read_replica=-1,
                         records=records if size else b"",
                     )
-            topics.setdefault(topic, []).append(entry)
+            entries = topics.get(topic)
+            if entries is None:
+                topics[topic] = [entry]
+            else:
+                entries.append(entry)
         response = cls(
             throttle_time_ms=0,
             error_code=0,

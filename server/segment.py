@@ -34,6 +34,7 @@ from protocol.records import (
     ATTR_TIMESTAMP_TYPE_MASK,
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     RECORDS_OFFSET,
     BatchHeader,
     parse_header,
@@ -60,6 +61,7 @@ DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
 _INT32_MAX = 2**31 - 1
 _CRC_CHUNK = 1 << 20  # recovery checksums big batches in chunks of this size
+_HEADER_CACHE_SIZE = 128  # batch headers kept per segment for translate_offset
 
 
 class SegmentOffsetOverflowError(StorageError):
@@ -196,6 +198,8 @@ class LogSegment:
         # makes "append, restart, append" index exactly like an uninterrupted append.
         self._bytes_since_last_index_entry = self._size - offset_index.last_entry.position
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
+        # position -> header of a whole batch already read by translate_offset (see _header_at).
+        self._headers: dict[int, BatchHeader] = {}
 
     @classmethod
     def open(
@@ -380,14 +384,45 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def _header_at(self, position: int, end: int) -> BatchHeader | None:
+        """``_read_header`` through a small cache of the headers translate_offset has read.
+
+        Why: the index stores each batch's *last* offset, so the floor entry of a fetch at a
+        batch's base offset is the batch before it and every translate reads two 61-byte
+        headers (a pread and a parse each, ~2 us). Readers going over the same data (several
+        consumer groups, a consumer re-reading) hit the cache instead. Bytes below ``_size``
+        never change except by ``truncate_to``/``recover``, which clear the cache; appends only
+        write at ``_size``. Bounded: cleared when it reaches ``_HEADER_CACHE_SIZE`` entries.
+        Event-loop thread only, like every read.
+        """
+        header = self._headers.get(position)
+        if header is None:
+            header = self._read_header(position, end)
+            if header is None:
+                return None
+            if len(self._headers) >= _HEADER_CACHE_SIZE:
+                self._headers.clear()
+            self._headers[position] = header
+        elif position + header.batch_length + LOG_OVERHEAD > end:
+            return None
+        return header
+
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The first batch whose last offset is >= ``offset`` (floor index entry, then a header
         scan); None if every batch ends before it."""
-        mapping = self.offset_index.lookup(offset)
-        for position, header in self.batches(max(mapping.position, starting_position)):
-            if header.last_offset >= offset:
-                return BatchPosition(header.last_offset, position, header.size, header.base_offset)
-        return None
+        # Fetch hot path: batches() inlined (no generator), headers through the cache.
+        position = max(self.offset_index.lookup(offset).position, starting_position)
+        end = self._size
+        header_at = self._header_at
+        while True:
+            header = header_at(position, end)
+            if header is None:
+                return None
+            size = header.batch_length + LOG_OVERHEAD
+            last_offset = header.base_offset + header.last_offset_delta
+            if last_offset >= offset:
+                return BatchPosition(last_offset, position, size, header.base_offset)
+            position += size
 
     def read(
         self,
@@ -637,6 +672,7 @@ class LogSegment:
         if truncated > 0:
             self._file.truncate(valid)
         self._size = valid
+        self._headers.clear()
         self._bytes_since_last_index_entry = valid - last_index_entry
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
@@ -693,6 +729,7 @@ class LogSegment:
             truncated = self._size - mapping.position
             self._file.truncate(mapping.position)
             self._size = mapping.position
+        self._headers.clear()
         if self._size == 0:
             self.created_ms = _now_ms() if now_ms is None else now_ms
             self._rolling_based_timestamp = None

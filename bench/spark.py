@@ -9,8 +9,8 @@ reading the same topic with our own consumer loop, in the same run on the same d
 * **consumer**: one process reads every partition to its high watermark with Sluice's own
   ``client.Consumer`` (assigned partitions, 4 MiB per partition fetch, records handed out by
   ``getmany``) — what a Python application does, with no Spark and no Arrow.
-* **fetch + columns**: the Spark source's executor loop without Spark
-  (``pipeline.source.read_range``: ``pipeline.blocking`` Fetch requests, batches decoded as
+* **source read loop**: the Spark source's executor loop without Spark
+  (``pipeline.source.read_range``: ``pipeline.wire`` Fetch requests, batches decoded as
   columns, Arrow record batches), one process, every partition in turn.
 * **spark sluice**: ``spark.read.format("sluice")...load().write.format("noop").save()`` on a
   local[2] session (Python workers warmed up by one small read first): fetch, decode, Arrow
@@ -34,12 +34,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from client import Admin, Consumer
+from client import Consumer
 from client import TopicPartition as ClientTopicPartition
-from pipeline.blocking import BlockingClient
 from pipeline.offsets import OffsetRange, TopicPartition
 from pipeline.options import parse
 from pipeline.source import read_range
+from pipeline.wire import SyncClient
 from protocol.records import RecordBatchBuilder
 from tests.broker_util import start_broker
 
@@ -55,13 +55,8 @@ def fill(bootstrap: str, records: int, partitions: int, value_size: int) -> None
     for i in range(per_batch):
         builder.append(now, b"key-%012d" % i, os.urandom(value_size))
     batch = builder.build()
-
-    async def create() -> None:
-        async with Admin(bootstrap) as admin:
-            await admin.create_topic(TOPIC, partitions)
-
-    asyncio.run(create())
-    with BlockingClient(bootstrap, timeout=60) as client:
+    with SyncClient(bootstrap, timeout=60) as client:
+        client.create_topic(TOPIC, partitions)
         sent = 0
         while sent < records:
             client.produce({TopicPartition(TOPIC, p): batch for p in range(partitions)}, acks=1)
@@ -150,7 +145,7 @@ def main(argv: list[str]) -> int:
     spark = None
     try:
         fill(broker.bootstrap, args.records, args.partitions, args.value_size)
-        with BlockingClient(broker.bootstrap) as client:
+        with SyncClient(broker.bootstrap) as client:
             tps = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
             hws = client.list_offsets(dict.fromkeys(tps, -1))
             total = sum(hws.values())

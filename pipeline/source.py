@@ -49,7 +49,6 @@ from pyspark.sql.streaming.datasource import (
 from protocol.errors import OffsetOutOfRange
 from protocol.records import decode_batch_columns, iter_batches
 
-from .blocking import CONNECTION_ERRORS, BlockingClient, check
 from .offsets import (
     EARLIEST,
     LATEST,
@@ -64,6 +63,7 @@ from .offsets import (
 )
 from .options import OffsetSpec, SourceOptions, parse
 from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
+from .wire import SyncClient, check
 
 logger = logging.getLogger("sluice.pipeline.source")
 
@@ -83,14 +83,12 @@ class RangePartition(InputPartition):
 # --- driver side: resolving offsets ------------------------------------------------------------
 
 
-def selected_partitions(client: BlockingClient, options: SourceOptions) -> list[TopicPartition]:
+def selected_partitions(client: SyncClient, options: SourceOptions) -> list[TopicPartition]:
     counts = client.partition_counts(options.subscription.topics_of_interest())
     return [TopicPartition(t, p) for t, p in options.subscription.select(counts)]
 
 
-def resolve(
-    client: BlockingClient, tps: list[TopicPartition], spec: OffsetSpec
-) -> PartitionOffsets:
+def resolve(client: SyncClient, tps: list[TopicPartition], spec: OffsetSpec) -> PartitionOffsets:
     """Concrete offsets of ``tps`` under ``spec`` (specific values, timestamp, or default)."""
     if spec.timestamp is not None:
         return client.list_offsets({tp: spec.timestamp for tp in tps})
@@ -118,7 +116,7 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[Any]:
     tp = r.topic_partition
     builder = ColumnBuilder(r.topic, r.partition, options.include_headers)
     offset = r.from_offset
-    with BlockingClient(options.bootstrap, timeout=options.timeout_s) as client:
+    with SyncClient(options.bootstrap, timeout=options.timeout_s) as client:
         while offset < r.until_offset:
             result = client.fetch(tp, offset, max_bytes=options.fetch_bytes)
             if result.error_code == OffsetOutOfRange.code:
@@ -165,7 +163,7 @@ class SluiceBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        with BlockingClient(opts.bootstrap, timeout=opts.timeout_s) as client:
+        with SyncClient(opts.bootstrap, timeout=opts.timeout_s) as client:
             tps = selected_partitions(client, opts)
             start = resolve(client, tps, opts.starting)
             end = resolve(client, tps, opts.ending)
@@ -197,33 +195,33 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._client: BlockingClient | None = None
+        self._client: SyncClient | None = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_client": None, "_target": None}
 
-    def _conn(self) -> BlockingClient:
+    def _conn(self) -> SyncClient:
         if self._client is None:
-            self._client = BlockingClient(self.options.bootstrap, timeout=self.options.timeout_s)
+            self._client = SyncClient(self.options.bootstrap, timeout=self.options.timeout_s)
         return self._client
 
     def _call(self, fn: Any) -> Any:
         """Run ``fn(client)``, reconnecting once if the broker dropped the connection."""
         try:
             return fn(self._conn())
-        except (*CONNECTION_ERRORS, ConnectionError, OSError):
+        except (ConnectionError, OSError):
             self.stop()
             return fn(self._conn())
 
     def initialOffset(self) -> dict[str, Any]:
-        def go(client: BlockingClient) -> PartitionOffsets:
+        def go(client: SyncClient) -> PartitionOffsets:
             return resolve(client, selected_partitions(client, self.options), self.options.starting)
 
         return offsets_to_dict(self._call(go))
 
     def _latest(self) -> PartitionOffsets:
-        def go(client: BlockingClient) -> PartitionOffsets:
+        def go(client: SyncClient) -> PartitionOffsets:
             tps = selected_partitions(client, self.options)
             return client.list_offsets(dict.fromkeys(tps, LATEST))
 

@@ -40,9 +40,9 @@ from client.partitioner import default_partition
 from protocol.errors import UnknownTopicOrPartition
 from protocol.records import RecordBatchBuilder
 
-from .blocking import BlockingClient
 from .offsets import OptionError, TopicPartition
 from .options import SinkOptions, parse_sink
+from .wire import SyncClient
 
 _KNOWN_COLUMNS = {"key", "value", "topic", "partition", "headers"}
 
@@ -59,7 +59,7 @@ class BatchProducer:
 
     def __init__(self, sink: SinkOptions) -> None:
         self.sink = sink
-        self.client = BlockingClient(sink.bootstrap, timeout=sink.timeout_s)
+        self.client = SyncClient(sink.bootstrap, timeout=sink.timeout_s)
         self._builders: dict[TopicPartition, RecordBatchBuilder] = {}
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}

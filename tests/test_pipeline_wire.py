@@ -1,4 +1,4 @@
-"""pipeline.blocking.BlockingClient against a real broker process (no Spark): the four requests
+"""pipeline.wire.SyncClient against a real broker process (no Spark): the four requests
 the pipeline makes, their errors, and records produced by a client nobody here wrote."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client.errors import KafkaConnectionError
-from pipeline.blocking import BlockingClient
 from pipeline.offsets import TopicPartition
+from pipeline.wire import SyncClient, WireError
 from protocol.errors import UnknownTopicOrPartition
 from protocol.records import RecordBatchBuilder, decode_batch_columns, iter_batches
 from tests.broker_util import BrokerProcess, free_port, running_broker
@@ -22,7 +21,7 @@ TP = TopicPartition("blk", 1)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    data = tmp_path_factory.mktemp("blocking") / "data"
+    data = tmp_path_factory.mktemp("wire") / "data"
     with running_broker(data, overrides=["auto.create.topics.enable=false"]) as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         admin.create_topics([NewTopic("blk", 2, 1)])["blk"].result(30)
@@ -34,7 +33,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def test_metadata_and_offsets(broker: BrokerProcess) -> None:
-    with BlockingClient(broker.bootstrap, timeout=10) as client:
+    with SyncClient(broker.bootstrap, timeout=10) as client:
         assert client.partition_counts(["blk", "nope"]) == {"blk": 2}
         assert client.partition_counts(None)["blk"] == 2
         assert client.list_offsets({TP: -2, TopicPartition("blk", 0): -1}) == {
@@ -47,7 +46,7 @@ def test_metadata_and_offsets(broker: BrokerProcess) -> None:
 
 
 def test_fetch_then_produce(broker: BrokerProcess) -> None:
-    with BlockingClient(broker.bootstrap, timeout=10) as client:
+    with SyncClient(broker.bootstrap, timeout=10) as client:
         result = client.fetch(TP, 7, max_bytes=1 << 20)
         assert (result.error_code, result.high_watermark) == (0, 50)
         offsets: list[int] = []
@@ -67,10 +66,10 @@ def test_fetch_then_produce(broker: BrokerProcess) -> None:
 
 
 def test_errors(broker: BrokerProcess, tmp_path: Path) -> None:
-    with BlockingClient(broker.bootstrap, timeout=10) as client:
-        with pytest.raises(UnknownTopicOrPartition):
-            client.fetch(TopicPartition("nope", 0), 0, max_bytes=1024)
+    with SyncClient(broker.bootstrap, timeout=10) as client:
+        unknown = client.fetch(TopicPartition("nope", 0), 0, max_bytes=1024)
+        assert unknown.error_code == UnknownTopicOrPartition.code  # the caller decides
         result = client.fetch(TP, 10**6, max_bytes=1024)
         assert result.error_code == 1  # OFFSET_OUT_OF_RANGE: the caller decides
-    with pytest.raises(KafkaConnectionError):
-        BlockingClient(f"127.0.0.1:{free_port()}", timeout=2)
+    with pytest.raises(WireError):
+        SyncClient(f"127.0.0.1:{free_port()}", timeout=2)

@@ -17,6 +17,8 @@ reading the same topic with our own consumer loop, in the same run on the same d
   record batches, handed to the JVM. Target: >= 500,000 records/s.
 * **spark sluice-segments**: the same through ``format("sluice-segments")`` (segment files
   read directly, no broker in the path).
+* **decoders alone**: µs per record of ``decode_batch`` and ``decode_batch_columns`` on one
+  ~1 MiB batch of the same records.
 
 Figures vary with what else runs on this shared 2-core machine; best of ``--rounds``.
 """
@@ -40,7 +42,7 @@ from pipeline.offsets import OffsetRange, TopicPartition
 from pipeline.options import parse
 from pipeline.source import read_range
 from pipeline.wire import SyncClient
-from protocol.records import RecordBatchBuilder
+from protocol.records import RecordBatchBuilder, decode_batch, decode_batch_columns
 from tests.broker_util import start_broker
 
 TARGET = 500_000
@@ -62,6 +64,26 @@ def fill(bootstrap: str, records: int, partitions: int, value_size: int) -> None
             client.produce({TopicPartition(TOPIC, p): batch for p in range(partitions)}, acks=1)
             sent += per_batch * partitions
     return None
+
+
+def decode_cost(value_size: int) -> dict[str, float]:
+    """µs per record of the decoders alone on one ~1 MiB batch like ``fill``'s (CRC checked,
+    every record walked), best of 5: ``decode_batch`` (Record objects) and
+    ``decode_batch_columns`` (lists: what the Spark sources and client.Consumer use)."""
+    builder = RecordBatchBuilder()
+    now = int(time.time() * 1000)
+    for i in range(max(1, 1_000_000 // (value_size + 32))):
+        builder.append(now, b"key-%012d" % i, os.urandom(value_size))
+    batch = builder.build()
+    count = len(builder)
+    out = {}
+    for name, decode in (
+        ("decode_batch", decode_batch),
+        ("decode_batch_columns", decode_batch_columns),
+    ):
+        best = min(timed(lambda d=decode: [d(batch) for _ in range(5)]) for _ in range(5))
+        out[name] = best / 5 / count * 1e6
+    return out
 
 
 def consume(bootstrap: str, partitions: int) -> int:
@@ -199,6 +221,8 @@ def main(argv: list[str]) -> int:
         ]
         for name, seconds in rows:
             print(f"  {name:<44} {total / seconds:>12,.0f} records/s  ({seconds:.2f} s)")
+        for name, micros in decode_cost(args.value_size).items():
+            print(f"  {name + ' alone (1 MiB batch)':<44} {micros:>12.2f} µs/record")
         rate = total / t_spark
         verdict = "meets" if rate >= TARGET else "BELOW"
         print(f"  sluice source {verdict} the target of {TARGET:,} records/s")

@@ -22,6 +22,7 @@ COPY protocol ./protocol
 COPY server ./server
 COPY client ./client
 COPY pipeline ./pipeline
+COPY pyspark_sluice.py pyspark_sluice_segments.py ./
 COPY config ./config
 RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /var/lib/sluice --shell /usr/sbin/nologin sluice \

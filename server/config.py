@@ -279,6 +279,51 @@ OPTIONS: tuple[Option, ...] = (
         "60000",
         "delay between renaming a segment to .deleted and removing it",
     ),
+    # --- consumer groups: read by server.group_coordinator.GroupConfig (validated at load) ---
+    Option(
+        "group.initial.rebalance.delay.ms",
+        None,
+        _int(0),
+        "3000",
+        "wait this long for more members before the first rebalance of an empty group",
+    ),
+    Option("group.min.session.timeout.ms", None, _int(1), "6000", "smallest session timeout"),
+    Option("group.max.session.timeout.ms", None, _int(1), "1800000", "largest session timeout"),
+    Option("group.max.size", None, _int(1), "2147483647", "members per group"),
+    Option(
+        "offsets.topic.num.partitions",
+        None,
+        _int(1),
+        "1",
+        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
+    ),
+    Option(
+        "offsets.retention.minutes",
+        None,
+        _int(1),
+        "10080",
+        "committed offsets of an empty group expire after this long",
+    ),
+    Option(
+        "offsets.retention.check.interval.ms",
+        None,
+        _int(1),
+        "600000",
+        "how often expired offsets are removed",
+    ),
+    Option("offset.metadata.max.bytes", None, _int(0), "4096", "largest commit metadata string"),
+    Option(
+        "sluice.offsets.compaction.min.records",
+        None,
+        _int(1),
+        "10000",
+        "restate __consumer_offsets when it holds this many more records than live offsets",
+    ),
+)
+
+#: Keys read by the group coordinator (GroupConfig), not by the storage layer.
+_GROUP_KEYS = frozenset(
+    o.key for o in OPTIONS if o.key.startswith(("group.", "offsets.", "offset.", "sluice.offsets."))
 )
 
 OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
@@ -364,7 +409,17 @@ class Config:
             values["node_id"] = int(props["broker.id"])
         config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
         config._check_log_config()
+        config._check_group_config()
         return config
+
+    def _check_group_config(self) -> None:
+        """Fail at load when the group coordinator rejects a ``group.*`` / ``offsets.*`` value."""
+        from server.group_coordinator import GroupConfig
+
+        try:
+            GroupConfig.from_properties(self.properties)
+        except ValueError as exc:
+            raise ConfigError(f"invalid group configuration: {exc}") from exc
 
     def _check_log_config(self) -> None:
         """Fail at load, not at startup, when the storage layer rejects a ``log.*`` value."""
@@ -397,7 +452,7 @@ class Config:
 
 
 # log.dir is an alias of ours; broker.id too; they are not storage keys for LogConfig.
-_NOT_LOG_KEYS = frozenset({"log.dir", "broker.id"})
+_NOT_LOG_KEYS = frozenset({"log.dir", "broker.id"}) | _GROUP_KEYS
 
 
 def _check_defaults() -> None:

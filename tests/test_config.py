@@ -148,3 +148,32 @@ def test_logging_is_json_off_a_terminal_and_pretty_on_one() -> None:
         assert "hello" in text and "\x1b[" in text and not text.lstrip().startswith("{")
     finally:
         structlog.reset_defaults()
+
+
+def test_group_keys_are_known_and_reach_the_coordinator() -> None:
+    from server.group_coordinator import GroupConfig
+
+    c = Config.load(None, ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"])
+    assert c.ignored_keys == ()
+    assert "offsets.topic.num.partitions" not in c.log_properties()
+    gc = GroupConfig.from_properties(c.properties)
+    assert (gc.initial_rebalance_delay_ms, gc.offsets_topic_num_partitions) == (0, 3)
+
+
+def test_group_option_defaults_match_the_coordinator() -> None:
+    from server.config import OPTIONS
+    from server.group_coordinator import GroupConfig
+
+    table = {o.key: o.default for o in OPTIONS}
+    defaults = GroupConfig()
+    for key, attr in GroupConfig.KEYS.items():
+        assert int(table[key] or 0) == getattr(defaults, attr), key
+    assert int(table["offsets.retention.minutes"] or 0) * 60000 == defaults.offsets_retention_ms
+
+
+@pytest.mark.parametrize(
+    "override", ["offsets.topic.num.partitions=0", "group.initial.rebalance.delay.ms=soon"]
+)
+def test_invalid_group_value_is_a_config_error(override: str) -> None:
+    with pytest.raises(ConfigError, match=override.split("=")[0]):
+        Config.load(None, [override])

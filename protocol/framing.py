@@ -261,17 +261,18 @@ def encode_response(header: Any, body: Message) -> list[Any]:
     otherwise the list is a single bytes object. The body is encoded at ``header.api_version``
     -- except an ApiVersions request at a version we do not implement, answered with v0.
     """
-    api = APIS[header.api_key]
-    version = header.api_version
-    if api.key == API_VERSIONS_KEY and not api.supports(version):
-        version = 0
-    flexible = api.is_flexible(version)
+    key = (header.api_key, header.api_version)
+    codec = _RESPONSE_ENCODERS.get(key)
+    if codec is None:
+        codec = _response_encoder(*key)
+    cls, header_tail, encoder = codec
+    if not isinstance(body, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(body).__name__}")
     out = bytearray(4)  # size prefix, filled in below
     out += INT32.pack(header.correlation_id)
-    if flexible and api.key != API_VERSIONS_KEY:
-        out += b"\x00"  # response header v1: empty tagged-field section
+    out += header_tail
     parts: list[Any] = []
-    api.response.encode_into(body, version, out, parts)
+    encoder(body, out, parts)
     if not parts:
         INT32.pack_into(out, 0, len(out) - 4)
         return [bytes(out)]
@@ -279,10 +280,28 @@ def encode_response(header: Any, body: Message) -> list[Any]:
     # object, ...]; ``out`` holds whatever followed the last records object.
     if out:
         parts.append(bytes(out))
-    first = bytearray(parts[0])
-    INT32.pack_into(first, 0, frame_size(parts) - 4)
-    parts[0] = bytes(first)
+    parts[0] = INT32.pack(frame_size(parts) - 4) + memoryview(parts[0])[4:]
     return parts
+
+
+# (api_key, api_version) -> (response class, response header bytes after the correlation id,
+# body encoder): resolved once per version instead of per response (Fetch/Produce hot path).
+_RESPONSE_ENCODERS: dict[tuple[int, int], tuple[type[Message], bytes, Any]] = {}
+
+
+def _response_encoder(api_key: int, api_version: int) -> tuple[type[Message], bytes, Any]:
+    api = APIS[api_key]
+    version = api_version
+    if api.key == API_VERSIONS_KEY and not api.supports(version):
+        version = 0
+    api.response.check_version(version)  # ValueError for a version we do not implement
+    flexible = api.is_flexible(version)
+    # Response header v1 (flexible, except ApiVersions): an empty tagged-field section.
+    header_tail = b"\x00" if flexible and api.key != API_VERSIONS_KEY else b""
+    codec = (api.response.cls, header_tail, api.response.struct.encoder(version, flexible))
+    if api.supports(api_version):  # only real versions: garbage must not grow the dict
+        _RESPONSE_ENCODERS[(api_key, api_version)] = codec
+    return codec
 
 
 def api_versions_response(

@@ -571,7 +571,9 @@ def _non_default_cond(g: _Gen, f: Field) -> str:
     if f.is_array:
         return "v"  # default is the empty list
     if f.struct is not None:
-        return f"v != {g.const(f.struct.cls, 'C')}()"
+        # One default instance per codec, private to it (never handed out, never mutated),
+        # instead of a fresh one per encode.
+        return f"v != {g.const(f.struct.cls(), 'V')}"
     return f"v != {g.const(_TYPE_DEFAULTS[f.type], 'V')}"
 
 

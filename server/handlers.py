@@ -374,8 +374,8 @@ class Handlers:
             for t in body.topics
             for p in t.partitions
         ]
-        keys = [(topic, part) for topic, part, _, _ in wanted]
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
+        keys: list[TopicPartition] | None = None  # built only if the request has to wait
         while True:
             response, size, had_error = self._read_fetch(body, wanted, isolation)
             if (
@@ -386,6 +386,8 @@ class Handlers:
                 or time.monotonic() >= deadline
             ):
                 return response
+            if keys is None:
+                keys = [(topic, part) for topic, part, _, _ in wanted]
             fut = self.notifier.waiter(keys)
             try:
                 await asyncio.wait({fut}, timeout=max(deadline - time.monotonic(), 0))

@@ -401,29 +401,16 @@ def _compile_decoder(s: StructSchema, version: int, flexible: bool) -> Decoder:
     g.emit(1, "f = None")
     g.emit(1, "try:")
 
-    i = 0
-    while i < len(regular):
-        f = regular[i]
-        if not f.is_array and f.item_type in t.FIXED_FORMATS:
-            # A run of consecutive fixed-width fields: one unpack_from call.
-            run = [f]
-            while (
-                i + len(run) < len(regular)
-                and not regular[i + len(run)].is_array
-                and regular[i + len(run)].item_type in t.FIXED_FORMATS
-            ):
-                run.append(regular[i + len(run)])
-            st = struct.Struct(">" + "".join(t.FIXED_FORMATS[x.item_type] for x in run))
+    for run, st in _field_runs(regular):
+        if st is not None:  # consecutive fixed-width fields: one unpack_from call
             sn = g.const(st.unpack_from, "U")
             g.emit(2, f"f = {run[0].name!r}")
             targets = ", ".join(f"o.{x.name}" for x in run)
             g.emit(2, f"{targets}, = {sn}(buf, pos)")
             g.emit(2, f"pos += {st.size}")
-            i += len(run)
             continue
-        g.emit(2, f"f = {f.name!r}")
-        _emit_read_field(g, f, version, flexible, 2)
-        i += 1
+        g.emit(2, f"f = {run[0].name!r}")
+        _emit_read_field(g, run[0], version, flexible, 2)
 
     if flexible:
         g.emit(2, "f = '(tagged fields)'")
@@ -441,6 +428,25 @@ def _compile_decoder(s: StructSchema, version: int, flexible: bool) -> Decoder:
     fn, src = g.compile("decode")
     s._sources[("decode", version, flexible)] = src
     return fn
+
+
+def _field_runs(fields: list[Field]) -> Iterator[tuple[list[Field], struct.Struct | None]]:
+    """Split fields, in order, into runs of consecutive fixed-width scalars (with the one
+    ``struct.Struct`` that reads or writes the whole run) and single other fields (``None``)."""
+    i = 0
+    while i < len(fields):
+        run = [fields[i]]
+        if not run[0].is_array and run[0].item_type in t.FIXED_FORMATS:
+            while (
+                i + len(run) < len(fields)
+                and not fields[i + len(run)].is_array
+                and fields[i + len(run)].item_type in t.FIXED_FORMATS
+            ):
+                run.append(fields[i + len(run)])
+            yield run, struct.Struct(">" + "".join(t.FIXED_FORMATS[x.item_type] for x in run))
+        else:
+            yield run, None
+        i += len(run)
 
 
 def _item_reader_or_array(f: Field, version: int, flexible: bool) -> Decoder:
@@ -522,27 +528,15 @@ def _compile_encoder(s: StructSchema, version: int, flexible: bool) -> Encoder:
         (f for f in s.fields if f.is_tagged(version, flexible)),
         key=lambda f: f.tag if f.tag is not None else 0,
     )
-    i = 0
-    while i < len(regular):
-        f = regular[i]
-        if not f.is_array and f.item_type in t.FIXED_FORMATS:
-            run = [f]
-            while (
-                i + len(run) < len(regular)
-                and not regular[i + len(run)].is_array
-                and regular[i + len(run)].item_type in t.FIXED_FORMATS
-            ):
-                run.append(regular[i + len(run)])
-            st = struct.Struct(">" + "".join(t.FIXED_FORMATS[x.item_type] for x in run))
+    for run, st in _field_runs(regular):
+        if st is not None:  # consecutive fixed-width fields: one pack call
             pn = g.const(st.pack, "P")
             g.emit(2, f"f = {run[0].name!r}")
             g.emit(2, f"out += {pn}({', '.join(f'o.{x.name}' for x in run)})")
-            i += len(run)
             continue
-        g.emit(2, f"f = {f.name!r}")
-        g.emit(2, f"v = o.{f.name}")
-        _emit_write_value(g, f, version, flexible, 2, "out")
-        i += 1
+        g.emit(2, f"f = {run[0].name!r}")
+        g.emit(2, f"v = o.{run[0].name}")
+        _emit_write_value(g, run[0], version, flexible, 2, "out")
     if flexible:
         g.emit(2, "f = '(tagged fields)'")
         if not tagged:

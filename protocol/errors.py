@@ -80,9 +80,7 @@ LeaderNotAvailable = _define("LeaderNotAvailable", 5, True, "leader not availabl
 NotLeaderOrFollower = _define("NotLeaderOrFollower", 6, True, "not leader or follower")
 RequestTimedOut = _define("RequestTimedOut", 7, True, "request timed out")
 MessageTooLarge = _define("MessageTooLarge", 10, False, "message larger than max.message.bytes")
-CoordinatorLoadInProgress = _define(
-    "CoordinatorLoadInProgress", 14, True, "coordinator is loading"
-)
+CoordinatorLoadInProgress = _define("CoordinatorLoadInProgress", 14, True, "coordinator is loading")
 CoordinatorNotAvailable = _define("CoordinatorNotAvailable", 15, True, "coordinator not available")
 NotCoordinator = _define("NotCoordinator", 16, True, "not the coordinator")
 InvalidTopic = _define("InvalidTopic", 17, False, "invalid topic name")

@@ -204,7 +204,10 @@ class Log:
         self._last_flush_ms = clock()
         # Set by roll(): the old segments are fsynced by the LogManager's flusher, not inline.
         self._pending_flush_offset: int | None = None
-        self._dir_dirty = False  # a segment file was created/renamed since the last dir fsync
+        # A segment file was created/renamed/removed since the last fsync of the directory.
+        # True at first: Log.open may have created the directory's first segment (or completed
+        # a swap, truncated, deleted segments), and a flush must make those entries durable too.
+        self._dir_dirty = True
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         # Idempotent-producer state (server.producer_state): derived from the batch headers,
@@ -721,10 +724,13 @@ class Log:
                     break
                 if end > self._recovery_point or segment is self.active_segment:
                     segment.flush()
-            self._recovery_point = upto
+        # The directory before the recovery point moves: fsynced bytes of a file whose entry
+        # is not durable are lost in a crash, and a checkpoint must never claim them.
         if self._dir_dirty:
             self._vfs.fsync_dir(self.directory)
             self._dir_dirty = False
+        if upto > self._recovery_point:
+            self._recovery_point = upto
         if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:
             self._pending_flush_offset = None
         self._last_flush_ms = self._clock()

@@ -318,3 +318,63 @@ def test_io_error_during_append_leaves_the_log_unchanged(
     reopened = Log.open(tmp_path / "t-0", CONFIG, had_clean_shutdown=False)
     assert contents(reopened) == [(0, b"kept"), (1, b"next")]
     reopened.close()
+
+
+class DirSyncVFS(OSVFS):
+    """The real file system, recording ``fsync_dir`` calls; can make them fail."""
+
+    def __init__(self) -> None:
+        self.dir_syncs: list[Path] = []
+        self.fail_dir_sync = False
+
+    def fsync_dir(self, path: Path) -> None:
+        if self.fail_dir_sync:
+            raise OSError(errno.EIO, "injected: directory fsync failed")
+        self.dir_syncs.append(Path(path))
+        super().fsync_dir(path)
+
+
+def test_first_flush_of_a_new_log_makes_its_segment_entry_durable(tmp_path: Path) -> None:
+    # Log.open creates 00000000000000000000.log; an fsync of the file alone does not make its
+    # directory entry durable, so the flush that moves the recovery point must sync the dir.
+    vfs = DirSyncVFS()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    log.append_as_leader(batch([b"a"]))
+    log.flush()
+    assert log.recovery_point == 1
+    assert vfs.dir_syncs == [tmp_path / "t-0"]
+    # Nothing created since: the next flush does not sync the directory again.
+    log.append_as_leader(batch([b"b"]))
+    log.flush()
+    assert vfs.dir_syncs == [tmp_path / "t-0"]
+    log.close()
+
+
+def test_flush_after_roll_syncs_the_directory(tmp_path: Path) -> None:
+    vfs = DirSyncVFS()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    log.append_as_leader(batch([b"a"]))
+    log.flush()
+    vfs.dir_syncs.clear()
+    log.roll()
+    log.append_as_leader(batch([b"b"]))
+    assert log.pending_flush_offset == 1
+    log.flush(log.pending_flush_offset)
+    assert vfs.dir_syncs == [tmp_path / "t-0"]
+    log.close()
+
+
+def test_recovery_point_does_not_move_when_the_directory_sync_fails(tmp_path: Path) -> None:
+    vfs = DirSyncVFS()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    log.append_as_leader(batch([b"a"]))
+    vfs.fail_dir_sync = True
+    with pytest.raises(OSError, match="injected"):
+        log.flush()
+    # A checkpoint written now must not claim offset 0 is durable.
+    assert log.recovery_point == 0
+    vfs.fail_dir_sync = False
+    log.flush()
+    assert log.recovery_point == 1
+    assert vfs.dir_syncs == [tmp_path / "t-0"]
+    log.close()

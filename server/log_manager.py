@@ -255,11 +255,14 @@ class LogManager:
                 changed = True
 
         started = time.monotonic()
+        created_dirs = False
         for topic, (count, _) in sorted(self._topics.items()):
             for partition in range(count):
                 tp = (topic, partition)
+                directory = self._partition_dir(topic, partition)
+                created_dirs = created_dirs or not directory.is_dir()
                 self._logs[tp] = Log.open(
-                    self._partition_dir(topic, partition),
+                    directory,
                     self._configs[topic],
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_starts.get(tp, 0),
@@ -267,6 +270,10 @@ class LogManager:
                     had_clean_shutdown=self.had_clean_shutdown,
                     clock=self._clock,
                 )
+        if created_dirs:
+            # Partitions listed in the metadata but missing on disk were created: make their
+            # directory entries durable before anything is appended to them (as create_topic).
+            fsync_dir(self.log_dir)
         if changed:
             self._write_topics_file()
         if self.had_clean_shutdown:

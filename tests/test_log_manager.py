@@ -18,6 +18,7 @@ from protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from server import log_manager
 from server.checkpoint import OffsetCheckpointFile
 from server.log import Isolation, Log
 from server.log_config import LogConfig
@@ -331,3 +332,29 @@ def test_read_isolation_via_manager_logs(tmp_path: Path) -> None:
     assert log.read(0, 100).slice is None
     assert log.read(0, 100, Isolation.LOG_END).slice is not None
     m.close()
+
+
+def test_partition_directories_created_at_load_are_made_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = opened(tmp_path)
+    m.create_topic("t", 2)
+    m.close()
+    shutil.rmtree(tmp_path / "t-1")  # listed in the metadata, gone from disk
+    synced: list[Path] = []
+    real_fsync_dir = log_manager.fsync_dir
+
+    def recording_fsync_dir(directory: Path) -> None:
+        synced.append(Path(directory))
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(log_manager, "fsync_dir", recording_fsync_dir)
+    m2 = opened(tmp_path)
+    assert (tmp_path / "t-1").is_dir()
+    # One sync for the recreated partition directory, one for removing the marker.
+    assert synced == [tmp_path, tmp_path]
+    m2.close()
+    synced.clear()
+    m3 = opened(tmp_path)  # nothing created: only the marker removal is synced
+    assert synced == [tmp_path]
+    m3.close()

@@ -879,7 +879,13 @@ class Log:
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (-1 = HW). Returns the new
         log start offset. ``offset > HW`` (or below -1) -> OffsetOutOfRange. The segments now
-        wholly below it are removed by the next retention pass, as in Kafka."""
+        wholly below it are removed by the next retention pass, as in Kafka.
+
+        The log is flushed first (recovery point := LEO), so a checkpointed log start offset
+        never covers records that a crash can still take back: otherwise the load would find
+        the log start beyond the recovered LEO and empty the log (step 5 of :meth:`open`), and
+        records restated above it (the offsets topic's compaction) could be lost while their
+        older copies are deleted."""
         self._check_open()
         target = self._hw if offset == -1 else offset
         if target < 0 or target > self._hw:
@@ -887,6 +893,7 @@ class Log:
                 f"cannot delete records up to {offset}: high watermark is {self._hw}"
             )
         if target > self._log_start_offset:
+            self.flush()
             self._log_start_offset = target
             logger.info(
                 "log start offset moved",

@@ -378,3 +378,21 @@ def test_recovery_point_does_not_move_when_the_directory_sync_fails(tmp_path: Pa
     assert log.recovery_point == 1
     assert vfs.dir_syncs == [tmp_path / "t-0"]
     log.close()
+
+
+def test_delete_records_flushes_before_moving_the_log_start_offset(tmp_path: Path) -> None:
+    # The offsets topic's compaction restates live values, then moves the log start offset
+    # past the old copies: the restated records must be durable before the checkpointed log
+    # start offset can name them (a lost tail would otherwise empty the log at load).
+    log = Log.open(tmp_path / "t-0", CONFIG)
+    for value in (b"old-1", b"old-2", b"restated-1", b"restated-2"):
+        log.append_as_leader(batch([value]))
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert log.recovery_point == 0
+    assert log.delete_records(2) == 2
+    assert log.recovery_point == log.log_end_offset == 4
+    log.append_as_leader(batch([b"later"]))
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert log.delete_records(2) == 2  # no move: no flush either
+    assert log.recovery_point == 4
+    log.close()

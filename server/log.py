@@ -1051,6 +1051,12 @@ class Log:
         if self._closed:
             return
         self.flush()
+        active = self._segments[-1]
+        if active.size > 0:
+            # Final time-index entry and trimmed indexes on disk before the LogManager writes
+            # the clean-shutdown marker: the next load trusts the indexes as they are, and the
+            # last time-index entry is the segment's max timestamp that retention.ms compares.
+            active.on_becoming_inactive()
         if self._producers is not None:
             # Kafka's clean-shutdown producer snapshot: the next build starts from it.
             try:

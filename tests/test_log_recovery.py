@@ -396,3 +396,42 @@ def test_delete_records_flushes_before_moving_the_log_start_offset(tmp_path: Pat
     assert log.delete_records(2) == 2  # no move: no flush either
     assert log.recovery_point == 4
     log.close()
+
+
+class SyncSnapshotVFS(OSVFS):
+    """The real file system; each fsync of a file records the file's content at that moment
+    (what a power loss right after it would keep at best)."""
+
+    def __init__(self) -> None:
+        self.synced: dict[Path, bytes] = {}
+
+    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
+        return SnapshotOnSyncFile(super().open(path, create=create, writable=writable), self)  # type: ignore[return-value]
+
+
+class SnapshotOnSyncFile:
+    def __init__(self, inner: OSFile, vfs: SyncSnapshotVFS) -> None:
+        self._inner = inner
+        self._vfs = vfs
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def fsync(self) -> None:
+        self._inner.fsync()
+        self._vfs.synced[self._inner.path] = self._inner.path.read_bytes()
+
+
+def test_clean_close_makes_the_final_time_index_entry_durable(tmp_path: Path) -> None:
+    vfs = SyncSnapshotVFS()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    for i in range(20):  # several index entries, then a newest timestamp after the last one
+        log.append_as_leader(batch([b"v%02d" % i + b"x" * 40], timestamp=1_000 + i))
+    time_index = log.active_segment.time_index.path
+    log.close()
+    final = time_index.read_bytes()
+    assert final[-12:-4] == (1_019).to_bytes(8, "big")  # the max timestamp is the last entry
+    assert vfs.synced[time_index] == final
+    reopened = Log.open(tmp_path / "t-0", CONFIG)
+    assert reopened.active_segment.largest_timestamp == 1_019
+    reopened.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +157,7 @@ class GroupMember:
         retry_backoff_ms: int = 100,
         assignors: tuple[str, ...] = ("range", "roundrobin"),
         group_instance_id: str | None = None,
+        coordinator_timeout_ms: int = 30_000,
     ) -> None:
         for name in assignors:
             if name not in ASSIGNORS:
@@ -171,6 +173,7 @@ class GroupMember:
         self.retry_backoff_ms = retry_backoff_ms
         self.assignors = assignors
         self.group_instance_id = group_instance_id
+        self.coordinator_timeout_ms = coordinator_timeout_ms
         self.member_id = ""
         self.generation = -1
         self.assignment: set[TopicPartition] = set()
@@ -219,6 +222,9 @@ class GroupMember:
         if conn is not None and not conn.closed:
             return conn
         self._coordinator = None
+        # Bounded: a broker that keeps answering a retriable error (coordinator loading, not
+        # available) must not hang a commit or a consumer's stop() forever.
+        deadline = time.monotonic() + self.coordinator_timeout_ms / 1000
         while True:
             any_conn = await self.cluster.any_connection()
             body = messages.FindCoordinatorRequest(key=self.group_id, key_type=0)
@@ -228,6 +234,11 @@ class GroupMember:
             error = for_code(resp.error_code)(resp.error_message or "FindCoordinator")
             if not error.retriable:
                 raise error
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"no coordinator for group {self.group_id!r} within "
+                    f"{self.coordinator_timeout_ms} ms (last error: {error})"
+                )
             await asyncio.sleep(self.retry_backoff_ms / 1000)
         if resp.node_id not in self.cluster.brokers:
             await self.cluster.refresh([])

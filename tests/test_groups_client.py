@@ -242,3 +242,43 @@ async def test_describe_group_reports_members_and_lag(broker: EmbeddedBroker) ->
         await c.stop()
         await ends.stop()
         await cluster.close()
+
+
+async def test_coordinator_lookup_gives_up_when_the_broker_keeps_answering_retriable_errors() -> (
+    None
+):
+    """A commit (and so Consumer.stop) must not loop forever on COORDINATOR_NOT_AVAILABLE."""
+    from client.errors import KafkaTimeoutError
+    from client.group import GroupMember
+    from protocol import messages
+
+    class NoCoordinator:
+        closed = False
+        calls = 0
+
+        async def request(self, api_key: int, body: Any, **kw: Any) -> Any:
+            NoCoordinator.calls += 1
+            return messages.FindCoordinatorResponse(error_code=15, error_message="loading")
+
+    class Cluster:
+        def __init__(self) -> None:
+            self.brokers: dict[int, Any] = {}
+
+        async def any_connection(self) -> NoCoordinator:
+            return NoCoordinator()
+
+    async def nothing(_: set[TopicPartition]) -> None:
+        return None
+
+    member_ = GroupMember(
+        Cluster(),  # type: ignore[arg-type]
+        "g-stuck",
+        topics=["t"],
+        on_assign=nothing,
+        on_revoke=nothing,
+        retry_backoff_ms=10,
+        coordinator_timeout_ms=200,
+    )
+    with pytest.raises(KafkaTimeoutError, match="no coordinator for group 'g-stuck'"):
+        await asyncio.wait_for(member_.coordinator(), 10)
+    assert NoCoordinator.calls >= 2

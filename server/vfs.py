@@ -113,12 +113,19 @@ class OSFile:
         return os.pread(self.fileno(), size, offset)
 
     def pwrite(self, data: Buffer, offset: int) -> None:
-        fd = self.fileno()
-        view = memoryview(data)
+        # Hot path (every append): one call when the kernel takes everything, as it does for
+        # regular files short of an error; the loop is for short writes (e.g. a signal).
+        fd = self._fd
+        if fd is None:
+            fd = self.fileno()  # raises
+        written = os.pwrite(fd, data, offset)
+        if written == (data.nbytes if isinstance(data, memoryview) else len(data)):
+            return
+        view = memoryview(data).cast("B")[written:]
         while view:
+            offset += written
             written = os.pwrite(fd, view, offset)
             view = view[written:]
-            offset += written
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fileno(), size)

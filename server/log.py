@@ -647,16 +647,7 @@ class Log:
                 next_offset = batch_last + 1
 
         # The roll decision covers the whole request (it must fit one segment), as Kafka's.
-        active = self._segments[-1]
-        if active.should_roll(
-            messages_size=total,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=last_offset,
-            now_ms=self._clock(),
-            segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
-        ):
-            active = self.roll(self._leo)
+        active = self._segment_for(total, max_timestamp, last_offset)
         if placed is None:
             active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
         else:
@@ -719,20 +710,10 @@ class Log:
             offset_of_max = last_offset
         else:
             max_timestamp, offset_of_max = rec.NO_TIMESTAMP, first_offset
-        config = self._config
-        active = self._segments[-1]
-        if active.should_roll(
-            messages_size=total,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=last_offset,
-            now_ms=self._clock(),
-            segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
-        ):
-            active = self.roll(first_offset)
+        active = self._segment_for(total, max_timestamp, last_offset)
         active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
         self._leo = leo = last_offset + 1
-        if leo - self._recovery_point >= config.flush_messages:
+        if leo - self._recovery_point >= self._config.flush_messages:
             self.flush()
         return _new_append_info(
             AppendInfo,
@@ -747,6 +728,22 @@ class Log:
                 total,
             ),
         )
+
+    def _segment_for(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
+        """The segment to append ``size`` bytes of batches to: the active one, rolled first
+        if it says so."""
+        config = self._config
+        active = self._segments[-1]
+        if active.should_roll(
+            messages_size=size,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            now_ms=self._clock(),
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+        ):
+            active = self.roll(self._leo)
+        return active
 
     def producer_state(self) -> ProducerStateManager:
         """The idempotent-producer state of this partition, built on first use from the newest

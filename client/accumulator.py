@@ -203,7 +203,8 @@ class RecordAccumulator:
             self.wakeup.set()  # the full batches are ready: make sure the sender looks
             self._room.clear()
             try:
-                await asyncio.wait_for(self._room.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._room.wait()
             except TimeoutError:
                 continue
 
@@ -217,7 +218,8 @@ class RecordAccumulator:
                 )
             self._room.clear()
             try:
-                await asyncio.wait_for(self._room.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._room.wait()
             except TimeoutError:
                 continue
 

@@ -299,7 +299,8 @@ class Cluster:
             if parts is not None or error is not None:
                 await asyncio.sleep(min(backoff, remaining))
             try:
-                await asyncio.wait_for(self.refresh([topic]), remaining)
+                async with asyncio.timeout(remaining):
+                    await self.refresh([topic])
             except TimeoutError:
                 continue
             except KafkaConnectionError:

@@ -546,7 +546,8 @@ class Consumer:
                 return {}
             self._data.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._data.wait()
             self._check_running()
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:

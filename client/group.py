@@ -328,7 +328,8 @@ class GroupMember:
         interval = self.heartbeat_interval_ms / 1000
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rejoin.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._rejoin.wait()
             if self._rejoin.is_set():
                 return
             body = messages.HeartbeatRequest(

@@ -205,7 +205,8 @@ class Producer:
             acc.wakeup.set()
             bound = timeout if timeout is not None else self.delivery_timeout_ms / 1000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._sender), bound)
+                async with asyncio.timeout(bound):
+                    await asyncio.shield(self._sender)
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sender
@@ -415,7 +416,8 @@ class Producer:
                 continue  # more may be ready (another node, the next batch of a partition)
             acc.wakeup.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(acc.wakeup.wait(), next_in)
+                async with asyncio.timeout(next_in):
+                    await acc.wakeup.wait()
 
     async def _send_batches(self, node: int, batches: list[ProducerBatch]) -> None:
         acc = self._accumulator

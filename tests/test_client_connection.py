@@ -26,6 +26,7 @@ from protocol.framing import (
 from protocol.framing import (
     UnsupportedVersionError as ServerUnsupported,
 )
+from protocol.records import iter_records
 from server.embedded import EmbeddedBroker
 
 METADATA = messages.Metadata.key
@@ -33,6 +34,18 @@ API_VERSIONS = messages.ApiVersions.key
 
 # handler(request) -> list of byte parts to write, or None to stay silent, or "close"
 Handler = Callable[[Any], Any]
+
+
+@contextlib.asynccontextmanager
+async def listening(serve: Callable[[Any, Any], Any]) -> AsyncIterator[int]:
+    """A TCP server on 127.0.0.1 running ``serve(reader, writer)`` per connection; yields its
+    port and closes it on exit."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager
@@ -66,12 +79,8 @@ async def fake_broker(handler: Handler, versions: Any = None) -> AsyncIterator[i
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with listening(serve) as port:
+        yield port
 
 
 def metadata_response(request: Any, correlation_id: int | None = None) -> list[bytes]:
@@ -118,6 +127,137 @@ async def test_pipelined_requests_on_one_connection() -> None:
             responses = await asyncio.gather(*requests)
             assert conn.in_flight == 0
             assert [r.topics[0].name for r in responses] == names
+        finally:
+            conn.close()
+            await conn.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def trickling_broker(topic_counts: list[int], chunk: int) -> AsyncIterator[int]:
+    """A fake broker that answers ApiVersions, then waits for ``len(topic_counts)`` pipelined
+    Metadata requests and writes all their responses (the i-th naming ``topic_counts[i]``
+    topics) back to back in ``chunk``-byte writes, so frames straddle reads in every way."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader()
+        pending: list[Any] = []
+        try:
+            while len(pending) < len(topic_counts) and (data := await reader.read(65536)):
+                frames.feed(data)
+                while (frame := frames.next_frame()) is not None:
+                    request = decode_request(frame)
+                    if request.header.api_key == API_VERSIONS:
+                        writer.write(
+                            b"".join(encode_response(request.header, api_versions_response()))
+                        )
+                    else:
+                        pending.append(request)
+            out = bytearray()
+            for request, count in zip(pending, topic_counts, strict=True):
+                topic = messages.MetadataResponse.MetadataResponseTopic
+                body = messages.MetadataResponse(brokers=[], topics=[
+                    topic(error_code=0, name=f"topic-{request.header.correlation_id}-{i:06d}",
+                          partitions=[])
+                    for i in range(count)
+                ])  # fmt: skip
+                out += b"".join(encode_response(request.header, body))
+            for start in range(0, len(out), chunk):
+                writer.write(out[start : start + chunk])
+                await writer.drain()
+                await asyncio.sleep(0)
+            await reader.read()  # until the client closes
+        finally:
+            writer.close()
+
+    async with listening(serve) as port:
+        yield port
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+async def test_responses_split_and_joined_across_reads(chunk: int) -> None:
+    # Small responses, and ones far above the reader's own-buffer threshold (~30 B per topic:
+    # 10,000 topics ~ 300 KB, beyond the 256 KiB shared buffer too), in one stream.
+    counts = [0, 3, 10_000, 1, 2_500, 0, 10_000, 5] if chunk > 1 else [0, 3, 2_500, 1]
+    async with trickling_broker(counts, chunk) as port:
+        conn = await Connection.open("127.0.0.1", port)
+        try:
+            responses = await asyncio.gather(
+                *[conn.request(METADATA, messages.MetadataRequest(topics=[])) for _ in counts]
+            )
+            assert [len(r.topics) for r in responses] == counts
+            for r in responses:
+                names = [t.name for t in r.topics]
+                assert names == sorted(set(names))  # each frame decoded from its own bytes
+            assert conn.in_flight == 0
+        finally:
+            conn.close()
+            await conn.wait_closed()
+
+
+async def test_big_fetch_records_stay_valid_after_later_responses() -> None:
+    # A Fetch response's records are views of its frame: later responses must not overwrite
+    # them, whether the frame came through the shared buffer or a buffer of its own.
+    async with EmbeddedBroker() as broker:
+        async with Producer(broker.bootstrap_servers, linger_ms=0) as p:
+            for i in range(40):
+                await p.send_and_wait("big", bytes([i]) * 20_000, partition=0)
+        host, port = broker.bootstrap_servers.rsplit(":", 1)
+        conn = await Connection.open(host, int(port))
+        req = messages.FetchRequest
+
+        async def fetch(offset: int, max_bytes: int) -> Any:
+            body = req(
+                replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes,
+                isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[req.FetchTopic(topic="big", partitions=[
+                    req.FetchTopic.FetchPartition(
+                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                        log_start_offset=-1, partition_max_bytes=max_bytes)])],
+                forgotten_topics_data=[], rack_id="",
+            )  # fmt: skip
+            response = await conn.request(messages.Fetch.key, body)
+            return response.responses[0].partitions[0].records
+
+        try:
+            kept = []
+            asked = [(0, 1 << 20), (3, 30_000), (10, 500_000), (39, 100)]
+            for offset, max_bytes in asked:
+                kept.append(await fetch(offset, max_bytes))
+                # More responses of the same shape through the same buffers before the
+                # records are read: a view of a reused buffer would now show other records.
+                for other in (20, 30):
+                    await fetch(other, 100)
+            for (offset, _), records in zip(asked, kept, strict=True):
+                offsets_values = [(r.offset, r.value) for _, r in iter_records(records)]
+                assert offsets_values[0][0] == offset
+                assert all(v == bytes([o]) * 20_000 for o, v in offsets_values)
+            assert [len(records) > 500_000 for records in kept] == [True, False, False, False]
+        finally:
+            conn.close()
+            await conn.wait_closed()
+
+
+async def test_cancel_as_the_response_arrives_is_not_swallowed() -> None:
+    # Python 3.11's asyncio.wait_for returns the result when its caller is cancelled just as
+    # the awaited future completes, so the caller carries on as if never cancelled (a
+    # Consumer.stop() waited forever for its fetcher). Cancel exactly then: it must stick.
+    async with fake_broker(metadata_response) as port:
+        conn = await Connection.open("127.0.0.1", port)
+        task: asyncio.Task[Any] | None = None
+        deliver = conn._on_frame
+
+        def deliver_then_cancel(frame: memoryview) -> None:
+            deliver(frame)  # resolves the request's future ...
+            assert task is not None
+            task.cancel()  # ... and the caller is cancelled in the same callback
+
+        conn._on_frame = deliver_then_cancel  # type: ignore[method-assign]
+        try:
+            task = asyncio.create_task(conn.request(METADATA, messages.MetadataRequest(topics=[])))
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert task.cancelled()
+            assert not conn.closed and conn.in_flight == 0  # the answer was consumed in order
         finally:
             conn.close()
             await conn.wait_closed()

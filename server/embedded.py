@@ -144,7 +144,8 @@ class EmbeddedBroker:
             self._state = "running"
             return self
         try:
-            await asyncio.wait_for(self._start_server(props), self.startup_timeout)
+            async with asyncio.timeout(self.startup_timeout):
+                await self._start_server(props)
         except BaseException:
             self._state = "stopped"
             self._cleanup_dirs()
@@ -163,7 +164,8 @@ class EmbeddedBroker:
             elif self._thread is not None:
                 await asyncio.to_thread(self._stop_thread)
             elif self.server is not None:
-                await asyncio.wait_for(self.server.shutdown(), self.shutdown_timeout)
+                async with asyncio.timeout(self.shutdown_timeout):
+                    await self.server.shutdown()
         finally:
             self._cleanup_dirs()
 

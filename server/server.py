@@ -183,7 +183,8 @@ class Server:
             conn.abort()
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
         # 4. flush and close logs; the LogManager writes the clean-shutdown marker last.
         if self.log_manager is not None:
             await self.log_manager.stop()

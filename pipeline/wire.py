@@ -11,9 +11,11 @@ Measured replacement (2026-11, 2 shared cores, ``python -m bench spark`` data: 2
 ``client.connection.Connection`` on a private event loop (``asyncio.Runner``, uvloop) were
 slower: a 4 MiB Fetch alone 8.5 ms instead of 2.4 ms (asyncio streams copy each response a few
 more times than one ``recv_into`` here), and through Spark local[2], interleaved A/B, best of 5:
-926k vs 954k and 898k vs 975k records/s (3-8 % slower; medians within the noise). So this stays
-until ``client.connection`` reads responses without the extra copies (e.g. a
-``BufferedProtocol`` into one buffer per response). ``client.Consumer`` is slower still for
+926k vs 954k and 898k vs 975k records/s (3-8 % slower; medians within the noise).
+``client.connection`` has since moved to a ``BufferedProtocol`` that receives a big response
+into one buffer (client CPU per pipelined 4 MiB Fetch 5.6-6.0 -> 3.2-4.2 ms); the replacement
+has not been re-measured since, and a Spark task calling the asyncio client still needs an
+event loop per call where this module needs none. ``client.Consumer`` is slower still for
 this use (bench, one process, no Spark: ~480k records/s against ~695k for the source's read
 loop): it builds one ``ConsumerRecord`` per record where the source wants whole batches as
 columns (``protocol.records.decode_batch_columns``).

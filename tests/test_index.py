@@ -86,6 +86,10 @@ def test_random_lookup_against_reference(tmp_path: Path, count: int) -> None:
         slot = floor(offsets, target)
         expected = OffsetPosition(offsets[slot], positions[slot]) if slot >= 0 else None
         assert index.lookup(target) == (expected or OffsetPosition(BASE, 0))
+        following = (
+            OffsetPosition(offsets[slot + 1], positions[slot + 1]) if slot + 1 < count else None
+        )
+        assert index.lookup_with_next(target) == (expected or OffsetPosition(BASE, 0), following)
     ts_range = range(990, (timestamps[-1] if timestamps else 1000) + 3)
     ts_targets = rng.sample(ts_range, min(300, len(ts_range)))
     for target in ts_targets + timestamps[-3:]:
@@ -119,6 +123,8 @@ def test_lookup_property(
         slot = floor(offsets, target)
         expected = OffsetPosition(offsets[slot], slot + 1) if slot >= 0 else OffsetPosition(0, 0)
         assert index.lookup(target) == expected
+        following = OffsetPosition(offsets[slot + 1], slot + 2) if slot + 1 < len(offsets) else None
+        assert index.lookup_with_next(target) == (expected, following)
     index.close()
 
 

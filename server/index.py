@@ -494,9 +494,9 @@ class OffsetIndex(AbstractIndex):
         first indexed one above ``target_offset``, so a reader can check that batch's header
         alone instead of scanning from the floor entry (see ``LogSegment.translate_offset``).
 
-        Fetch hot path: the same search as :meth:`AbstractIndex._floor_slot` (warm section
-        first, the same pages touched) with the map and the unpacker bound once instead of a
-        method call per probe (a lookup over a 3,000-entry index took ~6 us, now ~2 us).
+        Fetch hot path: the warm section first, as :meth:`AbstractIndex._floor_slot`, then an
+        interpolation search with the map and the unpacker bound once (no method call per
+        probe): a lookup in a 3,000-entry index took 12 probes and ~6 us, now ~4 probes.
         """
         base = self.base_offset
         entries = self._entries
@@ -514,16 +514,26 @@ class OffsetIndex(AbstractIndex):
                 return OffsetPosition(base, 0), OffsetPosition(base + relative, position)
             lo = 0
         # Invariant: key(lo) <= target; find the last slot in [lo, hi] with key <= target.
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            key = unpack(buf, mid * 8)[0]
-            if key > target:
-                hi = mid - 1
-            elif key < target:
-                lo = mid
+        # Offsets grow about linearly with the slot (an entry per index.interval.bytes of
+        # log), so two interpolation probes usually land on the answer; bisection after them
+        # bounds the worst case.
+        low_key = unpack(buf, lo * 8)[0]
+        high_key = unpack(buf, hi * 8)[0]
+        if high_key <= target:
+            lo = hi
+        guesses = 2
+        while hi - lo > 1:  # here key(lo) <= target < key(hi)
+            if guesses:
+                guesses -= 1
+                mid = lo + (target - low_key) * (hi - lo) // (high_key - low_key)
+                mid = min(max(mid, lo + 1), hi - 1)
             else:
-                lo = mid
-                break
+                mid = (lo + hi) >> 1
+            key = unpack(buf, mid * 8)[0]
+            if key <= target:
+                lo, low_key = mid, key
+            else:
+                hi, high_key = mid, key
         relative, position = unpack(buf, lo * 8)
         floor = OffsetPosition(base + relative, position)
         if lo + 1 >= entries:

@@ -108,6 +108,8 @@ class Connection(asyncio.Protocol):
         self._dup_fd: int | None = None  # dup of the socket fd, polled for writability
         self._writable: asyncio.Future[None] | None = None
         self._peer: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1  # the socket's fd, for os.sendfile (valid while _transport is set)
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
@@ -116,8 +118,10 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
         self._peer = transport.get_extra_info("peername")
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
+            self._fd = sock.fileno()
             # Kafka's socket.send/receive.buffer.bytes; -1 keeps the kernel's autotuning.
             with contextlib.suppress(OSError):
                 if self._sndbuf > 0:
@@ -129,7 +133,7 @@ class Connection(asyncio.Protocol):
         self._registry.add(self)
         self._metrics.inc("connections.accepted")
         self._metrics.set("connections.active", len(self._registry))
-        self._worker = asyncio.get_running_loop().create_task(self._run())
+        self._worker = self._loop.create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
@@ -293,7 +297,8 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        await self._can_write.wait()
+        if not self._can_write.is_set():
+            await self._can_write.wait()
         pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
@@ -332,21 +337,23 @@ class Connection(asyncio.Protocol):
         """Send ``piece`` (file, position, size) with os.sendfile after the buffered bytes."""
         transport = self._transport
         assert transport is not None
-        await self._wait_write_buffer_empty(transport)
-        sock = transport.get_extra_info("socket")
-        if self._transport is None or sock is None:
-            return
-        out_fd = sock.fileno()
+        if transport.get_write_buffer_size():
+            await self._wait_write_buffer_empty(transport)
+            if self._transport is None:
+                return
+        out_fd = self._fd
+        loop = self._loop
+        if out_fd < 0 or loop is None or transport.is_closing():
+            return  # (an aborted transport's fd is closed: its number may be reused)
         in_fd = piece.file.fileno()
         position, remaining = piece.position, piece.size
-        loop = asyncio.get_running_loop()
         while remaining > 0:
             try:
                 sent = os.sendfile(out_fd, in_fd, position, remaining)
             except BlockingIOError:
                 self._metrics.inc("fetch.sendfile_eagain")
                 await self._wait_socket_writable(loop, out_fd)
-                if self._transport is None:
+                if self._transport is None or transport.is_closing():
                     return
                 continue
             except OSError as exc:

@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.connection")
 
+_BYTES_LIKE = (bytes, bytearray, memoryview)  # a tuple: isinstance with a union is slower
+
 
 class Connection(asyncio.Protocol):
     """Protocol object for one client TCP connection. Created by ``Server``; not reused."""
@@ -282,7 +284,9 @@ class Connection(asyncio.Protocol):
             self._bad_input("unsupported_version", f"API {request.header.api_key} not served")
             return False
         self._metrics.inc("requests")
-        body = await self._handlers.handle(request.header, request.body)
+        body = self._handlers.dispatch(request.header, request.body)
+        if asyncio.iscoroutine(body):
+            body = await body
         if body is None:  # e.g. Produce with acks=0: no response at all
             return True
         if body is CLOSE_CONNECTION:
@@ -301,7 +305,7 @@ class Connection(asyncio.Protocol):
             await self._can_write.wait()
         pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
-            if isinstance(part, bytes | bytearray | memoryview):
+            if isinstance(part, _BYTES_LIKE):
                 pending.append(part)
                 continue
             if part.size == 0:

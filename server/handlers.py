@@ -210,13 +210,18 @@ class Handlers:
 
         Never raises for a Kafka error (those become error codes in the body).
         """
-        api_key = header.api_key
-        handler = self._dispatch[api_key]  # callers check serves() first
-        self.metrics.inc(self._request_metric[api_key])
-        result = handler(header, body)
+        result = self.dispatch(header, body)
         if asyncio.iscoroutine(result):
             result = await result
         return result
+
+    def dispatch(self, header: Any, body: Any) -> Any:
+        """:meth:`handle` without the coroutine: the result, or a coroutine to await for it
+        (handlers that wait: long-poll Fetch, group joins). The connection's per-request path
+        calls this, so most requests cost no coroutine at all."""
+        api_key = header.api_key
+        self.metrics.inc(self._request_metric[api_key])
+        return self._dispatch[api_key](header, body)  # callers check serves() first
 
     @property
     def served_api_keys(self) -> frozenset[int]:

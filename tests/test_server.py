@@ -6,6 +6,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -648,6 +649,11 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     body = fetch_request("sync", 0, max_wait_ms=60_000)
     response = handlers.fetch(None, body)
     assert not asyncio.iscoroutine(response)
+    # The connection's per-request call: no coroutine either, and the request is counted.
+    before = server.metrics.get("requests.1")
+    dispatched = handlers.dispatch(SimpleNamespace(api_key=FETCH), body)
+    assert not asyncio.iscoroutine(dispatched)
+    assert server.metrics.get("requests.1") == before + 1
     assert response.responses[0].partitions[0].records.size > 0
     waiting = handlers.fetch(None, fetch_request("sync", 3, max_wait_ms=20))
     assert asyncio.iscoroutine(waiting)

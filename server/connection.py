@@ -41,6 +41,31 @@ already called until EAGAIN, and a Fetch holds one slice per partition: no adjac
 coalesce. What a response costs beyond the kernel's sendfile is the request's Python path (decode
 ~12 us, handler + log read ~40 us, encode ~11 us per 880 KB response, against ~100 us of kernel
 sendfile), outside this module.
+
+Measured again (fetch-perf branch; "A/B loop" = the bench's fetch pipelines only, 3 connections x
+window 8, two brokers from two trees on copies of one 330 MB log, alternating every round for
+40-70 s, medians of broker CPU per GiB as ``bench broker`` reports it):
+
+* Per response, ``strace -c -f -p BROKER`` during fetch: 1 sendfile (EAGAIN on 0.3-1.7% of them),
+  1 write (the header), 2 preads (two batch headers; now 1), 0.13 reads and 0.05 epoll_waits
+  (requests arrive in batches), and 1 getpid: Python 3.11's ``asyncio.get_running_loop`` checks
+  the pid, and ``_sendfile`` called it per slice (now the loop is remembered).
+* The header with ``MSG_MORE`` on a dup of the socket when the transport buffer is empty (so it
+  rides in the records' first segment, one client wake-up): A/B loop 251 vs 251 ms/GiB broker,
+  client 207 vs 209 ms/GiB. Rejected again. A raw sender (``os.sendfile`` of 880 KB, 3
+  connections, one thread) costs the same CPU blocking (171 ms/GiB), non-blocking with epoll on
+  EAGAIN (166) or with a 100-byte ``send`` before every call (172): neither the event-loop style
+  nor the separate header costs the kernel anything measurable.
+* Keeping the dup fd's writer registered instead of add/remove per wait: ``fetch.sendfile_waits``
+  3 and ``fetch.sendfile_eagain`` 814 in 48,750 responses, two epoll_ctl per 60 responses at
+  most: not worth the state.
+* Bound of this design: the same broker with the request path memoized (decode + handler +
+  encode skipped for a repeated Fetch frame; an experiment only, not valid for a real log) used
+  200-223 ms/GiB against 275 and reached 5,319 against 3,981 MiB/s best (raw sendfile one thread:
+  6,500-7,500); ``perf record`` then showed 87% kernel time, 81% inside sendfile. So ~0.75-0.8 x
+  raw is the ceiling with per-request Python at zero; the rest is the Python per request (decode
+  5 us, handler + log read 15-20 us, encode 4.5 us hot, ~1.6x that between sendfiles of 880 KB)
+  plus this module and the event loop (~10 us hot).
 """
 
 from __future__ import annotations

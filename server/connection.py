@@ -59,13 +59,20 @@ window 8, two brokers from two trees on copies of one 330 MB log, alternating ev
 * Keeping the dup fd's writer registered instead of add/remove per wait: ``fetch.sendfile_waits``
   3 and ``fetch.sendfile_eagain`` 814 in 48,750 responses, two epoll_ctl per 60 responses at
   most: not worth the state.
-* Bound of this design: the same broker with the request path memoized (decode + handler +
-  encode skipped for a repeated Fetch frame; an experiment only, not valid for a real log) used
-  200-223 ms/GiB against 275 and reached 5,319 against 3,981 MiB/s best (raw sendfile one thread:
-  6,500-7,500); ``perf record`` then showed 87% kernel time, 81% inside sendfile. So ~0.75-0.8 x
-  raw is the ceiling with per-request Python at zero; the rest is the Python per request (decode
-  5 us, handler + log read 15-20 us, encode 4.5 us hot, ~1.6x that between sendfiles of 880 KB)
-  plus this module and the event loop (~10 us hot).
+* Bound of this design: a tree whose ``_process`` memoized decode + handler + encode per
+  repeated Fetch frame (an experiment only: wrong for a live log), ``python -m bench broker
+  --rounds 9 --compare-tree <that tree>``: 178 ms/GiB broker CPU and 182 client against 275 and
+  225 for this tree, 5,766 against 3,964 MiB/s best, 0.90 against 0.62 x raw sendfile (6,374
+  MiB/s) in the same interleaved rounds; ``perf record`` of such a broker: 87% kernel time, 81%
+  inside sendfile. So the whole gap is the per-request Python: ~30 us per Fetch in a loop
+  (decode 5, handler + log read 15-20, encode 4.5, this module ~10), ~80 us per response on the
+  loaded 2-core box; the client's CPU per GiB also drops with it (not explained; a guess:
+  fewer sleeps and wake-ups waiting for a faster broker). Its pieces were trimmed on this branch
+  (A/B loop: -6% broker CPU); the rest is spread thin over codecs, messages and the read path.
+* Handling every queued request first, then sending their responses back to back (responses
+  still in order; hoping the Python would run with warm caches between sendfiles): A/B loop 232
+  vs 245 ms/GiB, then 249 vs 250 with the order of the brokers swapped; bench 264 vs 271 with
+  the client at 212 vs 216. Noise, not kept.
 """
 
 from __future__ import annotations

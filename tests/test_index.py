@@ -409,3 +409,35 @@ def test_operations_against_list_model(
         times.sanity_check(full=True)
     index.close()
     times.close()
+
+
+def test_lookup_probes_few_entries_of_an_evenly_spaced_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offsets grow about linearly with the slot (an entry per index.interval.bytes), so the
+    interpolation search reads a handful of entries where bisection read ~14 (both below and
+    inside the warm section); the answers stay the reference's."""
+    import server.index as index_module
+
+    index = OffsetIndex(tmp_path / "even.index", BASE, 8 * 3000)
+    offsets = [BASE + 999 + 1000 * i for i in range(3000)]
+    for i, offset in enumerate(offsets):
+        index.append(offset, 110_000 * (i + 1))
+    reads = [0]
+    real = OFFSET_ENTRY
+
+    class Counting:
+        size = real.size
+
+        def unpack_from(self, buf: object, offset: int = 0) -> tuple[int, int]:
+            reads[0] += 1
+            return real.unpack_from(buf, offset)  # type: ignore[arg-type, return-value]
+
+    monkeypatch.setattr(index_module, "OFFSET_ENTRY", Counting())
+    targets = list(range(BASE, offsets[-1] + 2, 8000)) + offsets[-700::37]
+    for target in targets:
+        slot = floor(offsets, target)
+        expected = OffsetPosition(offsets[slot], 110_000 * (slot + 1)) if slot >= 0 else None
+        assert index.lookup(target) == (expected or OffsetPosition(BASE, 0))
+    assert reads[0] <= 8 * len(targets)
+    index.close()

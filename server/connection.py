@@ -64,11 +64,16 @@ window 8, two brokers from two trees on copies of one 330 MB log, alternating ev
   --rounds 9 --compare-tree <that tree>``: 178 ms/GiB broker CPU and 182 client against 275 and
   225 for this tree, 5,766 against 3,964 MiB/s best, 0.90 against 0.62 x raw sendfile (6,374
   MiB/s) in the same interleaved rounds; ``perf record`` of such a broker: 87% kernel time, 81%
-  inside sendfile. So the whole gap is the per-request Python: ~30 us per Fetch in a loop
-  (decode 5, handler + log read 15-20, encode 4.5, this module ~10), ~80 us per response on the
-  loaded 2-core box; the client's CPU per GiB also drops with it (not explained; a guess:
-  fewer sleeps and wake-ups waiting for a faster broker). Its pieces were trimmed on this branch
-  (A/B loop: -6% broker CPU); the rest is spread thin over codecs, messages and the read path.
+  inside sendfile. Split the same way (one bench run each, same command): memoizing only the
+  handler's body (decode and encode still run) 184 vs 243 ms/GiB, 0.80 vs 0.61 x raw; only
+  ``Log.read`` 218 vs 241; only decode 291 vs 280 (nothing). The handler memoized but a 20 us
+  busy loop in its place: 215 vs 235, about the 184 plus the loop's own 24 ms/GiB, so its cost
+  is plain CPU, not a pacing effect on the kernel's side. ``py-spy record`` under the same load
+  puts only ~9% of the broker's samples in the handler (6% in Log.read), 4% in decode, 3.6% in
+  encode and 71% on the ``os.sendfile`` line, which undercounts it: the handler's ~18 us per
+  Fetch in a loop costs ~45 us per response here, the rest of the request path much less. So
+  the lever is the handler + read path per request; its pieces were trimmed on this branch (A/B
+  loop: -6% broker CPU), the rest is spread thin over messages, the read path and the codecs.
 * Handling every queued request first, then sending their responses back to back (responses
   still in order; hoping the Python would run with warm caches between sendfiles): A/B loop 232
   vs 245 ms/GiB, then 249 vs 250 with the order of the brokers swapped; bench 264 vs 271 with

@@ -41,6 +41,43 @@ already called until EAGAIN, and a Fetch holds one slice per partition: no adjac
 coalesce. What a response costs beyond the kernel's sendfile is the request's Python path (decode
 ~12 us, handler + log read ~40 us, encode ~11 us per 880 KB response, against ~100 us of kernel
 sendfile), outside this module.
+
+Measured again (fetch-perf branch; "A/B loop" = the bench's fetch pipelines only, 3 connections x
+window 8, two brokers from two trees on copies of one 330 MB log, alternating every round for
+40-70 s, medians of broker CPU per GiB as ``bench broker`` reports it):
+
+* Per response, ``strace -c -f -p BROKER`` during fetch: 1 sendfile (EAGAIN on 0.3-1.7% of them),
+  1 write (the header), 2 preads (two batch headers; now 1), 0.13 reads and 0.05 epoll_waits
+  (requests arrive in batches), and 1 getpid: Python 3.11's ``asyncio.get_running_loop`` checks
+  the pid, and ``_sendfile`` called it per slice (now the loop is remembered).
+* The header with ``MSG_MORE`` on a dup of the socket when the transport buffer is empty (so it
+  rides in the records' first segment, one client wake-up): A/B loop 251 vs 251 ms/GiB broker,
+  client 207 vs 209 ms/GiB. Rejected again. A raw sender (``os.sendfile`` of 880 KB, 3
+  connections, one thread) costs the same CPU blocking (171 ms/GiB), non-blocking with epoll on
+  EAGAIN (166) or with a 100-byte ``send`` before every call (172): neither the event-loop style
+  nor the separate header costs the kernel anything measurable.
+* Keeping the dup fd's writer registered instead of add/remove per wait: ``fetch.sendfile_waits``
+  3 and ``fetch.sendfile_eagain`` 814 in 48,750 responses, two epoll_ctl per 60 responses at
+  most: not worth the state.
+* Bound of this design: a tree whose ``_process`` memoized decode + handler + encode per
+  repeated Fetch frame (an experiment only: wrong for a live log), ``python -m bench broker
+  --rounds 9 --compare-tree <that tree>``: 178 ms/GiB broker CPU and 182 client against 275 and
+  225 for this tree, 5,766 against 3,964 MiB/s best, 0.90 against 0.62 x raw sendfile (6,374
+  MiB/s) in the same interleaved rounds; ``perf record`` of such a broker: 87% kernel time, 81%
+  inside sendfile. Split the same way (one bench run each, same command): memoizing only the
+  handler's body (decode and encode still run) 184 vs 243 ms/GiB, 0.80 vs 0.61 x raw; only
+  ``Log.read`` 218 vs 241; only decode 291 vs 280 (nothing). The handler memoized but a 20 us
+  busy loop in its place: 215 vs 235, about the 184 plus the loop's own 24 ms/GiB, so its cost
+  is plain CPU, not a pacing effect on the kernel's side. ``py-spy record`` under the same load
+  puts only ~9% of the broker's samples in the handler (6% in Log.read), 4% in decode, 3.6% in
+  encode and 71% on the ``os.sendfile`` line, which undercounts it: the handler's ~18 us per
+  Fetch in a loop costs ~45 us per response here, the rest of the request path much less. So
+  the lever is the handler + read path per request; its pieces were trimmed on this branch (A/B
+  loop: -6% broker CPU), the rest is spread thin over messages, the read path and the codecs.
+* Handling every queued request first, then sending their responses back to back (responses
+  still in order; hoping the Python would run with warm caches between sendfiles): A/B loop 232
+  vs 245 ms/GiB, then 249 vs 250 with the order of the brokers swapped; bench 264 vs 271 with
+  the client at 212 vs 216. Noise, not kept.
 """
 
 from __future__ import annotations
@@ -68,6 +105,8 @@ if TYPE_CHECKING:
     from server.metrics import Metrics
 
 log = get_logger("sluice.connection")
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)  # a tuple: isinstance with a union is slower
 
 
 class Connection(asyncio.Protocol):
@@ -108,6 +147,8 @@ class Connection(asyncio.Protocol):
         self._dup_fd: int | None = None  # dup of the socket fd, polled for writability
         self._writable: asyncio.Future[None] | None = None
         self._peer: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1  # the socket's fd, for os.sendfile (valid while _transport is set)
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
@@ -116,8 +157,10 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
         self._peer = transport.get_extra_info("peername")
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
+            self._fd = sock.fileno()
             # Kafka's socket.send/receive.buffer.bytes; -1 keeps the kernel's autotuning.
             with contextlib.suppress(OSError):
                 if self._sndbuf > 0:
@@ -129,7 +172,7 @@ class Connection(asyncio.Protocol):
         self._registry.add(self)
         self._metrics.inc("connections.accepted")
         self._metrics.set("connections.active", len(self._registry))
-        self._worker = asyncio.get_running_loop().create_task(self._run())
+        self._worker = self._loop.create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
@@ -278,7 +321,9 @@ class Connection(asyncio.Protocol):
             self._bad_input("unsupported_version", f"API {request.header.api_key} not served")
             return False
         self._metrics.inc("requests")
-        body = await self._handlers.handle(request.header, request.body)
+        body = self._handlers.dispatch(request.header, request.body)
+        if asyncio.iscoroutine(body):
+            body = await body
         if body is None:  # e.g. Produce with acks=0: no response at all
             return True
         if body is CLOSE_CONNECTION:
@@ -293,10 +338,11 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        await self._can_write.wait()
+        if not self._can_write.is_set():
+            await self._can_write.wait()
         pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
-            if isinstance(part, bytes | bytearray | memoryview):
+            if isinstance(part, _BYTES_LIKE):
                 pending.append(part)
                 continue
             if part.size == 0:
@@ -332,21 +378,23 @@ class Connection(asyncio.Protocol):
         """Send ``piece`` (file, position, size) with os.sendfile after the buffered bytes."""
         transport = self._transport
         assert transport is not None
-        await self._wait_write_buffer_empty(transport)
-        sock = transport.get_extra_info("socket")
-        if self._transport is None or sock is None:
-            return
-        out_fd = sock.fileno()
+        if transport.get_write_buffer_size():
+            await self._wait_write_buffer_empty(transport)
+            if self._transport is None:
+                return
+        out_fd = self._fd
+        loop = self._loop
+        if out_fd < 0 or loop is None or transport.is_closing():
+            return  # (an aborted transport's fd is closed: its number may be reused)
         in_fd = piece.file.fileno()
         position, remaining = piece.position, piece.size
-        loop = asyncio.get_running_loop()
         while remaining > 0:
             try:
                 sent = os.sendfile(out_fd, in_fd, position, remaining)
             except BlockingIOError:
                 self._metrics.inc("fetch.sendfile_eagain")
                 await self._wait_socket_writable(loop, out_fd)
-                if self._transport is None:
+                if self._transport is None or transport.is_closing():
                     return
                 continue
             except OSError as exc:

@@ -178,6 +178,8 @@ class Handlers:
             API_DESCRIBE_GROUPS: self.describe_groups,
             API_DELETE_GROUPS: self.delete_groups,
         }
+        # Counter names built once (one per request otherwise).
+        self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
         # Consumer groups and committed offsets (server.group_coordinator): loads
         # __consumer_offsets now, so it must be built on the running loop (Server.start does).
         from server.group_coordinator import GroupConfig, GroupCoordinator
@@ -208,12 +210,18 @@ class Handlers:
 
         Never raises for a Kafka error (those become error codes in the body).
         """
-        handler = self._dispatch[header.api_key]  # callers check serves() first
-        self.metrics.inc(f"requests.{header.api_key}")
-        result = handler(header, body)
+        result = self.dispatch(header, body)
         if asyncio.iscoroutine(result):
             result = await result
         return result
+
+    def dispatch(self, header: Any, body: Any) -> Any:
+        """:meth:`handle` without the coroutine: the result, or a coroutine to await for it
+        (handlers that wait: long-poll Fetch, group joins). The connection's per-request path
+        calls this, so most requests cost no coroutine at all."""
+        api_key = header.api_key
+        self.metrics.inc(self._request_metric[api_key])
+        return self._dispatch[api_key](header, body)  # callers check serves() first
 
     @property
     def served_api_keys(self) -> frozenset[int]:
@@ -367,7 +375,12 @@ class Handlers:
 
     # --- Fetch (1) -------------------------------------------------------------------------------
 
-    async def fetch(self, header: Any, body: Any) -> Message:
+    def fetch(self, header: Any, body: Any) -> Any:
+        """The response, or a coroutine for it when the request has to wait (long poll).
+
+        Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
+        without creating and driving a coroutine; :meth:`handle` awaits what needs awaiting.
+        """
         isolation = _fetch_isolation(body.isolation_level)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
@@ -375,19 +388,19 @@ class Handlers:
             for p in t.partitions
         ]
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
-        keys: list[TopicPartition] | None = None  # built only if the request has to wait
+        response, size, had_error = self._read_fetch(body, wanted, isolation)
+        if size >= body.min_bytes or had_error or not wanted or self._stopping:
+            return response
+        if time.monotonic() >= deadline:
+            return response
+        return self._fetch_wait(body, wanted, isolation, deadline)
+
+    async def _fetch_wait(
+        self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any, deadline: float
+    ) -> Message:
+        """Long poll: wait for an append to a wanted partition (or the deadline), re-read."""
+        keys = [(topic, part) for topic, part, _, _ in wanted]
         while True:
-            response, size, had_error = self._read_fetch(body, wanted, isolation)
-            if (
-                size >= body.min_bytes
-                or had_error
-                or not wanted
-                or self._stopping
-                or time.monotonic() >= deadline
-            ):
-                return response
-            if keys is None:
-                keys = [(topic, part) for topic, part, _, _ in wanted]
             fut = self.notifier.waiter(keys)
             try:
                 await asyncio.wait({fut}, timeout=max(deadline - time.monotonic(), 0))
@@ -398,6 +411,14 @@ class Handlers:
                 # timed out: one last read, whatever it holds
                 return self._read_fetch(body, wanted, isolation)[0]
             self.metrics.inc("fetch.woken")
+            response, size, had_error = self._read_fetch(body, wanted, isolation)
+            if (
+                size >= body.min_bytes
+                or had_error
+                or self._stopping
+                or time.monotonic() >= deadline
+            ):
+                return response
 
     def _read_fetch(
         self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any

@@ -891,27 +891,37 @@ class Log:
         ``start_offset == bound`` -> empty (a caught-up reader); ``start_offset`` below the log
         start offset or above LEO -> OffsetOutOfRange; between HW and LEO -> empty.
         """
-        self._check_open()
-        bound = self._leo_metadata() if isolation is Isolation.LOG_END else self._hw_metadata()
-        if start_offset == bound.offset:
+        if self._closed:
+            self._check_open()
+        leo = self._leo
+        segments = self._segments
+        if isolation is Isolation.LOG_END or self._hw == leo:
+            # Bounded by the log end (the common case of a consumer: HW == LEO on this
+            # single-replica broker): the active segment's end, no LogOffsetMetadata built.
+            bound_offset = leo
+            active = segments[-1]
+            bound_base, bound_position = active.base_offset, active.size
+        else:
+            bound = self._hw_metadata()
+            bound_offset, bound_base, bound_position = bound
+        if start_offset == bound_offset:
             return self._fetch_info(None)
-        if start_offset > self._leo or start_offset < self._log_start_offset:
+        if start_offset > leo or start_offset < self._log_start_offset:
             raise OffsetOutOfRange(
-                f"offset {start_offset} outside [{self._log_start_offset}, {self._leo}] of "
+                f"offset {start_offset} outside [{self._log_start_offset}, {leo}] of "
                 f"{self.topic}-{self.partition}"
             )
-        if start_offset > bound.offset:
+        if start_offset > bound_offset:
             return self._fetch_info(None)
-        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-        for segment in self._segments[i:]:
-            if segment.base_offset > bound.segment_base_offset:
+        for i in range(max(0, bisect.bisect_right(self._bases, start_offset) - 1), len(segments)):
+            segment = segments[i]
+            base = segment.base_offset
+            if base > bound_base:
                 break
-            max_position = (
-                bound.position if segment.base_offset == bound.segment_base_offset else segment.size
-            )
+            max_position = bound_position if base == bound_base else segment.size
             fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
             if fetched is not None and fetched.size > 0:
-                return self._fetch_info(fetched)
+                return FetchDataInfo(fetched, self._hw, self._log_start_offset, leo)
         return self._fetch_info(None)
 
     def _fetch_info(self, fetched: FetchSlice | None) -> FetchDataInfo:

@@ -411,9 +411,26 @@ class LogSegment:
         """The first batch whose last offset is >= ``offset`` (floor index entry, then a header
         scan); None if every batch ends before it."""
         # Fetch hot path: batches() inlined (no generator), headers through the cache.
-        position = max(self.offset_index.lookup(offset).position, starting_position)
+        floor, following = self.offset_index.lookup_with_next(offset)
+        position = max(floor.position, starting_position)
         end = self._size
         header_at = self._header_at
+        if (
+            following is not None
+            and floor.offset < offset
+            and starting_position <= following.position
+        ):
+            # The floor entry's batch ends before ``offset`` (its last offset is below it), so
+            # a scan from there reads that header only to step over it. The next entry's batch
+            # ends at or above ``offset`` (it is above the floor); if it also starts at or
+            # below ``offset``, every batch between the two ends below its base offset, hence
+            # below ``offset``: it is the answer, found with one header read instead of two.
+            header = header_at(following.position, end)
+            if header is not None and header.base_offset <= offset:
+                last_offset = header.base_offset + header.last_offset_delta
+                if last_offset >= offset:
+                    size = header.batch_length + LOG_OVERHEAD
+                    return BatchPosition(last_offset, following.position, size, header.base_offset)
         while True:
             header = header_at(position, end)
             if header is None:

@@ -98,3 +98,55 @@ def test_multi_partition_fetches_pipelined_through_a_late_reader(
             await srv.shutdown()
 
     uvloop.run(scenario())
+
+
+def test_no_sendfile_to_a_closing_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aborted transport's socket fd is closed (its number may already name another file):
+    a slice still to send is dropped, never sendfile'd to the remembered descriptor."""
+    import os
+    import socket
+    from types import SimpleNamespace
+
+    from server.connection import Connection
+    from server.metrics import Metrics
+
+    calls: list[tuple[int, ...]] = []
+    monkeypatch.setattr(os, "sendfile", lambda *a: calls.append(a) or 0)
+
+    class ClosingTransport:
+        closing = False
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def is_closing(self) -> bool:
+            return self.closing
+
+        def abort(self) -> None:
+            self.closing = True
+
+    async def scenario() -> None:
+        conn = Connection(
+            None,  # type: ignore[arg-type]
+            Metrics(),
+            max_frame_size=1 << 20,
+            max_queued_requests=1,
+            max_unsent_bytes=1 << 20,
+            zero_copy=True,
+            registry=set(),
+        )
+        a, b = socket.socketpair()
+        transport = ClosingTransport()
+        conn._transport = transport  # type: ignore[assignment]
+        conn._loop = asyncio.get_running_loop()
+        conn._fd = a.fileno()
+        piece = SimpleNamespace(file=SimpleNamespace(fileno=lambda: b.fileno()), position=0, size=5)
+        try:
+            transport.abort()
+            await conn._sendfile(piece)
+            assert calls == []
+        finally:
+            a.close()
+            b.close()
+
+    asyncio.run(scenario())

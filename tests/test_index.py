@@ -86,6 +86,10 @@ def test_random_lookup_against_reference(tmp_path: Path, count: int) -> None:
         slot = floor(offsets, target)
         expected = OffsetPosition(offsets[slot], positions[slot]) if slot >= 0 else None
         assert index.lookup(target) == (expected or OffsetPosition(BASE, 0))
+        following = (
+            OffsetPosition(offsets[slot + 1], positions[slot + 1]) if slot + 1 < count else None
+        )
+        assert index.lookup_with_next(target) == (expected or OffsetPosition(BASE, 0), following)
     ts_range = range(990, (timestamps[-1] if timestamps else 1000) + 3)
     ts_targets = rng.sample(ts_range, min(300, len(ts_range)))
     for target in ts_targets + timestamps[-3:]:
@@ -119,6 +123,8 @@ def test_lookup_property(
         slot = floor(offsets, target)
         expected = OffsetPosition(offsets[slot], slot + 1) if slot >= 0 else OffsetPosition(0, 0)
         assert index.lookup(target) == expected
+        following = OffsetPosition(offsets[slot + 1], slot + 2) if slot + 1 < len(offsets) else None
+        assert index.lookup_with_next(target) == (expected, following)
     index.close()
 
 
@@ -403,3 +409,35 @@ def test_operations_against_list_model(
         times.sanity_check(full=True)
     index.close()
     times.close()
+
+
+def test_lookup_probes_few_entries_of_an_evenly_spaced_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offsets grow about linearly with the slot (an entry per index.interval.bytes), so the
+    interpolation search reads a handful of entries where bisection read ~14 (both below and
+    inside the warm section); the answers stay the reference's."""
+    import server.index as index_module
+
+    index = OffsetIndex(tmp_path / "even.index", BASE, 8 * 3000)
+    offsets = [BASE + 999 + 1000 * i for i in range(3000)]
+    for i, offset in enumerate(offsets):
+        index.append(offset, 110_000 * (i + 1))
+    reads = [0]
+    real = OFFSET_ENTRY
+
+    class Counting:
+        size = real.size
+
+        def unpack_from(self, buf: object, offset: int = 0) -> tuple[int, int]:
+            reads[0] += 1
+            return real.unpack_from(buf, offset)  # type: ignore[arg-type, return-value]
+
+    monkeypatch.setattr(index_module, "OFFSET_ENTRY", Counting())
+    targets = list(range(BASE, offsets[-1] + 2, 8000)) + offsets[-700::37]
+    for target in targets:
+        slot = floor(offsets, target)
+        expected = OffsetPosition(offsets[slot], 110_000 * (slot + 1)) if slot >= 0 else None
+        assert index.lookup(target) == (expected or OffsetPosition(BASE, 0))
+    assert reads[0] <= 8 * len(targets)
+    index.close()

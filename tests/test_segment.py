@@ -147,6 +147,46 @@ def test_sparse_index_first_batch_never(tmp_path: Path, make_batch: MakeBatch) -
     seg.close()
 
 
+def test_translate_reads_one_header_when_the_next_entry_holds_the_offset(
+    tmp_path: Path, make_batch: MakeBatch
+) -> None:
+    """A fetch at a batch's base offset: the floor index entry is the batch before it (entries
+    name a batch's last offset), the next entry is the wanted batch itself. Its header alone
+    answers; the floor batch's header is not read. With a gap or an unindexed batch in between,
+    the scan from the floor entry still finds the right batch."""
+    seg = open_segment(tmp_path, index_interval_bytes=1)  # every batch but the first indexed
+    layout = [(0, 3), (3, 3), (10, 3), (13, 3)]  # (base offset, count): offsets 6-9 missing
+    positions = {}
+    for base, count in layout:
+        positions[base] = seg.size
+        append(seg, make_batch(base, [1000 + i for i in range(count)], [b"v"] * count))
+    reads: list[int] = []
+    real_read = seg._read_header
+
+    def counting(position: int, end: int) -> object:
+        reads.append(position)
+        return real_read(position, end)
+
+    seg._read_header = counting  # type: ignore[method-assign]
+    for target, (base, _) in [(3, layout[1]), (13, layout[3]), (14, layout[3])]:
+        seg._headers.clear()
+        reads.clear()
+        found = seg.translate_offset(target)
+        assert found is not None and (found.base_offset, found.position) == (
+            base,
+            positions[base],
+        )
+        assert reads == [positions[base]]
+    # Offsets 6-9 are a gap: the next entry's batch (10-12) starts above the target, scan.
+    for target in (6, 9, 10):
+        seg._headers.clear()
+        found = seg.translate_offset(target)
+        assert found is not None and found.base_offset == 10
+    # starting_position beyond the next entry's batch: the scan starts there, as before.
+    assert seg.translate_offset(3, positions[10]).base_offset == 10  # type: ignore[union-attr]
+    seg.close()
+
+
 def test_max_timestamp_tracking(tmp_path: Path, make_batch: MakeBatch) -> None:
     seg = open_segment(tmp_path)
     append(seg, make_batch(0, [100, 300]))

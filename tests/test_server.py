@@ -6,6 +6,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -634,3 +635,27 @@ def test_on_uvloop_produce_fetch_long_poll_and_large_fetch(tmp_path: Path, zero_
             await srv.shutdown()
 
     uvloop.run(scenario())
+
+
+async def test_fetch_with_data_answers_without_a_coroutine(
+    server: Server, client: WireClient
+) -> None:
+    """The usual Fetch (data there) is answered by a plain call; only a long poll that has to
+    wait is a coroutine (awaited by Handlers.handle), and it still answers at its deadline."""
+    assert await create_topic(client, "sync") == 0
+    assert (await produce(client, "sync", batch(3))).error_code == 0
+    handlers = server.handlers
+    assert handlers is not None
+    body = fetch_request("sync", 0, max_wait_ms=60_000)
+    response = handlers.fetch(None, body)
+    assert not asyncio.iscoroutine(response)
+    # The connection's per-request call: no coroutine either, and the request is counted.
+    before = server.metrics.get("requests.1")
+    dispatched = handlers.dispatch(SimpleNamespace(api_key=FETCH), body)
+    assert not asyncio.iscoroutine(dispatched)
+    assert server.metrics.get("requests.1") == before + 1
+    assert response.responses[0].partitions[0].records.size > 0
+    waiting = handlers.fetch(None, fetch_request("sync", 3, max_wait_ms=20))
+    assert asyncio.iscoroutine(waiting)
+    empty = await asyncio.wait_for(waiting, 30)
+    assert empty.responses[0].partitions[0].records == b""

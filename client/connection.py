@@ -321,9 +321,11 @@ class _ResponseReader(asyncio.BufferedProtocol):
         if self._big is not None:
             return memoryview(self._big)[self._big_filled :]
         if self._end == len(self._buffer):
-            # Only a partial frame head or body left at the end: move it to the front.
+            # Only a partial frame left at the end (under _OWN_BUFFER_FROM bytes, or it would
+            # have a buffer of its own): move it to the front. Copied out first: a bytearray
+            # slice assignment from a view of itself is a memcpy, undefined if they overlap.
             pending = self._end - self._start
-            self._buffer[:pending] = self._view[self._start : self._end]
+            self._buffer[:pending] = self._view[self._start : self._end].tobytes()
             self._start, self._end = 0, pending
         return self._view[self._end :]
 

@@ -56,7 +56,6 @@ import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +67,7 @@ from typing import Any
 from protocol.framing import decode_response, encode_request
 from protocol.messages import FetchRequest, ProduceRequest
 from protocol.records import RecordBatchBuilder
-from tests.broker_util import BrokerProcess, WireClient, _wait_accepting, free_port, start_broker
+from tests.broker_util import BrokerProcess, WireClient, free_port, start_broker
 
 MiB = 1 << 20
 RECORD_VALUE_SIZE = 100
@@ -479,32 +478,14 @@ def start_bench_broker(
     profile: Path | None = None,
     tree: Path | None = None,
 ) -> BrokerProcess:
-    """Like tests.broker_util.start_broker, optionally under ``python -m cProfile -o profile``
-    and/or from another source tree (``tree``: e.g. a checkout of the commit to compare with)."""
-    if profile is None and tree is None:
-        return start_broker(data_dir, overrides=overrides)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log_path = data_dir.parent / f"broker-{data_dir.name}-{port}.log"
-    args = [
-        sys.executable, *(("-m", "cProfile", "-o", str(profile)) if profile else ()),
-        "-m", "server",
-        "--log-format", "json",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override", f"log.dirs={data_dir}",
-        *(x for o in overrides for x in ("--override", o)),
-    ]  # fmt: skip
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            args,
-            cwd=tree or Path(__file__).resolve().parent.parent,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    broker = BrokerProcess(proc, "127.0.0.1", port, data_dir, log_path)
-    _wait_accepting(broker, 30.0)
-    return broker
+    """tests.broker_util.start_broker, optionally under ``python -m cProfile -o profile`` and/or
+    from another source tree (``tree``: e.g. a checkout of the commit to compare with)."""
+    return start_broker(
+        data_dir,
+        overrides=overrides,
+        python_args=("-m", "cProfile", "-o", str(profile)) if profile else (),
+        source_tree=tree,
+    )
 
 
 async def create_topic(broker: BrokerProcess) -> None:

@@ -87,8 +87,14 @@ def start_broker(
     port: int | None = None,
     timeout: float = 30.0,
     log_path: Path | None = None,
+    python_args: Sequence[str] = (),
+    source_tree: Path | None = None,
 ) -> BrokerProcess:
-    """Start ``python -m server`` on 127.0.0.1 and return once it accepts TCP connections."""
+    """Start ``python -m server`` on 127.0.0.1 and return once it accepts TCP connections.
+
+    ``python_args`` go before ``-m server`` (e.g. ``-m cProfile -o FILE``); ``source_tree`` runs
+    the broker from another checkout (its working directory, so ``-m server`` imports it): the
+    benchmarks use both to profile and to A/B against another commit."""
     data_dir.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
     for _attempt in range(3):  # the free port may be taken between free_port() and bind
@@ -96,6 +102,7 @@ def start_broker(
         path = log_path or data_dir.parent / f"broker-{data_dir.name}-{chosen}-{time.time_ns()}.log"
         args = [
             sys.executable,
+            *python_args,
             "-m",
             "server",
             "--log-format",
@@ -108,7 +115,11 @@ def start_broker(
         ]
         with open(path, "ab") as out:
             proc = subprocess.Popen(
-                args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                args,
+                cwd=source_tree or REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         broker = BrokerProcess(proc, "127.0.0.1", chosen, data_dir, path)
         try:

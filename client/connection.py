@@ -29,7 +29,6 @@ opens a new one on next use. All methods run on the event loop that opened the c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import struct
 from collections import OrderedDict
@@ -138,7 +137,10 @@ class Connection:
         if self._closed is not None:
             return
         self._closed = reason or KafkaConnectionError(f"connection to {self} closed")
+        # Graceful: bytes still buffered (e.g. acks=0 Produce requests, which have no response
+        # to wait for) are flushed before the socket closes; wait_closed bounds that.
         self._transport.close()
+        self._reader.release_writers()
         pending, self._in_flight = self._in_flight, OrderedDict()
         for fut, _, _ in pending.values():
             if not fut.done():
@@ -146,9 +148,16 @@ class Connection:
                 fut.exception()  # retrieved: a caller that timed out no longer awaits it
 
     async def wait_closed(self) -> None:
-        """Wait until the socket is closed (after :meth:`close` or a lost connection)."""
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(self._reader.lost)
+        """Wait until the socket is closed (after :meth:`close` or a lost connection). A peer
+        that does not take the bytes still buffered gets ``request_timeout_ms``; then the
+        connection is aborted."""
+        lost = self._reader.lost
+        try:
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                await asyncio.shield(lost)
+        except TimeoutError:
+            self._transport.abort()
+            await asyncio.shield(lost)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -238,15 +247,21 @@ class Connection:
             broken = KafkaConnectionError(f"write to {self} failed: {exc}")
             self.close(broken)
             raise broken from exc
+        timeout = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         if self._reader.paused is not None:
-            # The transport's buffer is above its high mark: wait until it drains (or the
-            # connection is lost, which fails this request's future).
-            await self._reader.wait_drained()
+            # The transport's buffer is above its high mark: wait until it drains, the
+            # connection closes, or the request's time is up (a broker that stopped reading).
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._reader.wait_drained()
+            except TimeoutError:
+                error = KafkaTimeoutError(f"request to {self} not sent within {timeout:.3g}s")
+                self.close(error)
+                raise error from None
         if fut is None:
             if self._closed is not None:
                 raise KafkaConnectionError(f"write to {self} failed") from self._closed
             return None
-        timeout = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the
         # caller is cancelled just as the response arrives, swallowing the cancellation (a
         # Consumer.stop() then waited forever for its fetcher; tests/test_client_connection.py).
@@ -270,10 +285,15 @@ class Connection:
         fut, api_key, version = self._in_flight.pop(correlation)
         try:
             _, body = decode_response(api_key, version, frame)
-        except ProtocolError as exc:
+        except Exception as exc:
+            # A ProtocolError, or (a codec bug) anything else: the request fails either way,
+            # never left pending, and the connection closes.
+            error = exc if isinstance(exc, ProtocolError) else ProtocolError(repr(exc))
             if not fut.done():
-                fut.set_exception(exc)
-            raise
+                fut.set_exception(error)
+            if error is exc:
+                raise
+            raise error from exc
         if not fut.done():
             fut.set_result(body)
 
@@ -396,6 +416,10 @@ class _ResponseReader(asyncio.BufferedProtocol):
         paused, self.paused = self.paused, None
         if paused is not None and not paused.done():
             paused.set_result(None)
+
+    def release_writers(self) -> None:
+        """Wake whoever waits in :meth:`wait_drained` (the connection is closing)."""
+        self.resume_writing()
 
     async def wait_drained(self) -> None:
         paused = self.paused

@@ -263,6 +263,48 @@ async def test_cancel_as_the_response_arrives_is_not_swallowed() -> None:
             await conn.wait_closed()
 
 
+async def test_broker_that_stops_reading_times_out_and_closes() -> None:
+    # A broker that answers ApiVersions and then never reads again: a request bigger than the
+    # socket buffers leaves the transport paused. The request must still time out, close()
+    # must fail it and wait_closed() must return (a stuck Producer/Consumer.stop() otherwise).
+    stop = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader()
+        while (frame := frames.next_frame()) is None:
+            data = await reader.read(65536)
+            if not data:
+                return
+            frames.feed(data)
+        request = decode_request(frame)
+        writer.write(b"".join(encode_response(request.header, api_versions_response())))
+        await stop.wait()  # never read again
+        writer.transport.abort()
+
+    async with listening(serve) as port:
+        conn = await Connection.open("127.0.0.1", port, request_timeout_ms=500)
+        topic = messages.MetadataRequest.MetadataRequestTopic
+        body = messages.MetadataRequest(topics=[topic(name=f"t{i:07d}") for i in range(600_000)])
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(KafkaTimeoutError, match="not sent"):
+                    await conn.request(METADATA, body)
+                assert conn.closed
+                await conn.wait_closed()  # the unsent bytes are aborted after the timeout
+        finally:
+            stop.set()
+
+
+async def test_wait_closed_keeps_its_callers_cancellation() -> None:
+    async with fake_broker(metadata_response) as port:
+        conn = await Connection.open("127.0.0.1", port)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await conn.wait_closed()  # still open: the caller's timeout must fire
+        conn.close()
+        await conn.wait_closed()
+
+
 async def test_wrong_correlation_id_breaks_the_connection() -> None:
     async with fake_broker(lambda r: metadata_response(r, correlation_id=999_999)) as port:
         conn = await Connection.open("127.0.0.1", port)

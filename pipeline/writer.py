@@ -163,14 +163,21 @@ def write_arrow(sink: SinkOptions, batches: Iterator[Any]) -> ProducedMessage:
     return ProducedMessage({f"{tp.topic}-{tp.partition}": n for tp, n in producer.sent.items()})
 
 
+def checked_sink(options: Mapping[str, str], schema: Any) -> SinkOptions:
+    """The sink the options describe, refused early (on the driver) if the DataFrame cannot
+    be written: no value column, or neither a topic option nor a topic column."""
+    sink = parse_sink(options)
+    columns = set(schema.fieldNames())
+    if "value" not in columns:
+        raise OptionError("the DataFrame to write needs a value column")
+    if "topic" not in columns and sink.topic is None:
+        raise OptionError("give a topic option or a topic column")
+    return sink
+
+
 class SluiceWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        self.sink = parse_sink(options)
-        columns = set(schema.fieldNames())
-        if "value" not in columns:
-            raise OptionError("the DataFrame to write needs a value column")
-        if "topic" not in columns and self.sink.topic is None:
-            raise OptionError("give a topic option or a topic column")
+        self.sink = checked_sink(options, schema)
 
     def write(self, iterator: Iterator[Any]) -> ProducedMessage:
         return write_arrow(self.sink, iterator)
@@ -180,12 +187,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink: each micro-batch's tasks produce their rows; commit has nothing to do."""
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        self.sink = parse_sink(options)
-        columns = set(schema.fieldNames())
-        if "value" not in columns:
-            raise OptionError("the DataFrame to write needs a value column")
-        if "topic" not in columns and self.sink.topic is None:
-            raise OptionError("give a topic option or a topic column")
+        self.sink = checked_sink(options, schema)
 
     def write(self, iterator: Iterator[Any]) -> ProducedMessage:
         return write_arrow(self.sink, iterator)

@@ -196,21 +196,28 @@ async def test_client_vanishing_mid_frame_and_mid_long_poll(server: Server) -> N
     await assert_still_serving(server, hw=10)
 
 
-async def test_client_vanishing_while_a_fetch_waits_for_the_socket(tmp_path: Path) -> None:
+async def park_a_fetch_on_a_full_socket(srv: Server, c: WireClient) -> None:
+    """Topic "big" with 10 batches of 500 KB, and a Fetch of all of it that ``c`` never reads:
+    returns once the server's sendfile has met a full socket (server started with
+    ``socket.send.buffer.bytes=65536``)."""
     from tests.test_server import batch, fetch_request
 
+    assert await create_topic(c, "big") == 0
+    for i in range(10):
+        assert (await produce(c, "big", batch(1, start=i, size=500_000))).error_code == 0
+    await c.send(1, 11, fetch_request("big", 0, partition_max_bytes=10**8))
+    for _ in range(3000):  # bounded: until sendfile is parked on a full socket
+        if srv.metrics.get("fetch.sendfile_eagain"):
+            break
+        await asyncio.sleep(0.005)
+    assert srv.metrics.get("fetch.sendfile_eagain") >= 1
+
+
+async def test_client_vanishing_while_a_fetch_waits_for_the_socket(tmp_path: Path) -> None:
     srv = await start_server(tmp_path, "socket.send.buffer.bytes=65536")
     try:
         c = await WireClient.connect("127.0.0.1", srv.port)
-        assert await create_topic(c, "big") == 0
-        for i in range(10):
-            assert (await produce(c, "big", batch(1, start=i, size=500_000))).error_code == 0
-        await c.send(1, 11, fetch_request("big", 0, partition_max_bytes=10**8))
-        for _ in range(3000):  # bounded: until sendfile is parked on a full socket
-            if srv.metrics.get("fetch.sendfile_eagain"):
-                break
-            await asyncio.sleep(0.005)
-        assert srv.metrics.get("fetch.sendfile_eagain") >= 1
+        await park_a_fetch_on_a_full_socket(srv, c)
         c.writer.transport.abort()
         await c.close()
         for _ in range(3000):  # bounded: the connection and its worker go away
@@ -238,22 +245,12 @@ async def test_client_vanishing_while_a_fetch_waits_for_the_socket(tmp_path: Pat
 
 
 async def test_shutdown_with_a_fetch_stuck_on_a_client_that_does_not_read(tmp_path: Path) -> None:
-    from tests.test_server import batch, fetch_request
-
     srv = await start_server(
         tmp_path, "socket.send.buffer.bytes=65536", "sluice.shutdown.timeout.ms=200"
     )
     c = await WireClient.connect("127.0.0.1", srv.port)
     try:
-        assert await create_topic(c, "big") == 0
-        for i in range(10):
-            assert (await produce(c, "big", batch(1, start=i, size=500_000))).error_code == 0
-        await c.send(1, 11, fetch_request("big", 0, partition_max_bytes=10**8))
-        for _ in range(3000):  # bounded: until sendfile is parked on a full socket
-            if srv.metrics.get("fetch.sendfile_eagain"):
-                break
-            await asyncio.sleep(0.005)
-        assert srv.metrics.get("fetch.sendfile_eagain") >= 1
+        await park_a_fetch_on_a_full_socket(srv, c)
         # the client never reads: shutdown must still finish (bounded) and leave no worker
         await asyncio.wait_for(srv.shutdown(), 30)
         assert [t for t in asyncio.all_tasks() if "Connection._run" in repr(t.get_coro())] == []

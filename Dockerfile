@@ -18,10 +18,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 # 2. The source, installed without touching the dependencies again.
 COPY README.md ./
-COPY protocol ./protocol
-COPY server ./server
-COPY client ./client
-COPY pipeline ./pipeline
+COPY sluice ./sluice
 COPY pyspark_sluice.py pyspark_sluice_segments.py ./
 COPY config ./config
 RUN pip install --no-deps . \
@@ -34,7 +31,7 @@ VOLUME ["/var/lib/sluice"]
 EXPOSE 9092
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["python", "-m", "server.healthcheck", "127.0.0.1:9092"]
+    CMD ["python", "-m", "sluice.server.core.healthcheck", "127.0.0.1:9092"]
 
 # Clients outside the container reach it as localhost:9092 (docker run -p 9092:9092); set
 # advertised.listeners to the name clients use otherwise.

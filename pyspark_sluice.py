@@ -1,4 +1,4 @@
-"""PySpark 4 auto-registration of ``format("sluice")`` (see :mod:`pipeline.source`).
+"""PySpark 4 auto-registration of ``format("sluice")`` (see :mod:`sluice.pipeline.source`).
 
 When a Spark session first resolves a Python data source, PySpark's
 ``pyspark.sql.worker.lookup_data_sources`` imports every top-level module on the Python path
@@ -9,6 +9,6 @@ One ``DefaultSource`` per module: ``format("sluice-segments")`` has its own modu
 :mod:`pyspark_sluice_segments`.
 """
 
-from pipeline.source import SluiceDataSource as DefaultSource
+from sluice.pipeline.source import SluiceDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

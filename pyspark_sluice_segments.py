@@ -1,6 +1,6 @@
-"""PySpark 4 auto-registration of ``format("sluice-segments")`` (see :mod:`pipeline.segments`
+"""PySpark 4 auto-registration of ``format("sluice-segments")`` (see :mod:`sluice.pipeline.segments`
 and, for how discovery works, :mod:`pyspark_sluice`)."""
 
-from pipeline.segments import SluiceSegmentsDataSource as DefaultSource
+from sluice.pipeline.segments import SluiceSegmentsDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

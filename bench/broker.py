@@ -1,4 +1,5 @@
-"""Broker benchmark: produce and fetch throughput of a ``python -m server`` subprocess, next to raw
+"""Broker benchmark: produce and fetch throughput of a ``python -m sluice.server`` subprocess, next
+to raw
 loopback figures measured in the same run on the same bytes.
 
 ``python -m bench broker [--quick] [--records N] [--connections C] [--fetch-batches N]
@@ -64,9 +65,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.framing import decode_response, encode_request
-from protocol.messages import FetchRequest, ProduceRequest
-from protocol.records import RecordBatchBuilder
+from sluice.protocol.framing import decode_response, encode_request
+from sluice.protocol.messages import FetchRequest, ProduceRequest
+from sluice.protocol.records import RecordBatchBuilder
 from tests.broker_util import BrokerProcess, WireClient, free_port, start_broker
 
 MiB = 1 << 20
@@ -489,7 +490,7 @@ def start_bench_broker(
 
 
 async def create_topic(broker: BrokerProcess) -> None:
-    from protocol.messages import CreateTopicsRequest
+    from sluice.protocol.messages import CreateTopicsRequest
 
     client = await WireClient.connect(broker.host, broker.port)
     try:

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from client import Consumer, Producer
-from client.perf import ConsumeResult, ProduceResult, percentile, run_consume, run_produce
+from sluice.client import Consumer, Producer
+from sluice.client.perf import ConsumeResult, ProduceResult, percentile, run_consume, run_produce
 
 T = TypeVar("T")
 LINGER_MS = 5
@@ -174,8 +174,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="20,000 records")
     args = parser.parse_args(argv)
     n = 20_000 if args.quick else args.records
-    from server.embedded import EmbeddedBroker
-    from server.logging import configure_logging
+    from sluice.server.logging import configure_logging
+    from sluice.testing.embedded import EmbeddedBroker
 
     configure_logging("warning")
     clients = [

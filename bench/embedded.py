@@ -2,14 +2,15 @@
 
 ``python -m bench embedded [--runs N]``
 
-* **cold ready**: a fresh interpreter (``python -c``) timing ``from server import EmbeddedBroker``
+* **cold ready**: a fresh interpreter (``python -c``) timing ``from sluice.testing import
+EmbeddedBroker``
   + ``EmbeddedBroker().start_sync()`` until it accepts connections -- what the first test of a
   session pays (imports included). Median of ``--runs``.
 * **warm ready**: in this process, after a first start: ``async with EmbeddedBroker()`` on the
   running loop, and ``with EmbeddedBroker()`` (thread with its own loop) -- what every later test
   pays (the ``sluice_broker`` fixture uses the thread form).
 * **subprocess ready**: ``EmbeddedBroker(mode="subprocess")`` from ``start_sync()`` to ready
-  (a whole ``python -m server`` start).
+  (a whole ``python -m sluice.server`` start).
 * **idle RSS**: resident memory of that fresh interpreter with the broker started, after one
   produce and 1 s idle (``VmRSS`` from /proc/self/status).
 
@@ -32,15 +33,15 @@ RSS_TARGET_MB = 60.0
 _CHILD = r"""
 import time
 t0 = time.perf_counter()
-from server import EmbeddedBroker
-from server.logging import configure_logging
+from sluice.testing import EmbeddedBroker
+from sluice.server.logging import configure_logging
 configure_logging("warning")
 broker = EmbeddedBroker().start_sync()
 ready = time.perf_counter() - t0
 import socket
-from protocol import messages
-from protocol.framing import encode_request
-from protocol.records import build_batch
+from sluice.protocol import messages
+from sluice.protocol.framing import encode_request
+from sluice.protocol.records import build_batch
 # one produce through the real server path (raw wire: no client library imported)
 host, port = broker.bootstrap_servers.rsplit(":", 1)
 req = messages.ProduceRequest
@@ -75,7 +76,7 @@ def cold(runs: int) -> tuple[list[float], list[float]]:
 
 
 async def warm_async(runs: int) -> list[float]:
-    from server.embedded import EmbeddedBroker
+    from sluice.testing.embedded import EmbeddedBroker
 
     times = []
     for _ in range(runs):
@@ -87,7 +88,7 @@ async def warm_async(runs: int) -> list[float]:
 
 
 def warm_thread(runs: int) -> list[float]:
-    from server.embedded import EmbeddedBroker
+    from sluice.testing.embedded import EmbeddedBroker
 
     times = []
     for _ in range(runs):
@@ -99,7 +100,7 @@ def warm_thread(runs: int) -> list[float]:
 
 
 def subprocess_ready(runs: int) -> list[float]:
-    from server.embedded import EmbeddedBroker
+    from sluice.testing.embedded import EmbeddedBroker
 
     times = []
     for _ in range(runs):
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench embedded", description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    from server.logging import configure_logging
+    from sluice.server.logging import configure_logging
 
     configure_logging("warning")
     ready, rss = cold(args.runs)

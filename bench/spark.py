@@ -3,14 +3,15 @@ reading the same topic with our own consumer loop, in the same run on the same d
 
 ``python -m bench spark [--quick] [--records N] [--partitions P] [--value-size B]``
 
-* **setup**: a ``python -m server`` broker in a temp dir; a topic of ``P`` partitions filled
+* **setup**: a ``python -m sluice.server`` broker in a temp dir; a topic of ``P`` partitions filled
   with ``N`` records (``B``-byte values, 16-byte keys, uncompressed, ~1 MiB batches built once
-  with ``protocol.records.RecordBatchBuilder`` and produced repeatedly).
+  with ``sluice.protocol.records.RecordBatchBuilder`` and produced repeatedly).
 * **consumer**: one process reads every partition to its high watermark with Sluice's own
   ``client.Consumer`` (assigned partitions, 4 MiB per partition fetch, records handed out by
   ``getmany``) — what a Python application does, with no Spark and no Arrow.
 * **source read loop**: the Spark source's executor loop without Spark
-  (``pipeline.source.read_range``: ``pipeline.wire`` Fetch requests, batches decoded as
+  (``sluice.pipeline.source.read_range``: ``sluice.pipeline.wire`` Fetch requests, batches decoded
+  as
   columns, Arrow record batches), one process, every partition in turn.
 * **spark sluice**: ``spark.read.format("sluice")...load().write.format("noop").save()`` on a
   local[2] session (Python workers warmed up by one small read first): fetch, decode, Arrow
@@ -36,13 +37,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from client import Consumer
-from client import TopicPartition as ClientTopicPartition
-from pipeline.offsets import OffsetRange, TopicPartition
-from pipeline.options import parse
-from pipeline.source import read_range
-from pipeline.wire import SyncClient
-from protocol.records import RecordBatchBuilder, decode_batch, decode_batch_columns
+from sluice.client import Consumer
+from sluice.client import TopicPartition as ClientTopicPartition
+from sluice.pipeline.offsets import OffsetRange, TopicPartition
+from sluice.pipeline.options import parse
+from sluice.pipeline.source import read_range
+from sluice.pipeline.wire import SyncClient
+from sluice.protocol.records import RecordBatchBuilder, decode_batch, decode_batch_columns
 from tests.broker_util import start_broker
 
 TARGET = 500_000
@@ -121,7 +122,7 @@ def fetch_columns(bootstrap: str, partitions: int, hws: dict[TopicPartition, int
 
 
 def spark_session() -> Any:
-    import pipeline
+    from sluice import pipeline
 
     pipeline.python_worker_env()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -52,9 +52,9 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
-from protocol import records as rec
-from server.log import Isolation, Log
-from server.log_config import LogConfig
+from sluice.protocol import records as rec
+from sluice.server.storage.log import Isolation, Log
+from sluice.server.storage.log_config import LogConfig
 
 MiB = 1 << 20
 VALUE_SIZE = 1024

@@ -1,4 +1,5 @@
-"""Run a real Sluice broker as a subprocess (``python -m server``) for lifecycle and interop tests.
+"""Run a real Sluice broker as a subprocess (``python -m sluice.server``) for lifecycle and interop
+tests.
 
 Usage::
 
@@ -90,10 +91,12 @@ def start_broker(
     python_args: Sequence[str] = (),
     source_tree: Path | None = None,
 ) -> BrokerProcess:
-    """Start ``python -m server`` on 127.0.0.1 and return once it accepts TCP connections.
+    """Start ``python -m sluice.server`` on 127.0.0.1 and return once it accepts TCP connections.
 
-    ``python_args`` go before ``-m server`` (e.g. ``-m cProfile -o FILE``); ``source_tree`` runs
-    the broker from another checkout (its working directory, so ``-m server`` imports it): the
+    ``python_args`` go before ``-m sluice.server`` (e.g. ``-m cProfile -o FILE``); ``source_tree``
+    runs
+    the broker from another checkout (its working directory, so ``-m sluice.server`` imports it):
+    the
     benchmarks use both to profile and to A/B against another commit."""
     data_dir.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
@@ -104,7 +107,7 @@ def start_broker(
             sys.executable,
             *python_args,
             "-m",
-            "server",
+            "sluice.server",
             "--log-format",
             "json",
             "--override",
@@ -192,7 +195,7 @@ class WireClient:
         return cls(reader, writer)
 
     async def send(self, api_key: int, version: int, body: Any, client_id: str = "test") -> int:
-        from protocol.framing import encode_request
+        from sluice.protocol.framing import encode_request
 
         self._correlation += 1
         self.writer.write(encode_request(api_key, version, self._correlation, client_id, body))
@@ -202,7 +205,7 @@ class WireClient:
     async def receive(
         self, api_key: int, version: int, correlation: int, timeout: float = 30.0
     ) -> Any:
-        from protocol.framing import decode_response
+        from sluice.protocol.framing import decode_response
 
         frame = await self.read_frame(timeout)
         if frame is None:

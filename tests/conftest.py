@@ -1,8 +1,9 @@
 """Shared test fixtures. Keep this small.
 
-``make_batch`` builds a valid RecordBatch v2 with ``protocol.records.RecordBatchBuilder``; for
+``make_batch`` builds a valid RecordBatch v2 with ``sluice.protocol.records.RecordBatchBuilder``;
+for
 batches the builder does not make (offset gaps inside a batch, as compaction leaves) it encodes
-the records itself (uncompressed, CRC via ``protocol.records.compute_crc``).
+the records itself (uncompressed, CRC via ``sluice.protocol.records.compute_crc``).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from protocol.records import (
+from sluice.protocol.records import (
     ATTR_TIMESTAMP_TYPE_MASK,
     CRC_OFFSET,
     HEADER,
     RecordBatchBuilder,
     compute_crc,
 )
-from protocol.varint import encode_varint, encode_varlong
+from sluice.protocol.varint import encode_varint, encode_varlong
 
 MakeBatch = Callable[..., bytes]
 
@@ -114,7 +115,7 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pyarrow")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("the Spark tests need Java 17 (java not on PATH, JAVA_HOME unset)")
-    import pipeline
+    from sluice import pipeline
 
     pipeline.python_worker_env()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # driver and workers on loopback only

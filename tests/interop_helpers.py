@@ -2,7 +2,8 @@
 wrote (confluent-kafka/librdkafka, kafka-python, aiokafka, kcat) against a real broker subprocess.
 
 * :func:`broker_fixture` — the body of each interop module's module-scoped ``broker`` fixture:
-  one ``python -m server`` per module (started with :func:`tests.broker_util.start_broker` on a
+  one ``python -m sluice.server`` per module (started with :func:`tests.broker_util.start_broker`
+  on a
   free 127.0.0.1 port and a tmp data dir, stopped by PID). At teardown it checks the broker's log
   for connections the broker closed (an unserved API such as FindCoordinator, or a frame it could
   not parse, closes the connection and logs ``closing connection``), so a client silently stepping

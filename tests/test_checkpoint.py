@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
+from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 
 
 def test_round_trip_and_exact_format(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from server.embedded import EmbeddedBroker
+from sluice.testing.embedded import EmbeddedBroker
 from tests.broker_util import free_port
 
 SCRIPT = Path(sys.executable).with_name("sluice")
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "client.cli"]
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "sluice.client.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -11,23 +11,23 @@ from typing import Any
 
 import pytest
 
-from client import Consumer, Producer, TopicPartition
-from client.connection import Connection
-from client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
-from protocol import messages
-from protocol.errors import ProtocolError
-from protocol.framing import (
+from sluice.client import Consumer, Producer, TopicPartition
+from sluice.client.connection import Connection
+from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from sluice.protocol import messages
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.framing import (
     FrameReader,
     api_versions_response,
     decode_request,
     encode_response,
     unsupported_version_response,
 )
-from protocol.framing import (
+from sluice.protocol.framing import (
     UnsupportedVersionError as ServerUnsupported,
 )
-from protocol.records import iter_records
-from server.embedded import EmbeddedBroker
+from sluice.protocol.records import iter_records
+from sluice.testing.embedded import EmbeddedBroker
 
 METADATA = messages.Metadata.key
 API_VERSIONS = messages.ApiVersions.key

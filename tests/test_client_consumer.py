@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from client import (
+from sluice.client import (
     Admin,
     Consumer,
     GroupsNotSupportedError,
@@ -19,8 +19,8 @@ from client import (
     Producer,
     TopicPartition,
 )
-from client.errors import ConsumerStoppedError
-from server.embedded import EmbeddedBroker
+from sluice.client.errors import ConsumerStoppedError
+from sluice.testing.embedded import EmbeddedBroker
 
 BOUND = 20.0
 T0 = 1_700_000_000_000

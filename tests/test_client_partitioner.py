@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import Producer
-from client.partitioner import StickyPartitioner, default_partition, murmur2
-from server.embedded import EmbeddedBroker
+from sluice.client import Producer
+from sluice.client.partitioner import StickyPartitioner, default_partition, murmur2
+from sluice.testing.embedded import EmbeddedBroker
 
 with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use (3.11)
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -12,11 +12,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AioTP
 
-from client import Admin, Producer, ProducerClosedError, RecordMetadata
-from client.errors import KafkaTimeoutError
-from protocol import errors
-from protocol.records import iter_batches
-from server.embedded import EmbeddedBroker
+from sluice.client import Admin, Producer, ProducerClosedError, RecordMetadata
+from sluice.client.errors import KafkaTimeoutError
+from sluice.protocol import errors
+from sluice.protocol.records import iter_batches
+from sluice.testing.embedded import EmbeddedBroker
 from tests.broker_util import free_port, start_broker
 
 BOUND = 20.0  # seconds: upper bound of any wait below

@@ -1,4 +1,5 @@
-"""protocol.compression: round trips, the exact wire framing Kafka clients expect, garbage."""
+"""sluice.protocol.compression: round trips, the exact wire framing Kafka clients expect,
+garbage."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import compression
-from protocol.errors import CorruptRecordError, ProtocolError
+from sluice.protocol import compression
+from sluice.protocol.errors import CorruptRecordError, ProtocolError
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from server import config as config_mod
-from server.config import Config, ConfigError, Listener
+from sluice.server.core import config as config_mod
+from sluice.server.core.config import Config, ConfigError, Listener
 
 
 def test_defaults_match_the_option_table() -> None:
@@ -126,7 +126,7 @@ def test_logging_is_json_off_a_terminal_and_pretty_on_one() -> None:
 
     import structlog
 
-    from server.logging import configure_logging, get_logger
+    from sluice.server.logging import configure_logging, get_logger
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -151,7 +151,7 @@ def test_logging_is_json_off_a_terminal_and_pretty_on_one() -> None:
 
 
 def test_group_keys_are_known_and_reach_the_coordinator() -> None:
-    from server.group_coordinator import GroupConfig
+    from sluice.server.group.coordinator import GroupConfig
 
     c = Config.load(None, ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"])
     assert c.ignored_keys == ()
@@ -161,8 +161,8 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
 
 
 def test_group_option_defaults_match_the_coordinator() -> None:
-    from server.config import OPTIONS
-    from server.group_coordinator import GroupConfig
+    from sluice.server.core.config import OPTIONS
+    from sluice.server.group.coordinator import GroupConfig
 
     table = {o.key: o.default for o in OPTIONS}
     defaults = GroupConfig()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from protocol import messages as m
-from protocol.records import iter_batches
+from sluice.protocol import messages as m
+from sluice.protocol.records import iter_batches
 from tests.broker_util import WireClient
 from tests.test_server import (
     FETCH,
@@ -107,8 +107,8 @@ def test_no_sendfile_to_a_closing_transport(monkeypatch: pytest.MonkeyPatch) -> 
     import socket
     from types import SimpleNamespace
 
-    from server.connection import Connection
-    from server.metrics import Metrics
+    from sluice.server.core.connection import Connection
+    from sluice.server.core.metrics import Metrics
 
     calls: list[tuple[int, ...]] = []
     monkeypatch.setattr(os, "sendfile", lambda *a: calls.append(a) or 0)

@@ -1,4 +1,4 @@
-"""protocol.consumer_protocol against kafka-python's own ConsumerProtocol v0 classes."""
+"""sluice.protocol.consumer_protocol against kafka-python's own ConsumerProtocol v0 classes."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from kafka.protocol.old.consumer_protocol import (
     ConsumerProtocolMemberMetadata_v0,
 )
 
-from protocol.consumer_protocol import (
+from sluice.protocol.consumer_protocol import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import ProtocolError
+from sluice.protocol.errors import ProtocolError
 
 topics = st.lists(st.text(min_size=1, max_size=12), max_size=6, unique=True)
 

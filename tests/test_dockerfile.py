@@ -59,15 +59,15 @@ def _on_host(argv: list[str], port: int, data_dir: Path) -> list[str]:
 def test_image_is_non_root_with_volume_healthcheck_and_cached_dependencies() -> None:
     assert _instruction("USER") not in {"root", "0"}
     assert "/var/lib/sluice" in _instruction("VOLUME")
-    assert "server.healthcheck" in _instruction("HEALTHCHECK")
+    assert "sluice.server.core.healthcheck" in _instruction("HEALTHCHECK")
     deps = DOCKERFILE.index("pip install -r")
-    first_source = min(DOCKERFILE.index(f"COPY {p} ") for p in ("protocol", "server", "client"))
+    first_source = DOCKERFILE.index("COPY sluice ")
     assert deps < first_source, "dependencies must be installed before the source is copied"
 
 
 def test_healthcheck_fails_when_nothing_listens() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "server.healthcheck", f"127.0.0.1:{free_port()}"],
+        [sys.executable, "-m", "sluice.server.core.healthcheck", f"127.0.0.1:{free_port()}"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -107,7 +107,7 @@ def test_image_command_serves_and_passes_its_healthcheck(tmp_path: Path) -> None
 @pytest.mark.parametrize("bad", ["nonsense", "host:port"])
 def test_healthcheck_rejects_a_bad_target(bad: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "server.healthcheck", bad],
+        [sys.executable, "-m", "sluice.server.core.healthcheck", bad],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,4 +1,5 @@
-"""server.dump_log on real segment files written with the RecordBatch builder (and corrupted
+"""sluice.server.storage.dump_log on real segment files written with the RecordBatch builder (and
+corrupted
 copies of them): the exact printed lines, and --verify finding every planted problem."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from protocol.records import CRC_OFFSET, RECORDS_OFFSET, build_batch
-from server import dump_log
-from server.index import OFFSET_ENTRY, TIME_ENTRY
+from sluice.protocol.records import CRC_OFFSET, RECORDS_OFFSET, build_batch
+from sluice.server.storage import dump_log
+from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -147,7 +148,7 @@ def test_dump_control_batch_and_lz4(log_dir: Path) -> None:
 
 
 def test_dump_log_append_time(tmp_path: Path) -> None:
-    from protocol.records import stamp_log_append_time
+    from sluice.protocol.records import stamp_log_append_time
 
     batch = bytearray(build_batch([(1, None, b"v")]))
     stamp_log_append_time(batch, 123456)
@@ -247,7 +248,7 @@ def test_verify_reports_damaged_records_behind_a_valid_crc(tmp_path: Path) -> No
 def test_segments_written_by_log_segment_verify_clean(tmp_path: Path) -> None:
     # Cross-check with the storage layer: indexes LogSegment builds pass our verifier and dump
     # exactly its entries.
-    from server.segment import LogSegment
+    from sluice.server.storage.segment import LogSegment
 
     part = tmp_path / "t-0"
     part.mkdir()
@@ -270,7 +271,7 @@ def test_segments_written_by_log_segment_verify_clean(tmp_path: Path) -> None:
 def test_cli_as_a_module(log_dir: Path) -> None:
     path = log_dir / "topic-0" / seg(0, ".timeindex")
     proc = subprocess.run(
-        [sys.executable, "-m", "server.dump_log", "--files", str(path)],
+        [sys.executable, "-m", "sluice.server.storage.dump_log", "--files", str(path)],
         cwd=REPO,
         capture_output=True,
         text=True,

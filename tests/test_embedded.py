@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client import Consumer, Producer, TopicPartition
-from server import EmbeddedBroker
+from sluice.client import Consumer, Producer, TopicPartition
+from sluice.testing import EmbeddedBroker
 
 with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use (3.11)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -130,10 +130,12 @@ async def test_port_in_use_fails_cleanly(sync: bool) -> None:
     assert not broker.running
 
 
-def test_importing_server_stays_light() -> None:
+def test_importing_sluice_stays_light() -> None:
     code = (
-        "import sys, server; from server import EmbeddedBroker; "
-        "assert 'server.server' not in sys.modules and 'server.log' not in sys.modules"
+        "import sys, sluice, sluice.server; from sluice.testing import EmbeddedBroker; "
+        "from sluice import EmbeddedBroker as E; assert E is EmbeddedBroker; "
+        "heavy = {'sluice.server.core.server', 'sluice.server.storage.log', 'sluice.client'}; "
+        "assert not heavy & set(sys.modules), heavy & set(sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from protocol import framing
-from protocol import messages as m
-from protocol.errors import ProtocolError
+from sluice.protocol import framing
+from sluice.protocol import messages as m
+from sluice.protocol.errors import ProtocolError
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with a deprecated call
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -301,7 +301,7 @@ def test_supported_and_advertised_versions() -> None:
 def test_package_docstring_example_runs() -> None:
     import doctest
 
-    import protocol
+    from sluice import protocol
 
     result = doctest.testmod(protocol, raise_on_error=False, verbose=False)
     assert result.attempted >= 8 and result.failed == 0

@@ -1,6 +1,7 @@
 """Group coordinator over real sockets: the classic protocol's state machine and error codes.
 
-An in-process :class:`server.server.Server` on 127.0.0.1:0 and :class:`tests.broker_util.WireClient`
+An in-process :class:`sluice.server.core.server.Server` on 127.0.0.1:0 and
+:class:`tests.broker_util.WireClient`
 connections speaking our codec (one connection per member, as JoinGroup/SyncGroup block their
 connection while the rebalance runs). Real clients are in ``test_interop_groups.py``; these tests
 pin down the error codes and transitions a client sees in the corner cases.
@@ -15,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from protocol import messages as m
-from server.config import Config
-from server.server import Server
+from sluice.protocol import messages as m
+from sluice.server.core.config import Config
+from sluice.server.core.server import Server
 from tests.broker_util import WireClient
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = (

@@ -1,4 +1,5 @@
-"""Our client's consumer groups (client.group + Consumer.subscribe/commit) against the broker,
+"""Our client's consumer groups (sluice.client.group + Consumer.subscribe/commit) against the
+broker,
 and mixed with kafka-python members in one group (same ConsumerProtocol bytes, same assignors).
 """
 
@@ -12,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from client import Consumer, Producer, TopicPartition
-from client.group import (
+from sluice.client import Consumer, Producer, TopicPartition
+from sluice.client.group import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
@@ -21,7 +22,7 @@ from client.group import (
     range_assign,
     roundrobin_assign,
 )
-from server.embedded import EmbeddedBroker
+from sluice.testing.embedded import EmbeddedBroker
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -206,8 +207,8 @@ async def test_standalone_commit_with_assign(broker: EmbeddedBroker) -> None:
 
 
 async def test_describe_group_reports_members_and_lag(broker: EmbeddedBroker) -> None:
-    from client.cluster import Cluster
-    from client.group import delete_groups, describe_group, list_groups
+    from sluice.client.cluster import Cluster
+    from sluice.client.group import delete_groups, describe_group, list_groups
 
     await create(broker, "lag", 2)
     await produce(broker, "lag", 2, 10)
@@ -248,9 +249,9 @@ async def test_coordinator_lookup_gives_up_when_the_broker_keeps_answering_retri
     None
 ):
     """A commit (and so Consumer.stop) must not loop forever on COORDINATOR_NOT_AVAILABLE."""
-    from client.errors import KafkaTimeoutError
-    from client.group import GroupMember
-    from protocol import messages
+    from sluice.client.errors import KafkaTimeoutError
+    from sluice.client.group import GroupMember
+    from sluice.protocol import messages
 
     class NoCoordinator:
         closed = False

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.records import iter_records
+from sluice.protocol.records import iter_records
 from tests.broker_util import BrokerProcess, free_port, start_broker
 from tests.interop_helpers import DEADLINE_S
 
@@ -254,8 +254,8 @@ def test_gap_and_duplicate_errors_on_the_wire(tmp_path: Path) -> None:
     returns the original offset; a restarted broker rebuilds the state from the log."""
     import asyncio
 
-    from protocol import messages as m
-    from protocol.records import RecordBatchBuilder
+    from sluice.protocol import messages as m
+    from sluice.protocol.records import RecordBatchBuilder
     from tests.broker_util import WireClient
 
     def batch(seq: int, n: int, pid: int, epoch: int = 0) -> bytes:
@@ -321,7 +321,7 @@ def test_sluice_client_idempotent_retries_after_dropped_connections_write_once(
     """Our client's Producer(enable_idempotence=True) through the same connection-cutting proxy."""
     import asyncio
 
-    from client import Producer as SluiceProducer
+    from sluice.client import Producer as SluiceProducer
 
     broker, proxy = proxied
     bootstrap = f"127.0.0.1:{proxy._listener.getsockname()[1]}"

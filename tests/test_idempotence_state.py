@@ -8,9 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import DuplicateSequenceNumber, InvalidProducerEpoch, OutOfOrderSequenceNumber
-from protocol.records import BatchHeader
-from server.producer_state import (
+from sluice.protocol.errors import (
+    DuplicateSequenceNumber,
+    InvalidProducerEpoch,
+    OutOfOrderSequenceNumber,
+)
+from sluice.protocol.records import BatchHeader
+from sluice.server.storage.producer_state import (
     INT32_MAX,
     BatchMetadata,
     ProducerStateManager,
@@ -133,7 +137,7 @@ def test_random_resends_never_duplicate(ops: list[tuple[int, int, bool]]) -> Non
 
 
 def _batch(pid: int, seq: int, n: int, epoch: int = 0) -> bytes:
-    from protocol.records import RecordBatchBuilder
+    from sluice.protocol.records import RecordBatchBuilder
 
     b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
     for i in range(n):
@@ -142,8 +146,8 @@ def _batch(pid: int, seq: int, n: int, epoch: int = 0) -> bytes:
 
 
 def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path) -> None:
-    from server.log import Log
-    from server.log_config import LogConfig
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.log_config import LogConfig
 
     config = LogConfig(segment_bytes=200)  # several segments: the rebuild walks them all
     log = Log.open(tmp_path / "t-0", config)
@@ -179,7 +183,7 @@ def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path)
 
 
 def build_plain() -> bytes:
-    from protocol.records import RecordBatchBuilder
+    from sluice.protocol.records import RecordBatchBuilder
 
     b = RecordBatchBuilder()
     b.append(1_000, None, b"plain")
@@ -191,7 +195,7 @@ def test_snapshot_bytes_and_corruption(tmp_path: Path) -> None:
 
     from crc32c import crc32c
 
-    from server.producer_state import (
+    from sluice.server.storage.producer_state import (
         CorruptSnapshotError,
         decode_snapshot,
         encode_snapshot,
@@ -222,8 +226,8 @@ def test_snapshot_bytes_and_corruption(tmp_path: Path) -> None:
 
 
 def test_snapshot_keeps_producers_whose_batches_retention_deleted(tmp_path: Path) -> None:
-    from server.log import Log
-    from server.log_config import LogConfig
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.log_config import LogConfig
 
     config = LogConfig(segment_bytes=200, file_delete_delay_ms=0)
     log = Log.open(tmp_path / "t-0", config)

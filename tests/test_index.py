@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.index import (
+from sluice.server.storage.index import (
     OFFSET_ENTRY,
     TIME_ENTRY,
     CorruptIndexError,
@@ -417,7 +417,7 @@ def test_lookup_probes_few_entries_of_an_evenly_spaced_index(
     """Offsets grow about linearly with the slot (an entry per index.interval.bytes), so the
     interpolation search reads a handful of entries where bisection read ~14 (both below and
     inside the warm section); the answers stay the reference's."""
-    import server.index as index_module
+    import sluice.server.storage.index as index_module
 
     index = OffsetIndex(tmp_path / "even.index", BASE, 8 * 3000)
     offsets = [BASE + 999 + 1000 * i for i in range(3000)]

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from protocol.framing import ADVERTISED_VERSIONS
+from sluice.protocol.framing import ADVERTISED_VERSIONS
 from tests.broker_util import BrokerProcess
 from tests.interop_helpers import (
     CODECS,

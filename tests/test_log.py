@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import records as rec
-from protocol.errors import (
+from sluice.protocol import records as rec
+from sluice.protocol.errors import (
     CorruptMessage,
     InvalidRecord,
     MessageTooLarge,
@@ -19,8 +19,8 @@ from protocol.errors import (
     RecordListTooLarge,
     UnsupportedCompressionType,
 )
-from server.log import Isolation, Log
-from server.log_config import LogConfig
+from sluice.server.storage.log import Isolation, Log
+from sluice.server.storage.log_config import LogConfig
 
 
 class Clock:

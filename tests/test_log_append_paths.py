@@ -2,7 +2,7 @@
 
 * ``Log._append_one`` (one batch, no producer id, CreateTime) against ``Log._append_general``
   (every other request): the same files byte for byte, the same AppendInfo, the same rolls.
-* ``protocol.records.validate_batch``'s fast accept against its field-by-field checks
+* ``sluice.protocol.records.validate_batch``'s fast accept against its field-by-field checks
   (``_validate_batch_fields``): the same header, or the same error, on arbitrary input.
 """
 
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import records as rec
-from protocol.errors import CorruptRecordError, KafkaError
-from server.log import AppendInfo, Log
-from server.log_config import LogConfig
+from sluice.protocol import records as rec
+from sluice.protocol.errors import CorruptRecordError, KafkaError
+from sluice.server.storage.log import AppendInfo, Log
+from sluice.server.storage.log_config import LogConfig
 
 
 class GeneralPathLog(Log):

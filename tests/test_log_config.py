@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import InvalidConfig
-from server.log_config import BROKER_KEYS, LONG_MAX, TOPIC_KEYS, LogConfig
+from sluice.protocol.errors import InvalidConfig
+from sluice.server.storage.log_config import BROKER_KEYS, LONG_MAX, TOPIC_KEYS, LogConfig
 
 
 def test_defaults_are_kafkas() -> None:

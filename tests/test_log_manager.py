@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from protocol import records as rec
-from protocol.errors import (
+from sluice.protocol import records as rec
+from sluice.protocol.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from server import log_manager
-from server.checkpoint import OffsetCheckpointFile
-from server.log import Isolation, Log
-from server.log_config import LogConfig
-from server.log_manager import (
+from sluice.server.storage import log_manager
+from sluice.server.storage.checkpoint import OffsetCheckpointFile
+from sluice.server.storage.log import Isolation, Log
+from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.log_manager import (
     CLEAN_SHUTDOWN_MARKER,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol import records as rec
-from server.log import Isolation, Log
-from server.log_config import LogConfig
-from server.vfs import OSVFS, OSFile
+from sluice.protocol import records as rec
+from sluice.server.storage.log import Isolation, Log
+from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.vfs import OSVFS, OSFile
 
 CONFIG = LogConfig(segment_index_bytes=4096, index_interval_bytes=128, file_delete_delay_ms=0)
 

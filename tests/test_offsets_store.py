@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import ProtocolError
-from server.group_coordinator import GroupConfig, GroupCoordinator
-from server.log_config import LogConfig
-from server.log_manager import LogManager
-from server.offsets_store import (
+from sluice.protocol.errors import ProtocolError
+from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
+from sluice.server.group.offsets_store import (
     OFFSETS_TOPIC,
     GroupMetadataValue,
     GroupRecord,
@@ -29,6 +27,8 @@ from server.offsets_store import (
     offset_commit_record,
     partition_for,
 )
+from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.log_manager import LogManager
 
 
 def s16(text: str | None) -> bytes:

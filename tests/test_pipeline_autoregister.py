@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = """
 import os, sys, warnings
-import pipeline
+from sluice import pipeline
 pipeline.python_worker_env()  # workers run this interpreter; nothing is registered
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 from pyspark.sql import SparkSession

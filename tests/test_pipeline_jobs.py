@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.cli import pipeline
+from sluice.pipeline.cli import pipeline
 from tests.broker_util import BrokerProcess, running_broker
 
 pytestmark = pytest.mark.spark

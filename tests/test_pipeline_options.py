@@ -1,4 +1,5 @@
-"""pipeline.options / pipeline.offsets: option parsing with the Kafka connector's names, offsets
+"""sluice.pipeline.options / sluice.pipeline.offsets: option parsing with the Kafka connector's
+names, offsets
 JSON, range splitting and admission control (pure functions: no Spark, no broker)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.offsets import (
+from sluice.pipeline.offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
@@ -24,7 +25,7 @@ from pipeline.offsets import (
     rate_limit,
     split_ranges,
 )
-from pipeline.options import (
+from sluice.pipeline.options import (
     DEFAULT_MAX_RECORDS_PER_PARTITION,
     Subscription,
     parse,

@@ -1,4 +1,5 @@
-"""pipeline.schema.ColumnBuilder: decoded batch columns -> Arrow record batches (no Spark)."""
+"""sluice.pipeline.schema.ColumnBuilder: decoded batch columns -> Arrow record batches (no
+Spark)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from pipeline.schema import COLUMNS, ColumnBuilder
-from protocol.records import (
+from sluice.pipeline.schema import COLUMNS, ColumnBuilder
+from sluice.protocol.records import (
     ATTR_CONTROL_MASK,
     build_batch,
     decode_batch_columns,

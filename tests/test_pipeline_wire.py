@@ -1,4 +1,4 @@
-"""pipeline.wire.SyncClient against a real broker process (no Spark): the four requests
+"""sluice.pipeline.wire.SyncClient against a real broker process (no Spark): the four requests
 the pipeline makes, their errors, and records produced by a client nobody here wrote."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.offsets import TopicPartition
-from pipeline.wire import SyncClient, WireError
-from protocol.errors import UnknownTopicOrPartition
-from protocol.records import RecordBatchBuilder, decode_batch_columns, iter_batches
+from sluice.pipeline.offsets import TopicPartition
+from sluice.pipeline.wire import SyncClient, WireError
+from sluice.protocol.errors import UnknownTopicOrPartition
+from sluice.protocol.records import RecordBatchBuilder, decode_batch_columns, iter_batches
 from tests.broker_util import BrokerProcess, free_port, running_broker
 
 TP = TopicPartition("blk", 1)

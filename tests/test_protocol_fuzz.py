@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import framing
-from protocol import messages as m
-from protocol.errors import ProtocolError
-from protocol.schema import Field, StructSchema
+from sluice.protocol import framing
+from sluice.protocol import messages as m
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.schema import Field, StructSchema
 
 
 def all_versions() -> list[tuple[int, int]]:

@@ -26,9 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import framing
-from protocol import messages as m
-from protocol.schema import Message, StructSchema
+from sluice.protocol import framing
+from sluice.protocol import messages as m
+from sluice.protocol.schema import Message, StructSchema
 
 # kafka-python loads its JSON schemas with a deprecated importlib call; pytest makes that an error.
 with warnings.catch_warnings():

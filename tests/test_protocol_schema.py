@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import messages as m
-from protocol.errors import ProtocolError
-from protocol.schema import F, Field, Message, StructSchema, api
+from sluice.protocol import messages as m
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.schema import F, Field, Message, StructSchema, api
 
 # ---------------------------------------------------------------------------------------------
 # A hypothesis strategy derived from the declarations (also used by the golden and fuzz tests).

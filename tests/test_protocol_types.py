@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import types as t
-from protocol.errors import ProtocolError
+from sluice.protocol import types as t
+from sluice.protocol.errors import ProtocolError
 
 
 def _w(writer: Any, value: Any) -> bytes:

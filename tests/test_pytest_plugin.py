@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from client import Producer
+from sluice.client import Producer
 
 
 def test_sync_test_can_connect(sluice_broker):

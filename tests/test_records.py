@@ -1,4 +1,4 @@
-"""protocol.records: golden bytes, round trips, every malformed-input class, fuzzing."""
+"""sluice.protocol.records: golden bytes, round trips, every malformed-input class, fuzzing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import errors
-from protocol.errors import CorruptRecordError, ProtocolError
-from protocol.records import (
+from sluice.protocol import errors
+from sluice.protocol.errors import CorruptRecordError, ProtocolError
+from sluice.protocol.records import (
     ATTR_CONTROL_MASK,
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -34,7 +34,7 @@ from protocol.records import (
     stamp_log_append_time,
     validate_batch,
 )
-from protocol.varint import encode_varint, encode_varlong
+from sluice.protocol.varint import encode_varint, encode_varlong
 
 MAX = 1 << 30
 CODECS = [0, 1, 2, 3, 4]
@@ -524,7 +524,7 @@ def test_record_level_errors(batch: bytes, field: str, position: int) -> None:
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_compressed_damage(codec: int) -> None:
-    from protocol import compression
+    from sluice.protocol import compression
 
     garbage = wrap(b"\x00not compressed at all" * 3, count=1, codec=codec)
     for deep in (None, True):
@@ -634,7 +634,7 @@ def test_fast_and_careful_record_walks_agree(
 ) -> None:
     # The decoder walks records optimistically and re-walks carefully only to explain a
     # rejection: both must accept exactly the same inputs, with the same result.
-    from protocol import records as r
+    from sluice.protocol import records as r
 
     header = r.parse_header(sample)
     data = bytearray(sample[RECORDS_OFFSET:])
@@ -707,7 +707,7 @@ def test_fuzz_random_records_inside_valid_compression(
     records: bytes, codec: int, count: int
 ) -> None:
     # decompresses fine, so the default validation's framing skim and the walks see garbage
-    from protocol import compression
+    from sluice.protocol import compression
 
     batch = wrap(compression.compress(codec, records), count=count, codec=codec)
     _only_protocol_errors(batch)

@@ -20,8 +20,8 @@ from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import compression
-from protocol.records import (
+from sluice.protocol import compression
+from sluice.protocol.records import (
     Record,
     RecordBatchBuilder,
     build_batch,

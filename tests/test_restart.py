@@ -1,4 +1,5 @@
-"""A real broker process (``python -m server``): stop it (SIGTERM / SIGINT / kill -9), start it
+"""A real broker process (``python -m sluice.server``): stop it (SIGTERM / SIGINT / kill -9), start
+it
 again on the same data directory, and everything acknowledged is still there."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.records import build_batch, decode_batch, iter_batches
+from sluice.protocol.records import build_batch, decode_batch, iter_batches
 from tests.broker_util import WireClient, running_broker, start_broker
 from tests.test_server import create_topic, fetch, list_offset, metadata, produce
 
@@ -170,7 +171,14 @@ def test_invalid_config_exits_2_with_a_clear_message(tmp_path: Path) -> None:
     props = tmp_path / "server.properties"
     props.write_text("num.partitions=3\nlisteners=PLAINTEXT://127.0.0.1:0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "server", str(props), "--override", "default.replication.factor=3"],
+        [
+            sys.executable,
+            "-m",
+            "sluice.server",
+            str(props),
+            "--override",
+            "default.replication.factor=3",
+        ],
         cwd=REPO,
         capture_output=True,
         timeout=60,

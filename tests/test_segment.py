@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import iter_batches, parse_header
-from server.index import OFFSET_ENTRY, TIME_ENTRY, InvalidIndexAppendError
-from server.segment import (
+from sluice.protocol.records import iter_batches, parse_header
+from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY, InvalidIndexAppendError
+from sluice.server.storage.segment import (
     FetchSlice,
     LogSegment,
     SegmentOffsetOverflowError,

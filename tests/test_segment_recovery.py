@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol.records import CRC_OFFSET, parse_header
-from server.index import CorruptIndexError
-from server.segment import LogSegment, segment_paths
-from server.vfs import OSVFS, Buffer, OSFile
+from sluice.protocol.records import CRC_OFFSET, parse_header
+from sluice.server.storage.index import CorruptIndexError
+from sluice.server.storage.segment import LogSegment, segment_paths
+from sluice.server.storage.vfs import OSVFS, Buffer, OSFile
 
 MakeBatch = Callable[..., bytes]  # the conftest fixture
 

@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 import uvloop
 
-from protocol import messages as m
-from protocol.framing import ADVERTISED_VERSIONS
-from protocol.records import build_batch, decode_batch, iter_batches
-from server.config import Config
-from server.server import Server
+from sluice.protocol import messages as m
+from sluice.protocol.framing import ADVERTISED_VERSIONS
+from sluice.protocol.records import build_batch, decode_batch, iter_batches
+from sluice.server.core.config import Config
+from sluice.server.core.server import Server
 from tests.broker_util import WireClient
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
 INIT_PRODUCER_ID = 22
-GROUP_APIS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42}  # server.group_coordinator
+GROUP_APIS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42}  # sluice.server.group.coordinator
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS}  # fmt: skip
 
@@ -166,7 +166,7 @@ def same_batch_content(sent: bytes, stored: bytes | memoryview, base_offset: int
 async def test_api_versions_advertises_exactly_the_served_apis(
     client: WireClient, version: int
 ) -> None:
-    from protocol.framing import decode_response
+    from sluice.protocol.framing import decode_response
 
     if version == 3:
         resp = await client.request(API_VERSIONS, version, m.ApiVersionsRequest(
@@ -188,14 +188,14 @@ async def test_api_versions_unknown_version_gets_v0_error_35(
     server: Server, client: WireClient
 ) -> None:
     # A v9 request: the header layout is known (flexible), the version is not.
-    from protocol.framing import encode_request
+    from sluice.protocol.framing import encode_request
 
     frame = bytearray(encode_request(API_VERSIONS, 3, 77, "future", m.ApiVersionsRequest()))
     frame[6:8] = (9).to_bytes(2, "big")
     await client.send_raw(bytes(frame))
     raw = await client.read_frame()
     assert raw is not None
-    from protocol.framing import decode_response
+    from sluice.protocol.framing import decode_response
 
     correlation, body = decode_response(API_VERSIONS, 0, raw)
     assert correlation == 77

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol import messages as m
-from protocol.framing import encode_request
-from protocol.records import build_batch, iter_batches
-from server.server import Server
+from sluice.protocol import messages as m
+from sluice.protocol.framing import encode_request
+from sluice.protocol.records import build_batch, iter_batches
+from sluice.server.core.server import Server
 from tests.broker_util import WireClient
 from tests.test_server import create_topic, fetch, metadata, produce, start_server
 

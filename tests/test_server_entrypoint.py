@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from server.__main__ import cli
+from sluice.server.__main__ import cli
 
 
 def test_config_file_given_twice_is_a_usage_error(tmp_path: Path) -> None:

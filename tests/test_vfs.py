@@ -1,4 +1,5 @@
-"""server.vfs.OSFile: positional writes complete even when the kernel takes fewer bytes."""
+"""sluice.server.storage.vfs.OSFile: positional writes complete even when the kernel takes fewer
+bytes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.vfs import OSVFS
+from sluice.server.storage.vfs import OSVFS
 
 
 @pytest.mark.parametrize("data", [b"0123456789" * 7, bytearray(b"abcdefgh" * 9)])

@@ -1,0 +1,214 @@
+"""Topic administration and offset queries: the calls behind ``sluice topics`` / ``sluice offsets``.
+
+Usage::
+
+    async with Admin("127.0.0.1:9092") as admin:
+        await admin.create_topic("events", partitions=3, configs={"retention.ms": "3600000"})
+        print(await admin.list_topics())                 # {"events": 3}
+        print(await admin.describe_topics(["events"]))   # [TopicDescription(...)]
+        print(await admin.list_offsets({TopicPartition("events", 0): LATEST}))
+        await admin.delete_topic("events")
+
+Errors in a per-topic result become the :class:`sluice.protocol.errors.KafkaError` subclass of the
+code
+(e.g. ``TopicAlreadyExists``), with the broker's message when it sent one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sluice.protocol import messages
+from sluice.protocol.errors import KafkaError, for_code
+
+from .cluster import Cluster, PartitionInfo, TopicPartition
+from .consumer import EARLIEST, LATEST, Consumer, OffsetAndTimestamp
+
+__all__ = ["EARLIEST", "LATEST", "Admin", "TopicDescription"]
+
+CREATE_TOPICS = messages.CreateTopics.key
+DELETE_TOPICS = messages.DeleteTopics.key
+DELETE_RECORDS = messages.DeleteRecords.key
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    error: KafkaError | None = None
+
+
+def _error(code: int, message: str | None, what: str) -> KafkaError | None:
+    if not code:
+        return None
+    return for_code(code)(f"{what}: {message}" if message else what)
+
+
+class Admin:
+    """Admin client. ``async with Admin(bootstrap_servers) as admin: ...``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+        *,
+        client_id: str | None = "sluice-admin",
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self._bootstrap = bootstrap_servers
+        self._cluster = Cluster(
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            allow_auto_topic_creation=False,
+        )
+        self._consumer: Consumer | None = None
+
+    async def start(self) -> None:
+        await self._cluster.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+        await self._cluster.close()
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- topics ------------------------------------------------------------------------------
+
+    async def list_topics(self) -> dict[str, int]:
+        """Every topic and its partition count."""
+        await self._cluster.refresh(None)
+        return self._cluster.topics()
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Partitions (leader, replicas, ISR) of ``names`` (every topic when None)."""
+        wanted = None if names is None else list(names)
+        await self._cluster.refresh(wanted)
+        out = []
+        for name in sorted(self._cluster.topics()) if wanted is None else wanted:
+            parts = self._cluster.partitions_for(name)
+            error = self._cluster.topic_error(name)
+            out.append(TopicDescription(name, tuple(parts or ()), error))
+        return out
+
+    async def create_topics(
+        self,
+        topics: Mapping[str, tuple[int, Mapping[str, str]]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaError | None]:
+        """Create ``{name: (partitions, configs)}`` (partitions -1: the broker default).
+        Returns each topic's error (None on success)."""
+        req = messages.CreateTopicsRequest
+        body = req(
+            topics=[
+                req.CreatableTopic(
+                    name=name,
+                    num_partitions=n,
+                    replication_factor=-1,
+                    assignments=[],
+                    configs=[
+                        req.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                        for k, v in configs.items()
+                    ],
+                )
+                for name, (n, configs) in topics.items()
+            ],
+            timeout_ms=self.request_timeout_ms,
+            validate_only=validate_only,
+        )
+        conn = await self._cluster.controller_connection()
+        response = await conn.request(CREATE_TOPICS, body)
+        return {
+            t.name: _error(t.error_code, t.error_message, f"create topic {t.name!r}")
+            for t in response.topics
+        }
+
+    async def create_topic(
+        self, name: str, partitions: int = -1, configs: Mapping[str, str] | None = None
+    ) -> None:
+        """Create one topic; raises its error (e.g. ``TopicAlreadyExists``)."""
+        error = (await self.create_topics({name: (partitions, dict(configs or {}))}))[name]
+        if error is not None:
+            raise error
+
+    async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
+        body = messages.DeleteTopicsRequest(
+            topic_names=list(names), timeout_ms=self.request_timeout_ms
+        )
+        conn = await self._cluster.controller_connection()
+        response = await conn.request(DELETE_TOPICS, body)
+        for r in response.responses:
+            self._cluster.forget(r.name)
+        return {
+            r.name: _error(r.error_code, None, f"delete topic {r.name!r}")
+            for r in response.responses
+        }
+
+    async def delete_topic(self, name: str) -> None:
+        error = (await self.delete_topics([name]))[name]
+        if error is not None:
+            raise error
+
+    # --- offsets -----------------------------------------------------------------------------
+
+    async def _offsets_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._bootstrap, request_timeout_ms=self.request_timeout_ms)
+            await self._consumer.start()
+        return self._consumer
+
+    async def list_offsets(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """ListOffsets: per partition the offset for a timestamp, or :data:`EARLIEST` (-2) /
+        :data:`LATEST` (-1). None when no record has a timestamp >= the one given."""
+        consumer = await self._offsets_consumer()
+        return await consumer.offsets_for_times(dict(timestamps))
+
+    async def partitions(self, topic: str) -> list[int]:
+        """Partition ids of an existing topic."""
+        parts = await self._cluster.wait_for_topic(
+            topic, self.request_timeout_ms, wait_for_creation=False
+        )
+        return [p.partition for p in parts]
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Delete records before ``offset`` per partition (-1: up to the high watermark).
+        Returns the new log start offsets; raises the first partition error."""
+        req = messages.DeleteRecordsRequest
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for tp, off in offsets.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, off))
+        body = req(
+            topics=[
+                req.DeleteRecordsTopic(
+                    name=name,
+                    partitions=[
+                        req.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=p, offset=o)
+                        for p, o in parts
+                    ],
+                )
+                for name, parts in by_topic.items()
+            ],
+            timeout_ms=self.request_timeout_ms,
+        )
+        conn = await self._cluster.any_connection()
+        response = await conn.request(DELETE_RECORDS, body)
+        out = {}
+        for t in response.topics:
+            for p in t.partitions:
+                error = _error(p.error_code, None, f"delete records {t.name}-{p.partition_index}")
+                if error is not None:
+                    raise error
+                out[TopicPartition(t.name, p.partition_index)] = p.low_watermark
+        return out

@@ -1,0 +1,595 @@
+"""``sluice``: command-line client, with the flags of Kafka's console tools.
+
+::
+
+    sluice produce  --bootstrap-server HOST:PORT --topic T [--key-separator :] [--header k=v]
+    sluice consume  --bootstrap-server HOST:PORT --topic T [--from-beginning | --offset N
+                    --partition P | --timestamp MS] [--max-messages N] [--format text|json]
+    sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
+    sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
+    sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
+    sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
+    sluice perf produce --topic T --num-records N --record-size S [--throughput R]
+    sluice perf consume --topic T --messages N
+
+``--bootstrap-server`` defaults to ``$SLUICE_BOOTSTRAP_SERVER`` or 127.0.0.1:9092. Records go to
+stdout (one value per line, or JSON lines); progress and summaries go to stderr (rich), so
+output can be piped. Exit status: 0 ok, 1 a Kafka or connection error (message on stderr),
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from functools import wraps
+from typing import Any, BinaryIO, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sluice.protocol.errors import SluiceError
+
+from .admin import Admin
+from .cluster import Cluster, TopicPartition
+from .consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
+from .group import delete_groups, describe_group, list_groups
+from .producer import COMPRESSION_CODECS, Producer
+
+T = TypeVar("T")
+
+stderr = Console(stderr=True)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop (asyncio when uvloop is missing); client errors exit 1."""
+    try:
+        import uvloop
+
+        runner: Callable[[Coroutine[Any, Any, T]], T] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(coro)
+    except SluiceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def bootstrap_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--bootstrap-server",
+        "bootstrap",
+        envvar="SLUICE_BOOTSTRAP_SERVER",
+        default="127.0.0.1:9092",
+        show_default=True,
+        help="host:port[,host:port] of the cluster.",
+    )(f)
+
+
+def async_command(f: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    @wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return _run(f(*args, **kwargs))  # type: ignore[arg-type]
+
+    return wrapper
+
+
+def _pairs(items: tuple[str, ...], what: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint=what)
+        out.append((key, value))
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="sluice")
+def cli() -> None:
+    """Sluice command-line client (works with any Kafka-compatible broker)."""
+
+
+# --- produce -------------------------------------------------------------------------------
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--file", "file_", type=click.File("rb"), help="Read lines from FILE, not stdin.")
+@click.option("--key-separator", help="Split each line at the first SEP into key and value.")
+@click.option("--header", "headers", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
+@click.option("--partition", type=int, help="Send every record to this partition.")
+@click.option("--acks", type=click.Choice(["0", "1", "-1", "all"]), default="all")
+@click.option("--compression", type=click.Choice([c for c in COMPRESSION_CODECS if c]))
+@click.option("--linger-ms", type=float, default=5.0, show_default=True)
+@async_command
+async def produce(
+    bootstrap: str,
+    topic: str,
+    file_: BinaryIO | None,
+    key_separator: str | None,
+    headers: tuple[str, ...],
+    partition: int | None,
+    acks: str,
+    compression: str | None,
+    linger_ms: float,
+) -> None:
+    """Send each input line as one record (like kafka-console-producer)."""
+    hdrs = [(k, v.encode()) for k, v in _pairs(headers, "--header")]
+    source = file_ if file_ is not None else sys.stdin.buffer
+    sep = key_separator.encode() if key_separator is not None else None
+    futures = []
+    async with Producer(
+        bootstrap,
+        acks=acks,
+        compression=compression,
+        linger_ms=linger_ms,
+        client_id="sluice-console-producer",
+    ) as producer:
+        for number, raw in enumerate(source, 1):
+            line = raw.rstrip(b"\r\n")
+            key = None
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise click.ClickException(
+                        f"line {number}: no key separator {key_separator!r} found"
+                    )
+            else:
+                value = line
+            futures.append(
+                await producer.send(topic, value, key, partition=partition, headers=hdrs)
+            )
+        await producer.flush()
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(futures)} records failed: {failed[0]}")
+    stderr.print(f"Produced {len(futures)} record(s) to {topic}", highlight=False)
+
+
+# --- consume -------------------------------------------------------------------------------
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _json_bytes(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def _format_record(r: ConsumerRecord, fmt: str, print_key: bool, key_sep: str) -> str:
+    if fmt == "json":
+        return json.dumps(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "timestamp_type": r.timestamp_type,
+                "key": _json_bytes(r.key),
+                "value": _json_bytes(r.value),
+                "headers": [[k, _json_bytes(v)] for k, v in r.headers],
+            }
+        )
+    if print_key:
+        return f"{_text(r.key)}{key_sep}{_text(r.value)}"
+    return _text(r.value)
+
+
+def _parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 date/time (UTC unless it has an offset)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give ms since the epoch or ISO-8601") from None
+    if dt.tzinfo is None:
+        from datetime import UTC
+
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, help="Only this partition (all when omitted).")
+@click.option("--offset", help="earliest, latest or an offset (needs --partition).")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset.")
+@click.option("--timestamp", help="Start at the first record at/after this time (ms or ISO).")
+@click.option("--max-messages", type=int, help="Exit after this many records.")
+@click.option("--timeout-ms", type=int, help="Exit after this long without a record.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--print-key", is_flag=True, help="text format: print key<SEP>value.")
+@click.option("--key-separator", default="\t", show_default="TAB")
+@async_command
+async def consume(
+    bootstrap: str,
+    topic: str,
+    partition: int | None,
+    offset: str | None,
+    from_beginning: bool,
+    timestamp: str | None,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    fmt: str,
+    print_key: bool,
+    key_separator: str,
+) -> None:
+    """Print records, one value per line (like kafka-console-consumer)."""
+    if offset is not None and partition is None:
+        raise click.UsageError("--offset needs --partition")
+    if sum(x is not None and x is not False for x in (offset, timestamp, from_beginning)) > 1:
+        raise click.UsageError("give at most one of --offset, --timestamp, --from-beginning")
+    out = sys.stdout
+    async with Consumer(bootstrap, client_id="sluice-console-consumer") as consumer:
+        parts = [partition] if partition is not None else await consumer.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        if from_beginning or offset == "earliest":
+            await consumer.seek_to_beginning(*tps)
+        elif timestamp is not None:
+            await consumer.seek_to_timestamp(_parse_timestamp(timestamp), *tps)
+        elif offset is None or offset == "latest":
+            await consumer.seek_to_end(*tps)
+        else:
+            try:
+                consumer.seek(tps[0], int(offset))
+            except ValueError:
+                raise click.BadParameter(f"{offset!r}", param_hint="--offset") from None
+        count = 0
+        idle_limit = timeout_ms / 1000 if timeout_ms is not None else None
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while max_messages is None or count < max_messages:
+            want = None if max_messages is None else max_messages - count
+            batch = await consumer.getmany(timeout_ms=200, max_records=want)
+            if not batch:
+                if idle_limit is not None and loop.time() - last >= idle_limit:
+                    break
+                continue
+            last = loop.time()
+            lines = [
+                _format_record(r, fmt, print_key, key_separator)
+                for records in batch.values()
+                for r in records
+            ]
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            count += len(lines)
+    stderr.print(f"Processed a total of {count} messages", highlight=False)
+
+
+# --- topics --------------------------------------------------------------------------------
+
+
+@cli.group()
+def topics() -> None:
+    """List, create, describe and delete topics (like kafka-topics)."""
+
+
+@topics.command("list")
+@bootstrap_option
+@async_command
+async def topics_list(bootstrap: str) -> None:
+    """Print every topic name, one per line."""
+    async with Admin(bootstrap) as admin:
+        names = await admin.list_topics()
+    for name in sorted(names):
+        click.echo(name)
+
+
+@topics.command("create")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partitions", type=int, default=-1, help="Default: the broker's num.partitions.")
+@click.option("--replication-factor", type=int, default=-1, help="Sluice: 1 (or -1).")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config.")
+@click.option("--if-not-exists", is_flag=True)
+@async_command
+async def topics_create(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
+) -> None:
+    """Create a topic with configs (e.g. --config retention.ms=3600000)."""
+    from sluice.protocol.errors import TopicAlreadyExists
+
+    if replication_factor not in (-1, 1):
+        raise click.BadParameter("a single Sluice broker has replication factor 1")
+    async with Admin(bootstrap) as admin:
+        try:
+            await admin.create_topic(topic, partitions, dict(_pairs(configs, "--config")))
+        except TopicAlreadyExists:
+            if not if_not_exists:
+                raise
+            return
+    click.echo(f"Created topic {topic}.")
+
+
+@topics.command("describe")
+@bootstrap_option
+@click.option("--topic", help="Only this topic (all when omitted).")
+@async_command
+async def topics_describe(bootstrap: str, topic: str | None) -> None:
+    """Partitions, leaders, replicas and ISR of topics."""
+    async with Admin(bootstrap) as admin:
+        described = await admin.describe_topics([topic] if topic else None)
+    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr")
+    for d in described:
+        if d.error is not None:
+            raise click.ClickException(f"{d.name}: {d.error}")
+        for p in d.partitions:
+            table.add_row(
+                d.name,
+                str(p.partition),
+                str(p.leader),
+                ",".join(map(str, p.replicas)),
+                ",".join(map(str, p.isr)),
+            )
+    Console(width=120).print(table)
+
+
+@topics.command("delete")
+@bootstrap_option
+@click.option("--topic", required=True)
+@async_command
+async def topics_delete(bootstrap: str, topic: str) -> None:
+    """Delete a topic and all its data."""
+    async with Admin(bootstrap) as admin:
+        await admin.delete_topic(topic)
+    click.echo(f"Deleted topic {topic}.")
+
+
+# --- offsets -------------------------------------------------------------------------------
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", type=int, multiple=True, help="Repeatable; all.")
+@click.option(
+    "--time",
+    "when",
+    default="-1",
+    show_default=True,
+    help="-1 latest, -2 earliest, or a timestamp (ms or ISO): first offset at/after it.",
+)
+@async_command
+async def offsets(bootstrap: str, topic: str, partitions: tuple[int, ...], when: str) -> None:
+    """Print topic:partition:offset per partition (like kafka-get-offsets)."""
+    ts = {"latest": LATEST, "earliest": EARLIEST}.get(when)
+    if ts is None:
+        ts = _parse_timestamp(when)
+    async with Admin(bootstrap) as admin:
+        parts = list(partitions) or await admin.partitions(topic)
+        found = await admin.list_offsets({TopicPartition(topic, p): ts for p in parts})
+    for tp in sorted(found):
+        hit = found[tp]
+        click.echo(f"{tp.topic}:{tp.partition}:{hit.offset if hit is not None else ''}")
+
+
+# --- groups --------------------------------------------------------------------------------
+
+
+@cli.group()
+def groups() -> None:
+    """List, describe (members, lag) and delete consumer groups (like kafka-consumer-groups)."""
+
+
+@groups.command("list")
+@bootstrap_option
+@async_command
+async def groups_list(bootstrap: str) -> None:
+    """Print every group id, one per line."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        found = await list_groups(cluster)
+    finally:
+        await cluster.close()
+    for group_id, _protocol_type in found:
+        click.echo(group_id)
+
+
+@groups.command("describe")
+@bootstrap_option
+@click.option("--group", required=True)
+@click.option("--members", "show_members", is_flag=True, help="One row per member instead.")
+@async_command
+async def groups_describe(bootstrap: str, group: str, show_members: bool) -> None:
+    """Per partition: committed offset, log end offset, lag and the consuming member."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    ends = Consumer(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        await ends.start()
+        d = await describe_group(cluster, group, ends.end_offsets)
+    finally:
+        await ends.stop()
+        await cluster.close()
+    stderr.print(f"Consumer group '{d.group_id}' is {d.state} ({len(d.members)} members)")
+    members = {m.member_id: m for m in d.members}
+    if show_members:
+        table = Table("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")
+        for m in d.members:
+            parts = ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment))
+            table.add_row(d.group_id, m.member_id, m.client_host or "-", m.client_id,
+                          str(len(m.assignment)), parts or "-")  # fmt: skip
+        Console(width=200).print(table)
+        return
+    table = Table(
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+        "HOST", "CLIENT-ID",
+    )  # fmt: skip
+    for r in d.partitions:
+        owner = members.get(r.member_id or "")
+        table.add_row(
+            d.group_id,
+            r.tp.topic,
+            str(r.tp.partition),
+            "-" if r.committed is None else str(r.committed),
+            str(r.log_end_offset),
+            "-" if r.lag is None else str(r.lag),
+            r.member_id or "-",
+            (owner.client_host or "-") if owner else "-",
+            owner.client_id if owner else "-",
+        )
+    Console(width=200).print(table)
+
+
+@groups.command("delete")
+@bootstrap_option
+@click.option("--group", "group_ids", required=True, multiple=True, help="Repeatable.")
+@async_command
+async def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
+    """Delete empty groups and their committed offsets."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    try:
+        await cluster.start()
+        results = await delete_groups(cluster, list(group_ids))
+    finally:
+        await cluster.close()
+    failed = {g: e for g, e in results.items() if e is not None}
+    for g in results:
+        if g not in failed:
+            click.echo(f"Deleted group {g}.")
+    if failed:
+        raise click.ClickException("; ".join(f"{g}: {type(e).__name__}" for g, e in failed.items()))
+
+
+# --- dump-log ------------------------------------------------------------------------------
+
+
+def _add_dump_log() -> None:
+    from sluice.server.storage.dump_log import main as dump_log_main
+
+    cli.add_command(dump_log_main, name="dump-log")
+
+
+_add_dump_log()
+
+
+# --- perf ----------------------------------------------------------------------------------
+
+
+@cli.group()
+def perf() -> None:
+    """Throughput and latency tests (like kafka-producer-perf-test)."""
+
+
+def _progress(label: str) -> Progress:
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
+
+
+@perf.command("produce")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--num-records", type=int, required=True)
+@click.option("--record-size", type=int, default=100, show_default=True)
+@click.option("--throughput", type=float, default=-1, help="Records/s cap; -1: no limit.")
+@click.option("--acks", type=click.Choice(["0", "1", "-1", "all"]), default="all")
+@click.option("--batch-size", type=int, default=16_384, show_default=True)
+@click.option("--linger-ms", type=float, default=5.0, show_default=True)
+@click.option("--compression", type=click.Choice([c for c in COMPRESSION_CODECS if c]))
+@async_command
+async def perf_produce(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    throughput: float,
+    acks: str,
+    batch_size: int,
+    linger_ms: float,
+    compression: str | None,
+) -> None:
+    """Send NUM-RECORDS records of RECORD-SIZE bytes; print records/s, MB/s and latencies."""
+    from .perf import run_produce
+
+    async with Producer(
+        bootstrap,
+        acks=acks,
+        batch_size=batch_size,
+        linger_ms=linger_ms,
+        compression=compression,
+        client_id="sluice-perf",
+    ) as producer:
+        with _progress("producing") as bar:
+            task = bar.add_task("produce", total=num_records)
+            result = await run_produce(
+                producer,
+                topic,
+                num_records,
+                record_size,
+                throughput=throughput,
+                progress=lambda n: bar.advance(task, n),
+            )
+    click.echo(result.summary())
+    if result.errors:
+        raise click.ClickException(f"{result.errors} records failed")
+
+
+@perf.command("consume")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--messages", type=int, required=True, help="Records to read.")
+@click.option("--timeout-ms", type=int, default=10_000, show_default=True)
+@async_command
+async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: int) -> None:
+    """Read MESSAGES records from the beginning of TOPIC; print records/s and MB/s."""
+    from .perf import run_consume
+
+    async with Consumer(bootstrap, client_id="sluice-perf") as consumer:
+        with _progress("consuming") as bar:
+            task = bar.add_task("consume", total=messages)
+            result = await run_consume(
+                consumer,
+                topic,
+                messages,
+                timeout_s=timeout_ms / 1000,
+                progress=lambda n: bar.advance(task, n),
+            )
+    click.echo(result.summary())
+    if result.records < messages:
+        raise click.ClickException(f"only {result.records} of {messages} records arrived")
+
+
+cli.add_command(__import__("sluice.pipeline.cli", fromlist=["pipeline"]).pipeline)  # Spark jobs (K)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``sluice``)."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="sluice")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""``format("sluice-segments")``: read a broker's data directory straight from its segment files.
+
+For backfills and analytics that must not load the broker: nothing is asked over the network,
+each ``<topic>-<partition>/<base>.log`` (storage spec §1) is one Spark input partition, read
+with ``pread`` and split into batches by the one RecordBatch codec (``sluice.protocol.records``) —
+every batch's CRC is checked. Same schema and options names as ``format("sluice")``::
+
+    spark.read.format("sluice-segments").option("subscribe", "events").load("/var/lib/sluice")
+
+What is read, and why it equals what a consumer sees (single-replica broker: HW = LEO after
+each append, so nothing below the end of the files is uncommitted):
+
+* segments in base-offset order; files with another suffix (``.deleted``, ``.cleaned``,
+  ``.swap``) and directories of deleted topics (``*-delete``) are skipped;
+* records below the partition's log start offset (``log-start-offset-checkpoint``, written by
+  the broker every ``checkpoint_interval_ms`` and at shutdown: a hint that may lag a recent
+  DeleteRecords) are dropped, as a Fetch would never return them;
+* the file is read up to its length when the task opens it: a batch still being appended (a
+  partial tail) is not read; a corrupt batch fails the task (CorruptRecordError names the
+  file and position);
+* control batches (transaction markers) are skipped.
+
+Read-only: the broker may keep running and appending; a segment that retention deletes while
+it is read stays readable through the open descriptor (POSIX unlink semantics); one renamed to
+``.deleted`` before the task opens it is reported as lost (``failOnDataLoss``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from sluice.protocol.errors import CorruptRecordError
+from sluice.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
+
+from .options import OptionError, SourceOptions, parse
+from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
+
+LOG_SUFFIX = ".log"
+CHUNK_BYTES = 8 << 20
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+
+
+@dataclass(frozen=True)
+class SegmentFile(InputPartition):
+    """One ``.log`` file to read: records ``[max(base, log_start), next_base)`` of it."""
+
+    topic: str
+    partition: int
+    path: str
+    base_offset: int
+    log_start_offset: int
+    next_base_offset: int | None  # base offset of the following segment (None: the last one)
+
+
+def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
+    """Every ``<topic>-<partition>`` directory of a data directory (deleted topics excluded)."""
+    out: dict[tuple[str, int], Path] = {}
+    if not log_dir.is_dir():
+        raise OptionError(f"path: {log_dir} is not a directory")
+    for entry in log_dir.iterdir():
+        if not entry.is_dir() or entry.name.endswith("-delete"):
+            continue
+        topic, sep, part = entry.name.rpartition("-")
+        if sep and topic and part.isdigit():
+            out[(topic, int(part))] = entry
+    return out
+
+
+def read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+    """``log-start-offset-checkpoint`` (``0\\n<n>\\n<topic> <partition> <offset>...``), or {}."""
+    try:
+        lines = (log_dir / LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines[2:]:
+        fields = line.split()
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].lstrip("-").isdigit():
+            out[(fields[0], int(fields[1]))] = int(fields[2])
+    return out
+
+
+def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
+    """One :class:`SegmentFile` per segment of every selected partition, in offset order."""
+    dirs = partition_dirs(log_dir)
+    counts: dict[str, int] = {}
+    for topic, partition in dirs:
+        counts[topic] = max(counts.get(topic, 0), partition + 1)
+    starts = read_log_start_offsets(log_dir)
+    plan: list[SegmentFile] = []
+    for topic, partition in options.subscription.select(counts):
+        directory = dirs.get((topic, partition))
+        if directory is None:
+            continue
+        bases = sorted(
+            int(p.name[: -len(LOG_SUFFIX)])
+            for p in directory.iterdir()
+            if p.name.endswith(LOG_SUFFIX) and p.name[: -len(LOG_SUFFIX)].isdigit()
+        )
+        start = starts.get((topic, partition), 0)
+        for i, base in enumerate(bases):
+            following = bases[i + 1] if i + 1 < len(bases) else None
+            if following is not None and following <= start:
+                continue  # wholly below the log start offset: deleted records
+            plan.append(
+                SegmentFile(
+                    topic=topic,
+                    partition=partition,
+                    path=str(directory / f"{base:020d}{LOG_SUFFIX}"),
+                    base_offset=base,
+                    log_start_offset=start,
+                    next_base_offset=following,
+                )
+            )
+    return plan
+
+
+def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
+    """Arrow record batches of one segment file (see the module docstring for what is kept).
+
+    The file is read with ``pread`` in chunks of :data:`CHUNK_BYTES` (grown for a larger batch)
+    up to the length it had when the task opened it; each chunk is split by the batches'
+    length prefixes, a batch cut by the chunk's end is re-read at the start of the next chunk.
+    """
+    hi = seg.next_base_offset if seg.next_base_offset is not None else 2**63 - 1
+    builder = ColumnBuilder(seg.topic, seg.partition, include_headers)
+    fd = os.open(seg.path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        position = 0
+        want = CHUNK_BYTES
+        while position < size:
+            chunk = os.pread(fd, min(want, size - position), position)
+            if not chunk:
+                break
+            consumed = 0
+            try:
+                for at, header, batch in iter_batches(chunk, allow_partial_tail=True):
+                    consumed = at + header.size
+                    if header.last_offset < seg.log_start_offset:
+                        continue
+                    builder.add(header, decode_batch_columns(batch), seg.log_start_offset, hi)
+                    if len(builder) >= ARROW_BATCH_RECORDS:
+                        yield builder.build()
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(
+                    f"{seg.path}: {exc}", field=exc.field, position=position + consumed
+                ) from exc
+            if consumed == 0:
+                if position + len(chunk) >= size:
+                    break  # a partial batch at the end: still being appended
+                want = max(want * 2, _batch_size_at(chunk))  # one batch larger than the chunk
+                continue
+            position += consumed
+            want = CHUNK_BYTES
+        if len(builder):
+            yield builder.build()
+    finally:
+        os.close(fd)
+
+
+def _batch_size_at(chunk: bytes) -> int:
+    """Size of the batch starting ``chunk`` (its length prefix), or 0 if not even that is here."""
+    if len(chunk) < LOG_OVERHEAD:
+        return 0
+    return LOG_OVERHEAD + int.from_bytes(chunk[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True)
+
+
+class SegmentReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[SegmentFile]:
+        if not self.options.path:
+            raise OptionError('sluice-segments needs a path: .load("<broker log.dirs>")')
+        return plan_segments(Path(self.options.path), self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, SegmentFile) and partition.value is None:
+            return iter(())  # no segment planned: PySpark then reads one InputPartition(None)
+        assert isinstance(partition, SegmentFile)
+        if not os.path.exists(partition.path):
+            if self.options.fail_on_data_loss:
+                raise FileNotFoundError(
+                    f"{partition.path} was deleted (retention?) before it was read; "
+                    "set failOnDataLoss=false to skip it"
+                )
+            return iter(())
+        return read_segment(partition, self.options.include_headers)
+
+
+class SluiceSegmentsDataSource(DataSource):
+    """``format("sluice-segments")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sluice-segments"
+
+    def _options(self) -> SourceOptions:
+        return parse(self.options, streaming=False, need_bootstrap=False)
+
+    def schema(self) -> str:
+        return schema_ddl(self._options().include_headers)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return SegmentReader(self._options())

@@ -1,0 +1,562 @@
+"""Declarations of every Kafka API Sluice implements -- the single source of the wire format.
+
+Transcribed from Apache Kafka's ``clients/src/main/resources/common/message/*Request.json`` and
+``*Response.json`` (field names in snake_case, same order, versions, nullable versions, defaults,
+tags). Only fields that exist in the implemented version range are listed; the ``versions=`` of
+each API is exactly what the codec implements (``framing.SUPPORTED_VERSIONS`` is built from it).
+Kafka 4 dropped some old versions from its JSON (CreateTopics v0-1, DeleteTopics v0, JoinGroup
+v0-1, OffsetCommit v0-1, OffsetFetch v0); their fields are the ``0+`` fields declared here, as in
+Kafka 3.x.
+
+To add a version: widen ``versions=`` and add the fields that version introduces (one line each).
+The encoders and decoders are derived by :mod:`sluice.protocol.schema`.
+
+Every message class is exported by name (``ProduceRequest``, ``FetchResponse``...); nested
+structs are attributes of it (``ProduceResponse.TopicProduceResponse``,
+``ProduceResponse.PartitionProduceResponse``).
+"""
+
+from __future__ import annotations
+
+from .schema import Api, F, Message, StructSchema, api
+
+# Request header v1 (classic) / v2 (flexible API versions: adds tagged fields). The client_id
+# keeps the classic int16-length encoding even in v2 (``"flexibleVersions": "none"`` in Kafka).
+REQUEST_HEADER = StructSchema(
+    "RequestHeader",
+    [
+        F("api_key", "int16"),
+        F("api_version", "int16"),
+        F("correlation_id", "int32"),
+        F("client_id", "string", "1+", nullable="1+", default=None, flexible=False),
+    ],
+)
+# Response header v0 / v1 (flexible: adds tagged fields). ApiVersions responses always use v0.
+RESPONSE_HEADER = StructSchema("ResponseHeader", [F("correlation_id", "int32")])
+
+# fmt: off
+# (one line per field, nested like the JSON; the formatter would explode every field)
+
+Produce = api(
+    0, "Produce", versions="3-8", flexible="9+",
+    request=[
+        F("transactional_id", "string", "3+", nullable="3+", default=None),
+        F("acks", "int16"),
+        F("timeout_ms", "int32"),
+        F("topic_data", "[]TopicProduceData", fields=[
+            F("name", "string", "0-12"),
+            F("partition_data", "[]PartitionProduceData", fields=[
+                F("index", "int32"),
+                F("records", "records", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("responses", "[]TopicProduceResponse", fields=[
+            F("name", "string", "0-12"),
+            F("partition_responses", "[]PartitionProduceResponse", fields=[
+                F("index", "int32"),
+                F("error_code", "int16"),
+                F("base_offset", "int64"),
+                F("log_append_time_ms", "int64", "2+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("record_errors", "[]BatchIndexAndErrorMessage", "8+", fields=[
+                    F("batch_index", "int32", "8+"),
+                    F("batch_index_error_message", "string", "8+", nullable="8+", default=None),
+                ]),
+                F("error_message", "string", "8+", nullable="8+", default=None),
+            ]),
+        ]),
+        F("throttle_time_ms", "int32", "1+"),
+    ],
+)
+
+Fetch = api(
+    1, "Fetch", versions="4-11", flexible="12+",
+    request=[
+        F("replica_id", "int32", "0-14", default=-1),
+        F("max_wait_ms", "int32"),
+        F("min_bytes", "int32"),
+        F("max_bytes", "int32", "3+", default=0x7fffffff),
+        F("isolation_level", "int8", "4+"),
+        F("session_id", "int32", "7+"),
+        F("session_epoch", "int32", "7+", default=-1),
+        F("topics", "[]FetchTopic", fields=[
+            F("topic", "string", "0-12"),
+            F("partitions", "[]FetchPartition", fields=[
+                F("partition", "int32"),
+                F("current_leader_epoch", "int32", "9+", default=-1),
+                F("fetch_offset", "int64"),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("partition_max_bytes", "int32"),
+            ]),
+        ]),
+        F("forgotten_topics_data", "[]ForgottenTopic", "7+", fields=[
+            F("topic", "string", "7-12"),
+            F("partitions", "[]int32", "7+"),
+        ]),
+        F("rack_id", "string", "11+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "7+"),
+        F("session_id", "int32", "7+"),
+        F("responses", "[]FetchableTopicResponse", fields=[
+            F("topic", "string", "0-12"),
+            F("partitions", "[]PartitionData", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("high_watermark", "int64"),
+                F("last_stable_offset", "int64", "4+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("aborted_transactions", "[]AbortedTransaction", "4+", nullable="4+", fields=[
+                    F("producer_id", "int64", "4+"),
+                    F("first_offset", "int64", "4+"),
+                ]),
+                F("preferred_read_replica", "int32", "11+", default=-1),
+                # Kafka never sends null records and librdkafka rejects them ("invalid
+                # MessageSetSize -1"): default to empty, unlike the JSON (null).
+                F("records", "records", nullable="0+", default=b""),
+            ]),
+        ]),
+    ],
+)
+
+ListOffsets = api(
+    2, "ListOffsets", versions="1-5", flexible="6+",
+    request=[
+        F("replica_id", "int32"),
+        F("isolation_level", "int8", "2+"),
+        F("topics", "[]ListOffsetsTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]ListOffsetsPartition", fields=[
+                F("partition_index", "int32"),
+                F("current_leader_epoch", "int32", "4+", default=-1),
+                F("timestamp", "int64"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]ListOffsetsTopicResponse", fields=[
+            F("name", "string"),
+            F("partitions", "[]ListOffsetsPartitionResponse", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("timestamp", "int64", "1+", default=-1),
+                F("offset", "int64", "1+", default=-1),
+                F("leader_epoch", "int32", "4+", default=-1),
+            ]),
+        ]),
+    ],
+)
+
+Metadata = api(
+    3, "Metadata", versions="1-9", flexible="9+",
+    request=[
+        F("topics", "[]MetadataRequestTopic", nullable="1+", fields=[
+            F("name", "string"),
+        ]),
+        F("allow_auto_topic_creation", "bool", "4+", default=True),
+        F("include_cluster_authorized_operations", "bool", "8-10"),
+        F("include_topic_authorized_operations", "bool", "8+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "3+"),
+        F("brokers", "[]MetadataResponseBroker", fields=[
+            F("node_id", "int32"),
+            F("host", "string"),
+            F("port", "int32"),
+            F("rack", "string", "1+", nullable="1+", default=None),
+        ]),
+        F("cluster_id", "string", "2+", nullable="2+", default=None),
+        F("controller_id", "int32", "1+", default=-1),
+        F("topics", "[]MetadataResponseTopic", fields=[
+            F("error_code", "int16"),
+            F("name", "string"),
+            F("is_internal", "bool", "1+"),
+            F("partitions", "[]MetadataResponsePartition", fields=[
+                F("error_code", "int16"),
+                F("partition_index", "int32"),
+                F("leader_id", "int32"),
+                F("leader_epoch", "int32", "7+", default=-1),
+                F("replica_nodes", "[]int32"),
+                F("isr_nodes", "[]int32"),
+                F("offline_replicas", "[]int32", "5+"),
+            ]),
+            F("topic_authorized_operations", "int32", "8+", default=-2147483648),
+        ]),
+        F("cluster_authorized_operations", "int32", "8-10", default=-2147483648),
+    ],
+)
+
+OffsetCommit = api(
+    8, "OffsetCommit", versions="2-7", flexible="8+",
+    request=[
+        F("group_id", "string"),
+        F("generation_id_or_member_epoch", "int32", "1+", default=-1),
+        F("member_id", "string", "1+"),
+        F("group_instance_id", "string", "7+", nullable="7+", default=None),
+        F("retention_time_ms", "int64", "2-4", default=-1),
+        F("topics", "[]OffsetCommitRequestTopic", fields=[
+            F("name", "string", "0-9"),
+            F("partitions", "[]OffsetCommitRequestPartition", fields=[
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", "6+", default=-1),
+                F("committed_metadata", "string", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]OffsetCommitResponseTopic", fields=[
+            F("name", "string", "0-9"),
+            F("partitions", "[]OffsetCommitResponsePartition", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+OffsetFetch = api(
+    9, "OffsetFetch", versions="1-5", flexible="6+",
+    request=[
+        F("group_id", "string", "0-7"),
+        F("topics", "[]OffsetFetchRequestTopic", "0-7", nullable="2-7", fields=[
+            F("name", "string", "0-7"),
+            F("partition_indexes", "[]int32", "0-7"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]OffsetFetchResponseTopic", "0-7", fields=[
+            F("name", "string", "0-7"),
+            F("partitions", "[]OffsetFetchResponsePartition", "0-7", fields=[
+                F("partition_index", "int32", "0-7"),
+                F("committed_offset", "int64", "0-7"),
+                F("committed_leader_epoch", "int32", "5-7", default=-1),
+                F("metadata", "string", "0-7", nullable="0-7"),
+                F("error_code", "int16", "0-7"),
+            ]),
+        ]),
+        F("error_code", "int16", "2-7"),
+    ],
+)
+
+FindCoordinator = api(
+    10, "FindCoordinator", versions="0-2", flexible="3+",
+    request=[
+        F("key", "string", "0-3"),
+        F("key_type", "int8", "1+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0-3"),
+        F("error_message", "string", "1-3", nullable="1-3"),
+        F("node_id", "int32", "0-3"),
+        F("host", "string", "0-3"),
+        F("port", "int32", "0-3"),
+    ],
+)
+
+JoinGroup = api(
+    11, "JoinGroup", versions="0-5", flexible="6+",
+    request=[
+        F("group_id", "string"),
+        F("session_timeout_ms", "int32"),
+        F("rebalance_timeout_ms", "int32", "1+", default=-1),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "5+", nullable="5+", default=None),
+        F("protocol_type", "string"),
+        F("protocols", "[]JoinGroupRequestProtocol", fields=[
+            F("name", "string"),
+            F("metadata", "bytes"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("error_code", "int16"),
+        F("generation_id", "int32", default=-1),
+        F("protocol_name", "string"),
+        F("leader", "string"),
+        F("member_id", "string"),
+        F("members", "[]JoinGroupResponseMember", fields=[
+            F("member_id", "string"),
+            F("group_instance_id", "string", "5+", nullable="5+", default=None),
+            F("metadata", "bytes"),
+        ]),
+    ],
+)
+
+Heartbeat = api(
+    12, "Heartbeat", versions="0-3", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+    ],
+)
+
+LeaveGroup = api(
+    13, "LeaveGroup", versions="0-3", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("member_id", "string", "0-2"),
+        F("members", "[]MemberIdentity", "3+", fields=[
+            F("member_id", "string", "3+"),
+            F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("members", "[]MemberResponse", "3+", fields=[
+            F("member_id", "string", "3+"),
+            F("group_instance_id", "string", "3+", nullable="3+"),
+            F("error_code", "int16", "3+"),
+        ]),
+    ],
+)
+
+SyncGroup = api(
+    14, "SyncGroup", versions="0-3", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("assignments", "[]SyncGroupRequestAssignment", fields=[
+            F("member_id", "string"),
+            F("assignment", "bytes"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("assignment", "bytes"),
+    ],
+)
+
+DescribeGroups = api(
+    15, "DescribeGroups", versions="0-4", flexible="5+",
+    request=[
+        F("groups", "[]string"),
+        F("include_authorized_operations", "bool", "3+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("groups", "[]DescribedGroup", fields=[
+            F("error_code", "int16"),
+            F("group_id", "string"),
+            F("group_state", "string"),
+            F("protocol_type", "string"),
+            F("protocol_data", "string"),
+            F("members", "[]DescribedGroupMember", fields=[
+                F("member_id", "string"),
+                F("group_instance_id", "string", "4+", nullable="4+", default=None),
+                F("client_id", "string"),
+                F("client_host", "string"),
+                F("member_metadata", "bytes"),
+                F("member_assignment", "bytes"),
+            ]),
+            F("authorized_operations", "int32", "3+", default=-2147483648),
+        ]),
+    ],
+)
+
+ListGroups = api(
+    16, "ListGroups", versions="0-2", flexible="3+",
+    request=[],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("groups", "[]ListedGroup", fields=[
+            F("group_id", "string"),
+            F("protocol_type", "string"),
+        ]),
+    ],
+)
+
+ApiVersions = api(
+    18, "ApiVersions", versions="0-3", flexible="3+",
+    request=[
+        F("client_software_name", "string", "3+"),
+        F("client_software_version", "string", "3+"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("api_keys", "[]ApiVersion", fields=[
+            F("api_key", "int16"),
+            F("min_version", "int16"),
+            F("max_version", "int16"),
+        ]),
+        F("throttle_time_ms", "int32", "1+"),
+        F("supported_features", "[]SupportedFeatureKey", "3+", tag=0, fields=[
+            F("name", "string", "3+"),
+            F("min_version", "int16", "3+"),
+            F("max_version", "int16", "3+"),
+        ]),
+        F("finalized_features_epoch", "int64", "3+", default=-1, tag=1),
+        F("finalized_features", "[]FinalizedFeatureKey", "3+", tag=2, fields=[
+            F("name", "string", "3+"),
+            F("max_version_level", "int16", "3+"),
+            F("min_version_level", "int16", "3+"),
+        ]),
+        F("zk_migration_ready", "bool", "3+", tag=3),
+    ],
+)
+
+CreateTopics = api(
+    19, "CreateTopics", versions="0-4", flexible="5+",
+    request=[
+        F("topics", "[]CreatableTopic", fields=[
+            F("name", "string"),
+            F("num_partitions", "int32"),
+            F("replication_factor", "int16"),
+            F("assignments", "[]CreatableReplicaAssignment", fields=[
+                F("partition_index", "int32"),
+                F("broker_ids", "[]int32"),
+            ]),
+            F("configs", "[]CreatableTopicConfig", fields=[
+                F("name", "string"),
+                F("value", "string", nullable="0+"),
+            ]),
+        ]),
+        F("timeout_ms", "int32", default=60000),
+        F("validate_only", "bool", "1+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]CreatableTopicResult", fields=[
+            F("name", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", "1+", nullable="0+"),
+        ]),
+    ],
+)
+
+DeleteTopics = api(
+    20, "DeleteTopics", versions="0-3", flexible="4+",
+    request=[
+        F("topic_names", "[]string", "0-5"),
+        F("timeout_ms", "int32"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("responses", "[]DeletableTopicResult", fields=[
+            F("name", "string"),
+            F("error_code", "int16"),
+        ]),
+    ],
+)
+
+DeleteRecords = api(
+    21, "DeleteRecords", versions="0-1", flexible="2+",
+    request=[
+        F("topics", "[]DeleteRecordsTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]DeleteRecordsPartition", fields=[
+                F("partition_index", "int32"),
+                F("offset", "int64"),
+            ]),
+        ]),
+        F("timeout_ms", "int32"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]DeleteRecordsTopicResult", fields=[
+            F("name", "string"),
+            F("partitions", "[]DeleteRecordsPartitionResult", fields=[
+                F("partition_index", "int32"),
+                F("low_watermark", "int64"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+InitProducerId = api(
+    22, "InitProducerId", versions="0-1", flexible="2+",
+    request=[
+        F("transactional_id", "string", nullable="0+"),
+        F("transaction_timeout_ms", "int32"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("producer_id", "int64", default=-1),
+        F("producer_epoch", "int16"),
+    ],
+)
+
+DeleteGroups = api(
+    42, "DeleteGroups", versions="0-1", flexible="2+",
+    request=[
+        F("groups_names", "[]string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]DeletableGroupResult", fields=[
+            F("group_id", "string"),
+            F("error_code", "int16"),
+        ]),
+    ],
+)
+
+# fmt: on
+
+#: Every implemented API by key.
+APIS: dict[int, Api] = {
+    a.key: a
+    for a in (
+        Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
+        JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
+        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, DeleteGroups,
+    )
+}  # fmt: skip
+
+ProduceRequest: type[Message] = Produce.request.cls
+ProduceResponse: type[Message] = Produce.response.cls
+FetchRequest: type[Message] = Fetch.request.cls
+FetchResponse: type[Message] = Fetch.response.cls
+ListOffsetsRequest: type[Message] = ListOffsets.request.cls
+ListOffsetsResponse: type[Message] = ListOffsets.response.cls
+MetadataRequest: type[Message] = Metadata.request.cls
+MetadataResponse: type[Message] = Metadata.response.cls
+OffsetCommitRequest: type[Message] = OffsetCommit.request.cls
+OffsetCommitResponse: type[Message] = OffsetCommit.response.cls
+OffsetFetchRequest: type[Message] = OffsetFetch.request.cls
+OffsetFetchResponse: type[Message] = OffsetFetch.response.cls
+FindCoordinatorRequest: type[Message] = FindCoordinator.request.cls
+FindCoordinatorResponse: type[Message] = FindCoordinator.response.cls
+JoinGroupRequest: type[Message] = JoinGroup.request.cls
+JoinGroupResponse: type[Message] = JoinGroup.response.cls
+HeartbeatRequest: type[Message] = Heartbeat.request.cls
+HeartbeatResponse: type[Message] = Heartbeat.response.cls
+LeaveGroupRequest: type[Message] = LeaveGroup.request.cls
+LeaveGroupResponse: type[Message] = LeaveGroup.response.cls
+SyncGroupRequest: type[Message] = SyncGroup.request.cls
+SyncGroupResponse: type[Message] = SyncGroup.response.cls
+DescribeGroupsRequest: type[Message] = DescribeGroups.request.cls
+DescribeGroupsResponse: type[Message] = DescribeGroups.response.cls
+ListGroupsRequest: type[Message] = ListGroups.request.cls
+ListGroupsResponse: type[Message] = ListGroups.response.cls
+ApiVersionsRequest: type[Message] = ApiVersions.request.cls
+ApiVersionsResponse: type[Message] = ApiVersions.response.cls
+CreateTopicsRequest: type[Message] = CreateTopics.request.cls
+CreateTopicsResponse: type[Message] = CreateTopics.response.cls
+DeleteTopicsRequest: type[Message] = DeleteTopics.request.cls
+DeleteTopicsResponse: type[Message] = DeleteTopics.response.cls
+DeleteRecordsRequest: type[Message] = DeleteRecords.request.cls
+DeleteRecordsResponse: type[Message] = DeleteRecords.response.cls
+InitProducerIdRequest: type[Message] = InitProducerId.request.cls
+InitProducerIdResponse: type[Message] = InitProducerId.response.cls
+DeleteGroupsRequest: type[Message] = DeleteGroups.request.cls
+DeleteGroupsResponse: type[Message] = DeleteGroups.response.cls

@@ -1,0 +1,1 @@
+"""The broker core: config, server lifecycle, connections, request routing, replica manager."""

@@ -1,0 +1,430 @@
+"""One protocol object per client connection: framing, in-order processing, backpressure, sending.
+
+Life of a connection (all on the event loop thread)::
+
+    data_received -> FrameReader.feed -> complete frames appended to ``_frames``
+    worker task:  frame -> decode_request -> Handlers.handle -> encode_response -> send
+                  (one request at a time, so responses leave strictly in request order — Kafka
+                  mutes a channel the same way until its response is sent)
+
+Backpressure. Reading pauses (``transport.pause_reading()``) while either
+
+* ``queued.max.requests`` frames wait unanswered, or
+* the transport's write buffer is above ``sluice.connection.max.unsent.bytes`` (the transport
+  calls :meth:`pause_writing`; the worker also waits before sending the next response),
+
+and resumes when both are below their marks, so a client that floods requests or never reads its
+responses holds at most about those amounts of memory.
+
+Bad input. A frame above ``socket.request.max.bytes`` (seen in its size prefix, before the body
+arrives), a header or body that does not parse, or an API key/version we do not serve closes the
+connection after the responses already due are sent (ApiVersions with an unknown version instead
+gets the v0 ``UNSUPPORTED_VERSION`` answer the protocol defines). Each case logs one structured
+line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touched.
+
+Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
+partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
+``sluice.fetch.zero.copy=true`` the bytes parts go through the transport; before a slice the
+worker waits until the transport's buffer is empty, then ``os.sendfile``s the slice straight to
+the socket (uvloop transports do not implement ``loop.sendfile``), waiting for writability on a
+dup of the socket fd when the kernel buffer is full (uvloop refuses ``add_writer`` on an fd a
+transport owns). Otherwise each slice is copied with ``read_bytes()`` and written like any bytes.
+
+Measured and rejected (``python -m bench broker --rounds 7 --compare-tree <the variant's tree>``,
+880 KB responses, 2 shared cores): sending the whole response on the socket ourselves, the header
+with ``send(MSG_MORE)`` so it rides in the records' first segment. In the same interleaved rounds
+it used 359 ms of broker CPU per GiB against 347 for this path and the same client CPU (279
+ms/GiB), fetch 0.61-0.89 x raw sendfile per round against 0.69-1.26, and the client read no
+fewer times per response (1.5-1.7 against 1.2-1.8): the kernel already merges the header. (Two
+identical trees differ by ~6% CPU in such an A/A run: 311 vs 294 ms/GiB.) ``os.sendfile`` is
+already called until EAGAIN, and a Fetch holds one slice per partition: no adjacent slices to
+coalesce. What a response costs beyond the kernel's sendfile is the request's Python path (decode
+~12 us, handler + log read ~40 us, encode ~11 us per 880 KB response, against ~100 us of kernel
+sendfile), outside this module.
+
+Measured again (fetch-perf branch; "A/B loop" = the bench's fetch pipelines only, 3 connections x
+window 8, two brokers from two trees on copies of one 330 MB log, alternating every round for
+40-70 s, medians of broker CPU per GiB as ``bench broker`` reports it):
+
+* Per response, ``strace -c -f -p BROKER`` during fetch: 1 sendfile (EAGAIN on 0.3-1.7% of them),
+  1 write (the header), 2 preads (two batch headers; now 1), 0.13 reads and 0.05 epoll_waits
+  (requests arrive in batches), and 1 getpid: Python 3.11's ``asyncio.get_running_loop`` checks
+  the pid, and ``_sendfile`` called it per slice (now the loop is remembered).
+* The header with ``MSG_MORE`` on a dup of the socket when the transport buffer is empty (so it
+  rides in the records' first segment, one client wake-up): A/B loop 251 vs 251 ms/GiB broker,
+  client 207 vs 209 ms/GiB. Rejected again. A raw sender (``os.sendfile`` of 880 KB, 3
+  connections, one thread) costs the same CPU blocking (171 ms/GiB), non-blocking with epoll on
+  EAGAIN (166) or with a 100-byte ``send`` before every call (172): neither the event-loop style
+  nor the separate header costs the kernel anything measurable.
+* Keeping the dup fd's writer registered instead of add/remove per wait: ``fetch.sendfile_waits``
+  3 and ``fetch.sendfile_eagain`` 814 in 48,750 responses, two epoll_ctl per 60 responses at
+  most: not worth the state.
+* Bound of this design: a tree whose ``_process`` memoized decode + handler + encode per
+  repeated Fetch frame (an experiment only: wrong for a live log), ``python -m bench broker
+  --rounds 9 --compare-tree <that tree>``: 178 ms/GiB broker CPU and 182 client against 275 and
+  225 for this tree, 5,766 against 3,964 MiB/s best, 0.90 against 0.62 x raw sendfile (6,374
+  MiB/s) in the same interleaved rounds; ``perf record`` of such a broker: 87% kernel time, 81%
+  inside sendfile. Split the same way (one bench run each, same command): memoizing only the
+  handler's body (decode and encode still run) 184 vs 243 ms/GiB, 0.80 vs 0.61 x raw; only
+  ``Log.read`` 218 vs 241; only decode 291 vs 280 (nothing). The handler memoized but a 20 us
+  busy loop in its place: 215 vs 235, about the 184 plus the loop's own 24 ms/GiB, so its cost
+  is plain CPU, not a pacing effect on the kernel's side. ``py-spy record`` under the same load
+  puts only ~9% of the broker's samples in the handler (6% in Log.read), 4% in decode, 3.6% in
+  encode and 71% on the ``os.sendfile`` line, which undercounts it: the handler's ~18 us per
+  Fetch in a loop costs ~45 us per response here, the rest of the request path much less. So
+  the lever is the handler + read path per request; its pieces were trimmed on this branch (A/B
+  loop: -6% broker CPU), the rest is spread thin over messages, the read path and the codecs.
+* Handling every queued request first, then sending their responses back to back (responses
+  still in order; hoping the Python would run with warm caches between sendfiles): A/B loop 232
+  vs 245 ms/GiB, then 249 vs 250 with the order of the brokers swapped; bench 264 vs 271 with
+  the client at 212 vs 216. Noise, not kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+from typing import TYPE_CHECKING, Any, cast
+
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.framing import (
+    FrameReader,
+    FrameTooLarge,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from sluice.server.core.handlers import CLOSE_CONNECTION
+from sluice.server.logging import get_logger
+
+if TYPE_CHECKING:
+    from sluice.server.core.handlers import Handlers
+    from sluice.server.core.metrics import Metrics
+
+log = get_logger("sluice.connection")
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)  # a tuple: isinstance with a union is slower
+
+
+class Connection(asyncio.Protocol):
+    """Protocol object for one client TCP connection. Created by ``Server``; not reused."""
+
+    def __init__(
+        self,
+        handlers: Handlers,
+        metrics: Metrics,
+        *,
+        max_frame_size: int,
+        max_queued_requests: int,
+        max_unsent_bytes: int,
+        zero_copy: bool,
+        registry: set[Connection],
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
+        self._handlers = handlers
+        self._metrics = metrics
+        self._reader = FrameReader(max_frame_size)
+        self._max_queued = max_queued_requests
+        self._max_unsent = max_unsent_bytes
+        self._zero_copy = zero_copy
+        self._registry = registry
+        self._sndbuf = send_buffer_bytes
+        self._rcvbuf = receive_buffer_bytes
+        self._frames: collections.deque[memoryview] = collections.deque()
+        self._frame_ready = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._transport: asyncio.Transport | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closing = False  # no more frames accepted; worker drains what is queued, then closes
+        self._busy = False  # a request is being handled right now
+        self._dup_fd: int | None = None  # dup of the socket fd, polled for writability
+        self._writable: asyncio.Future[None] | None = None
+        self._peer: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1  # the socket's fd, for os.sendfile (valid while _transport is set)
+
+    # --- asyncio.Protocol callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
+        self._peer = transport.get_extra_info("peername")
+        self._loop = asyncio.get_running_loop()
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
+            # Kafka's socket.send/receive.buffer.bytes; -1 keeps the kernel's autotuning.
+            with contextlib.suppress(OSError):
+                if self._sndbuf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+                if self._rcvbuf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
+        # High watermark = our unsent-bytes bound; resume at a quarter of it.
+        transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
+        self._registry.add(self)
+        self._metrics.inc("connections.accepted")
+        self._metrics.set("connections.active", len(self._registry))
+        self._worker = self._loop.create_task(self._run())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
+        self._metrics.inc("connections.closed")
+        self._metrics.set("connections.active", len(self._registry))
+        self._closing = True
+        self._frames.clear()
+        self._can_write.set()  # let a worker blocked on writing notice the close
+        self._frame_ready.set()
+        if self._worker is not None and not self._worker.done() and not self._busy:
+            self._worker.cancel()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)  # a worker waiting to sendfile sees the close
+        if self._dup_fd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                asyncio.get_running_loop().remove_writer(self._dup_fd)
+            with contextlib.suppress(OSError):
+                os.close(self._dup_fd)
+            self._dup_fd = None
+        self._transport = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._reader.feed(data)
+            while (frame := self._reader.next_frame()) is not None:
+                # The reader hands over ownership of each frame (no copy; Produce records
+                # decode as slices of it).
+                self._frames.append(frame)
+        except FrameTooLarge as exc:
+            self._bad_input("frame_too_large", exc)
+            return
+        except ProtocolError as exc:
+            self._bad_input("bad_frame", exc)
+            return
+        if self._frames:
+            self._frame_ready.set()
+        self._update_reading()
+
+    def eof_received(self) -> bool | None:
+        # Client half-closed: answer what it already sent, then close (return False = close
+        # our side once the worker is done; the worker closes the transport itself).
+        self._closing = True
+        self._frame_ready.set()
+        return True
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._can_write.clear()
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._can_write.set()
+        self._update_reading()
+
+    # --- control used by Server ------------------------------------------------------------------
+
+    def stop_reading_requests(self) -> None:
+        """Graceful shutdown: accept no new frame; answer the queued ones, then close."""
+        self._closing = True
+        self._frame_ready.set()
+        if self._transport is not None and not self._reading_paused:
+            with contextlib.suppress(RuntimeError):
+                self._transport.pause_reading()
+            self._reading_paused = True
+
+    async def wait_idle(self) -> None:
+        """Until no request is being handled and none is queued."""
+        if self._worker is not None:
+            await asyncio.wait({self._worker})
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        full = len(self._frames) >= self._max_queued or self._writing_paused
+        if full and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+            self._metrics.inc("connections.backpressure")
+        elif not full and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    def _bad_input(self, reason: str, exc: BaseException | str) -> None:
+        """Log, count, and close after already-queued requests are answered."""
+        log.warning("closing connection", reason=reason, peer=self._peer, error=str(exc))
+        self._metrics.inc(f"connections.closed.{reason}")
+        self._closing = True
+        self._frame_ready.set()
+        if self._transport is not None and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self._frames:
+                    if self._closing:
+                        return
+                    self._frame_ready.clear()
+                    await self._frame_ready.wait()
+                frame = self._frames.popleft()
+                self._update_reading()
+                self._busy = True
+                try:
+                    keep_going = await self._process(frame)
+                finally:
+                    self._busy = False
+                if not keep_going:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection worker failed", peer=self._peer)
+            self._metrics.inc("connections.closed.internal_error")
+        finally:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.close()
+
+    async def _process(self, frame: memoryview) -> bool:
+        """Handle one frame; False = close the connection."""
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            response = self._handlers.unsupported_version(exc)
+            if response is None:
+                self._bad_input("unsupported_version", exc)
+                return False
+            await self._send(response)
+            return True
+        except ProtocolError as exc:
+            self._bad_input("bad_request", exc)
+            return False
+        if not self._handlers.serves(request.header.api_key):
+            # Declared in the codec but not advertised (no handler yet): like an unknown API.
+            self._bad_input("unsupported_version", f"API {request.header.api_key} not served")
+            return False
+        self._metrics.inc("requests")
+        body = self._handlers.dispatch(request.header, request.body)
+        if asyncio.iscoroutine(body):
+            body = await body
+        if body is None:  # e.g. Produce with acks=0: no response at all
+            return True
+        if body is CLOSE_CONNECTION:
+            self._metrics.inc("connections.closed.acks0_error")
+            return False
+        if self._transport is None:
+            return False
+        await self._send(encode_response(request.header, body))
+        return True
+
+    async def _send(self, parts: list[Any]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        pending: list[bytes | bytearray | memoryview] = []
+        for part in parts:
+            if isinstance(part, _BYTES_LIKE):
+                pending.append(part)
+                continue
+            if part.size == 0:
+                continue
+            if not self._zero_copy:
+                pending.append(part.read_bytes())
+                continue
+            if pending:
+                transport.writelines(pending)
+                pending = []
+            await self._sendfile(part)
+            if self._transport is None:
+                return
+        if pending:
+            transport.writelines(pending)
+
+    async def _wait_write_buffer_empty(self, transport: asyncio.Transport) -> None:
+        if transport.get_write_buffer_size() == 0:
+            return
+        self._metrics.inc("fetch.sendfile_waits")
+        # Make the transport call resume_writing() exactly when its buffer reaches 0.
+        self._can_write.clear()
+        transport.set_write_buffer_limits(high=0, low=0)
+        if transport.get_write_buffer_size() == 0:
+            self._can_write.set()
+        try:
+            await self._can_write.wait()
+        finally:
+            if self._transport is not None:
+                transport.set_write_buffer_limits(high=self._max_unsent, low=self._max_unsent // 4)
+
+    async def _sendfile(self, piece: Any) -> None:
+        """Send ``piece`` (file, position, size) with os.sendfile after the buffered bytes."""
+        transport = self._transport
+        assert transport is not None
+        if transport.get_write_buffer_size():
+            await self._wait_write_buffer_empty(transport)
+            if self._transport is None:
+                return
+        out_fd = self._fd
+        loop = self._loop
+        if out_fd < 0 or loop is None or transport.is_closing():
+            return  # (an aborted transport's fd is closed: its number may be reused)
+        in_fd = piece.file.fileno()
+        position, remaining = piece.position, piece.size
+        while remaining > 0:
+            try:
+                sent = os.sendfile(out_fd, in_fd, position, remaining)
+            except BlockingIOError:
+                self._metrics.inc("fetch.sendfile_eagain")
+                await self._wait_socket_writable(loop, out_fd)
+                if self._transport is None or transport.is_closing():
+                    return
+                continue
+            except OSError as exc:
+                log.info("sendfile failed", peer=self._peer, error=str(exc))
+                transport.abort()
+                return
+            if sent == 0:  # file shorter than the slice (truncated underneath us): framing is lost
+                log.warning("sendfile hit end of file", peer=self._peer, missing=remaining)
+                transport.abort()
+                return
+            position += sent
+            remaining -= sent
+        self._metrics.inc("fetch.sendfile_bytes", piece.size)
+
+    async def _wait_socket_writable(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        if self._dup_fd is None:
+            self._dup_fd = os.dup(fd)
+        dup = self._dup_fd
+        fut: asyncio.Future[None] = loop.create_future()
+        self._writable = fut
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(dup, ready)
+        try:
+            await fut
+        finally:
+            self._writable = None
+            if self._dup_fd == dup:
+                with contextlib.suppress(OSError, ValueError):
+                    loop.remove_writer(dup)

@@ -1,0 +1,193 @@
+"""The broker process: Config -> Server -> one Connection per client -> Handlers -> LogManager.
+
+``Server`` owns startup and the shutdown order:
+
+1. startup: open the LogManager on ``log.dirs`` (loads/recovers every partition, removes the
+   clean-shutdown marker), start its background tasks, then listen;
+2. shutdown (first SIGTERM/SIGINT, or :meth:`shutdown`): stop accepting connections -> stop
+   reading new requests and wake long-polling fetches -> let in-flight requests finish, bounded by
+   ``sluice.shutdown.timeout.ms`` -> close the connections -> stop the LogManager's tasks and
+   close it (flush, checkpoints, clean-shutdown marker);
+3. a second SIGINT while shutting down forces it: connections are aborted at once (the logs are
+   still flushed and closed, which is quick and keeps the next start from a full recovery).
+
+Everything runs on one event loop thread (uvloop when the entrypoint runs it); the storage layer
+is synchronous and called only from that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import TYPE_CHECKING
+
+from sluice.server.core.config import Config
+from sluice.server.core.connection import Connection
+from sluice.server.core.handlers import Handlers
+from sluice.server.core.metrics import Metrics
+from sluice.server.logging import get_logger
+
+if TYPE_CHECKING:
+    from sluice.server.storage.log_manager import LogManager
+
+log = get_logger("sluice.server")
+
+
+class Server:
+    """A single Sluice broker. ``await start()`` then ``await serve_forever()`` (or ``shutdown()``).
+
+    ``port`` is the bound port after :meth:`start` (useful with ``listeners=...:0``).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.log_manager: LogManager | None = None
+        self.handlers: Handlers | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+        self._should_exit = asyncio.Event()
+        self._force_exit = False
+        self._stopped = False
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self.host = config.listener.host
+        self.port = config.listener.port
+
+    async def start(self) -> None:
+        from sluice.server.storage.log_manager import LogManager
+
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Kafka's default flush scheduler interval is "never"; ours also flushes rolled segments
+        # (as Kafka does on roll), so keep the storage layer's default unless set explicitly.
+        flush_check_ms = 1_000
+        if "log.flush.scheduler.interval.ms" in config.properties:
+            flush_check_ms = min(config.log_flush_scheduler_interval_ms, 86_400_000)
+        manager = LogManager(
+            config.data_dir,
+            config.log_config(),
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            checkpoint_interval_ms=config.log_checkpoint_interval_ms,
+            flush_check_interval_ms=flush_check_ms,
+        )
+        manager.open()
+        self.log_manager = manager
+        # Becoming leader of every partition (Kafka's makeLeader): with this broker the only
+        # replica and ISR member, everything in the log is committed, so HW = LEO. This matters
+        # after an unclean stop, when the checkpointed HW lags the recovered log.
+        for log_ in manager.logs.values():
+            log_.maybe_increment_high_watermark(log_.log_end_offset)
+        await manager.start()
+        advertised = config.advertised_listener
+        self.handlers = Handlers(config, manager, self.metrics)
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                self._make_connection,
+                host=config.listener.host or None,
+                port=config.listener.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except OSError:
+            # e.g. address in use: leave the data dir as cleanly as we found it.
+            await manager.stop()
+            manager.close()
+            self.log_manager = None
+            raise
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        if advertised.port == 0:
+            # listeners=...:0: advertise the port the OS picked.
+            self.handlers.set_advertised(advertised.host, self.port)
+        log.info(
+            "listening",
+            host=self.host,
+            port=self.port,
+            data_dir=str(config.data_dir),
+            node_id=config.node_id,
+            zero_copy=config.fetch_zero_copy,
+            topics=len(manager.topics()),
+        )
+
+    def _make_connection(self) -> Connection:
+        assert self.handlers is not None
+        c = self.config
+        return Connection(
+            self.handlers,
+            self.metrics,
+            max_frame_size=c.socket_request_max_bytes,
+            max_queued_requests=c.queued_max_requests,
+            max_unsent_bytes=c.max_unsent_bytes,
+            zero_copy=c.fetch_zero_copy,
+            registry=self._connections,
+            send_buffer_bytes=c.socket_send_buffer_bytes,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes,
+        )
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig)
+
+    def handle_exit(self, sig: int) -> None:
+        """First signal: graceful shutdown. A second SIGINT during it: force."""
+        if self._should_exit.is_set() and sig == signal.SIGINT:
+            log.warning("second SIGINT: forcing shutdown")
+            self._force_exit = True
+            for conn in list(self._connections):
+                conn.abort()
+        log.info("shutdown requested", signal=signal.Signals(sig).name)
+        self._should_exit.set()
+
+    async def serve_forever(self) -> None:
+        """Serve until a signal (or :meth:`request_exit`), then shut down in order."""
+        if self._server is None:
+            await self.start()
+        await self._should_exit.wait()
+        await self.shutdown()
+
+    def request_exit(self) -> None:
+        self._should_exit.set()
+
+    async def shutdown(self) -> None:
+        """Graceful, ordered shutdown (idempotent; concurrent callers wait for the first)."""
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown())
+        await asyncio.shield(self._shutdown_task)
+
+    async def _shutdown(self) -> None:
+        self._should_exit.set()
+        # 1. stop accepting.
+        if self._server is not None:
+            self._server.close()
+        # 2. stop reading new requests; wake long-polls so they answer with what they have.
+        connections = list(self._connections)
+        for conn in connections:
+            conn.stop_reading_requests()
+        if self.handlers is not None:
+            self.handlers.shutting_down()
+        # 3. finish in-flight requests within a bound.
+        waits = [asyncio.ensure_future(conn.wait_idle()) for conn in connections]
+        if waits and not self._force_exit:
+            _done, pending = await asyncio.wait(
+                waits, timeout=self.config.shutdown_timeout_ms / 1000
+            )
+            if pending:
+                log.warning("in-flight requests did not finish in time", count=len(pending))
+        for w in waits:
+            w.cancel()
+        for conn in list(self._connections):
+            conn.abort()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
+        # 4. flush and close logs; the LogManager writes the clean-shutdown marker last.
+        if self.log_manager is not None:
+            await self.log_manager.stop()
+            self.log_manager.close()
+        self._stopped = True
+        log.info("stopped", metrics=self.metrics.snapshot())

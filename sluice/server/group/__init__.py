@@ -1,0 +1,1 @@
+"""Consumer groups: the group coordinator and the ``__consumer_offsets`` store."""

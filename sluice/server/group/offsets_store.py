@@ -1,0 +1,315 @@
+"""Committed offsets and group metadata, stored the Kafka way: records in ``__consumer_offsets``.
+
+**Format** (byte-compatible with Kafka's group coordinator, so a data dir stays Kafka-shaped and
+Kafka's own ``kafka-dump-log --offsets-decoder`` can read it). Every record's key and value start
+with an int16 *version*, followed by the struct of that version (schemas declared below with
+:mod:`sluice.protocol.schema`, transcribed from Kafka's ``group-coordinator/.../common/message``):
+
+* key version 0/1 ``OffsetCommitKey`` (group, topic, partition) -> value ``OffsetCommitValue``
+  (offset, leaderEpoch v3+, metadata, commitTimestamp, expireTimestamp v1 only). Written as key
+  v1 / value v3.
+* key version 2 ``GroupMetadataKey`` (group) -> value ``GroupMetadataValue`` (protocolType,
+  generation, protocol, leader, currentStateTimestamp v2+, members[]). Written as key v2 /
+  value v3.
+* a null value is a tombstone: the offset (or the whole group) is deleted.
+
+**Placement**: group ``g`` lives in partition ``abs(javaHashCode(g)) % n`` (Kafka's
+``partitionFor``), ``n`` = ``offsets.topic.num.partitions`` (Kafka's default is 50; ours is 1 for a
+single broker, documented in :class:`sluice.server.group.coordinator.GroupConfig`). The partition
+count
+of an existing topic wins over the config (changing it would move groups).
+
+**Durability / compaction**: the topic is created with ``cleanup.policy=delete`` and
+``retention.ms=-1`` (LogConfig rejects ``compact``; Sluice has no log cleaner): retention never
+removes anything, so replaying the log from its start offset restores the latest value of every
+key. Instead of Kafka's cleaner, :meth:`sluice.server.group.coordinator.GroupCoordinator.compact`
+restates the live values and moves the log start offset past the superseded records.
+
+**Concurrency**: called only from the event-loop thread (the group coordinator); appends are
+synchronous like every other Log append.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.records import RecordBatchBuilder, iter_records
+from sluice.protocol.schema import F, Message, StructSchema
+
+if TYPE_CHECKING:
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.log_manager import LogManager
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+#: Topic-level settings of the internal topic (see the module docstring on compaction).
+OFFSETS_TOPIC_CONFIG = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": "104857600",  # Kafka's offsets.topic.segment.bytes
+}
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+GROUP_METADATA_VALUE_VERSION = 3
+
+_I16 = struct.Struct(">h")
+
+# fmt: off
+OffsetCommitKey = StructSchema("OffsetCommitKey", [
+    F("group", "string"),
+    F("topic", "string"),
+    F("partition", "int32"),
+])
+OffsetCommitValue = StructSchema("OffsetCommitValue", [
+    F("offset", "int64"),
+    F("leader_epoch", "int32", "3+", default=-1),
+    F("metadata", "string"),
+    F("commit_timestamp", "int64"),
+    F("expire_timestamp", "int64", "1", default=-1),
+])
+GroupMetadataKey = StructSchema("GroupMetadataKey", [
+    F("group", "string"),
+])
+GroupMetadataValue = StructSchema("GroupMetadataValue", [
+    F("protocol_type", "string"),
+    F("generation", "int32"),
+    F("protocol", "string", nullable="0+"),
+    F("leader", "string", nullable="0+"),
+    F("current_state_timestamp", "int64", "2+", default=-1),
+    F("members", "[]MemberMetadata", fields=[
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("client_id", "string"),
+        F("client_host", "string"),
+        F("rebalance_timeout", "int32", "1+"),
+        F("session_timeout", "int32"),
+        F("subscription", "bytes"),
+        F("assignment", "bytes"),
+    ]),
+])
+# fmt: on
+GroupMetadataValue.set_owner(GroupMetadataValue.cls)
+MemberMetadata: type[Message] = GroupMetadataValue.cls.MemberMetadata
+
+_VALUE_FLEXIBLE_FROM = 4  # both value schemas: version 4 is the first flexible one
+
+
+def _encode(schema: StructSchema, version: int, msg: Message) -> bytes:
+    out = bytearray(_I16.pack(version))
+    schema.encoder(version, version >= _VALUE_FLEXIBLE_FROM and schema.name.endswith("Value"))(
+        msg, out, []
+    )
+    return bytes(out)
+
+
+def _decode(schema: StructSchema, data: bytes, max_version: int) -> tuple[int, Message]:
+    if len(data) < 2:
+        raise ProtocolError(f"{schema.name}: {len(data)} bytes, no version")
+    (version,) = _I16.unpack_from(data, 0)
+    if not 0 <= version <= max_version:
+        raise ProtocolError(f"{schema.name}: unknown version {version}")
+    flexible = version >= _VALUE_FLEXIBLE_FROM and schema.name.endswith("Value")
+    msg, _end = schema.decoder(version, flexible)(data, 2)
+    return version, msg
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """One committed offset, as OffsetFetch returns it."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+def offset_commit_record(
+    group: str, topic: str, partition: int, value: OffsetAndMetadata | None
+) -> tuple[bytes, bytes | None]:
+    """(key, value) of one committed offset; ``value=None`` writes a tombstone."""
+    key = _encode(
+        OffsetCommitKey,
+        OFFSET_COMMIT_KEY_VERSION,
+        OffsetCommitKey.cls(group=group, topic=topic, partition=partition),
+    )
+    if value is None:
+        return key, None
+    body = OffsetCommitValue.cls(
+        offset=value.offset,
+        leader_epoch=value.leader_epoch,
+        metadata=value.metadata,
+        commit_timestamp=value.commit_timestamp,
+    )
+    return key, _encode(OffsetCommitValue, OFFSET_COMMIT_VALUE_VERSION, body)
+
+
+def group_metadata_record(group: str, value: Message | None) -> tuple[bytes, bytes | None]:
+    """(key, value) of a group's metadata (a ``GroupMetadataValue`` message) or a tombstone."""
+    key = _encode(GroupMetadataKey, GROUP_METADATA_KEY_VERSION, GroupMetadataKey.cls(group=group))
+    if value is None:
+        return key, None
+    return key, _encode(GroupMetadataValue, GROUP_METADATA_VALUE_VERSION, value)
+
+
+@dataclass(frozen=True)
+class OffsetRecord:
+    """A decoded offset-commit record (``value`` None: tombstone)."""
+
+    group: str
+    topic: str
+    partition: int
+    value: OffsetAndMetadata | None
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A decoded group-metadata record (``value`` None: tombstone)."""
+
+    group: str
+    value: Message | None
+
+
+def decode_record(key: bytes, value: bytes | None) -> OffsetRecord | GroupRecord:
+    """Decode one ``__consumer_offsets`` record. Raises ProtocolError for anything malformed."""
+    if len(key) < 2:
+        raise ProtocolError("__consumer_offsets key without a version")
+    (key_version,) = _I16.unpack_from(key, 0)
+    if key_version in (0, 1):
+        _v, k = _decode(OffsetCommitKey, key, 1)
+        if value is None:
+            return OffsetRecord(k.group, k.topic, k.partition, None)
+        _v, v = _decode(OffsetCommitValue, value, 4)
+        return OffsetRecord(
+            k.group,
+            k.topic,
+            k.partition,
+            OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp),
+        )
+    if key_version == 2:
+        _v, gk = _decode(GroupMetadataKey, key, 2)
+        if value is None:
+            return GroupRecord(gk.group, None)
+        _v, gv = _decode(GroupMetadataValue, value, 4)
+        return GroupRecord(gk.group, gv)
+    raise ProtocolError(f"__consumer_offsets key version {key_version} is not a classic group")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, int32 overflow): Kafka's group placement."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % n`` (its ``abs`` is ``& 0x7fffffff``)."""
+    return (java_string_hash(group) & 0x7FFFFFFF) % num_partitions
+
+
+class OffsetsStore:
+    """The ``__consumer_offsets`` topic: open or create it, append records, replay it.
+
+    Only the group coordinator calls this, from the event-loop thread.
+    """
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        num_partitions: int,
+        *,
+        clock: Any = None,
+    ) -> None:
+        self._logs = log_manager
+        self._wanted_partitions = num_partitions
+        self.num_partitions = num_partitions
+        self._clock = clock or (lambda: int(time.time() * 1000))
+
+    def open(self) -> bool:
+        """Adopt an existing topic (its partition count wins); False if there is none yet.
+
+        The topic is created lazily, like Kafka does on the first FindCoordinator: a broker
+        nobody uses groups on has no internal topic in its Metadata.
+        """
+        existing = self._logs.topics().get(OFFSETS_TOPIC)
+        if existing is None:
+            return False
+        self.num_partitions = existing
+        return True
+
+    def ensure_topic(self) -> None:
+        """Create the topic if it does not exist (idempotent)."""
+        if not self.open():
+            self._logs.create_topic(OFFSETS_TOPIC, self._wanted_partitions, OFFSETS_TOPIC_CONFIG)
+            self.num_partitions = self._wanted_partitions
+
+    def partition_for(self, group: str) -> int:
+        return partition_for(group, self.num_partitions)
+
+    def log(self, partition: int) -> Log:
+        log_ = self._logs.get_log(OFFSETS_TOPIC, partition)
+        if log_ is None:
+            raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} is not open")
+        return log_
+
+    def append(self, group: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append ``records`` as one batch to ``group``'s partition; returns the first offset.
+
+        Raises the Log's KafkaError subclasses (or OSError) on failure; nothing is written then.
+        """
+        if not records:
+            return -1
+        self.ensure_topic()
+        return self.append_to(self.partition_for(group), records)
+
+    def append_to(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append ``records`` as one batch to ``partition`` (which must exist)."""
+        now = self._clock()
+        builder = RecordBatchBuilder()
+        for key, value in records:
+            builder.append(now, key, value)
+        log_ = self.log(partition)
+        info = log_.append_as_leader(builder.build())
+        # Single replica: committed as soon as it is in the log.
+        log_.maybe_increment_high_watermark(log_.log_end_offset)
+        return int(info.first_offset)
+
+    def replay(self) -> Iterator[OffsetRecord | GroupRecord]:
+        """Every record of every partition, in log order (the last value of a key wins).
+
+        Undecodable records (a newer Kafka's consumer-group records, damage) are skipped.
+        """
+        from sluice.server.storage.log import Isolation
+
+        if not self.open():
+            return
+        for partition in range(self.num_partitions):
+            log_ = self.log(partition)
+            offset = log_.log_start_offset
+            end = log_.log_end_offset
+            while offset < end:
+                info = log_.read(offset, 1 << 22, Isolation.LOG_END, min_one_message=True)
+                if info.slice is None or info.slice.size == 0:
+                    break
+                data = info.slice.read_bytes()
+                next_offset = offset
+                for header, record in iter_records(data):
+                    next_offset = header.next_offset
+                    if header.is_control or record.key is None or record.offset < offset:
+                        continue
+                    try:
+                        yield decode_record(record.key, record.value)
+                    except ProtocolError:
+                        continue
+                if next_offset <= offset:
+                    break
+                offset = next_offset

@@ -1,0 +1,109 @@
+"""Offset checkpoint files: Kafka's ``recovery-point-offset-checkpoint`` format.
+
+Format (text, one data dir holds several such files, each a map partition -> offset)::
+
+    0                       version
+    <n>                     number of entries
+    <topic> <partition> <offset>        n lines
+
+Topic names cannot contain spaces (see ``LogManager.validate_topic_name``), so a line splits
+unambiguously. Writes are atomic: the new content goes to ``<name>.tmp``, is fsynced, renamed over
+the old file and the directory is fsynced, so a reader sees either the old or the new file, never a
+torn one. A leftover ``.tmp`` (crash mid-write) is never read; the next write overwrites it.
+
+Not thread-safe; the LogManager calls it from the event loop only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sluice.protocol.errors import SluiceError
+
+VERSION = 0
+
+
+class CorruptCheckpointError(SluiceError):
+    """A checkpoint file whose content does not follow the format."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: tmp file, fsync, rename, fsync of the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename/create/unlink in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OffsetCheckpointFile:
+    """One checkpoint file mapping ``(topic, partition)`` to an offset."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Replace the file's content with ``offsets`` (atomic, durable)."""
+        lines = [str(VERSION), str(len(offsets))]
+        for (topic, partition), offset in sorted(offsets.items()):
+            if not topic or any(c.isspace() for c in topic):
+                raise ValueError(f"topic name {topic!r} cannot be checkpointed")
+            lines.append(f"{topic} {int(partition)} {int(offset)}")
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+
+    def read(self) -> dict[tuple[str, int], int]:
+        """The stored map; empty if the file does not exist.
+
+        Raises CorruptCheckpointError if the content is malformed (wrong version, count that does
+        not match the lines, a line that does not parse).
+        """
+        try:
+            text = self.path.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            return {}
+        except UnicodeDecodeError as exc:
+            raise CorruptCheckpointError(f"{self.path}: not UTF-8 text") from exc
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        if len(lines) < 2:
+            raise CorruptCheckpointError(f"{self.path}: missing version or count line")
+        if lines[0].strip() != str(VERSION):
+            raise CorruptCheckpointError(f"{self.path}: unsupported version {lines[0]!r}")
+        try:
+            count = int(lines[1])
+        except ValueError:
+            raise CorruptCheckpointError(f"{self.path}: bad count line {lines[1]!r}") from None
+        entries = lines[2:]
+        if count != len(entries):
+            raise CorruptCheckpointError(
+                f"{self.path}: expected {count} entries, found {len(entries)}"
+            )
+        result: dict[tuple[str, int], int] = {}
+        for line in entries:
+            parts = line.split(" ")
+            if len(parts) != 3:
+                raise CorruptCheckpointError(f"{self.path}: malformed line {line!r}")
+            try:
+                result[(parts[0], int(parts[1]))] = int(parts[2])
+            except ValueError:
+                raise CorruptCheckpointError(f"{self.path}: malformed line {line!r}") from None
+        return result

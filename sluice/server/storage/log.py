@@ -1,0 +1,1186 @@
+"""The partition log: an ordered list of segments plus the offsets that make it a Kafka log.
+
+See :class:`Log` for the format, the offsets and their invariants, and :meth:`Log.open` for the
+numbered crash-recovery procedure.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import os
+import random
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import structlog
+
+from sluice.protocol import records as rec
+from sluice.protocol.errors import (
+    CorruptMessage,
+    CorruptRecordError,
+    InvalidRecord,
+    InvalidRequest,
+    OffsetOutOfRange,
+    RecordListTooLarge,
+    UnknownTopicOrPartition,
+)
+from sluice.server.storage.index import CorruptIndexError
+from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.producer_state import (
+    ProducerStateManager,
+    delete_snapshots_above,
+    load_latest_snapshot,
+    write_snapshot,
+)
+from sluice.server.storage.segment import FetchSlice, LogSegment
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS
+
+logger = structlog.get_logger("sluice.storage")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+SWAP_SUFFIX = ".swap"
+# Suffixes of files a crash may leave behind that are never valid data on their own. (A
+# "<base>.log.swap" is: Kafka's compaction renames a finished cleaned segment to .swap before
+# replacing the old segments, so load completes the swap. Sluice itself never compacts.)
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+_I32 = struct.Struct(">i")
+# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch header, none of
+# them covered by the CRC (sluice.protocol.records.HEADER has the whole layout).
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+assert _OFFSET_LENGTH_EPOCH.size == rec.PARTITION_LEADER_EPOCH_OFFSET + 4
+# From this size on a single batch is written as (copied header, caller's body) rather than
+# copied whole: the copy costs more than the second write (~40 us per MiB vs ~1 us per call).
+_SPLIT_WRITE_BYTES = 256 * 1024
+_INT32_MAX = 2**31 - 1
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    """``00000000000000000133.log``: the base offset zero-padded to 20 digits (sorts by offset)."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-': split at the last.
+
+    Raises ValueError for a name that is not of that form.
+    """
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not of the form <topic>-<partition>")
+    return topic, int(partition)
+
+
+class Isolation(enum.Enum):
+    """Upper bound of a read. Consumers read below HW; followers (replication) up to LEO."""
+
+    LOG_END = 0
+    HIGH_WATERMARK = 1
+    TXN_COMMITTED = 2  # same as HIGH_WATERMARK until transactions exist
+
+
+# Result types are NamedTuples: immutable like frozen dataclasses, but several times cheaper to
+# build, and one is built per append/read on the hot path.
+
+
+class AppendInfo(NamedTuple):
+    """What one append did. ``log_append_time`` is -1 under CreateTime.
+
+    ``offset_of_max_timestamp`` is the last offset of the batch holding the max timestamp
+    (Kafka's "shallow" offset: the records are not decoded on the append path).
+    """
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    valid_bytes: int
+
+
+# AppendInfo(*fields) without the keyword-argument machinery of the generated __new__.
+_new_append_info: Callable[[type[AppendInfo], tuple[Any, ...]], AppendInfo] = tuple.__new__
+
+
+class FetchDataInfo(NamedTuple):
+    """A read's result: a slice of one segment file (None = nothing to return) and the offsets
+    at the time of the read, which the Fetch response reports."""
+
+    slice: FetchSlice | None
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class LogOffsetMetadata(NamedTuple):
+    """An offset together with where it lives: the base offset of its segment and the byte
+    position of the batch holding it (Kafka's LogOffsetMetadata). Remembered for HW so a
+    consumer read knows the byte it must not pass without searching the index."""
+
+    offset: int
+    segment_base_offset: int
+    position: int
+
+
+class Log:
+    """One partition: a directory of segments and the offsets that govern them.
+
+    **On disk** (storage spec §1)::
+
+        <topic>-<partition>/
+            <base>.log / <base>.index / <base>.timeindex   one segment per base offset
+            <base>.log.deleted ...                          removed after file.delete.delay.ms
+
+    The ``.log`` files are authoritative; indexes are derived and rebuilt when missing or
+    inconsistent. The offsets below are *not* in the directory: the LogManager keeps them in
+    its checkpoint files and hands them to :meth:`open`.
+
+    **Offsets**
+
+    * ``log_start_offset``: first readable offset; moves forward on retention and
+      :meth:`delete_records`. Always ``>=`` the base offset of the first segment.
+    * ``high_watermark`` (HW): offsets below it are committed; consumers read only below it.
+    * ``log_end_offset`` (LEO): the offset the next record gets (last offset + 1).
+    * ``recovery_point``: offsets below it are known to be fsynced.
+
+    **Invariants**: ``log_start_offset <= high_watermark <= log_end_offset``; segments are
+    sorted by base offset, do not overlap, and only the last (*active*) one is written; HW only
+    moves forward except on truncation; the log is never left half-appended: an append that
+    fails (validation, size) raises before touching any file.
+
+    **Concurrency**: none. The broker is single-threaded asyncio: every method is called from the
+    event-loop thread, and appends, reads and retention of one partition therefore never
+    interleave. File I/O is synchronous (it hits the page cache; fsync happens only in
+    :meth:`flush`, which the LogManager schedules). Readers hold :class:`FetchSlice` objects
+    referring to segment files: a deleted segment is renamed first and its files are closed only
+    ``file.delete.delay.ms`` later, so an in-flight sendfile of it stays valid.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int,
+        clock: Callable[[], int],
+        vfs: VFS,
+    ) -> None:
+        # Private: use Log.open(), which runs the load/recovery procedure.
+        self.directory = directory
+        self.topic, self.partition = parse_partition_dir(directory.name)
+        self._config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._clock = clock
+        self._vfs = vfs
+        self._leo = segments[-1].read_next_offset()
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._hw = min(max(high_watermark, log_start_offset), self._leo)
+        self._hw_meta: LogOffsetMetadata | None = None
+        self._last_flush_ms = clock()
+        # Set by roll(): the old segments are fsynced by the LogManager's flusher, not inline.
+        self._pending_flush_offset: int | None = None
+        # A segment file was created/renamed/removed since the last fsync of the directory.
+        # True at first: Log.open may have created the directory's first segment (or completed
+        # a swap, truncated, deleted segments), and a flush must make those entries durable too.
+        self._dir_dirty = True
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        # Idempotent-producer state (sluice.server.storage.producer_state): derived from the batch
+        # headers,
+        # built on the first batch with a producer id, dropped on truncation.
+        self._producers: ProducerStateManager | None = None
+
+    # ------------------------------------------------------------------ load / recovery
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = True,
+        clock: Callable[[], int] = _wall_clock_ms,
+        vfs: VFS = DEFAULT_VFS,
+    ) -> Log:
+        """Load (and if needed recover) the partition in ``directory``, creating it if missing.
+
+        Crash-recovery procedure (Kafka's LogLoader), in order:
+
+        1. Create the directory if missing. A ``<base>.log.swap`` is a complete replacement
+           segment (Kafka's compaction output) whose swap was interrupted: rename it to
+           ``<base>.log`` and drop its stale indexes. Delete what a crash can leave behind that
+           is never valid data: ``*.deleted`` (deletion was decided, only the unlink was
+           pending), ``*.cleaned``, other ``*.swap``, ``*.tmp``; then index files with no
+           ``.log`` (orphans).
+        2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
+           segment open recreates it empty), that fails its sanity check (size not a multiple
+           of the entry size, last offset below base, timestamps decreasing, position past the
+           end) or whose last entry names an offset the segment does not hold is rebuilt by
+           recovering that segment from the log file: indexes are derived data. Segments whose
+           offsets a swapped-in segment covers are deleted.
+        3. If the clean-shutdown marker was absent (``had_clean_shutdown=False``), recover every
+           segment from the one holding ``recovery_point`` to the end: walk its batches,
+           validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
+           the first invalid batch (a torn write). If a segment lost bytes, every later segment
+           is unreachable (offsets must be contiguous from a valid prefix) and is deleted.
+        4. With no segment left, create an empty one at ``log_start_offset``.
+        5. LEO := the next offset of the last segment. If the checkpointed log start offset is
+           beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
+           segment and start empty at the log start offset.
+        6. Clamp: log start offset := max(checkpoint, first segment's base);
+           recovery point := LEO after a clean shutdown, else min(checkpoint, LEO) (recovered
+           bytes are valid but not known to be on disk: only a flush advances it, as in Kafka);
+           HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
+        7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
+           when it was closed) so it can take new entries.
+
+        The LogManager removes the clean-shutdown marker only after every log is loaded.
+        """
+        directory = Path(directory)
+        clock_ms = clock
+        os.makedirs(directory, exist_ok=True)
+        parse_partition_dir(directory.name)  # fail early on a bad directory name
+        log = logger.bind(dir=str(directory))
+
+        # 1. clean up leftovers; complete an interrupted segment swap
+        names = vfs.listdir(directory)
+        swapped: list[int] = []
+        for name in names:
+            stem = name.removesuffix(LOG_SUFFIX + SWAP_SUFFIX)
+            if stem != name and stem.isdigit():
+                vfs.rename(directory / name, directory / (stem + LOG_SUFFIX))
+                vfs.remove(directory / (stem + INDEX_SUFFIX))  # described the replaced segment
+                vfs.remove(directory / (stem + TIME_INDEX_SUFFIX))
+                swapped.append(int(stem))
+                log.warning("completed interrupted segment swap", segment=int(stem))
+            elif name.endswith(_STRAY_SUFFIXES):
+                log.info("removing leftover file", file=name)
+                vfs.remove(directory / name)
+        names = vfs.listdir(directory)
+        bases: list[int] = []
+        for name in names:
+            stem, suffix = os.path.splitext(name)
+            if suffix == LOG_SUFFIX and stem.isdigit():
+                bases.append(int(stem))
+        log_bases = set(bases)
+        for name in names:
+            stem, suffix = os.path.splitext(name)
+            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
+                not stem.isdigit() or int(stem) not in log_bases
+            ):
+                log.info("removing orphan index file", file=name)
+                vfs.remove(directory / name)
+        bases.sort()
+
+        # 2. open segments, rebuilding missing or inconsistent indexes
+        segments: list[LogSegment] = []
+        max_record_size = config.max_message_bytes
+        for base in bases:
+            segments.append(cls._open_segment(directory, base, config, clock_ms(), vfs))
+        for i, segment in enumerate(segments):
+            try:
+                segment.sanity_check()
+                # An entry for an offset the segment does not hold would make lookups and the
+                # next index append fail: the index is as good as corrupt.
+                end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+                for index in (segment.offset_index, segment.time_index):
+                    if index.entries and index.last_offset >= end:
+                        raise CorruptIndexError(
+                            f"{index.path}: entry for offset {index.last_offset}, "
+                            f"beyond the segment's data (next offset {end})"
+                        )
+            except (CorruptIndexError, CorruptRecordError) as exc:
+                # (CorruptRecordError: the scan for the next offset met a torn batch.)
+                truncated = segment.recover(max_record_size)
+                log.warning(
+                    "rebuilt index",
+                    segment=segment.base_offset,
+                    reason=str(exc),
+                    truncated_bytes=truncated,
+                )
+
+        # A swapped-in segment replaces every segment its offsets cover.
+        for base in swapped:
+            i = bases.index(base)
+            covered_until = segments[i].read_next_offset()
+            while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
+                log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
+                segments.pop(i + 1).delete()
+                bases.pop(i + 1)
+
+        # 3. recover everything above the recovery point after an unclean shutdown
+        if not had_clean_shutdown and segments:
+            first = max(
+                0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1
+            )
+            for i in range(first, len(segments)):
+                segment = segments[i]
+                truncated = segment.recover(max_record_size)
+                if truncated > 0:
+                    log.warning(
+                        "truncated torn tail",
+                        segment=segment.base_offset,
+                        truncated_bytes=truncated,
+                        dropped_segments=[s.base_offset for s in segments[i + 1 :]],
+                    )
+                    for later in segments[i + 1 :]:
+                        later.delete()
+                    del segments[i + 1 :]
+                    break
+            log.info("recovered log", from_segment=segments[first].base_offset)
+
+        # 4. an empty log still has an (empty) active segment
+        if not segments:
+            segments.append(cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs))
+
+        # 5. the checkpointed log start offset may lie beyond what survived
+        leo = segments[-1].read_next_offset()
+        if log_start_offset > leo:
+            log.warning("log start offset beyond log end: starting empty", leo=leo)
+            for segment in segments:
+                segment.delete()
+            segments = [cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs)]
+            leo = log_start_offset
+
+        # 6. clamp the offsets
+        log_start_offset = max(log_start_offset, segments[0].base_offset)
+        recovery_point = leo if had_clean_shutdown else min(recovery_point, leo)
+        hw = log_start_offset if high_watermark is None else high_watermark
+
+        # 7. the active segment takes new index entries again
+        segments[-1].resize_indexes(config.segment_index_bytes)
+
+        return cls(
+            directory,
+            config,
+            segments,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            high_watermark=hw,
+            clock=clock,
+            vfs=vfs,
+        )
+
+    @staticmethod
+    def _open_segment(
+        directory: Path, base_offset: int, config: LogConfig, now_ms: int, vfs: VFS
+    ) -> LogSegment:
+        # Jitter is drawn once per segment so partitions created together do not all roll (and
+        # hit the disk) in the same second.
+        jitter = (
+            random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+            if config.segment_jitter_ms > 0
+            else 0
+        )
+        return LogSegment.open(
+            directory,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            rolling_jitter_ms=jitter,
+            vfs=vfs,
+            now_ms=now_ms,
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a new topic config; it governs the next append, roll, flush and retention."""
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The segments, oldest first (a snapshot; the last one is the active segment)."""
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def pending_flush_offset(self) -> int | None:
+        """Set after a roll: flush up to here (the LogManager's flusher does it off the append
+        path, as Kafka schedules its post-roll flush)."""
+        return self._pending_flush_offset
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
+            f"hw={self._hw}, leo={self._leo}, segments={len(self._segments)})"
+        )
+
+    # ------------------------------------------------------------------ append
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        in_place: bool = False,
+    ) -> AppendInfo:
+        """Validate ``records`` (back-to-back v2 batches from a producer), assign offsets from
+        LEO, stamp LogAppendTime if configured, roll if needed, append, advance LEO, flush per
+        ``flush.messages``. Does not move HW (the caller does, once replicas have it).
+
+        The headers must be rewritten (baseOffset, partitionLeaderEpoch, LogAppendTime), so the
+        request is copied once into a private buffer. With ``in_place=True`` and a writable
+        buffer (bytearray, writable memoryview: e.g. the Produce request's frame, which the
+        broker discards afterwards) the headers are rewritten in the caller's buffer instead and
+        nothing is copied; the caller must not reuse those bytes as a producer batch.
+
+        Raises CorruptMessage, InvalidRecord, MessageTooLarge, UnsupportedCompressionType (per
+        batch, via ``sluice.protocol.records.kafka_error_for``) or RecordListTooLarge; on any error
+        nothing has been written (and nothing rewritten: validation comes first).
+        """
+        # Hot path (once per partition per Produce request). A single batch (the usual case)
+        # is validated without slicing; without a producer id under CreateTime it takes
+        # _append_one, every other request _append_general.
+        if self._closed:
+            self._check_open()
+        view = memoryview(records).cast("B")
+        total = len(view)
+        config = self._config
+        if total == 0:
+            raise InvalidRecord("produce request without any record batch")
+        if total > config.segment_bytes:
+            raise RecordListTooLarge(
+                f"{total} bytes of batches exceed segment.bytes {config.segment_bytes}"
+            )
+        validate = rec.validate_batch
+        max_batch_size = config.max_message_bytes
+        headers: list[tuple[int, rec.BatchHeader]] = []
+        offsets = 0  # offsets the request takes
+        position = 0
+        if (
+            total >= rec.HEADER_SIZE
+            and _I32.unpack_from(view, rec.LENGTH_OFFSET)[0] + rec.LOG_OVERHEAD == total
+        ):
+            # One batch: what nearly every Produce carries for a partition.
+            try:
+                header = validate(view, max_batch_size=max_batch_size, from_client=True)
+            except CorruptRecordError as exc:
+                raise rec.kafka_error_for(exc)(str(exc)) from exc
+            if header.producer_id < 0 and not config.log_append_time:
+                # The same checks and effects as _append_general, without its per-batch
+                # bookkeeping (~2 us of a 16 KiB append); tests/test_log_append_paths.py
+                # holds the two equal.
+                return self._append_one(view, header, total, leader_epoch, in_place)
+            headers.append((0, header))
+            offsets = header.last_offset_delta + 1
+            position = total
+        # Validate every batch before anything is copied or written.
+        while position < total:
+            if total - position < rec.LOG_OVERHEAD:
+                raise CorruptMessage(f"{total - position} stray bytes after the last batch")
+            (length,) = _I32.unpack_from(view, position + rec.LENGTH_OFFSET)
+            end = position + rec.LOG_OVERHEAD + length
+            if length < rec.MIN_BATCH_LENGTH or end > total:
+                raise CorruptMessage(
+                    f"batchLength {length} at byte {position} does not match the bytes present"
+                )
+            try:
+                header = validate(
+                    view if end - position == total else view[position:end],
+                    max_batch_size=max_batch_size,
+                    from_client=True,
+                )
+            except CorruptRecordError as exc:
+                raise rec.kafka_error_for(exc)(str(exc)) from exc
+            headers.append((position, header))
+            offsets += header.last_offset_delta + 1
+            position = end
+        return self._append_general(view, total, headers, offsets, leader_epoch, in_place)
+
+    def _append_general(
+        self,
+        view: memoryview,
+        total: int,
+        headers: list[tuple[int, rec.BatchHeader]],
+        offsets: int,
+        leader_epoch: int,
+        in_place: bool,
+    ) -> AppendInfo:
+        """append_as_leader after validation: ``headers`` are (position, header) of every
+        batch in ``view``, ``offsets`` the number of offsets they take."""
+        config = self._config
+        first_offset = self._leo
+        next_offset = first_offset
+        last_offset = first_offset + offsets - 1
+        if offsets > _INT32_MAX:
+            raise RecordListTooLarge("offset range of one append does not fit int32")
+        # Idempotent producers: sequence checks before anything is written. A request without
+        # a producer id (-1, the usual case) pays one compare (two for multi-batch requests).
+        producers = None
+        if headers[0][1].producer_id >= 0 or (
+            len(headers) > 1 and any(h.producer_id >= 0 for _, h in headers)
+        ):
+            producers = self.producer_state()
+            duplicate = producers.check([h for _, h in headers])
+            if duplicate is not None:
+                # A retry of a batch already in the log: nothing is written; the producer gets
+                # the original offsets (what Kafka answers).
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    -1,
+                    self._log_start_offset,
+                    0,
+                    rec.NO_TIMESTAMP,
+                    duplicate.last_offset,
+                    0,
+                )
+
+        # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
+        # batch valid; do it in the caller's buffer if allowed, else in one private copy.
+        rest: memoryview | bytes = b""  # the batch body, when only its header is copied
+        buf: bytearray | memoryview
+        if in_place and not view.readonly:
+            buf = view
+        elif len(headers) == 1 and total >= _SPLIT_WRITE_BYTES and not config.log_append_time:
+            # A big single batch: copy only the header that is rewritten (LogAppendTime, which
+            # also rewrites the CRC over the whole batch, takes the copying path) and write the
+            # body from the caller's buffer: two writes instead of a megabyte memcpy.
+            buf = bytearray(view[: rec.HEADER_SIZE])
+            rest = view[rec.HEADER_SIZE :]
+        else:
+            buf = bytearray(view)
+        log_append_time = self._clock() if config.log_append_time else -1
+        max_timestamp = rec.NO_TIMESTAMP
+        offset_of_max = first_offset
+        record_count = 0
+        # (position, size, last offset, max timestamp) of each batch, offsets assigned; None for
+        # a single batch, which is rewritten below without the per-batch bookkeeping.
+        placed: list[tuple[int, int, int, int]] | None = None
+        if len(headers) == 1:
+            header = headers[0][1]
+            # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one contiguous store.
+            _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, first_offset, header.batch_length, leader_epoch)
+            if log_append_time >= 0:
+                rec.stamp_log_append_time(buf, log_append_time)  # buf is exactly this batch
+                batch_max = log_append_time
+            else:
+                batch_max = header.max_timestamp
+            if batch_max > max_timestamp:
+                max_timestamp, offset_of_max = batch_max, last_offset
+            record_count = header.record_count
+        else:
+            placed = []
+            for position, header in headers:
+                _OFFSET_LENGTH_EPOCH.pack_into(
+                    buf, position, next_offset, header.batch_length, leader_epoch
+                )
+                batch_last = next_offset + header.last_offset_delta
+                size = header.batch_length + rec.LOG_OVERHEAD
+                if log_append_time >= 0:
+                    with memoryview(buf)[position : position + size] as batch:
+                        rec.stamp_log_append_time(batch, log_append_time)
+                    batch_max = log_append_time
+                else:
+                    batch_max = header.max_timestamp
+                if batch_max > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max, batch_last
+                record_count += header.record_count
+                placed.append((position, size, batch_last, batch_max))
+                next_offset = batch_last + 1
+
+        # The roll decision covers the whole request (it must fit one segment), as Kafka's.
+        active = self._segment_for(total, max_timestamp, last_offset)
+        if placed is None:
+            active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
+        else:
+            # One call per batch: the segment indexes per append call, and recovery indexes per
+            # batch; appending batch by batch keeps the two byte-identical.
+            size_before = active.size
+            try:
+                with memoryview(buf) as out:
+                    for position, size, batch_last, batch_max in placed:
+                        active.append(
+                            batch_last, batch_max, batch_last, out[position : position + size]
+                        )
+            except BaseException:
+                # An I/O error after some batches: take them back, the append failed as a whole.
+                if active.size != size_before:
+                    active.truncate_to(first_offset)
+                raise
+        self._leo = last_offset + 1
+        if producers is not None:
+            batch_first = first_offset
+            for _, header in headers:
+                producers.update(header, batch_first)
+                batch_first += header.last_offset_delta + 1
+        if self._leo - self._recovery_point >= config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset,
+            last_offset,
+            log_append_time,
+            self._log_start_offset,
+            record_count,
+            max_timestamp,
+            offset_of_max,
+            total,  # valid_bytes
+        )
+
+    def _append_one(
+        self,
+        view: memoryview,
+        header: rec.BatchHeader,
+        total: int,
+        leader_epoch: int,
+        in_place: bool,
+    ) -> AppendInfo:
+        """append_as_leader for one validated batch without a producer id under CreateTime."""
+        first_offset = self._leo
+        last_offset = first_offset + header.last_offset_delta
+        rest: memoryview | bytes = b""
+        buf: bytearray | memoryview
+        if in_place and not view.readonly:
+            buf = view
+        elif total >= _SPLIT_WRITE_BYTES:
+            buf = bytearray(view[: rec.HEADER_SIZE])
+            rest = view[rec.HEADER_SIZE :]
+        else:
+            buf = bytearray(view)
+        _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, first_offset, header.batch_length, leader_epoch)
+        max_timestamp = header.max_timestamp
+        if max_timestamp > rec.NO_TIMESTAMP:
+            offset_of_max = last_offset
+        else:
+            max_timestamp, offset_of_max = rec.NO_TIMESTAMP, first_offset
+        active = self._segment_for(total, max_timestamp, last_offset)
+        active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
+        self._leo = leo = last_offset + 1
+        if leo - self._recovery_point >= self._config.flush_messages:
+            self.flush()
+        return _new_append_info(
+            AppendInfo,
+            (
+                first_offset,
+                last_offset,
+                -1,
+                self._log_start_offset,
+                header.record_count,
+                max_timestamp,
+                offset_of_max,
+                total,
+            ),
+        )
+
+    def _segment_for(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
+        """The segment to append ``size`` bytes of batches to: the active one, rolled first
+        if it says so."""
+        config = self._config
+        active = self._segments[-1]
+        if active.should_roll(
+            messages_size=size,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            now_ms=self._clock(),
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+        ):
+            active = self.roll(self._leo)
+        return active
+
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state of this partition, built on first use from the newest
+        ``<offset>.snapshot`` at or below LEO plus the batch headers after it (or from every
+        header when there is none). Only the append path calls this
+        (sluice.server.storage.producer_state)."""
+        producers = self._producers
+        if producers is None:
+            found = load_latest_snapshot(self.directory, self._leo)
+            start = found[0] if found is not None else -1
+            producers = found[1] if found is not None else ProducerStateManager()
+            first = max(0, bisect.bisect_right(self._bases, start) - 1)
+            producers.replay(
+                header
+                for segment in self._segments[first:]
+                for _position, header in segment.batches()
+                if header.base_offset >= start
+            )
+            self._producers = producers
+        return producers
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``max(expected_next_offset, LEO)`` and return it.
+
+        The old active segment writes its final time-index entry and trims its indexes; its
+        fsync is left to the flusher (:attr:`pending_flush_offset`). Rolling onto an existing
+        *empty* active segment with the same base offset recreates it; any other collision is a
+        bug and raises.
+        """
+        self._check_open()
+        new_base = max(expected_next_offset or 0, self._leo)
+        active = self.active_segment
+        if active.base_offset == new_base:
+            if active.size != 0:
+                raise RuntimeError(f"roll to {new_base}: active segment exists and is not empty")
+            active.delete()
+            self._segments.pop()
+            self._bases.pop()
+        elif new_base < active.base_offset:
+            raise RuntimeError(f"roll to {new_base} below active segment {active.base_offset}")
+        else:
+            active.on_becoming_inactive()
+        segment = self._open_segment(
+            self.directory, new_base, self._config, self._clock(), self._vfs
+        )
+        self._segments.append(segment)
+        self._bases.append(new_base)
+        self._dir_dirty = True
+        self._hw_meta = None
+        if self._segments[:-1]:
+            self._pending_flush_offset = new_base
+        logger.debug("rolled segment", topic=self.topic, partition=self.partition, base=new_base)
+        return segment
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)
+        and the directory if segments were created; then recovery point := offset."""
+        self._check_open()
+        upto = self._leo if offset is None else min(offset, self._leo)
+        if upto > self._recovery_point:
+            for segment, end in self._segment_ranges():
+                if segment.base_offset >= upto:
+                    break
+                if end > self._recovery_point or segment is self.active_segment:
+                    segment.flush()
+        # The directory before the recovery point moves: fsynced bytes of a file whose entry
+        # is not durable are lost in a crash, and a checkpoint must never claim them.
+        if self._dir_dirty:
+            self._vfs.fsync_dir(self.directory)
+            self._dir_dirty = False
+        if upto > self._recovery_point:
+            self._recovery_point = upto
+        if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:
+            self._pending_flush_offset = None
+        self._last_flush_ms = self._clock()
+
+    def _segment_ranges(self) -> Iterator[tuple[LogSegment, int]]:
+        """(segment, exclusive end offset) oldest first; the active segment ends at LEO."""
+        for i, segment in enumerate(self._segments):
+            end = self._bases[i + 1] if i + 1 < len(self._bases) else self._leo
+            yield segment, end
+
+    # ------------------------------------------------------------------ high watermark
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set HW to ``hw`` clamped into ``[log_start_offset, LEO]`` (may move it backwards:
+        used after truncation and when loading). Returns the new HW."""
+        new = min(max(hw, self._log_start_offset), self._leo)
+        if new != self._hw:
+            self._hw = new
+            self._hw_meta = None
+        return new
+
+    def maybe_increment_high_watermark(self, hw: int) -> bool:
+        """Raise HW to ``hw`` if it is greater; refuse a value above LEO (ValueError).
+        Returns whether HW moved. (A leader with one replica calls it with LEO after append.)
+
+        Where HW lives (segment, byte position) is derived when a read needs it: from the active
+        segment's end while HW == LEO (so "equal but on a newer segment" after a roll is always
+        current), else looked up once and cached until HW or the segments change."""
+        if hw > self._leo:
+            raise ValueError(f"high watermark {hw} above log end offset {self._leo}")
+        if hw > self._hw:
+            self._hw = hw
+            return True
+        return False
+
+    def _leo_metadata(self) -> LogOffsetMetadata:
+        active = self.active_segment
+        return LogOffsetMetadata(self._leo, active.base_offset, active.size)
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` lives: the start of the batch holding it (or the end of the data)."""
+        if offset >= self._leo:
+            return self._leo_metadata()
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        segment = self._segments[i]
+        found = segment.translate_offset(offset)
+        position = segment.size if found is None else found.position
+        return LogOffsetMetadata(offset, segment.base_offset, position)
+
+    def _hw_metadata(self) -> LogOffsetMetadata:
+        hw = self._hw
+        if hw == self._leo:
+            return self._leo_metadata()
+        meta = self._hw_meta
+        if meta is None or meta.offset != hw:
+            meta = self._hw_meta = self._offset_metadata(hw)
+        return meta
+
+    # ------------------------------------------------------------------ read
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        isolation: Isolation = Isolation.HIGH_WATERMARK,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``start_offset``, up to ``max_bytes`` (the first
+        batch whole if ``min_one_message``), never past the bound: HW for consumers, LEO for
+        followers (``Isolation.LOG_END``).
+
+        ``start_offset == bound`` -> empty (a caught-up reader); ``start_offset`` below the log
+        start offset or above LEO -> OffsetOutOfRange; between HW and LEO -> empty.
+        """
+        if self._closed:
+            self._check_open()
+        leo = self._leo
+        segments = self._segments
+        if isolation is Isolation.LOG_END or self._hw == leo:
+            # Bounded by the log end (the common case of a consumer: HW == LEO on this
+            # single-replica broker): the active segment's end, no LogOffsetMetadata built.
+            bound_offset = leo
+            active = segments[-1]
+            bound_base, bound_position = active.base_offset, active.size
+        else:
+            bound = self._hw_metadata()
+            bound_offset, bound_base, bound_position = bound
+        if start_offset == bound_offset:
+            return self._fetch_info(None)
+        if start_offset > leo or start_offset < self._log_start_offset:
+            raise OffsetOutOfRange(
+                f"offset {start_offset} outside [{self._log_start_offset}, {leo}] of "
+                f"{self.topic}-{self.partition}"
+            )
+        if start_offset > bound_offset:
+            return self._fetch_info(None)
+        for i in range(max(0, bisect.bisect_right(self._bases, start_offset) - 1), len(segments)):
+            segment = segments[i]
+            base = segment.base_offset
+            if base > bound_base:
+                break
+            max_position = bound_position if base == bound_base else segment.size
+            fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if fetched is not None and fetched.size > 0:
+                return FetchDataInfo(fetched, self._hw, self._log_start_offset, leo)
+        return self._fetch_info(None)
+
+    def _fetch_info(self, fetched: FetchSlice | None) -> FetchDataInfo:
+        return FetchDataInfo(fetched, self._hw, self._log_start_offset, self._leo)
+
+    # ------------------------------------------------------------------ offsets by timestamp
+
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
+    ) -> TimestampAndOffset | None:
+        """ListOffsets: -2 earliest (log start offset), -1 latest (HW for consumers, LEO for
+        ``LOG_END``), -3 the first offset holding the max timestamp, otherwise the first offset
+        whose timestamp is >= ``timestamp``. None when there is no such offset (or, for
+        consumers, it is not yet committed). Timestamp -1 in the answer means "not applicable".
+        """
+        self._check_open()
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return TimestampAndOffset(rec.NO_TIMESTAMP, self._log_start_offset)
+        bound = self._leo if isolation is Isolation.LOG_END else self._hw
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(rec.NO_TIMESTAMP, bound)
+        if timestamp == MAX_TIMESTAMP:
+            best: LogSegment | None = None
+            for segment in self._segments:
+                if segment.size > 0 and (
+                    best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+                ):
+                    best = segment
+            if best is None or best.max_timestamp_so_far < 0:
+                return None
+            target = best.max_timestamp_so_far
+            found = best.find_offset_by_timestamp(target, self._log_start_offset)
+        elif timestamp < 0:
+            raise InvalidRequest(f"unsupported ListOffsets timestamp {timestamp}")
+        else:
+            found = None
+            for segment in self._segments:
+                if segment.size > 0 and segment.largest_timestamp >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                    if found is not None:
+                        break
+        if found is None:
+            return None
+        result = TimestampAndOffset(found[0], found[1])
+        if result.offset >= bound or result.offset < self._log_start_offset:
+            return None
+        return result
+
+    # ------------------------------------------------------------------ log start / retention
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (-1 = HW). Returns the new
+        log start offset. ``offset > HW`` (or below -1) -> OffsetOutOfRange. The segments now
+        wholly below it are removed by the next retention pass, as in Kafka.
+
+        The log is flushed first (recovery point := LEO), so a checkpointed log start offset
+        never covers records that a crash can still take back: otherwise the load would find
+        the log start beyond the recovered LEO and empty the log (step 5 of :meth:`open`), and
+        records restated above it (the offsets topic's compaction) could be lost while their
+        older copies are deleted."""
+        self._check_open()
+        target = self._hw if offset == -1 else offset
+        if target < 0 or target > self._hw:
+            raise OffsetOutOfRange(
+                f"cannot delete records up to {offset}: high watermark is {self._hw}"
+            )
+        if target > self._log_start_offset:
+            self.flush()
+            self._log_start_offset = target
+            logger.info(
+                "log start offset moved",
+                topic=self.topic,
+                partition=self.partition,
+                log_start_offset=target,
+                reason="delete records",
+            )
+        return self._log_start_offset
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """One retention pass; returns how many segments were deleted.
+
+        Deletes oldest segments first while one of these holds (Kafka's order): the segment lies
+        wholly below the log start offset; ``retention.bytes`` is exceeded by at least the
+        segment's size; the segment's largest timestamp is older than ``retention.ms``. Only a
+        segment wholly below HW may go, and the active segment only if it is non-empty and fully
+        committed (a fresh active segment is rolled first). Then runs due delayed deletions.
+        """
+        self._check_open()
+        now = self._clock() if now_ms is None else now_ms
+        deleted = self._delete_while(
+            lambda segment, end: end <= self._log_start_offset, "log start offset"
+        )
+        if self._config.retention_bytes >= 0:
+            excess = self.size_in_bytes - self._config.retention_bytes
+
+            def size_breached(segment: LogSegment, end: int) -> bool:
+                nonlocal excess
+                if excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            deleted += self._delete_while(size_breached, "retention.bytes")
+        if self._config.retention_ms >= 0:
+            retention_ms = self._config.retention_ms
+            deleted += self._delete_while(
+                lambda segment, end: now - segment.largest_timestamp > retention_ms,
+                "retention.ms",
+            )
+        self.run_delayed_deletes(now)
+        return deleted
+
+    def _delete_while(self, predicate: Callable[[LogSegment, int], bool], reason: str) -> int:
+        deletable: list[LogSegment] = []
+        for segment, end in self._segment_ranges():
+            is_last_and_empty = segment is self.active_segment and segment.size == 0
+            if self._hw >= end and not is_last_and_empty and predicate(segment, end):
+                deletable.append(segment)
+            else:
+                break
+        if not deletable:
+            return 0
+        if deletable[-1] is self.active_segment:
+            self.roll()
+        count = len(deletable)
+        # Log start offset first: a reader must never be sent to a segment being deleted.
+        new_start = self._bases[count]
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+        del self._segments[:count]
+        del self._bases[:count]
+        self._hw_meta = None
+        self._schedule_delete(deletable)
+        logger.info(
+            "deleted segments",
+            topic=self.topic,
+            partition=self.partition,
+            reason=reason,
+            segments=[s.base_offset for s in deletable],
+            log_start_offset=self._log_start_offset,
+        )
+        return count
+
+    def _schedule_delete(self, segments: list[LogSegment]) -> None:
+        due = self._clock() + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.rename_to_deleted()
+            self._pending_deletes.append((due, segment))
+        self._dir_dirty = True
+        if self._config.file_delete_delay_ms == 0:
+            self.run_delayed_deletes(due)
+
+    def run_delayed_deletes(self, now_ms: int | None = None) -> int:
+        """Remove the files of segments deleted at least ``file.delete.delay.ms`` ago."""
+        now = self._clock() if now_ms is None else now_ms
+        keep: list[tuple[int, LogSegment]] = []
+        removed = 0
+        for due, segment in self._pending_deletes:
+            if due <= now:
+                segment.delete()
+                removed += 1
+            else:
+                keep.append((due, segment))
+        self._pending_deletes = keep
+        return removed
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every offset >= ``offset`` (a follower diverging from its leader). The batch
+        containing ``offset`` goes whole, so LEO becomes the first offset actually missing.
+        Returns whether anything was removed. HW and recovery point are clamped to the new LEO;
+        below the first segment the log is emptied and restarts at ``offset``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self._leo:
+            return False
+        self._producers = None  # rebuilt from what remains, on the next idempotent append
+        delete_snapshots_above(self.directory, offset)
+        if offset < self._bases[0]:
+            self._truncate_fully_and_start_at(offset)
+            return True
+        keep = bisect.bisect_right(self._bases, offset)  # segments with base <= offset stay
+        doomed = self._segments[keep:]
+        del self._segments[keep:]
+        del self._bases[keep:]
+        if doomed:
+            self._schedule_delete(doomed)
+        active = self.active_segment
+        active.truncate_to(offset)
+        active.resize_indexes(self._config.segment_index_bytes)
+        self._leo = active.read_next_offset()
+        self._log_start_offset = min(self._log_start_offset, self._leo)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._hw_meta = None
+        self.update_high_watermark(min(self._hw, self._leo))
+        self._pending_flush_offset = None
+        logger.info(
+            "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
+        )
+        return True
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._producers = None
+        delete_snapshots_above(self.directory, offset)
+        doomed = self._segments[:]
+        self._segments.clear()
+        self._bases.clear()
+        self._schedule_delete(doomed)
+        segment = self._open_segment(self.directory, offset, self._config, self._clock(), self._vfs)
+        self._segments.append(segment)
+        self._bases.append(offset)
+        self._leo = self._log_start_offset = self._recovery_point = offset
+        self._hw = offset
+        self._hw_meta = None
+        self._pending_flush_offset = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Flush, finish pending deletions and close every segment (trims the indexes)."""
+        if self._closed:
+            return
+        self.flush()
+        active = self._segments[-1]
+        if active.size > 0:
+            # Final time-index entry and trimmed indexes on disk before the LogManager writes
+            # the clean-shutdown marker: the next load trusts the indexes as they are, and the
+            # last time-index entry is the segment's max timestamp that retention.ms compares.
+            active.on_becoming_inactive()
+        if self._producers is not None:
+            # Kafka's clean-shutdown producer snapshot: the next build starts from it.
+            try:
+                write_snapshot(self.directory, self._leo, self._producers)
+            except OSError as exc:
+                logger.warning("producer snapshot not written", dir=str(self.directory),
+                               error=str(exc))  # fmt: skip
+        self.run_delayed_deletes(2**63 - 1)
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove every file of this log and its directory (the topic is being deleted)."""
+        self.run_delayed_deletes(2**63 - 1)
+        for segment in self._segments:
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._closed = True
+        for name in self._vfs.listdir(self.directory):
+            self._vfs.remove(self.directory / name)
+        os.rmdir(self.directory)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            # A closed log belongs to a deleted topic (or a stopping broker): to a client the
+            # partition is no longer hosted here, a retriable condition.
+            raise UnknownTopicOrPartition(f"log {self.topic}-{self.partition} is closed")

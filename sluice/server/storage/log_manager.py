@@ -1,0 +1,533 @@
+"""The LogManager: every partition log of one data directory, and the background work on them.
+
+**On disk** (storage spec §1)::
+
+    <log_dir>/
+        <topic>-<partition>/                 one Log each (topic names may contain '-')
+        <topic>-<partition>.<uuid>-delete/   a deleted topic's partition, removed in background
+        recovery-point-offset-checkpoint     offsets below which each log is fsynced
+        log-start-offset-checkpoint          each log's log start offset
+        replication-offset-checkpoint        each log's high watermark (Kafka's name)
+        sluice-topics.json                   partition counts and config overrides per topic
+        .kafka_cleanshutdown                 present only after a clean stop
+        .lock                                flock()ed while a LogManager has the dir open
+
+Authoritative: the segment files and ``sluice-topics.json`` (Kafka keeps the latter in its
+metadata log; Sluice has no controller, so it lives next to the data, written atomically).
+Checkpoints are hints that make startup cheap: a lost one only costs a longer recovery (recovery
+point 0 = scan everything) or an HW that restarts at the log start offset.
+
+**Clean-shutdown marker**: :meth:`open` notes whether the marker is present, loads every log
+(recovering the unflushed tail of each if it is absent), then deletes the marker; :meth:`close`
+flushes every log, writes the checkpoints and only then writes the marker. A crash anywhere in
+between leaves no marker, so the next start recovers.
+
+**Concurrency**: asyncio, single-threaded. Every method runs on the event-loop thread; the
+background tasks started by :meth:`start` run there too, between requests, and each iteration is
+bounded (one pass over the logs). File I/O is synchronous (page cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import structlog
+
+from sluice.protocol.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopic,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from sluice.server.storage.checkpoint import (
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+    atomic_write,
+    fsync_dir,
+)
+from sluice.server.storage.log import Log, parse_partition_dir
+from sluice.server.storage.log_config import LogConfig
+
+logger = structlog.get_logger("sluice.storage")
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"  # Kafka's name: one broker per data dir
+TOPICS_FILE = "sluice-topics.json"
+DELETE_DIR_SUFFIX = "-delete"
+
+MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
+MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+TopicPartition = tuple[str, int]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """Owns the :class:`Log` of every partition in ``log_dir`` and the topics' metadata.
+
+    Call :meth:`open` once, then :meth:`start` from the event loop for the background tasks;
+    :meth:`stop` (or :meth:`close` when no loop runs) for a clean shutdown.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path | str,
+        default_config: LogConfig,
+        *,
+        retention_check_interval_ms: int = 300_000,
+        flush_check_interval_ms: int = 1_000,
+        checkpoint_interval_ms: int = 60_000,
+        clock: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.default_config = default_config
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_check_interval_ms = flush_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._clock = clock
+        self._logs: dict[TopicPartition, Log] = {}
+        # topic -> (partition count, overrides as given, validated)
+        self._topics: dict[str, tuple[int, dict[str, str]]] = {}
+        self._configs: dict[str, LogConfig] = {}
+        self._pending_dir_deletes: list[tuple[int, Path]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._opened = False
+        self._closed = False
+        self._lock_fd: int | None = None
+        self.had_clean_shutdown = False
+
+    # ------------------------------------------------------------------ files
+
+    def _checkpoint(self, name: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.log_dir / name)
+
+    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        try:
+            return self._checkpoint(name).read()
+        except CorruptCheckpointError as exc:
+            # Kafka does the same: a checkpoint is a hint; without it recovery scans more.
+            logger.error("ignoring corrupt checkpoint", file=name, error=str(exc))
+            return {}
+
+    def _write_topics_file(self) -> None:
+        document = {
+            "version": 1,
+            "topics": {
+                name: {"partitions": count, "config": overrides}
+                for name, (count, overrides) in sorted(self._topics.items())
+            },
+        }
+        atomic_write(self.log_dir / TOPICS_FILE, json.dumps(document, indent=1).encode())
+
+    def _read_topics_file(self) -> dict[str, tuple[int, dict[str, str]]]:
+        path = self.log_dir / TOPICS_FILE
+        try:
+            document = json.loads(path.read_bytes())
+            topics: dict[str, tuple[int, dict[str, str]]] = {}
+            for name, entry in document["topics"].items():
+                count = int(entry["partitions"])
+                overrides = {str(k): str(v) for k, v in entry["config"].items()}
+                topics[str(name)] = (count, overrides)
+            return topics
+        except FileNotFoundError:
+            return {}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Written atomically, so this is damage from outside; the partition directories
+            # still say which topics exist (with default configs). Say so loudly.
+            logger.error(
+                "topic metadata unreadable: rebuilding from directories with default configs",
+                file=str(path),
+                error=str(exc),
+            )
+            return {}
+
+    def write_checkpoints(self) -> None:
+        """Write the recovery-point, log-start-offset and HW checkpoints of every log."""
+        logs = self._logs
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT).write(
+            {tp: log.recovery_point for tp, log in logs.items()}
+        )
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: log.log_start_offset for tp, log in logs.items()}
+        )
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT).write(
+            {tp: log.high_watermark for tp, log in logs.items()}
+        )
+
+    # ------------------------------------------------------------------ open / close
+
+    def open(self) -> None:
+        """Lock ``log_dir`` (``flock`` on ``.lock``: one broker per data dir), then load every
+        partition in it:
+
+        1. Note whether the clean-shutdown marker is present.
+        2. Read the checkpoints (a corrupt one is logged and ignored) and the topic metadata.
+        3. Finish deleting ``*-delete`` directories of deleted topics.
+        4. Open each ``<topic>-<partition>`` directory as a Log (recovering it if the marker was
+           absent); directories of topics missing from the metadata are adopted with the default
+           config; partitions the metadata lists but whose directory is gone are created empty.
+        5. Persist the metadata if step 4 changed it, then delete the marker: from now on a
+           crash must trigger recovery.
+        """
+        if self._opened:
+            raise RuntimeError("LogManager already opened")
+        os.makedirs(self.log_dir, exist_ok=True)
+        self._lock()
+        try:
+            self._load()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _lock(self) -> None:
+        # Two brokers appending to the same segment files would interleave batches: refuse.
+        fd = os.open(self.log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"{self.log_dir} is in use by another process (lock file {LOCK_FILE})"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            os.close(fd)  # releases the flock
+
+    def _load(self) -> None:
+        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
+        self.had_clean_shutdown = marker.exists()
+        recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(HIGH_WATERMARK_CHECKPOINT)
+        self._topics = self._read_topics_file()
+        changed = False
+        for name, (count, overrides) in list(self._topics.items()):
+            try:
+                self._configs[name] = LogConfig.from_properties(overrides, self.default_config)
+            except InvalidConfig as exc:
+                logger.error(
+                    "invalid stored topic config: using defaults", topic=name, error=str(exc)
+                )
+                self._configs[name] = self.default_config
+                self._topics[name] = (count, {})
+                changed = True
+
+        found: list[TopicPartition] = []
+        for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("removing deleted partition directory", dir=entry.name)
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            try:
+                topic, partition = parse_partition_dir(entry.name)
+                self.validate_topic_name(topic)
+            except (ValueError, InvalidTopic):
+                logger.warning("ignoring directory that is not a partition", dir=entry.name)
+                continue
+            found.append((topic, partition))
+        for topic, partition in found:
+            if topic not in self._topics:
+                logger.warning("adopting partition directory without metadata", topic=topic)
+                self._topics[topic] = (0, {})
+                self._configs[topic] = self.default_config
+                changed = True
+            count, overrides = self._topics[topic]
+            if partition >= count:
+                self._topics[topic] = (partition + 1, overrides)
+                changed = True
+
+        started = time.monotonic()
+        created_dirs = False
+        for topic, (count, _) in sorted(self._topics.items()):
+            for partition in range(count):
+                tp = (topic, partition)
+                directory = self._partition_dir(topic, partition)
+                created_dirs = created_dirs or not directory.is_dir()
+                self._logs[tp] = Log.open(
+                    directory,
+                    self._configs[topic],
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_starts.get(tp, 0),
+                    high_watermark=hws.get(tp),
+                    had_clean_shutdown=self.had_clean_shutdown,
+                    clock=self._clock,
+                )
+        if created_dirs:
+            # Partitions listed in the metadata but missing on disk were created: make their
+            # directory entries durable before anything is appended to them (as create_topic).
+            fsync_dir(self.log_dir)
+        if changed:
+            self._write_topics_file()
+        if self.had_clean_shutdown:
+            marker.unlink()
+            fsync_dir(self.log_dir)
+        self._opened = True
+        logger.info(
+            "logs loaded",
+            log_dir=str(self.log_dir),
+            partitions=len(self._logs),
+            clean_shutdown=self.had_clean_shutdown,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def close(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        if self._closed or not self._opened:
+            return
+        for log in self._logs.values():
+            log.close()  # flushes: recovery point = LEO
+        self.write_checkpoints()
+        self._run_dir_deletes(2**63 - 1)
+        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
+        atomic_write(marker, b"")
+        self._closed = True
+        self._unlock()
+        logger.info("logs closed cleanly", log_dir=str(self.log_dir))
+
+    # ------------------------------------------------------------------ topics
+
+    @staticmethod
+    def validate_topic_name(name: str) -> None:
+        """Kafka's rules: 1-249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+        if not name:
+            raise InvalidTopic("topic name is empty")
+        if name in (".", ".."):
+            raise InvalidTopic(f"topic name cannot be {name!r}")
+        if len(name) > MAX_TOPIC_NAME_LENGTH:
+            raise InvalidTopic(
+                f"topic name is {len(name)} characters; the maximum is {MAX_TOPIC_NAME_LENGTH}"
+            )
+        if not _LEGAL_TOPIC.fullmatch(name):
+            raise InvalidTopic(
+                f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'"
+            )
+
+    @property
+    def logs(self) -> dict[TopicPartition, Log]:
+        """Every open log by (topic, partition) (a copy)."""
+        return dict(self._logs)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        return {name: count for name, (count, _) in self._topics.items()}
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The effective config of ``topic`` (UnknownTopicOrPartition if it does not exist)."""
+        try:
+            return self._configs[topic]
+        except KeyError:
+            raise UnknownTopicOrPartition(f"unknown topic {topic!r}") from None
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic-level settings given at creation (or later), as strings."""
+        if topic not in self._topics:
+            raise UnknownTopicOrPartition(f"unknown topic {topic!r}")
+        return dict(self._topics[topic][1])
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int, overrides: Mapping[str, str] = {}
+    ) -> LogConfig:
+        """Every check :meth:`create_topic` makes, without creating anything (CreateTopics with
+        validateOnly). Returns the topic's effective config."""
+        self.validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        # '.' and '_' collide in metric names, so Kafka refuses topics that differ only there.
+        normalized = name.replace(".", "_")
+        for existing in self._topics:
+            if existing.replace(".", "_") == normalized:
+                raise InvalidTopic(f"topic {name!r} collides with existing topic {existing!r}")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(
+                f"number of partitions must be in [1, {MAX_PARTITIONS}], not {num_partitions}"
+            )
+        return LogConfig.from_properties(overrides, self.default_config)
+
+    def create_topic(
+        self, name: str, num_partitions: int, overrides: Mapping[str, str] = {}
+    ) -> list[Log]:
+        """Create ``name`` with ``num_partitions`` empty partitions and the given topic-level
+        config overrides. The metadata is persisted before the directories are created, so a
+        crash in between leaves a topic whose missing partitions are created at the next load.
+        """
+        self._check_open()
+        config = self.validate_new_topic(name, num_partitions, overrides)
+        self._topics[name] = (num_partitions, {str(k): str(v) for k, v in overrides.items()})
+        self._configs[name] = config
+        self._write_topics_file()
+        logs = []
+        for partition in range(num_partitions):
+            log = Log.open(self._partition_dir(name, partition), config, clock=self._clock)
+            self._logs[(name, partition)] = log
+            logs.append(log)
+        fsync_dir(self.log_dir)
+        logger.info(
+            "topic created", topic=name, partitions=num_partitions, overrides=dict(overrides)
+        )
+        return logs
+
+    def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> LogConfig:
+        """Replace ``name``'s overrides (validated) and apply them to its open logs."""
+        self._check_open()
+        if name not in self._topics:
+            raise UnknownTopicOrPartition(f"unknown topic {name!r}")
+        config = LogConfig.from_properties(overrides, self.default_config)
+        count, _ = self._topics[name]
+        self._topics[name] = (count, {str(k): str(v) for k, v in overrides.items()})
+        self._configs[name] = config
+        self._write_topics_file()
+        for partition in range(count):
+            log = self._logs.get((name, partition))
+            if log is not None:
+                log.update_config(config)
+        return config
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name``: close its logs, rename their directories to
+        ``<dir>.<uuid>-delete`` (then invisible to :meth:`open`), forget the topic, and remove
+        the directories ``file.delete.delay.ms`` later (in the background)."""
+        self._check_open()
+        if name not in self._topics:
+            raise UnknownTopicOrPartition(f"unknown topic {name!r}")
+        count, _ = self._topics.pop(name)
+        config = self._configs.pop(name)
+        self._write_topics_file()
+        due = self._clock() + config.file_delete_delay_ms
+        for partition in range(count):
+            log = self._logs.pop((name, partition), None)
+            if log is not None:
+                log.close()
+            source = self._partition_dir(name, partition)
+            if source.exists():
+                target = source.with_name(f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                os.replace(source, target)
+                self._pending_dir_deletes.append((due, target))
+        fsync_dir(self.log_dir)
+        self.write_checkpoints()
+        if config.file_delete_delay_ms == 0:
+            self._run_dir_deletes(due)
+        logger.info("topic deleted", topic=name, partitions=count)
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self.log_dir / f"{topic}-{partition}"
+
+    def _check_open(self) -> None:
+        if not self._opened or self._closed:
+            raise RuntimeError("LogManager is not open")
+
+    # ------------------------------------------------------------------ background work
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every log; returns the number of segments deleted."""
+        now = self._clock() if now_ms is None else now_ms
+        total = 0
+        for log in list(self._logs.values()):
+            if not log.closed:
+                total += log.delete_old_segments(now)
+        return total
+
+    def run_flushes(self, now_ms: int | None = None) -> int:
+        """Flush logs that rolled (the old segments) or whose ``flush.ms`` elapsed; returns how
+        many logs were flushed."""
+        now = self._clock() if now_ms is None else now_ms
+        flushed = 0
+        for log in list(self._logs.values()):
+            if log.closed:
+                continue
+            if log.pending_flush_offset is not None:
+                log.flush(log.pending_flush_offset)
+                flushed += 1
+            elif (
+                now - log.last_flush_ms >= log.config.flush_ms
+                and log.log_end_offset > log.recovery_point
+            ):
+                log.flush()
+                flushed += 1
+        return flushed
+
+    def run_delayed_deletes(self, now_ms: int | None = None) -> int:
+        """Remove segment files and topic directories whose deletion delay has passed."""
+        now = self._clock() if now_ms is None else now_ms
+        removed = self._run_dir_deletes(now)
+        for log in list(self._logs.values()):
+            if not log.closed:
+                removed += log.run_delayed_deletes(now)
+        return removed
+
+    def _run_dir_deletes(self, now: int) -> int:
+        keep = []
+        removed = 0
+        for due, path in self._pending_dir_deletes:
+            if due <= now:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            else:
+                keep.append((due, path))
+        self._pending_dir_deletes = keep
+        return removed
+
+    async def start(self) -> None:
+        """Start the background tasks (retention, flush, checkpoints, delayed deletes)."""
+        self._check_open()
+        if self._tasks:
+            return
+        jobs: list[tuple[str, int, Callable[[], object]]] = [
+            ("retention", self.retention_check_interval_ms, self.run_retention),
+            ("flush", self.flush_check_interval_ms, self.run_flushes),
+            ("checkpoint", self.checkpoint_interval_ms, self.write_checkpoints),
+            (
+                "delayed-delete",
+                min(self.retention_check_interval_ms, 1_000),
+                self.run_delayed_deletes,
+            ),
+        ]
+        for name, interval_ms, job in jobs:
+            self._tasks.append(
+                asyncio.create_task(self._every(name, interval_ms, job), name=f"log-manager-{name}")
+            )
+
+    async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        interval = max(interval_ms, 1) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                job()
+            except Exception:
+                # A failing pass (disk full, I/O error) must not kill the task: log, retry later.
+                logger.exception("background storage task failed", task=name)
+
+    async def stop(self) -> None:
+        """Cancel the background tasks, wait for them, then :meth:`close`."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.close()

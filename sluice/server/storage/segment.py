@@ -1,0 +1,837 @@
+"""A log segment: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex``, as Kafka stores them.
+
+Files (``base`` = the segment's base offset, zero-padded to 20 digits)::
+
+    <base>.log        record batches (magic v2), back to back, exactly as received/served
+    <base>.index      OffsetIndex  (sluice.server.storage.index): sparse offset -> byte position
+    <base>.timeindex  TimeIndex    (sluice.server.storage.index): sparse max-timestamp-so-far ->
+    offset
+
+Only the ``.log`` is authoritative; the indexes and the in-memory fields (size, max timestamp,
+bytes since the last index entry) are derived from it and rebuilt by :meth:`LogSegment.recover`.
+
+Concurrency: Sluice runs one asyncio thread. Every method is called from the event-loop thread;
+file I/O is synchronous (it hits the page cache). Mutators (``append``, ``recover``,
+``truncate_to``, ``on_becoming_inactive``, ``flush``, ``close``, ``delete``, renames) are called
+only by the owning ``sluice.server.storage.log.Log`` from the partition's append / roll / load /
+retention paths;
+``read``, ``translate_offset``, ``find_offset_by_timestamp`` and ``batches`` by anyone. Reads use
+``pread`` on the descriptor, so there is no shared file position to disturb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from sluice.protocol.errors import CorruptRecordError, ProtocolError
+from sluice.protocol.records import (
+    ATTR_TIMESTAMP_TYPE_MASK,
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    RECORDS_OFFSET,
+    BatchHeader,
+    parse_header,
+)
+from sluice.protocol.varint import decode_varint, decode_varlong
+
+from .index import (
+    DEFAULT_MAX_INDEX_SIZE,
+    NO_TIMESTAMP,
+    CorruptIndexError,
+    InvalidIndexAppendError,
+    OffsetIndex,
+    StorageError,
+    TimeIndex,
+)
+from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+_INT32_MAX = 2**31 - 1
+_CRC_CHUNK = 1 << 20  # recovery checksums big batches in chunks of this size
+_HEADER_CACHE_SIZE = 128  # batch headers kept per segment for translate_offset
+
+
+class SegmentOffsetOverflowError(StorageError):
+    """A batch's last offset does not fit the segment's int32 relative offsets: roll first."""
+
+
+class BatchPosition(NamedTuple):
+    """Where a batch is: ``offset`` is its *last* offset (as Kafka's LogOffsetPosition)."""
+
+    offset: int
+    position: int
+    size: int
+    base_offset: int
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSlice:
+    """``size`` bytes of a segment's ``.log`` from ``position``: whole batches, the first one
+    starting at offset ``first_offset``. The broker either sends it with
+    ``sendfile(file.fileno(), position, size)`` or copies it with :meth:`read_bytes`.
+
+    The descriptor stays valid while the segment is open, also after ``rename_to_deleted`` (the
+    file is removed only after ``file.delete.delay.ms``), so a response in flight can finish.
+    """
+
+    file: VFSFile
+    position: int
+    size: int
+    first_offset: int
+
+    def read_bytes(self) -> bytes:
+        """Copy the slice (``pread``; the last batch may be cut short by the size limit)."""
+        if self.size <= 0:
+            return b""
+        data = self.file.pread(self.size, self.position)
+        if len(data) == self.size:
+            return data
+        parts = [data]
+        done = len(data)
+        while done < self.size:
+            chunk = self.file.pread(self.size - done, self.position + done)
+            if not chunk:
+                break  # the file shrank underneath (truncation): return what is there
+            parts.append(chunk)
+            done += len(chunk)
+        return b"".join(parts)
+
+
+def filename_prefix(offset: int) -> str:
+    """Kafka's file name for a base offset: 20 digits, zero-padded, so names sort numerically."""
+    return f"{offset:020d}"
+
+
+def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
+    """Paths of the ``.log``, ``.index`` and ``.timeindex`` files (plus ``suffix``)."""
+    prefix = Path(directory) / filename_prefix(base_offset)
+    return (
+        prefix.with_name(prefix.name + LOG_SUFFIX + suffix),
+        prefix.with_name(prefix.name + INDEX_SUFFIX + suffix),
+        prefix.with_name(prefix.name + TIME_INDEX_SUFFIX + suffix),
+    )
+
+
+def random_segment_jitter(
+    segment_jitter_ms: int, segment_ms: int, rng: random.Random | None = None
+) -> int:
+    """The roll jitter of a new segment: uniform in ``[0, min(segment.jitter.ms, segment.ms))``,
+    0 when ``segment.jitter.ms`` is 0.
+
+    Why jitter: partitions created together (a new topic, a broker restart) would otherwise all
+    reach ``segment.ms`` in the same second and roll, trim, flush and later delete their segments
+    at once, a burst of disk I/O; drawing a per-segment jitter spreads those moments out.
+    """
+    if segment_jitter_ms <= 0 or segment_ms <= 0:
+        return 0
+    return (rng or random).randrange(min(segment_jitter_ms, segment_ms))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogSegment:
+    """One segment of a partition log. See the module docstring for files and concurrency.
+
+    In-memory state (all derived from the files): ``size`` (bytes in ``.log``),
+    ``max_timestamp_so_far`` / ``offset_of_max_timestamp_so_far`` (updated only on a strictly
+    greater timestamp), bytes appended since the last index entry, the first batch's timestamp
+    (roll clock), ``created_ms`` (wall clock at open, for segments without timestamps).
+
+    Indexing rule (append and recovery alike): before writing a batch, if more than
+    ``index_interval_bytes`` were written since the last index entry, add offset-index entry
+    (batch last offset -> batch position) and offer the time index (max timestamp so far -> its
+    offset). The first batch never gets an entry: a lookup below the first entry scans from 0.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        log_file: VFSFile,
+        log_path: Path,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        rolling_jitter_ms: int,
+        vfs: VFS,
+        now_ms: int,
+    ) -> None:
+        """Use :meth:`open`."""
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self._file = log_file
+        self.log_path = log_path
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = now_ms
+        self._vfs = vfs
+        self._size = log_file.size()
+        last_time_entry = time_index.last_entry
+        self.max_timestamp_so_far: int = last_time_entry.timestamp
+        self.offset_of_max_timestamp_so_far: int = last_time_entry.offset
+        # Kafka restarts this counter at 0 on open; continuing from the last index entry instead
+        # makes "append, restart, append" index exactly like an uninterrupted append.
+        self._bytes_since_last_index_entry = self._size - offset_index.last_entry.position
+        self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
+        # position -> header of a whole batch already read by translate_offset (see _header_at).
+        self._headers: dict[int, BatchHeader] = {}
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        rolling_jitter_ms: int = 0,
+        vfs: VFS = DEFAULT_VFS,
+        now_ms: int | None = None,
+        file_suffix: str = "",
+    ) -> LogSegment:
+        """Open the segment with this base offset in ``directory``, creating missing files (a new
+        index is preallocated to ``max_index_size``). Existing indexes are trusted as they are:
+        call :meth:`sanity_check` and, on :class:`CorruptIndexError`, :meth:`recover`."""
+        log_path, index_path, time_index_path = segment_paths(directory, base_offset, file_suffix)
+        log_file = vfs.open(log_path, create=True)
+        try:
+            offset_index = OffsetIndex(index_path, base_offset, max_index_size, vfs=vfs)
+            try:
+                time_index = TimeIndex(time_index_path, base_offset, max_index_size, vfs=vfs)
+            except BaseException:
+                offset_index.close_handler()
+                raise
+        except BaseException:
+            log_file.close()
+            raise
+        return cls(
+            directory,
+            base_offset,
+            log_file,
+            log_path,
+            offset_index,
+            time_index,
+            index_interval_bytes=index_interval_bytes,
+            max_index_size=max_index_size,
+            rolling_jitter_ms=rolling_jitter_ms,
+            vfs=vfs,
+            now_ms=_now_ms() if now_ms is None else now_ms,
+        )
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes in the ``.log``."""
+        return self._size
+
+    @property
+    def file(self) -> VFSFile:
+        return self._file
+
+    @property
+    def last_modified_ms(self) -> int:
+        return self._vfs.mtime_ms(self.log_path)
+
+    @last_modified_ms.setter
+    def last_modified_ms(self, value: int) -> None:
+        self._vfs.set_mtime_ms(self.log_path, value)
+
+    @property
+    def largest_record_timestamp(self) -> int | None:
+        return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's last-modified time when no record has one
+        (what retention.ms compares against)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return self.last_modified_ms
+
+    def first_batch_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (the roll clock's origin), None if none/empty."""
+        self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        return ts if ts is not None and ts >= 0 else None
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        records: Buffer,
+        *,
+        rest: Buffer = b"",
+    ) -> None:
+        """Append ``records`` (one or more whole, validated batches with offsets assigned).
+
+        ``rest``, if given, is written right after ``records`` and counts as part of them: the
+        Log passes a big batch as its rewritten header (``records``) and its untouched body
+        (``rest``) rather than copying a megabyte to change 16 bytes.
+
+        ``largest_offset``: last offset in ``records``; ``largest_timestamp``: their max
+        timestamp; ``offset_of_max_timestamp``: the offset the time index should map it to. Pass
+        the *last offset of the batch* holding the max timestamp (Kafka's "shallow" offset) and
+        append one batch per call if recovery must rebuild byte-identical indexes: recovery
+        indexes per batch with each batch's last offset.
+
+        Raises :class:`SegmentOffsetOverflowError` (nothing written) if ``largest_offset`` does not
+        fit; an OSError from the write leaves ``size`` unchanged and the file cut back to it.
+        Only the partition's append path calls this, after :meth:`should_roll` said no.
+        """
+        # Hot path (once per produced batch): locals and cached index fields, no helper calls.
+        head = len(records)
+        size = head + len(rest)
+        if size == 0:
+            return
+        if not 0 <= largest_offset - self.base_offset <= _INT32_MAX:
+            raise SegmentOffsetOverflowError(
+                f"offset {largest_offset} does not fit segment {self.log_path} "
+                f"(base offset {self.base_offset})"
+            )
+        offset_index = self.offset_index
+        time_index = self.time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
+        index_it = self._bytes_since_last_index_entry > self.index_interval_bytes
+        if index_it:
+            # Check the index invariants before writing, so a caller bug (no roll when the
+            # indexes are full, offsets not increasing) cannot leave unindexable bytes behind.
+            if offset_index.is_full() or time_index.is_full():
+                raise InvalidIndexAppendError(f"indexes of {self.log_path} are full: roll first")
+            if offset_index.entries and largest_offset <= offset_index.last_offset:
+                raise InvalidIndexAppendError(
+                    f"offset {largest_offset} is not above the last indexed offset "
+                    f"{offset_index.last_offset} of {self.log_path}"
+                )
+        position = self._size
+        try:
+            self._file.pwrite(records, position)
+            if rest:
+                self._file.pwrite(rest, position + head)
+        except OSError:
+            # Do not leave a torn batch behind the size we report: later appends overwrite
+            # from `position` anyway (pwrite), and recovery would cut it, but readers of the raw
+            # file (sendfile) should never see it.
+            with contextlib.suppress(OSError):
+                self._file.truncate(position)
+            raise
+        if position == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        self._size = position + size
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
+        if index_it:
+            offset_index.append(largest_offset, position)
+            time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            self._bytes_since_last_index_entry = size
+        else:
+            self._bytes_since_last_index_entry += size
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _read_header(self, position: int, end: int) -> BatchHeader | None:
+        """The header of the batch at ``position`` if the whole batch lies before ``end``;
+        None at the end or before a partial batch. Raises CorruptRecordError on a bad header."""
+        if end - position < HEADER_SIZE:
+            return None
+        raw = self._file.pread(HEADER_SIZE, position)
+        if len(raw) < HEADER_SIZE:
+            return None
+        header = parse_header(raw)
+        if position + header.size > end:
+            return None
+        return header
+
+    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each whole batch from ``start_position`` (which must be a
+        batch boundary), reading only the 61-byte headers."""
+        position = start_position
+        end = self._size
+        while True:
+            header = self._read_header(position, end)
+            if header is None:
+                return
+            yield position, header
+            position += header.size
+
+    def _header_at(self, position: int, end: int) -> BatchHeader | None:
+        """``_read_header`` through a small cache of the headers translate_offset has read.
+
+        Why: the index stores each batch's *last* offset, so the floor entry of a fetch at a
+        batch's base offset is the batch before it and every translate reads two 61-byte
+        headers (a pread and a parse each, ~2 us). Readers going over the same data (several
+        consumer groups, a consumer re-reading) hit the cache instead. Bytes below ``_size``
+        never change except by ``truncate_to``/``recover``, which clear the cache; appends only
+        write at ``_size``. Bounded: cleared when it reaches ``_HEADER_CACHE_SIZE`` entries.
+        Event-loop thread only, like every read.
+        """
+        header = self._headers.get(position)
+        if header is None:
+            header = self._read_header(position, end)
+            if header is None:
+                return None
+            if len(self._headers) >= _HEADER_CACHE_SIZE:
+                self._headers.clear()
+            self._headers[position] = header
+        elif position + header.batch_length + LOG_OVERHEAD > end:
+            return None
+        return header
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
+        """The first batch whose last offset is >= ``offset`` (floor index entry, then a header
+        scan); None if every batch ends before it."""
+        # Fetch hot path: batches() inlined (no generator), headers through the cache.
+        floor, following = self.offset_index.lookup_with_next(offset)
+        position = max(floor.position, starting_position)
+        end = self._size
+        header_at = self._header_at
+        if (
+            following is not None
+            and floor.offset < offset
+            and starting_position <= following.position
+        ):
+            # The floor entry's batch ends before ``offset`` (its last offset is below it), so
+            # a scan from there reads that header only to step over it. The next entry's batch
+            # ends at or above ``offset`` (it is above the floor); if it also starts at or
+            # below ``offset``, every batch between the two ends below its base offset, hence
+            # below ``offset``: it is the answer, found with one header read instead of two.
+            header = header_at(following.position, end)
+            if header is not None and header.base_offset <= offset:
+                last_offset = header.base_offset + header.last_offset_delta
+                if last_offset >= offset:
+                    size = header.batch_length + LOG_OVERHEAD
+                    return BatchPosition(last_offset, following.position, size, header.base_offset)
+        while True:
+            header = header_at(position, end)
+            if header is None:
+                return None
+            size = header.batch_length + LOG_OVERHEAD
+            last_offset = header.base_offset + header.last_offset_delta
+            if last_offset >= offset:
+                return BatchPosition(last_offset, position, size, header.base_offset)
+            position += size
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> FetchSlice | None:
+        """Whole batches from the one holding ``start_offset``: at most ``max_size`` bytes
+        (the first batch whole anyway with ``min_one_message``, so a consumer cannot starve on a
+        big batch), never past byte ``max_position`` (default: end of segment; the Log passes the
+        high watermark's position). The slice may end with a partial batch cut at the size
+        limit, as Kafka's. None if every batch ends before ``start_offset``; an empty slice if
+        the size limit is 0."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read from {self.log_path}")
+        if max_position is None:
+            max_position = self._size
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        adjusted_max_size = max(max_size, start.size) if min_one_message else max_size
+        fetch_size = max(0, min(max_position - start.position, adjusted_max_size))
+        return FetchSlice(self._file, start.position, fetch_size, start.base_offset)
+
+    def read_next_offset(self) -> int:
+        """Offset the next appended record would get: last batch's last offset + 1, or the base
+        offset when empty (scans from the last index entry)."""
+        next_offset = self.base_offset
+        for _, header in self.batches(self.offset_index.last_entry.position):
+            next_offset = header.next_offset
+        return next_offset
+
+    def has_overflow(self) -> bool:
+        next_offset = self.read_next_offset()
+        return next_offset > self.base_offset and not self.offset_index.can_append_offset(
+            next_offset - 1
+        )
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int = 0
+    ) -> TimestampAndOffset | None:
+        """The first record with timestamp >= ``timestamp`` and offset >= ``start_offset``, as
+        ``(its timestamp, its offset)``; None if there is none in this segment.
+
+        The time-index floor entry for ``timestamp`` bounds where such a record can start; the
+        offset index turns that offset into a position; batches whose max timestamp is below the
+        target are skipped by header, the first candidate batch is decoded."""
+        entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(entry.offset, start_offset)).position
+        for batch_position, header in self.batches(position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            for record_offset, record_timestamp in self._record_timestamps(batch_position, header):
+                if record_timestamp >= timestamp and record_offset >= start_offset:
+                    return TimestampAndOffset(record_timestamp, record_offset)
+        return None
+
+    def _record_timestamps(self, position: int, header: BatchHeader) -> Iterator[tuple[int, int]]:
+        """``(offset, timestamp)`` of each record of the batch at ``position``."""
+        batch = self._file.pread(header.size, position)
+        if header.attributes & ATTR_TIMESTAMP_TYPE_MASK:
+            # LogAppendTime: every record's timestamp is the batch's maxTimestamp.
+            record_timestamp: int | None = header.max_timestamp
+        else:
+            record_timestamp = None
+        data: Buffer = memoryview(batch)[RECORDS_OFFSET:]
+        if header.compression:
+            from sluice.protocol.compression import decompress  # owned by the records codec
+
+            data = decompress(header.compression, bytes(data))
+        pos = 0
+        try:
+            for _ in range(header.record_count):
+                length, body = decode_varint(data, pos)
+                timestamp_delta, after = decode_varlong(data, body + 1)  # +1: attributes
+                offset_delta, _ = decode_varint(data, after)
+                pos = body + length
+                yield (
+                    header.base_offset + offset_delta,
+                    record_timestamp
+                    if record_timestamp is not None
+                    else header.base_timestamp + timestamp_delta,
+                )
+        except (ProtocolError, IndexError) as exc:
+            raise CorruptRecordError(
+                f"corrupt record in batch at {position}: {exc}", field="records", position=position
+            ) from exc
+
+    # -- rolling -------------------------------------------------------------------------------
+
+    def _load_first_batch_timestamp(self) -> None:
+        if self._rolling_based_timestamp is None and self._size > 0:
+            header = self._read_header(0, self._size)
+            if header is not None:
+                self._rolling_based_timestamp = header.max_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How long this segment has been filling: by record timestamps (incoming max timestamp -
+        first batch's max timestamp) when the first batch has one, else by wall clock since
+        the segment was opened."""
+        self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self.created_ms
+
+    def should_roll(
+        self,
+        *,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+    ) -> bool:
+        """Whether to roll before appending the described batches to this (active) segment:
+        1. they would not fit (``size > segment_bytes - messages_size``);
+        2. non-empty and older than ``segment_ms - rolling_jitter_ms`` (record-timestamp clock,
+           see :meth:`time_waited_for_roll`);
+        3. the offset index or the time index is full;
+        4. ``max_offset_in_messages`` does not fit a relative int32 offset.
+        """
+        # Asked only of the active segment: if its indexes were trimmed (it was closed or
+        # recovered and is being written again) give them their room back, or it would look
+        # full and roll at once; Kafka does this explicitly at load and truncation.
+        offset_index = self.offset_index
+        time_index = self.time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
+        size = self._size
+        if size > segment_bytes - messages_size:
+            return True
+        if size > 0:
+            # time_waited_for_roll(), inlined: this runs once per append.
+            ts = self._rolling_based_timestamp
+            if ts is None:
+                self._load_first_batch_timestamp()
+                ts = self._rolling_based_timestamp
+            if ts is not None and ts >= 0:
+                waited = max_timestamp_in_messages - ts
+            else:
+                waited = now_ms - self.created_ms
+            if waited > segment_ms - self.rolling_jitter_ms:
+                return True
+        return (
+            offset_index.is_full()
+            or time_index.is_full()
+            or not 0 <= max_offset_in_messages - self.base_offset <= _INT32_MAX
+        )
+
+    def resize_indexes(self, size: int | None = None) -> None:
+        """Set both index files to ``size`` bytes (default ``max_index_size``), which becomes
+        the new ``max_index_size`` (``segment.index.bytes`` may have changed): the Log calls
+        this on the segment that is active after load."""
+        if size is not None:
+            self.max_index_size = size
+            self.offset_index.max_index_size = self.time_index.max_index_size = size
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+
+    def _ensure_indexes_extended(self) -> None:
+        for index in (self.offset_index, self.time_index):
+            if index.trimmed:
+                index.resize(index.max_index_size)
+
+    def on_becoming_inactive(self) -> None:
+        """At roll: write the final time-index entry (max timestamp so far, in the slot kept
+        free for it), trim both indexes to their entries, flush everything."""
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.flush()
+
+    # -- recovery and truncation ---------------------------------------------------------------
+
+    def sanity_check(self) -> None:
+        """Raise :class:`CorruptIndexError` if an index must be rebuilt: it was missing (created
+        empty by :meth:`open`) while the log has data, fails its own sanity check, or points past
+        the end of the log."""
+        if self._size > 0:
+            for index in (self.offset_index, self.time_index):
+                if index.newly_created:
+                    raise CorruptIndexError(f"index {index.path} was missing")
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        if self.offset_index.entries and self.offset_index.last_entry.position >= self._size:
+            raise CorruptIndexError(
+                f"index {self.offset_index.path} points at byte "
+                f"{self.offset_index.last_entry.position}, past the end of the log ({self._size})"
+            )
+
+    def recover(self, max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+        """Rebuild the indexes from the log and cut an invalid tail. Returns bytes truncated.
+
+        Procedure (Kafka's LogSegment.recover):
+
+        1. Empty both indexes and re-extend them to ``max_index_size``; forget the max timestamp.
+        2. Walk the batches from byte 0. A batch is valid if: its 61-byte header is all there;
+           magic is 2 and batchLength >= 49; the whole batch is in the file; its CRC-32C
+           matches; its offsets are at or above the base offset, increase over the previous
+           batch, and its last offset fits a relative int32.
+        3. For each valid batch, exactly as :meth:`append`: track the max timestamp (with the
+           batch's last offset), and if more than ``index_interval_bytes`` lie between the last
+           index entry and this batch, index it (offset index: last offset -> position; time
+           index: max timestamp so far). If an index is full (its size was lowered since), skip
+           the entry: fewer entries are safe.
+        4. At the first invalid batch stop, and truncate the ``.log`` there: what follows is a
+           write torn by a crash (or garbage); nothing after it can be trusted.
+        5. Append the final time-index entry (as at roll) and trim both indexes.
+
+        ``max_message_size`` only bounds memory: larger batches are still accepted if their CRC
+        matches (the topic's limit may have been lowered after they were written); they are
+        checksummed in chunks. The caller must re-extend the indexes of a segment that stays
+        active (:meth:`resize_indexes`; :meth:`should_roll` also does it).
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self._rolling_based_timestamp = None
+        end = self._file.size()
+        valid = 0
+        last_index_entry = 0
+        previous_last_offset = self.base_offset - 1
+        while valid < end:
+            header = self._valid_batch_at(valid, end, previous_last_offset, max_message_size)
+            if header is None:
+                break
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+            if valid - last_index_entry > self.index_interval_bytes:
+                if not self.offset_index.is_full():
+                    self.offset_index.append(header.last_offset, valid)
+                if not self.time_index.is_full():
+                    self.time_index.maybe_append(
+                        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                    )
+                last_index_entry = valid
+            previous_last_offset = header.last_offset
+            valid += header.size
+        truncated = end - valid
+        if truncated > 0:
+            self._file.truncate(valid)
+        self._size = valid
+        self._headers.clear()
+        self._bytes_since_last_index_entry = valid - last_index_entry
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.offset_index.newly_created = self.time_index.newly_created = False  # rebuilt now
+        return truncated
+
+    def _valid_batch_at(
+        self, position: int, end: int, previous_last_offset: int, max_message_size: int
+    ) -> BatchHeader | None:
+        """The header of the batch at ``position`` if it passes recovery's checks, else None."""
+        raw = self._file.pread(HEADER_SIZE, position) if end - position >= HEADER_SIZE else b""
+        if len(raw) < HEADER_SIZE:
+            return None
+        try:
+            header = parse_header(raw)
+        except CorruptRecordError:
+            return None
+        if position + header.size > end:
+            return None
+        if not (
+            header.base_offset > previous_last_offset
+            and header.last_offset_delta >= 0
+            and header.last_offset - self.base_offset <= _INT32_MAX
+        ):
+            return None
+        # CRC-32C from attributes to the end of the batch; a batch bigger than the usual limit
+        # is read in chunks rather than all at once.
+        crc = crc32c(raw[ATTRIBUTES_OFFSET:])
+        done = HEADER_SIZE
+        chunk_size = max(max_message_size, _CRC_CHUNK)
+        while done < header.size:
+            chunk = self._file.pread(min(chunk_size, header.size - done), position + done)
+            if not chunk:
+                return None
+            crc = crc32c(chunk, crc)
+            done += len(chunk)
+        if crc != header.crc:
+            return None
+        return header
+
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
+        """Remove every batch whose last offset is >= ``offset`` (the batch holding ``offset``
+        goes whole) and the index entries at or above it; the segment is active afterwards
+        (indexes re-extended). Returns the bytes removed from the ``.log``."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.resize_indexes()
+        truncated = 0
+        if mapping is not None:
+            truncated = self._size - mapping.position
+            self._file.truncate(mapping.position)
+            self._size = mapping.position
+        self._headers.clear()
+        if self._size == 0:
+            self.created_ms = _now_ms() if now_ms is None else now_ms
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = self._size - self.offset_index.last_entry.position
+        if self.max_timestamp_so_far >= 0:
+            self._reload_largest_timestamp()
+        return truncated
+
+    def _reload_largest_timestamp(self) -> None:
+        # The last time-index entry, then any larger timestamp in the batches after it.
+        entry = self.time_index.last_entry
+        best = TimestampAndOffset(entry.timestamp, entry.offset)
+        position = self.offset_index.lookup(entry.offset).position
+        for _, header in self.batches(position):
+            if header.max_timestamp > best.timestamp:
+                best = TimestampAndOffset(header.max_timestamp, header.last_offset)
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = best
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the ``.log``, then the indexes (so an index never describes unflushed data)."""
+        self._file.fsync()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Write the final time-index entry, trim the indexes, close every file."""
+        if self._file.closed:
+            return
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                skip_full_check=True,
+            )
+        self.offset_index.close()
+        self.time_index.close()
+        self._file.close()
+
+    def close_handlers(self) -> None:
+        """Close the files without writing anything (disk failure)."""
+        self.offset_index.close_handler()
+        self.time_index.close_handler()
+        self._file.close()
+
+    def delete(self) -> None:
+        """Close and remove the three files (missing ones are fine)."""
+        self.close_handlers()
+        self._vfs.remove(self.log_path)
+        self._vfs.remove(self.offset_index.path)
+        self._vfs.remove(self.time_index.path)
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the three files from ``*<old_suffix>`` to ``*<new_suffix>``; they stay open."""
+
+        def renamed(path: Path) -> Path:
+            name = path.name
+            if old_suffix:
+                if not name.endswith(old_suffix):
+                    raise ValueError(f"{path} does not end with {old_suffix!r}")
+                name = name[: -len(old_suffix)]
+            return path.with_name(name + new_suffix)
+
+        new_log_path = renamed(self.log_path)
+        self._vfs.rename(self.log_path, new_log_path)
+        self.log_path = new_log_path
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+
+    def rename_to_deleted(self) -> None:
+        """First step of deletion: ``*.log`` -> ``*.log.deleted`` etc. Files stay open, so
+        fetches in flight finish; :meth:`delete` removes them after ``file.delete.delay.ms``."""
+        self.change_file_suffixes("", DELETED_SUFFIX)
+
+    def has_suffix(self, suffix: str) -> bool:
+        return all(
+            p.name.endswith(suffix)
+            for p in (self.log_path, self.offset_index.path, self.time_index.path)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self._size}, "
+            f"max_timestamp={self.max_timestamp_so_far})"
+        )

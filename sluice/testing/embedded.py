@@ -1,0 +1,348 @@
+"""A real Sluice broker for tests: in-process or as a subprocess, on a free port, in a temp dir.
+
+Usage::
+
+    from sluice.testing import EmbeddedBroker
+
+    async with EmbeddedBroker() as broker:          # on the running event loop
+        producer = Producer(broker.bootstrap_servers)
+
+    with EmbeddedBroker() as broker:                # synchronous tests: a thread runs the loop
+        KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+
+    with EmbeddedBroker(mode="subprocess") as broker:   # a separate ``python -m sluice.server``
+        ...
+
+Three ways to run it, all the same :class:`sluice.server.core.server.Server` on a ``listeners``
+port 0 (the
+OS picks a free port, nothing to race for) and a fresh data directory (removed afterwards
+unless ``data_dir`` was given):
+
+* ``async with`` / :meth:`EmbeddedBroker.start`: the server runs on the caller's event loop --
+  the cheapest form, but the broker only makes progress while the test awaits something, so use
+  it with asyncio clients only;
+* ``with`` / :meth:`EmbeddedBroker.start_sync` in-process: a daemon thread runs its own event loop
+  (uvloop when installed) with the server; usable from synchronous tests, from blocking clients
+  (kafka-python, confluent-kafka) and from async tests alike;
+* ``mode="subprocess"``: ``python -m sluice.server`` in its own process (its own GIL; what
+benchmarks and
+  crash tests want). Its JSON log goes to :attr:`log_path`; the port is read from the
+  "listening" log line.
+
+``properties`` are broker config keys (``{"num.partitions": "3"}``), as in server.properties.
+The embedded broker does not configure logging (that is the application's call, STYLE item 9):
+in-process, the server's structlog events go wherever the application configured structlog.
+
+Every wait is bounded by ``startup_timeout`` / ``shutdown_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sluice.server.core.server import Server
+
+__all__ = ["EmbeddedBroker"]
+
+Mode = Literal["inprocess", "subprocess"]
+
+
+class EmbeddedBroker:
+    """One broker for a test; see the module docstring. Not reusable after :meth:`stop`."""
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        *,
+        mode: Mode = "inprocess",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        properties: Mapping[str, str] | None = None,
+        startup_timeout: float = 30.0,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        if mode not in ("inprocess", "subprocess"):
+            raise ValueError(f"mode must be 'inprocess' or 'subprocess', not {mode!r}")
+        self.mode: Mode = mode
+        self.host = host
+        self.port = port
+        self.properties = dict(properties or {})
+        self.startup_timeout = startup_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self._own_dir = data_dir is None
+        self._data_dir = Path(data_dir) if data_dir is not None else None
+        self._scratch: Path | None = None  # temp dir holding our data dir and the process log
+        self.server: Server | None = None  # in-process only
+        self.process: subprocess.Popen[bytes] | None = None  # subprocess only
+        self.log_path: Path | None = None  # subprocess only
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._state = "new"  # new -> running -> stopped
+
+    # --- what tests use ----------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for a Kafka client (valid once started)."""
+        if self._state != "running":
+            raise RuntimeError("the embedded broker is not running")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """The broker's ``log.dirs`` (valid once started)."""
+        if self._data_dir is None:
+            raise RuntimeError("the embedded broker has not been started")
+        return self._data_dir
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def _prepare(self) -> dict[str, str]:
+        if self._state != "new":
+            raise RuntimeError(f"an EmbeddedBroker cannot be started twice (it is {self._state})")
+        self._scratch = Path(tempfile.mkdtemp(prefix="sluice-embedded-"))
+        if self._data_dir is None:
+            self._data_dir = self._scratch / "data"
+        props = {
+            # A quick shutdown: a test's idle connections should not hold it up for 10 s.
+            "sluice.shutdown.timeout.ms": "2000",
+            **self.properties,
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "log.dirs": str(self._data_dir),
+        }
+        return props
+
+    def _cleanup_dirs(self) -> None:
+        # The scratch dir holds our data dir (when we made it) and the subprocess log; a data
+        # dir the caller gave lives elsewhere and is left alone.
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    # --- async form: the caller's event loop -------------------------------------------------
+
+    async def start(self) -> EmbeddedBroker:
+        """Start on the running loop (in-process) or spawn the subprocess; return when ready."""
+        props = self._prepare()
+        if self.mode == "subprocess":
+            await asyncio.to_thread(self._spawn, props)
+            self._state = "running"
+            return self
+        try:
+            async with asyncio.timeout(self.startup_timeout):
+                await self._start_server(props)
+        except BaseException:
+            self._state = "stopped"
+            self._cleanup_dirs()
+            raise
+        self._state = "running"
+        return self
+
+    async def stop(self) -> None:
+        """Graceful shutdown (flush, clean-shutdown marker), then remove the temp data dir."""
+        if self._state != "running":
+            return
+        self._state = "stopped"
+        try:
+            if self.mode == "subprocess":
+                await asyncio.to_thread(self._terminate)
+            elif self._thread is not None:
+                await asyncio.to_thread(self._stop_thread)
+            elif self.server is not None:
+                async with asyncio.timeout(self.shutdown_timeout):
+                    await self.server.shutdown()
+        finally:
+            self._cleanup_dirs()
+
+    async def __aenter__(self) -> EmbeddedBroker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _start_server(self, props: dict[str, str]) -> None:
+        from sluice.server.core.config import Config
+        from sluice.server.core.server import Server
+
+        server = Server(Config.from_properties(props))
+        await server.start()
+        self.server = server
+        self.port = server.port
+
+    # --- sync form: a thread with its own loop, or a subprocess ------------------------------
+
+    def start_sync(self) -> EmbeddedBroker:
+        """Start without an event loop of the caller's; return when ready."""
+        props = self._prepare()
+        if self.mode == "subprocess":
+            self._spawn(props)
+            self._state = "running"
+            return self
+        started = threading.Event()
+        failure: list[BaseException] = []
+        thread = threading.Thread(
+            target=self._thread_main,
+            args=(props, started, failure),
+            name="sluice-embedded",
+            daemon=True,
+        )
+        thread.start()
+        if not started.wait(self.startup_timeout):
+            self._state = "stopped"
+            self._cleanup_dirs()
+            raise TimeoutError(f"embedded broker not ready after {self.startup_timeout}s")
+        if failure:
+            thread.join(self.shutdown_timeout)
+            self._state = "stopped"
+            self._cleanup_dirs()
+            raise failure[0]
+        self._thread = thread
+        self._state = "running"
+        return self
+
+    def stop_sync(self) -> None:
+        if self._state != "running":
+            return
+        self._state = "stopped"
+        try:
+            if self.mode == "subprocess":
+                self._terminate()
+            elif self._thread is not None:
+                self._stop_thread()
+            else:
+                raise RuntimeError("started with `async with`: stop it with `await stop()`")
+        finally:
+            self._cleanup_dirs()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start_sync()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_sync()
+
+    def _thread_main(
+        self, props: dict[str, str], started: threading.Event, failure: list[BaseException]
+    ) -> None:
+        try:
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            self._stop_event = asyncio.Event()
+            try:
+                loop.run_until_complete(self._start_server(props))
+            except BaseException as exc:
+                failure.append(exc)
+                return
+            finally:
+                self._loop = loop
+                started.set()
+            loop.run_until_complete(self._stop_event.wait())
+            assert self.server is not None
+            loop.run_until_complete(self.server.shutdown())
+        finally:
+            with contextlib.suppress(Exception):
+                _cancel_remaining(loop)
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    def _stop_thread(self) -> None:
+        loop, event, thread = self._loop, self._stop_event, self._thread
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(event.set)
+        if thread is not None:
+            thread.join(self.shutdown_timeout)
+            if thread.is_alive():
+                raise TimeoutError(f"embedded broker did not stop in {self.shutdown_timeout}s")
+
+    def _spawn(self, props: dict[str, str]) -> None:
+        assert self._scratch is not None
+        self.log_path = self._scratch / "broker.log"
+        args = [sys.executable, "-m", "sluice.server", "--log-format", "json"]
+        for key, value in props.items():
+            args += ["--override", f"{key}={value}"]
+        repo = Path(__file__).resolve().parents[2]
+        env = dict(os.environ)
+        # Run the same checkout as the caller even when Sluice is not installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            port = self._listening_port()
+            if port is not None:
+                self.port = port
+                return
+            if self.process.poll() is not None:
+                log = self.log_path.read_text(errors="replace")
+                self._cleanup_dirs()
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{log}")
+            if time.monotonic() > deadline:
+                self._kill()
+                self._cleanup_dirs()
+                raise TimeoutError(f"broker not ready after {self.startup_timeout}s")
+            time.sleep(0.01)
+
+    def _listening_port(self) -> int | None:
+        assert self.log_path is not None
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if '"listening"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                event: dict[str, Any] = json.loads(line)
+                if event.get("event") == "listening":
+                    return int(event["port"])
+        return None
+
+    def _terminate(self) -> None:
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(self.shutdown_timeout)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            raise TimeoutError(f"broker did not stop within {self.shutdown_timeout}s") from None
+
+    def _kill(self) -> None:
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

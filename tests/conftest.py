@@ -1,8 +1,7 @@
 """Shared test fixtures. Keep this small.
 
 ``make_batch`` builds a valid RecordBatch v2 with ``sluice.protocol.records.RecordBatchBuilder``;
-for
-batches the builder does not make (offset gaps inside a batch, as compaction leaves) it encodes
+for batches the builder does not make (offset gaps inside a batch, as compaction leaves) it encodes
 the records itself (uncompressed, CRC via ``sluice.protocol.records.compute_crc``).
 """
 

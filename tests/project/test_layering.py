@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "sluice"
+PACKAGE = Path(__file__).resolve().parents[2] / "sluice"
 IO_MODULES = {"asyncio", "socket", "selectors", "ssl", "uvloop", "mmap", "structlog", "kazoo"}
 NETWORK_MODULES = {"socket", "selectors", "ssl", "uvloop", "kazoo"}
 

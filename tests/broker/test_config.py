@@ -96,7 +96,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_example_properties_file_loads() -> None:
-    example = Path(__file__).resolve().parent.parent / "config" / "server.properties"
+    example = Path(__file__).resolve().parents[2] / "config" / "server.properties"
     c = Config.load(example)
     assert c.ignored_keys == ()
     assert c == Config.load(None, [f"{k}={v}" for k, v in c.properties.items()])

@@ -17,7 +17,7 @@ from sluice.protocol.records import CRC_OFFSET, RECORDS_OFFSET, build_batch
 from sluice.server.storage import dump_log
 from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def seg(base: int, suffix: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CLIENT = Path(__file__).resolve().parent.parent / "sluice" / "client"
+CLIENT = Path(__file__).resolve().parents[2] / "sluice" / "client"
 
 
 def imports(path: Path) -> set[str]:

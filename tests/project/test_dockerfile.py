@@ -20,7 +20,7 @@ import pytest
 
 from tests.broker_util import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 BIN = Path(sys.executable).parent
 

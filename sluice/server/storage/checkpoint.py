@@ -16,11 +16,11 @@ Not thread-safe; the LogManager calls it from the event loop only.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from sluice.protocol.errors import SluiceError
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 VERSION = 0
 
@@ -29,36 +29,12 @@ class CorruptCheckpointError(SluiceError):
     """A checkpoint file whose content does not follow the format."""
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: tmp file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename/create/unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class OffsetCheckpointFile:
     """One checkpoint file mapping ``(topic, partition)`` to an offset."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, vfs: VFS = DEFAULT_VFS):
         self.path = Path(path)
+        self._vfs = vfs
 
     def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Replace the file's content with ``offsets`` (atomic, durable)."""
@@ -67,7 +43,7 @@ class OffsetCheckpointFile:
             if not topic or any(c.isspace() for c in topic):
                 raise ValueError(f"topic name {topic!r} cannot be checkpointed")
             lines.append(f"{topic} {int(partition)} {int(offset)}")
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode(), self._vfs)
 
     def read(self) -> dict[tuple[str, int], int]:
         """The stored map; empty if the file does not exist.
@@ -76,7 +52,7 @@ class OffsetCheckpointFile:
         not match the lines, a line that does not parse).
         """
         try:
-            text = self.path.read_bytes().decode("utf-8")
+            text = read_file(self.path, self._vfs).decode("utf-8")
         except FileNotFoundError:
             return {}
         except UnicodeDecodeError as exc:

@@ -7,9 +7,14 @@ Format (text, one data dir holds several such files, each a map partition -> off
     <topic> <partition> <offset>        n lines
 
 Topic names cannot contain spaces (see ``LogManager.validate_topic_name``), so a line splits
-unambiguously. Writes are atomic: the new content goes to ``<name>.tmp``, is fsynced, renamed over
-the old file and the directory is fsynced, so a reader sees either the old or the new file, never a
-torn one. A leftover ``.tmp`` (crash mid-write) is never read; the next write overwrites it.
+unambiguously. Writes go through :func:`sluice.server.storage.vfs.atomic_write` (tmp, fsync,
+rename, directory fsync), so a reader sees either the old or the new file; a leftover ``.tmp``
+(crash mid-write) is never read and the next write overwrites it.
+
+Every line ends in ``\n`` (Kafka's writer ends each with ``newLine()``) and the reader requires
+it: should a file system still hand back a torn file, one cut inside its last number
+(``u 0 1`` of ``u 0 12``) would otherwise parse as a smaller offset; a smaller log start
+offset would resurrect deleted records. A malformed file is treated as absent by the caller.
 
 Not thread-safe; the LogManager calls it from the event loop only.
 """
@@ -57,9 +62,10 @@ class OffsetCheckpointFile:
             return {}
         except UnicodeDecodeError as exc:
             raise CorruptCheckpointError(f"{self.path}: not UTF-8 text") from exc
+        if not text.endswith("\n"):
+            raise CorruptCheckpointError(f"{self.path}: last line not terminated (torn write?)")
         lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        lines.pop()
         if len(lines) < 2:
             raise CorruptCheckpointError(f"{self.path}: missing version or count line")
         if lines[0].strip() != str(VERSION):

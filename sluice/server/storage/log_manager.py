@@ -415,14 +415,20 @@ class LogManager:
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: close its logs, rename their directories to
-        ``<dir>.<uuid>-delete`` (then invisible to :meth:`open`), forget the topic, and remove
-        the directories ``file.delete.delay.ms`` later (in the background)."""
+        ``<dir>.<uuid>-delete`` (then invisible to :meth:`open`) and make that durable, then
+        forget the topic in the metadata; the directories go ``file.delete.delay.ms`` later (in
+        the background).
+
+        Directories first: a crash after the metadata write but before the renames would leave
+        partition directories without metadata, which :meth:`open` adopts with the *default*
+        config (the topic would come back, its overrides lost). In this order a crash in
+        between leaves the topic listed with its config and its partitions recreated empty.
+        """
         self._check_open()
         if name not in self._topics:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}")
-        count, _ = self._topics.pop(name)
-        config = self._configs.pop(name)
-        self._write_topics_file()
+        count, _ = self._topics[name]
+        config = self._configs[name]
         due = self._clock() + config.file_delete_delay_ms
         for partition in range(count):
             log = self._logs.pop((name, partition), None)
@@ -434,6 +440,9 @@ class LogManager:
                 os.replace(source, target)
                 self._pending_dir_deletes.append((due, target))
         self._vfs.fsync_dir(self.log_dir)
+        del self._topics[name]
+        del self._configs[name]
+        self._write_topics_file()
         self.write_checkpoints()
         if config.file_delete_delay_ms == 0:
             self._run_dir_deletes(due)

@@ -32,7 +32,17 @@ def test_torn_tmp_file_is_ignored(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    ["", "1\n0\n", "0\n2\nt 0 1\n", "0\nx\n", "0\n1\nt 0\n", "0\n1\nt zero 1\n", "0\n1\nt 0 1 2\n"],
+    [
+        "",
+        "1\n0\n",
+        "0\n2\nt 0 1\n",
+        "0\nx\n",
+        "0\n1\nt 0\n",
+        "0\n1\nt zero 1\n",
+        "0\n1\nt 0 1 2\n",
+        "0\n1\nt 0 12",  # cut before the newline: 12 may have been 123
+        "0\n0",
+    ],
 )
 def test_malformed_content_raises(tmp_path: Path, content: str) -> None:
     (tmp_path / "cp").write_text(content)

@@ -18,7 +18,6 @@ from sluice.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from sluice.server.storage import log_manager
 from sluice.server.storage.checkpoint import OffsetCheckpointFile
 from sluice.server.storage.log import Isolation, Log
 from sluice.server.storage.log_config import LogConfig
@@ -29,6 +28,7 @@ from sluice.server.storage.log_manager import (
     RECOVERY_POINT_CHECKPOINT,
     LogManager,
 )
+from sluice.server.storage.vfs import OSVFS
 
 DEFAULT = LogConfig(segment_index_bytes=4096, file_delete_delay_ms=0)
 
@@ -334,27 +334,29 @@ def test_read_isolation_via_manager_logs(tmp_path: Path) -> None:
     m.close()
 
 
-def test_partition_directories_created_at_load_are_made_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class DirSyncRecordingVFS(OSVFS):
+    def __init__(self) -> None:
+        self.synced: list[Path] = []
+
+    def fsync_dir(self, path: Path) -> None:
+        self.synced.append(Path(path))
+        super().fsync_dir(path)
+
+
+def test_partition_directories_created_at_load_are_made_durable(tmp_path: Path) -> None:
     m = opened(tmp_path)
     m.create_topic("t", 2)
     m.close()
     shutil.rmtree(tmp_path / "t-1")  # listed in the metadata, gone from disk
-    synced: list[Path] = []
-    real_fsync_dir = log_manager.fsync_dir
-
-    def recording_fsync_dir(directory: Path) -> None:
-        synced.append(Path(directory))
-        real_fsync_dir(directory)
-
-    monkeypatch.setattr(log_manager, "fsync_dir", recording_fsync_dir)
-    m2 = opened(tmp_path)
+    vfs = DirSyncRecordingVFS()
+    m2 = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    m2.open()
     assert (tmp_path / "t-1").is_dir()
     # One sync for the recreated partition directory, one for removing the marker.
-    assert synced == [tmp_path, tmp_path]
+    assert vfs.synced == [tmp_path, tmp_path]
     m2.close()
-    synced.clear()
-    m3 = opened(tmp_path)  # nothing created: only the marker removal is synced
-    assert synced == [tmp_path]
+    vfs.synced.clear()
+    m3 = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    m3.open()  # nothing created: only the marker removal is synced
+    assert vfs.synced == [tmp_path]
     m3.close()

@@ -295,8 +295,12 @@ class FaultyVFS(OSVFS):
     def __init__(self) -> None:
         self.fail_log_writes = 0  # the n-th next write to a .log file tears and fails
 
-    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
-        return TornWriteFile(super().open(path, create=create, writable=writable), self)  # type: ignore[return-value]
+    def open(
+        self, path: Path, *, create: bool = True, writable: bool = True, truncate: bool = False
+    ) -> OSFile:
+        return TornWriteFile(
+            super().open(path, create=create, writable=writable, truncate=truncate), self
+        )  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("failing_write", [1, 2])
@@ -405,8 +409,12 @@ class SyncSnapshotVFS(OSVFS):
     def __init__(self) -> None:
         self.synced: dict[Path, bytes] = {}
 
-    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
-        return SnapshotOnSyncFile(super().open(path, create=create, writable=writable), self)  # type: ignore[return-value]
+    def open(
+        self, path: Path, *, create: bool = True, writable: bool = True, truncate: bool = False
+    ) -> OSFile:
+        return SnapshotOnSyncFile(
+            super().open(path, create=create, writable=writable, truncate=truncate), self
+        )  # type: ignore[return-value]
 
 
 class SnapshotOnSyncFile:

@@ -313,8 +313,10 @@ class TornWriteVFS(OSVFS):
         self.fail_fsync = False
         self.writes = 0
 
-    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
-        real = super().open(path, create=create, writable=writable)
+    def open(
+        self, path: Path, *, create: bool = True, writable: bool = True, truncate: bool = False
+    ) -> OSFile:
+        real = super().open(path, create=create, writable=writable, truncate=truncate)
         if path.name.endswith(".log"):
             return _TornFile(self, path, real)
         return real

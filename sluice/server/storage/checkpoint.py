@@ -7,20 +7,25 @@ Format (text, one data dir holds several such files, each a map partition -> off
     <topic> <partition> <offset>        n lines
 
 Topic names cannot contain spaces (see ``LogManager.validate_topic_name``), so a line splits
-unambiguously. Writes are atomic: the new content goes to ``<name>.tmp``, is fsynced, renamed over
-the old file and the directory is fsynced, so a reader sees either the old or the new file, never a
-torn one. A leftover ``.tmp`` (crash mid-write) is never read; the next write overwrites it.
+unambiguously. Writes go through :func:`sluice.server.storage.vfs.atomic_write` (tmp, fsync,
+rename, directory fsync), so a reader sees either the old or the new file; a leftover ``.tmp``
+(crash mid-write) is never read and the next write overwrites it.
+
+Every line ends in ``\n`` (Kafka's writer ends each with ``newLine()``) and the reader requires
+it: should a file system still hand back a torn file, one cut inside its last number
+(``u 0 1`` of ``u 0 12``) would otherwise parse as a smaller offset; a smaller log start
+offset would resurrect deleted records. A malformed file is treated as absent by the caller.
 
 Not thread-safe; the LogManager calls it from the event loop only.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from sluice.protocol.errors import SluiceError
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 VERSION = 0
 
@@ -29,36 +34,12 @@ class CorruptCheckpointError(SluiceError):
     """A checkpoint file whose content does not follow the format."""
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: tmp file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename/create/unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class OffsetCheckpointFile:
     """One checkpoint file mapping ``(topic, partition)`` to an offset."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, vfs: VFS = DEFAULT_VFS):
         self.path = Path(path)
+        self._vfs = vfs
 
     def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Replace the file's content with ``offsets`` (atomic, durable)."""
@@ -67,7 +48,7 @@ class OffsetCheckpointFile:
             if not topic or any(c.isspace() for c in topic):
                 raise ValueError(f"topic name {topic!r} cannot be checkpointed")
             lines.append(f"{topic} {int(partition)} {int(offset)}")
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode(), self._vfs)
 
     def read(self) -> dict[tuple[str, int], int]:
         """The stored map; empty if the file does not exist.
@@ -76,14 +57,15 @@ class OffsetCheckpointFile:
         not match the lines, a line that does not parse).
         """
         try:
-            text = self.path.read_bytes().decode("utf-8")
+            text = read_file(self.path, self._vfs).decode("utf-8")
         except FileNotFoundError:
             return {}
         except UnicodeDecodeError as exc:
             raise CorruptCheckpointError(f"{self.path}: not UTF-8 text") from exc
+        if not text.endswith("\n"):
+            raise CorruptCheckpointError(f"{self.path}: last line not terminated (torn write?)")
         lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        lines.pop()
         if len(lines) < 2:
             raise CorruptCheckpointError(f"{self.path}: missing version or count line")
         if lines[0].strip() != str(VERSION):

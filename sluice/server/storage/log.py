@@ -753,7 +753,7 @@ class Log:
         (sluice.server.storage.producer_state)."""
         producers = self._producers
         if producers is None:
-            found = load_latest_snapshot(self.directory, self._leo)
+            found = load_latest_snapshot(self.directory, self._leo, self._vfs)
             start = found[0] if found is not None else -1
             producers = found[1] if found is not None else ProducerStateManager()
             first = max(0, bisect.bisect_right(self._bases, start) - 1)
@@ -1103,7 +1103,7 @@ class Log:
         if offset >= self._leo:
             return False
         self._producers = None  # rebuilt from what remains, on the next idempotent append
-        delete_snapshots_above(self.directory, offset)
+        delete_snapshots_above(self.directory, offset, self._vfs)
         if offset < self._bases[0]:
             self._truncate_fully_and_start_at(offset)
             return True
@@ -1129,7 +1129,7 @@ class Log:
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._producers = None
-        delete_snapshots_above(self.directory, offset)
+        delete_snapshots_above(self.directory, offset, self._vfs)
         doomed = self._segments[:]
         self._segments.clear()
         self._bases.clear()
@@ -1158,7 +1158,7 @@ class Log:
         if self._producers is not None:
             # Kafka's clean-shutdown producer snapshot: the next build starts from it.
             try:
-                write_snapshot(self.directory, self._leo, self._producers)
+                write_snapshot(self.directory, self._leo, self._producers, self._vfs)
             except OSError as exc:
                 logger.warning("producer snapshot not written", dir=str(self.directory),
                                error=str(exc))  # fmt: skip

@@ -50,14 +50,10 @@ from sluice.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from sluice.server.storage.checkpoint import (
-    CorruptCheckpointError,
-    OffsetCheckpointFile,
-    atomic_write,
-    fsync_dir,
-)
+from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from sluice.server.storage.log import Log, parse_partition_dir
 from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 logger = structlog.get_logger("sluice.storage")
 
@@ -85,6 +81,10 @@ class LogManager:
 
     Call :meth:`open` once, then :meth:`start` from the event loop for the background tasks;
     :meth:`stop` (or :meth:`close` when no loop runs) for a clean shutdown.
+
+    Every file recovery reads (segments, checkpoints, the clean-shutdown marker, producer
+    snapshots, the topic metadata) goes through ``vfs`` (default: the OS), so tests can crash
+    or fail any step of its write sequence. Partition directories and the lock file do not.
     """
 
     def __init__(
@@ -96,8 +96,10 @@ class LogManager:
         flush_check_interval_ms: int = 1_000,
         checkpoint_interval_ms: int = 60_000,
         clock: Callable[[], int] = _wall_clock_ms,
+        vfs: VFS = DEFAULT_VFS,
     ) -> None:
         self.log_dir = Path(log_dir)
+        self._vfs = vfs
         self.default_config = default_config
         self.retention_check_interval_ms = retention_check_interval_ms
         self.flush_check_interval_ms = flush_check_interval_ms
@@ -117,7 +119,7 @@ class LogManager:
     # ------------------------------------------------------------------ files
 
     def _checkpoint(self, name: str) -> OffsetCheckpointFile:
-        return OffsetCheckpointFile(self.log_dir / name)
+        return OffsetCheckpointFile(self.log_dir / name, self._vfs)
 
     def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
         try:
@@ -135,12 +137,12 @@ class LogManager:
                 for name, (count, overrides) in sorted(self._topics.items())
             },
         }
-        atomic_write(self.log_dir / TOPICS_FILE, json.dumps(document, indent=1).encode())
+        atomic_write(self.log_dir / TOPICS_FILE, json.dumps(document, indent=1).encode(), self._vfs)
 
     def _read_topics_file(self) -> dict[str, tuple[int, dict[str, str]]]:
         path = self.log_dir / TOPICS_FILE
         try:
-            document = json.loads(path.read_bytes())
+            document = json.loads(read_file(path, self._vfs))
             topics: dict[str, tuple[int, dict[str, str]]] = {}
             for name, entry in document["topics"].items():
                 count = int(entry["partitions"])
@@ -216,7 +218,7 @@ class LogManager:
 
     def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
-        self.had_clean_shutdown = marker.exists()
+        self.had_clean_shutdown = self._vfs.exists(marker)
         recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         log_starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(HIGH_WATERMARK_CHECKPOINT)
@@ -274,16 +276,17 @@ class LogManager:
                     high_watermark=hws.get(tp),
                     had_clean_shutdown=self.had_clean_shutdown,
                     clock=self._clock,
+                    vfs=self._vfs,
                 )
         if created_dirs:
             # Partitions listed in the metadata but missing on disk were created: make their
             # directory entries durable before anything is appended to them (as create_topic).
-            fsync_dir(self.log_dir)
+            self._vfs.fsync_dir(self.log_dir)
         if changed:
             self._write_topics_file()
         if self.had_clean_shutdown:
-            marker.unlink()
-            fsync_dir(self.log_dir)
+            self._vfs.remove(marker)
+            self._vfs.fsync_dir(self.log_dir)
         self._opened = True
         logger.info(
             "logs loaded",
@@ -302,7 +305,7 @@ class LogManager:
         self.write_checkpoints()
         self._run_dir_deletes(2**63 - 1)
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
-        atomic_write(marker, b"")
+        atomic_write(marker, b"", self._vfs)
         self._closed = True
         self._unlock()
         logger.info("logs closed cleanly", log_dir=str(self.log_dir))
@@ -383,10 +386,12 @@ class LogManager:
         self._write_topics_file()
         logs = []
         for partition in range(num_partitions):
-            log = Log.open(self._partition_dir(name, partition), config, clock=self._clock)
+            log = Log.open(
+                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
+            )
             self._logs[(name, partition)] = log
             logs.append(log)
-        fsync_dir(self.log_dir)
+        self._vfs.fsync_dir(self.log_dir)
         logger.info(
             "topic created", topic=name, partitions=num_partitions, overrides=dict(overrides)
         )
@@ -410,14 +415,20 @@ class LogManager:
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: close its logs, rename their directories to
-        ``<dir>.<uuid>-delete`` (then invisible to :meth:`open`), forget the topic, and remove
-        the directories ``file.delete.delay.ms`` later (in the background)."""
+        ``<dir>.<uuid>-delete`` (then invisible to :meth:`open`) and make that durable, then
+        forget the topic in the metadata; the directories go ``file.delete.delay.ms`` later (in
+        the background).
+
+        Directories first: a crash after the metadata write but before the renames would leave
+        partition directories without metadata, which :meth:`open` adopts with the *default*
+        config (the topic would come back, its overrides lost). In this order a crash in
+        between leaves the topic listed with its config and its partitions recreated empty.
+        """
         self._check_open()
         if name not in self._topics:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}")
-        count, _ = self._topics.pop(name)
-        config = self._configs.pop(name)
-        self._write_topics_file()
+        count, _ = self._topics[name]
+        config = self._configs[name]
         due = self._clock() + config.file_delete_delay_ms
         for partition in range(count):
             log = self._logs.pop((name, partition), None)
@@ -428,7 +439,10 @@ class LogManager:
                 target = source.with_name(f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
                 os.replace(source, target)
                 self._pending_dir_deletes.append((due, target))
-        fsync_dir(self.log_dir)
+        self._vfs.fsync_dir(self.log_dir)
+        del self._topics[name]
+        del self._configs[name]
+        self._write_topics_file()
         self.write_checkpoints()
         if config.file_delete_delay_ms == 0:
             self._run_dir_deletes(due)

@@ -49,6 +49,7 @@ from sluice.protocol.errors import (
     OutOfOrderSequenceNumber,
 )
 from sluice.protocol.records import BatchHeader
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF
@@ -203,13 +204,13 @@ class CorruptSnapshotError(Exception):
     """A snapshot file that does not parse or whose CRC does not match (it is ignored)."""
 
 
-def snapshot_files(directory: Path) -> list[tuple[int, Path]]:
+def snapshot_files(directory: Path, vfs: VFS = DEFAULT_VFS) -> list[tuple[int, Path]]:
     """``(offset, path)`` of every snapshot file in a partition directory, oldest first."""
     found = []
-    for path in directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-        stem = path.name[: -len(SNAPSHOT_SUFFIX)]
-        if stem.isdigit():
-            found.append((int(stem), path))
+    for name in vfs.listdir(directory):
+        stem = name.removesuffix(SNAPSHOT_SUFFIX)
+        if stem != name and stem.isdigit():
+            found.append((int(stem), directory / name))
     return sorted(found)
 
 
@@ -248,38 +249,40 @@ def decode_snapshot(data: bytes) -> ProducerStateManager:
     return manager
 
 
-def write_snapshot(directory: Path, offset: int, manager: ProducerStateManager) -> Path:
-    """Write ``<offset>.snapshot`` atomically (tmp, fsync, rename) and remove older ones."""
-    from sluice.server.storage.checkpoint import atomic_write
-
+def write_snapshot(
+    directory: Path, offset: int, manager: ProducerStateManager, vfs: VFS = DEFAULT_VFS
+) -> Path:
+    """Write ``<offset>.snapshot`` atomically (tmp, fsync, rename, directory fsync), then
+    remove older ones: the new one is durable before any fallback disappears."""
     path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-    atomic_write(path, encode_snapshot(manager, int(time.time() * 1000)))
-    for other_offset, other in snapshot_files(directory):
+    atomic_write(path, encode_snapshot(manager, int(time.time() * 1000)), vfs)
+    for other_offset, other in snapshot_files(directory, vfs):
         if other_offset != offset:
-            other.unlink(missing_ok=True)
+            vfs.remove(other)
     return path
 
 
 def load_latest_snapshot(
-    directory: Path, log_end_offset: int
+    directory: Path, log_end_offset: int, vfs: VFS = DEFAULT_VFS
 ) -> tuple[int, ProducerStateManager] | None:
     """The newest usable snapshot at or below ``log_end_offset``: ``(offset, state)``.
 
     Snapshots above the log end offset (the log was truncated after them) and corrupt ones
-    are deleted; None when nothing usable is left (the caller rebuilds from the log)."""
-    for offset, path in reversed(snapshot_files(directory)):
+    (a torn write: the CRC fails) are deleted; None when nothing usable is left (the caller
+    rebuilds from the log)."""
+    for offset, path in reversed(snapshot_files(directory, vfs)):
         if offset > log_end_offset:
-            path.unlink(missing_ok=True)
+            vfs.remove(path)
             continue
         try:
-            return offset, decode_snapshot(path.read_bytes())
+            return offset, decode_snapshot(read_file(path, vfs))
         except (OSError, CorruptSnapshotError):
-            path.unlink(missing_ok=True)
+            vfs.remove(path)
     return None
 
 
-def delete_snapshots_above(directory: Path, offset: int) -> None:
+def delete_snapshots_above(directory: Path, offset: int, vfs: VFS = DEFAULT_VFS) -> None:
     """Truncation: snapshots describing offsets past ``offset`` no longer match the log."""
-    for snap_offset, path in snapshot_files(directory):
+    for snap_offset, path in snapshot_files(directory, vfs):
         if snap_offset > offset:
-            path.unlink(missing_ok=True)
+            vfs.remove(path)

@@ -1,9 +1,13 @@
 """The seam between the storage layer and the file system.
 
-Every file the segment layer touches (``.log``, ``.index``, ``.timeindex``) is opened through a
-:class:`VFS`, so tests can swap in a file system that tears writes, fails fsyncs or raises I/O
-errors at a chosen byte (see ``tests/test_segment_recovery.py``), the way hashicorp/raft-wal's
-``types/vfs.go`` does. The default, :data:`DEFAULT_VFS`, is a thin layer over ``os.*`` calls.
+Every file recovery relies on is reached through a :class:`VFS`: the segment files (``.log``,
+``.index``, ``.timeindex``) and the small files whose write ordering recovery trusts, which go
+through :func:`atomic_write` / :func:`read_file` (offset checkpoints, the clean-shutdown marker,
+producer-state snapshots, the topic metadata). Tests swap in a file system that tears writes,
+fails any operation or forgets what was not fsynced (``tests/storage/crashfs.py``,
+``tests/storage/test_segment_recovery.py``), the way hashicorp/raft-wal's ``types/vfs.go``
+does. The default, :data:`DEFAULT_VFS`, is a thin layer over ``os.*`` calls, issuing the same
+system calls as direct ``os`` use would.
 
 Only positional I/O is offered (``pread``/``pwrite``): there is no shared file position, so a
 reader (fetch) and the writer (append) of the same file never disturb each other.
@@ -57,9 +61,11 @@ class VFSFile(Protocol):
 class VFS(Protocol):
     """File-system operations used by the storage layer."""
 
-    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> VFSFile:
+    def open(
+        self, path: Path, *, create: bool = True, writable: bool = True, truncate: bool = False
+    ) -> VFSFile:
         """Open ``path``; create it empty if ``create`` and it is missing, else raise
-        FileNotFoundError."""
+        FileNotFoundError. ``truncate`` empties an existing file (``O_TRUNC``)."""
         ...
 
     def exists(self, path: Path) -> bool: ...
@@ -145,10 +151,14 @@ class OSFile:
 class OSVFS:
     """The default :class:`VFS`: real files via ``os.*``."""
 
-    def open(self, path: Path, *, create: bool = True, writable: bool = True) -> OSFile:
+    def open(
+        self, path: Path, *, create: bool = True, writable: bool = True, truncate: bool = False
+    ) -> OSFile:
         flags = os.O_RDWR if writable else os.O_RDONLY
         if create:
             flags |= os.O_CREAT
+        if truncate:
+            flags |= os.O_TRUNC
         flags |= getattr(os, "O_CLOEXEC", 0)
         return OSFile(Path(path), os.open(path, flags, 0o644))
 
@@ -181,3 +191,42 @@ class OSVFS:
 
 
 DEFAULT_VFS: VFS = OSVFS()
+
+
+def atomic_write(path: Path, data: Buffer, vfs: VFS = DEFAULT_VFS) -> None:
+    """Replace ``path`` by a file holding ``data``, atomically and durably (Kafka's order):
+
+    1. write ``<name>.tmp`` (created or emptied),
+    2. fsync it: its bytes are on disk before any name can refer to them,
+    3. rename it over ``path``: a reader sees the old file or the new one, never a mix,
+    4. fsync the directory: the rename itself survives a power loss.
+
+    A crash before 3 leaves the old file and a stray ``.tmp`` (never read; the next write
+    empties it); between 3 and 4 a power loss may bring the old file back, never a torn one.
+    Without step 2 a file system may persist the rename before the data, and the old name
+    would then hold a torn or empty file.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    file = vfs.open(tmp, truncate=True)
+    try:
+        file.pwrite(data, 0)
+        file.fsync()
+    finally:
+        file.close()
+    vfs.rename(tmp, path)
+    vfs.fsync_dir(path.parent)
+
+
+def read_file(path: Path, vfs: VFS = DEFAULT_VFS) -> bytes:
+    """The whole content of ``path`` (FileNotFoundError if it is missing)."""
+    file = vfs.open(path, create=False, writable=False)
+    try:
+        chunks = []
+        offset, size = 0, file.size()
+        # Bounded by the end of file: pread returns b"" there.
+        while chunk := file.pread(max(size - offset, 1 << 16), offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        file.close()

@@ -13,8 +13,7 @@ import uvloop
 
 from sluice.protocol import messages as m
 from sluice.protocol.records import iter_batches
-from tests.broker_util import WireClient
-from tests.test_server import (
+from tests.broker.test_server import (
     FETCH,
     METADATA,
     batch,
@@ -23,6 +22,7 @@ from tests.test_server import (
     same_batch_content,
     start_server,
 )
+from tests.broker_util import WireClient
 
 
 def multi_fetch(offsets: dict[int, int]) -> Any:

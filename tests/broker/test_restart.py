@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sluice.protocol.records import build_batch, decode_batch, iter_batches
+from tests.broker.test_server import create_topic, fetch, list_offset, metadata, produce
 from tests.broker_util import WireClient, running_broker, start_broker
-from tests.test_server import create_topic, fetch, list_offset, metadata, produce
 
 
 def batches(n: int) -> list[bytes]:
@@ -124,7 +124,7 @@ async def test_second_start_on_a_busy_port_fails_cleanly(tmp_path: Path) -> None
 
 
 async def test_sigterm_answers_a_parked_long_poll_then_exits(tmp_path: Path) -> None:
-    from tests.test_server import fetch_request
+    from tests.broker.test_server import fetch_request
 
     data = tmp_path / "data"
     broker = start_broker(data)

@@ -19,8 +19,8 @@ from sluice.protocol import messages as m
 from sluice.protocol.framing import encode_request
 from sluice.protocol.records import build_batch, iter_batches
 from sluice.server.core.server import Server
+from tests.broker.test_server import create_topic, fetch, metadata, produce, start_server
 from tests.broker_util import WireClient
-from tests.test_server import create_topic, fetch, metadata, produce, start_server
 
 MAX_FRAME = 64 * 1024
 STORED = build_batch([(1_700_000_000_000 + i, None, b"keep-%d" % i) for i in range(5)])
@@ -124,7 +124,7 @@ async def test_api_declared_but_not_served_closes(server: Server, api: object) -
     """An API the codec knows but no handler serves is neither advertised nor served. Every
     declared API has a handler now, so the test takes one away (a broker built without it)."""
     key, version = api.key, api.min_version  # type: ignore[attr-defined]
-    assert server.handlers is not None
+    assert server.replica_manager is not None
     del server.handlers._dispatch[key]
     assert key not in server.handlers.served_api_keys
     c = await WireClient.connect("127.0.0.1", server.port)
@@ -176,12 +176,12 @@ async def test_client_vanishing_mid_frame_and_mid_long_poll(server: Server) -> N
     await c.send_raw(struct.pack(">i", 1000) + b"\x00\x03")  # half a frame, then gone
     await c.close()
     c = await WireClient.connect("127.0.0.1", server.port)
-    from tests.test_server import fetch_request
+    from tests.broker.test_server import fetch_request
 
     await c.send(1, 11, fetch_request("keep", 5, max_wait_ms=60_000))
-    assert server.handlers is not None
+    assert server.replica_manager is not None
     for _ in range(2000):
-        if server.handlers.notifier.waiting():
+        if server.replica_manager.fetch_purgatory.watched():
             break
         await asyncio.sleep(0.005)
     c.writer.transport.abort()
@@ -200,7 +200,7 @@ async def park_a_fetch_on_a_full_socket(srv: Server, c: WireClient) -> None:
     """Topic "big" with 10 batches of 500 KB, and a Fetch of all of it that ``c`` never reads:
     returns once the server's sendfile has met a full socket (server started with
     ``socket.send.buffer.bytes=65536``)."""
-    from tests.test_server import batch, fetch_request
+    from tests.broker.test_server import batch, fetch_request
 
     assert await create_topic(c, "big") == 0
     for i in range(10):

@@ -39,8 +39,9 @@ from sluice.protocol.framing import decode_response, encode_request
 
 from .offsets import TopicPartition
 
-API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
-API_CREATE_TOPICS, API_DELETE_RECORDS = 19, 21
+API_PRODUCE, API_FETCH = messages.Produce.key, messages.Fetch.key
+API_LIST_OFFSETS, API_METADATA = messages.ListOffsets.key, messages.Metadata.key
+API_CREATE_TOPICS, API_DELETE_RECORDS = messages.CreateTopics.key, messages.DeleteRecords.key
 # Versions this client speaks (all within sluice.protocol.framing.SUPPORTED_VERSIONS).
 PRODUCE_V, FETCH_V, LIST_OFFSETS_V, METADATA_V = 8, 11, 5, 8
 CREATE_TOPICS_V, DELETE_RECORDS_V = 4, 1

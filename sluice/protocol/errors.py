@@ -80,12 +80,18 @@ LeaderNotAvailable = _define("LeaderNotAvailable", 5, True, "leader not availabl
 NotLeaderOrFollower = _define("NotLeaderOrFollower", 6, True, "not leader or follower")
 RequestTimedOut = _define("RequestTimedOut", 7, True, "request timed out")
 MessageTooLarge = _define("MessageTooLarge", 10, False, "message larger than max.message.bytes")
+OffsetMetadataTooLarge = _define(
+    "OffsetMetadataTooLarge", 12, False, "offset metadata larger than allowed"
+)
 CoordinatorLoadInProgress = _define("CoordinatorLoadInProgress", 14, True, "coordinator is loading")
 CoordinatorNotAvailable = _define("CoordinatorNotAvailable", 15, True, "coordinator not available")
 NotCoordinator = _define("NotCoordinator", 16, True, "not the coordinator")
 InvalidTopic = _define("InvalidTopic", 17, False, "invalid topic name")
 RecordListTooLarge = _define("RecordListTooLarge", 18, False, "record batch too large")
 NotEnoughReplicas = _define("NotEnoughReplicas", 19, True, "not enough in-sync replicas")
+NotEnoughReplicasAfterAppend = _define(
+    "NotEnoughReplicasAfterAppend", 20, True, "written, but fewer in-sync replicas than required"
+)
 InvalidRequiredAcks = _define("InvalidRequiredAcks", 21, False, "acks must be -1, 0 or 1")
 IllegalGeneration = _define("IllegalGeneration", 22, False, "illegal generation")
 InconsistentGroupProtocol = _define(
@@ -102,6 +108,9 @@ InvalidPartitions = _define("InvalidPartitions", 37, False, "invalid number of p
 InvalidReplicationFactor = _define(
     "InvalidReplicationFactor", 38, False, "invalid replication factor"
 )
+InvalidReplicaAssignment = _define(
+    "InvalidReplicaAssignment", 39, False, "invalid replica assignment"
+)
 InvalidConfig = _define("InvalidConfig", 40, False, "invalid configuration")
 InvalidRequest = _define("InvalidRequest", 42, False, "invalid request")
 UnsupportedForMessageFormat = _define(
@@ -113,12 +122,21 @@ OutOfOrderSequenceNumber = _define(
 )
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
 InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+TopicDeletionDisabled = _define("TopicDeletionDisabled", 73, False, "topic deletion is disabled")
+FencedLeaderEpoch = _define("FencedLeaderEpoch", 74, True, "leader epoch older than the broker's")
+UnknownLeaderEpoch = _define("UnknownLeaderEpoch", 75, True, "leader epoch newer than the broker's")
 UnsupportedCompressionType = _define(
     "UnsupportedCompressionType", 76, False, "unsupported compression type"
+)
+OffsetNotAvailable = _define(
+    "OffsetNotAvailable", 78, True, "leader's high watermark below its epoch start offset"
 )
 MemberIdRequired = _define("MemberIdRequired", 79, False, "member id required")
 GroupIdNotFound = _define("GroupIdNotFound", 69, False, "group id not found")
 NonEmptyGroup = _define("NonEmptyGroup", 68, False, "group is not empty")
+FencedInstanceId = _define(
+    "FencedInstanceId", 82, False, "a newer member with this group.instance.id fenced this one"
+)
 InvalidRecord = _define("InvalidRecord", 87, False, "invalid record")
 UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
 

@@ -65,7 +65,7 @@ __all__ = [
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_SIZE = 104_857_600
 
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = messages.ApiVersions.key
 
 #: ``{api_key: (min_version, max_version)}`` -- exactly the versions this codec encodes/decodes.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice.protocol import messages as m
 from sluice.protocol.records import iter_records
 from tests.broker_util import BrokerProcess, free_port, start_broker
 from tests.interop_helpers import DEADLINE_S
@@ -34,7 +35,7 @@ with warnings.catch_warnings():
 
 pytestmark = pytest.mark.interop
 
-PRODUCE = 0
+PRODUCE = m.Produce.key
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes | None:

@@ -19,10 +19,26 @@ from sluice.server.core.config import Config
 from sluice.server.core.server import Server
 from tests.broker_util import WireClient
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
-INIT_PRODUCER_ID = 22
-GROUP_APIS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42}  # sluice.server.group.coordinator
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = (m.Produce.key, m.Fetch.key, m.ListOffsets.key,
+                                         m.Metadata.key)  # fmt: skip
+API_VERSIONS, CREATE_TOPICS = m.ApiVersions.key, m.CreateTopics.key
+DELETE_TOPICS, DELETE_RECORDS = m.DeleteTopics.key, m.DeleteRecords.key
+INIT_PRODUCER_ID = m.InitProducerId.key
+GROUP_APIS = {
+    a.key
+    for a in (
+        m.OffsetCommit,
+        m.OffsetFetch,
+        m.FindCoordinator,
+        m.JoinGroup,
+        m.Heartbeat,
+        m.LeaveGroup,
+        m.SyncGroup,
+        m.DescribeGroups,
+        m.ListGroups,
+        m.DeleteGroups,
+    )
+}  # sluice.server.group.coordinator
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS}  # fmt: skip
 
@@ -403,12 +419,12 @@ async def test_fetch_two_partitions_response_max_bytes(client: WireClient) -> No
 async def test_long_poll_is_woken_by_produce(server: Server, client: WireClient) -> None:
     assert await create_topic(client, "lp") == 0
     fetch_task = asyncio.create_task(fetch(client, "lp", 0, max_wait_ms=60_000))
-    assert server.handlers is not None
+    assert server.replica_manager is not None
     for _ in range(2000):  # bounded: until the fetch is parked on the partition
-        if server.handlers.notifier.waiting():
+        if server.replica_manager.fetch_purgatory.watched():
             break
         await asyncio.sleep(0.005)
-    assert server.handlers.notifier.waiting() == 1
+    assert server.replica_manager.fetch_purgatory.watched() == 1
     assert not fetch_task.done()  # it is waiting, not answering empty
     other = await WireClient.connect("127.0.0.1", server.port)
     try:
@@ -600,9 +616,9 @@ def test_on_uvloop_produce_fetch_long_poll_and_large_fetch(tmp_path: Path, zero_
                 assert await create_topic(c, "uv") == 0
                 # long-poll woken by a produce on another connection
                 task = asyncio.create_task(fetch(c, "uv", 0, max_wait_ms=60_000))
-                assert srv.handlers is not None
+                assert srv.replica_manager is not None
                 for _ in range(2000):
-                    if srv.handlers.notifier.waiting():
+                    if srv.replica_manager.fetch_purgatory.watched():
                         break
                     await asyncio.sleep(0.005)
                 assert not task.done()

@@ -124,7 +124,7 @@ async def test_api_declared_but_not_served_closes(server: Server, api: object) -
     """An API the codec knows but no handler serves is neither advertised nor served. Every
     declared API has a handler now, so the test takes one away (a broker built without it)."""
     key, version = api.key, api.min_version  # type: ignore[attr-defined]
-    assert server.handlers is not None
+    assert server.replica_manager is not None
     del server.handlers._dispatch[key]
     assert key not in server.handlers.served_api_keys
     c = await WireClient.connect("127.0.0.1", server.port)
@@ -179,9 +179,9 @@ async def test_client_vanishing_mid_frame_and_mid_long_poll(server: Server) -> N
     from tests.broker.test_server import fetch_request
 
     await c.send(1, 11, fetch_request("keep", 5, max_wait_ms=60_000))
-    assert server.handlers is not None
+    assert server.replica_manager is not None
     for _ in range(2000):
-        if server.handlers.notifier.waiting():
+        if server.replica_manager.fetch_purgatory.watched():
             break
         await asyncio.sleep(0.005)
     c.writer.transport.abort()

@@ -21,16 +21,13 @@ from sluice.server.core.config import Config
 from sluice.server.core.server import Server
 from tests.broker_util import WireClient
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = (
-    8,
-    9,
-    10,
-    11,
-    12,
-    13,
-    14,
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (
+    m.OffsetCommit.key,
+    m.OffsetFetch.key,
+    m.FindCoordinator.key,
 )
-DESCRIBE, LIST, DELETE = 15, 16, 42
+JOIN, HEARTBEAT, LEAVE, SYNC = m.JoinGroup.key, m.Heartbeat.key, m.LeaveGroup.key, m.SyncGroup.key
+DESCRIBE, LIST, DELETE = m.DescribeGroups.key, m.ListGroups.key, m.DeleteGroups.key
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 25, 27
 INVALID_SESSION_TIMEOUT, INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED = 26, 23, 79
 FENCED_INSTANCE_ID, INVALID_GROUP_ID, OFFSET_METADATA_TOO_LARGE = 82, 24, 12

@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from sluice.protocol import messages as m
 from sluice.protocol.framing import ADVERTISED_VERSIONS
 from tests.broker_util import BrokerProcess
 from tests.interop_helpers import (
@@ -33,7 +34,8 @@ from tests.interop_helpers import (
 pytestmark = pytest.mark.interop
 
 _TIMEOUT_MS = int(DEADLINE_S * 1000)
-API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA, API_FIND_COORDINATOR = 0, 1, 2, 3, 10
+API_PRODUCE, API_FETCH, API_LIST_OFFSETS = m.Produce.key, m.Fetch.key, m.ListOffsets.key
+API_METADATA, API_FIND_COORDINATOR = m.Metadata.key, m.FindCoordinator.key
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,18 @@
 """One handler per Kafka API: decoded request body in, response body out (or None = no response).
 
 Handlers run on the event loop thread, one request at a time per connection (the connection
-awaits each before decoding the next), against the single LogManager. This broker is a
-single-node cluster: every partition's leader, only replica and only ISR member is ``node.id``,
-so the high watermark of a partition is its log end offset after each append (acks=-1 == 1).
+awaits each before decoding the next). They decode, call the
+:class:`~sluice.server.core.replica_manager.ReplicaManager` (partition leadership, appends,
+reads, parked requests), the group coordinator or the LogManager (topic admin), and encode.
 
 Errors: storage raises ``sluice.protocol.errors.KafkaError`` subclasses, which become the
-per-partition
-or per-topic error code; anything else is a bug, logged with its traceback and answered with
-UNKNOWN_SERVER_ERROR (-1) for that partition only.
+per-partition or per-topic error code; anything else is a bug, logged with its traceback and
+answered with UNKNOWN_SERVER_ERROR for that partition only. Every code comes from the registry
+in :mod:`sluice.protocol.errors`, every API key from :mod:`sluice.protocol.messages`.
 
-Fetch long-poll: a fetch that has fewer than ``min_bytes`` waits up to ``max_wait_ms`` on an
-:class:`AppendNotifier` future registered on every partition it reads; Produce completes those
-futures after appending, so a waiting fetch re-reads at once instead of polling.
+Fetch long-poll: a fetch that has fewer than ``min_bytes`` parks a ``DelayedFetch`` in the
+ReplicaManager's fetch purgatory for up to ``max_wait_ms``; an append that makes new data
+readable on one of its partitions completes it, and the fetch reads again.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import errors
+from sluice.protocol import messages as m
 from sluice.protocol.framing import (
     UnsupportedVersionError,
     api_versions_response,
@@ -37,37 +38,15 @@ from sluice.server.logging import get_logger
 if TYPE_CHECKING:
     from sluice.server.core.config import Config
     from sluice.server.core.metrics import Metrics
+    from sluice.server.core.producer_id_manager import ProducerIdManager
+    from sluice.server.core.replica_manager import AppendResult, DelayedProduce, ReplicaManager
+    from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log import Log
-    from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.handlers")
 
-API_PRODUCE = 0
-API_FETCH = 1
-API_LIST_OFFSETS = 2
-API_METADATA = 3
-API_OFFSET_COMMIT = 8
-API_OFFSET_FETCH = 9
-API_FIND_COORDINATOR = 10
-API_JOIN_GROUP = 11
-API_HEARTBEAT = 12
-API_LEAVE_GROUP = 13
-API_SYNC_GROUP = 14
-API_DESCRIBE_GROUPS = 15
-API_LIST_GROUPS = 16
-API_API_VERSIONS = 18
-API_CREATE_TOPICS = 19
-API_DELETE_TOPICS = 20
-API_DELETE_RECORDS = 21
-API_INIT_PRODUCER_ID = 22
-API_DELETE_GROUPS = 42
-
 CLUSTER_ID = "sluice-single-node"
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
-INVALID_REPLICA_ASSIGNMENT = 39
-TOPIC_DELETION_DISABLED = 73
-
-TopicPartition = tuple[str, int]
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
@@ -89,7 +68,7 @@ def _response_cls(api_key: int) -> type[Message]:
 @functools.cache
 def _fetch_classes() -> tuple[type[Message], type[Message], type[Message]]:
     """(FetchResponse, its topic struct, its partition struct): resolved once, not per request."""
-    cls = _response_cls(API_FETCH)
+    cls = _response_cls(m.Fetch.key)
     topic_cls = _item_cls(cls, "responses")
     return cls, topic_cls, _item_cls(topic_cls, "partitions")
 
@@ -106,105 +85,57 @@ def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
 
 
-class AppendNotifier:
-    """Wakes fetches waiting on a partition when records are appended to it.
-
-    ``waiter(keys)`` registers one future on several partitions (synchronously, so no append
-    can slip between a fetch's read and its registration); ``notify(key)`` completes every future
-    registered on ``key``; ``wake_all()`` (shutdown) completes all of them.
-    """
-
-    def __init__(self) -> None:
-        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
-
-    def waiter(self, keys: Iterable[TopicPartition]) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for key in keys:
-            self._waiters.setdefault(key, set()).add(fut)
-        return fut
-
-    def discard(self, fut: asyncio.Future[None], keys: Iterable[TopicPartition]) -> None:
-        for key in keys:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(fut)
-                if not waiters:
-                    del self._waiters[key]
-
-    def notify(self, key: TopicPartition) -> None:
-        waiters = self._waiters.pop(key, None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    def wake_all(self) -> None:
-        for key in list(self._waiters):
-            self.notify(key)
-
-    def waiting(self) -> int:
-        """Number of partitions with at least one waiting fetch (tests, metrics)."""
-        return len(self._waiters)
-
-
 class Handlers:
     """Dispatch by API key. Created by ``Server`` once; shared by every connection."""
 
-    def __init__(self, config: Config, log_manager: LogManager, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: Config,
+        replicas: ReplicaManager,
+        groups: GroupCoordinator,
+        producer_ids: ProducerIdManager,
+        metrics: Metrics,
+    ) -> None:
         self.config = config
-        self.logs = log_manager
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.groups = groups
+        self.producer_ids = producer_ids
         self.metrics = metrics
-        self.notifier = AppendNotifier()
         self._stopping = False
         advertised = config.advertised_listener
         self._advertised = (advertised.host, advertised.port)
         self._dispatch: dict[int, Callable[[Any, Any], Any]] = {
-            API_API_VERSIONS: self.api_versions,
-            API_METADATA: self.metadata,
-            API_PRODUCE: self.produce,
-            API_FETCH: self.fetch,
-            API_LIST_OFFSETS: self.list_offsets,
-            API_CREATE_TOPICS: self.create_topics,
-            API_DELETE_TOPICS: self.delete_topics,
-            API_DELETE_RECORDS: self.delete_records,
-            API_INIT_PRODUCER_ID: self.init_producer_id,
-            API_FIND_COORDINATOR: self.find_coordinator,
-            API_JOIN_GROUP: self.join_group,
-            API_SYNC_GROUP: self.sync_group,
-            API_HEARTBEAT: self.heartbeat,
-            API_LEAVE_GROUP: self.leave_group,
-            API_OFFSET_COMMIT: self.offset_commit,
-            API_OFFSET_FETCH: self.offset_fetch,
-            API_LIST_GROUPS: self.list_groups,
-            API_DESCRIBE_GROUPS: self.describe_groups,
-            API_DELETE_GROUPS: self.delete_groups,
+            m.ApiVersions.key: self.api_versions,
+            m.Metadata.key: self.metadata,
+            m.Produce.key: self.produce,
+            m.Fetch.key: self.fetch,
+            m.ListOffsets.key: self.list_offsets,
+            m.CreateTopics.key: self.create_topics,
+            m.DeleteTopics.key: self.delete_topics,
+            m.DeleteRecords.key: self.delete_records,
+            m.InitProducerId.key: self.init_producer_id,
+            m.FindCoordinator.key: self.find_coordinator,
+            m.JoinGroup.key: self.join_group,
+            m.SyncGroup.key: self.sync_group,
+            m.Heartbeat.key: self.heartbeat,
+            m.LeaveGroup.key: self.leave_group,
+            m.OffsetCommit.key: self.offset_commit,
+            m.OffsetFetch.key: self.offset_fetch,
+            m.ListGroups.key: self.list_groups,
+            m.DescribeGroups.key: self.describe_groups,
+            m.DeleteGroups.key: self.delete_groups,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
-        # Consumer groups and committed offsets (sluice.server.group.coordinator): loads
-        # __consumer_offsets now, so it must be built on the running loop (Server.start does).
-        from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
-        from sluice.server.group.offsets_store import OffsetsStore
-
-        group_config = GroupConfig.from_properties(config.properties)
-        self.groups = GroupCoordinator(
-            OffsetsStore(log_manager, group_config.offsets_topic_num_partitions),
-            group_config,
-            topic_exists=lambda t, p: log_manager.get_log(t, p) is not None,
-        )
-        self.groups.load()
-        # Producer ids: start at the wall clock in ms so ids stay unique across restarts
-        # without persisting a counter (Kafka allocates blocks through its controller).
-        self._next_producer_id = int(time.time() * 1000)
 
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)
 
     def shutting_down(self) -> None:
-        """Server shutdown: long-polls answer now with what they have."""
+        """Server shutdown: long-polls answer now with what they have (and do not park again)."""
         self._stopping = True
-        self.notifier.wake_all()
-        self.groups.shutdown()
+        self.replicas.shutdown()
 
     async def handle(self, header: Any, body: Any) -> Any:
         """Response body for ``body``; None: send nothing; :data:`CLOSE_CONNECTION`: close.
@@ -250,7 +181,7 @@ class Handlers:
     # --- Metadata (3) ----------------------------------------------------------------------------
 
     def metadata(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_METADATA)
+        cls = _response_cls(m.Metadata.key)
         broker_cls = _item_cls(cls, "brokers")
         topic_cls = _item_cls(cls, "topics")
         part_cls = _item_cls(topic_cls, "partitions")
@@ -275,18 +206,7 @@ class Handlers:
                     except errors.KafkaError as exc:
                         error = exc.code
                     existing = self.logs.topics()
-            partitions = [
-                part_cls(
-                    error_code=0,
-                    partition_index=i,
-                    leader_id=node,
-                    leader_epoch=0,
-                    replica_nodes=[node],
-                    isr_nodes=[node],
-                    offline_replicas=[],
-                )
-                for i in range(count or 0)
-            ]
+            partitions = [self._partition_metadata(part_cls, name, i) for i in range(count or 0)]
             topics.append(
                 topic_cls(
                     error_code=error,
@@ -305,74 +225,86 @@ class Handlers:
             cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
 
+    def _partition_metadata(self, part_cls: type[Message], topic: str, index: int) -> Message:
+        partition = self.replicas.get_partition(topic, index)
+        if partition is None:  # listed by the LogManager but not open: no leader to offer
+            return part_cls(error_code=errors.LeaderNotAvailable.code, partition_index=index,
+                            leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
+                            offline_replicas=[])  # fmt: skip
+        return part_cls(
+            error_code=0,
+            partition_index=index,
+            leader_id=partition.leader_id,
+            leader_epoch=partition.leader_epoch,
+            replica_nodes=list(partition.replicas),
+            isr_nodes=list(partition.isr),
+            offline_replicas=[],
+        )
+
     # --- Produce (0) -----------------------------------------------------------------------------
 
-    def produce(self, header: Any, body: Any) -> Message | None:
-        cls = _response_cls(API_PRODUCE)
+    def produce(self, header: Any, body: Any) -> Any:
+        """The response (None for acks=0), or a coroutine for it when acks=-1 has to wait for
+        the high watermark (never on a single broker: the ISR is just the leader)."""
+        topic_data = body.topic_data
+        results, delayed = self.replicas.append_records(
+            [(t.name, pd.index, pd.records) for t in topic_data for pd in t.partition_data],
+            body.acks,
+            body.timeout_ms,
+        )
+        if delayed is None:
+            return self._produce_response(body, results)
+        return self._produce_wait(body, delayed)
+
+    async def _produce_wait(self, body: Any, delayed: DelayedProduce) -> Message | None:
+        self.metrics.inc("produce.delayed")
+        await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
+        return self._produce_response(body, delayed.results)
+
+    def _produce_response(self, body: Any, results: list[AppendResult]) -> Message | None:
+        cls = _response_cls(m.Produce.key)
         topic_cls = _item_cls(cls, "responses")
         part_cls = _item_cls(topic_cls, "partition_responses")
-        acks = body.acks
-        bad_acks = acks not in (-1, 0, 1)
         responses = []
+        failed = 0
+        records = 0
+        it = iter(results)
         for topic in body.topic_data:
             parts = []
-            for pd in topic.partition_data:
-                if bad_acks:
-                    parts.append(self._produce_error(part_cls, pd.index, 21))
+            for _ in topic.partition_data:
+                r = next(it)
+                info = r.info
+                if r.error or info is None:
+                    failed += 1
+                    parts.append(part_cls(index=r.partition, error_code=r.error, base_offset=-1,
+                                          log_append_time_ms=-1, log_start_offset=-1,
+                                          error_message=r.message))  # fmt: skip
                     continue
-                parts.append(self._append(part_cls, topic.name, pd.index, pd.records))
+                records += info.record_count
+                parts.append(
+                    part_cls(
+                        index=r.partition,
+                        error_code=0,
+                        base_offset=info.first_offset,
+                        log_append_time_ms=info.log_append_time,
+                        log_start_offset=r.log_start_offset,
+                        error_message=None,
+                    )
+                )
             responses.append(topic_cls(name=topic.name, partition_responses=parts))
-        if acks == 0:
+        if records:
+            self.metrics.inc("produce.records", records)
+        if failed:
+            self.metrics.inc("produce.errors", failed)
+        if body.acks == 0:
             # acks=0: the client expects no response at all (Kafka sends none). On an error
             # Kafka closes the connection instead, the only way such a client can notice.
             self.metrics.inc("produce.acks0")
-            failed = [p for t in responses for p in t.partition_responses if p.error_code]
             if failed:
-                log.info("acks=0 produce failed: closing the connection", errors=len(failed))
+                log.info("acks=0 produce failed: closing the connection", errors=failed)
                 return CLOSE_CONNECTION
             return None
         return cls(responses=responses, throttle_time_ms=0)
-
-    @staticmethod
-    def _produce_error(
-        part_cls: type[Message], index: int, code: int, msg: str | None = None
-    ) -> Message:
-        return part_cls(
-            index=index,
-            error_code=code,
-            base_offset=-1,
-            log_append_time_ms=-1,
-            log_start_offset=-1,
-            error_message=msg,
-        )
-
-    def _append(self, part_cls: type[Message], topic: str, index: int, records: Any) -> Message:
-        log_ = self.logs.get_log(topic, index)
-        if log_ is None:
-            return self._produce_error(part_cls, index, errors.UnknownTopicOrPartition.code)
-        if records is None or len(records) == 0:
-            return self._produce_error(part_cls, index, errors.InvalidRecord.code, "no records")
-        try:
-            info = log_.append_as_leader(records)
-        except errors.KafkaError as exc:
-            self.metrics.inc("produce.errors")
-            log.info("produce rejected", topic=topic, partition=index, error=str(exc))
-            return self._produce_error(part_cls, index, exc.code, str(exc))
-        except Exception as exc:
-            log.exception("append failed", topic=topic, partition=index)
-            return self._produce_error(part_cls, index, -1, type(exc).__name__)
-        # Single replica: every appended record is committed as soon as it is in the log.
-        log_.maybe_increment_high_watermark(log_.log_end_offset)
-        self.notifier.notify((topic, index))
-        self.metrics.inc("produce.records", info.record_count)
-        return part_cls(
-            index=index,
-            error_code=0,
-            base_offset=info.first_offset,
-            log_append_time_ms=info.log_append_time,
-            log_start_offset=log_.log_start_offset,
-            error_message=None,
-        )
 
     # --- Fetch (1) -------------------------------------------------------------------------------
 
@@ -399,16 +331,12 @@ class Handlers:
     async def _fetch_wait(
         self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any, deadline: float
     ) -> Message:
-        """Long poll: wait for an append to a wanted partition (or the deadline), re-read."""
+        """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
         keys = [(topic, part) for topic, part, _, _ in wanted]
+        purgatory = self.replicas.fetch_purgatory
         while True:
-            fut = self.notifier.waiter(keys)
-            try:
-                await asyncio.wait({fut}, timeout=max(deadline - time.monotonic(), 0))
-            finally:
-                self.notifier.discard(fut, keys)
-                fut.cancel()
-            if not fut.done() or fut.cancelled():
+            delayed = self.replicas.delayed_fetch(keys, isolation)
+            if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
                 return self._read_fetch(body, wanted, isolation)[0]
             self.metrics.inc("fetch.woken")
@@ -424,19 +352,19 @@ class Handlers:
     def _read_fetch(
         self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any
     ) -> tuple[Message, int, bool]:
-        # Hot path (every Fetch, every partition): classes resolved once, the log looked up
-        # through the manager's dict, one response object per partition.
+        # Hot path (every Fetch, every partition): classes resolved once, the partition looked
+        # up through the replica manager's dict, one response object per partition.
         cls, topic_cls, part_cls = _fetch_classes()
-        get_log = self.logs.get_log
+        get_partition = self.replicas.get_partition
         budget = body.max_bytes if body.max_bytes > 0 else 0
         min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
         total = 0
         had_error = False
         topics: dict[str, list[Message]] = {}
         for topic, part, offset, part_max in wanted:
-            log_ = get_log(topic, part)
+            partition = get_partition(topic, part)
             entry: Message
-            if log_ is None:
+            if partition is None:
                 had_error = True
                 entry = part_cls(
                     partition_index=part,
@@ -451,11 +379,12 @@ class Handlers:
             else:
                 limit = max(min(part_max, budget - total), 0)
                 try:
-                    info = log_.read(offset, limit, isolation, min_one_message=min_one)
+                    info = partition.read(offset, limit, isolation, min_one)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("fetch read failed", topic=topic, partition=part)
                     had_error = True
+                    log_ = partition.log
                     entry = part_cls(
                         partition_index=part,
                         error_code=_code(exc),
@@ -501,7 +430,7 @@ class Handlers:
     def list_offsets(self, header: Any, body: Any) -> Message:
         from sluice.server.storage.log import Isolation
 
-        cls = _response_cls(API_LIST_OFFSETS)
+        cls = _response_cls(m.ListOffsets.key)
         topic_cls = _item_cls(cls, "topics")
         part_cls = _item_cls(topic_cls, "partitions")
         isolation = (
@@ -513,13 +442,13 @@ class Handlers:
         for topic in body.topics:
             parts = []
             for p in topic.partitions:
-                log_ = self.logs.get_log(topic.name, p.partition_index)
-                code, ts, offset = 0, -1, -1
-                if log_ is None:
+                partition = self.replicas.get_partition(topic.name, p.partition_index)
+                code, ts, offset, epoch = 0, -1, -1, -1
+                if partition is None:
                     code = errors.UnknownTopicOrPartition.code
                 else:
                     try:
-                        found = log_.fetch_offset_by_timestamp(p.timestamp, isolation)
+                        found = partition.fetch_offset_for_timestamp(p.timestamp, isolation)
                     except Exception as exc:
                         if not isinstance(exc, errors.KafkaError):
                             log.exception("list offsets failed", topic=topic.name)
@@ -527,13 +456,16 @@ class Handlers:
                     else:
                         if found is not None:
                             ts, offset = found.timestamp, found.offset
+                            # Kafka reports the epoch of the record found; there is no epoch
+                            # cache yet and every record so far was written at the current one.
+                            epoch = partition.leader_epoch
                 parts.append(
                     part_cls(
                         partition_index=p.partition_index,
                         error_code=code,
                         timestamp=ts,
                         offset=offset,
-                        leader_epoch=0 if code == 0 and offset >= 0 else -1,
+                        leader_epoch=epoch if offset >= 0 else -1,
                     )
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
@@ -542,7 +474,7 @@ class Handlers:
     # --- CreateTopics (19) -----------------------------------------------------------------------
 
     def create_topics(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_CREATE_TOPICS)
+        cls = _response_cls(m.CreateTopics.key)
         result_cls = _item_cls(cls, "topics")
         seen: dict[str, int] = {}
         for t in body.topics:
@@ -562,13 +494,11 @@ class Handlers:
                 else:
                     self.logs.create_topic(t.name, partitions, configs)
                     log.info("created topic", topic=t.name, partitions=partitions)
-            except _RawError as exc:
-                code, message = exc.code, str(exc)
             except errors.KafkaError as exc:
                 code, message = exc.code, str(exc.args[0])
             except Exception as exc:
                 log.exception("create topic failed", topic=t.name)
-                code, message = -1, type(exc).__name__
+                code, message = errors.UnknownServerError.code, type(exc).__name__
             results.append(result_cls(name=t.name, error_code=code, error_message=message))
         return cls(throttle_time_ms=0, topics=results)
 
@@ -581,9 +511,8 @@ class Handlers:
                 )
             for a in t.assignments:
                 if list(a.broker_ids) != [node]:
-                    raise _RawError(
-                        INVALID_REPLICA_ASSIGNMENT,
-                        f"single broker: every partition's replicas must be [{node}]",
+                    raise errors.InvalidReplicaAssignment(
+                        f"single broker: every partition's replicas must be [{node}]"
                     )
             return len(t.assignments)
         rf = t.replication_factor
@@ -603,32 +532,28 @@ class Handlers:
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
     def delete_topics(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_DELETE_TOPICS)
+        cls = _response_cls(m.DeleteTopics.key)
         result_cls = _item_cls(cls, "responses")
         results = []
         for name in body.topic_names:
             code = 0
             if not self.config.delete_topic_enable:
-                code = TOPIC_DELETION_DISABLED
+                code = errors.TopicDeletionDisabled.code
             else:
-                count = self.logs.topics().get(name, 0)
                 try:
-                    self.logs.delete_topic(name)
+                    self.replicas.delete_topic(name)  # parked fetches answer (with an error) now
                     log.info("deleted topic", topic=name)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("delete topic failed", topic=name)
                     code = _code(exc)
-                else:
-                    for i in range(count):  # waiting fetches answer (with an error) now
-                        self.notifier.notify((name, i))
             results.append(result_cls(name=name, error_code=code))
         return cls(throttle_time_ms=0, responses=results)
 
     # --- DeleteRecords (21) ----------------------------------------------------------------------
 
     def delete_records(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_DELETE_RECORDS)
+        cls = _response_cls(m.DeleteRecords.key)
         topic_cls = _item_cls(cls, "topics")
         part_cls = _item_cls(topic_cls, "partitions")
         topics = []
@@ -661,12 +586,11 @@ class Handlers:
         epoch checks on append are the storage layer's (sluice.server.storage.producer_state via
         Log).
         """
-        cls = _response_cls(API_INIT_PRODUCER_ID)
+        cls = _response_cls(m.InitProducerId.key)
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
-        producer_id = self._next_producer_id
-        self._next_producer_id += 1
+        producer_id = self.producer_ids.generate()
         self.metrics.inc("producer_ids.allocated")
         return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 
@@ -675,9 +599,12 @@ class Handlers:
 
     def find_coordinator(self, header: Any, body: Any) -> Message:
         """This broker coordinates every group (key type 0); transactions (1) are not served."""
-        cls = _response_cls(API_FIND_COORDINATOR)
+        cls = _response_cls(m.FindCoordinator.key)
         host, port = self._advertised
-        code = self.groups.ensure_ready() if body.key_type == 0 else 15
+        if body.key_type == 0:
+            code = self.groups.ensure_ready()
+        else:
+            code = errors.CoordinatorNotAvailable.code
         if code:
             message = "transactions are not supported" if body.key_type else None
             return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
@@ -686,7 +613,7 @@ class Handlers:
                    node_id=self.config.node_id, host=host, port=port)  # fmt: skip
 
     async def join_group(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_JOIN_GROUP)
+        cls = _response_cls(m.JoinGroup.key)
         member_cls = _item_cls(cls, "members")
         result = await self.groups.join_group(
             group_id=body.group_id,
@@ -722,7 +649,7 @@ class Handlers:
             group_instance_id=body.group_instance_id,
             assignments=[(a.member_id, bytes(a.assignment)) for a in body.assignments],
         )
-        return _response_cls(API_SYNC_GROUP)(
+        return _response_cls(m.SyncGroup.key)(
             throttle_time_ms=0, error_code=code, assignment=assignment
         )
 
@@ -733,10 +660,10 @@ class Handlers:
             member_id=body.member_id,
             group_instance_id=body.group_instance_id,
         )
-        return _response_cls(API_HEARTBEAT)(throttle_time_ms=0, error_code=code)
+        return _response_cls(m.Heartbeat.key)(throttle_time_ms=0, error_code=code)
 
     def leave_group(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_LEAVE_GROUP)
+        cls = _response_cls(m.LeaveGroup.key)
         member_cls = _item_cls(cls, "members")
         if header.api_version >= 3:
             who = [(m.member_id, m.group_instance_id) for m in body.members]
@@ -755,7 +682,7 @@ class Handlers:
         )
 
     def offset_commit(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_OFFSET_COMMIT)
+        cls = _response_cls(m.OffsetCommit.key)
         topic_cls = _item_cls(cls, "topics")
         part_cls = _item_cls(topic_cls, "partitions")
         wanted = [
@@ -781,7 +708,7 @@ class Handlers:
         )
 
     def offset_fetch(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_OFFSET_FETCH)
+        cls = _response_cls(m.OffsetFetch.key)
         topic_cls = _item_cls(cls, "topics")
         part_cls = _item_cls(topic_cls, "partitions")
         wanted = (
@@ -811,7 +738,7 @@ class Handlers:
         )
 
     def list_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_LIST_GROUPS)
+        cls = _response_cls(m.ListGroups.key)
         group_cls = _item_cls(cls, "groups")
         return cls(
             throttle_time_ms=0,
@@ -820,7 +747,7 @@ class Handlers:
         )
 
     def describe_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_DESCRIBE_GROUPS)
+        cls = _response_cls(m.DescribeGroups.key)
         group_cls = _item_cls(cls, "groups")
         member_cls = _item_cls(group_cls, "members")
         described = []
@@ -857,7 +784,7 @@ class Handlers:
         return cls(throttle_time_ms=0, groups=described)
 
     def delete_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(API_DELETE_GROUPS)
+        cls = _response_cls(m.DeleteGroups.key)
         result_cls = _item_cls(cls, "results")
         codes = self.groups.delete_groups(list(body.groups_names))
         return cls(
@@ -867,12 +794,3 @@ class Handlers:
                 for g, c in zip(body.groups_names, codes, strict=True)
             ],
         )
-
-
-class _RawError(Exception):
-    """A Kafka error code sluice.protocol.errors has no class for (e.g.
-    INVALID_REPLICA_ASSIGNMENT)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code

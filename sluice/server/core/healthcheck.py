@@ -15,9 +15,9 @@ import sys
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.framing import decode_response, encode_request
-from sluice.protocol.messages import ApiVersionsRequest
+from sluice.protocol.messages import ApiVersions, ApiVersionsRequest
 
-_API_VERSIONS = 18
+_API_VERSIONS = ApiVersions.key
 _SIZE = struct.Struct(">i")
 
 

@@ -1,11 +1,15 @@
-"""The broker process: Config -> Server -> one Connection per client -> Handlers -> LogManager.
+"""The broker process: Config -> Server -> one Connection per client -> Handlers ->
+ReplicaManager / GroupCoordinator -> LogManager.
 
 ``Server`` owns startup and the shutdown order:
 
 1. startup: open the LogManager on ``log.dirs`` (loads/recovers every partition, removes the
-   clean-shutdown marker), start its background tasks, then listen;
+   clean-shutdown marker), start its background tasks, build the ReplicaManager (leader of every
+   partition), the group coordinator (loads ``__consumer_offsets``) and the producer id
+   manager, then listen;
 2. shutdown (first SIGTERM/SIGINT, or :meth:`shutdown`): stop accepting connections -> stop
-   reading new requests and wake long-polling fetches -> let in-flight requests finish, bounded by
+   reading new requests and complete parked fetches and produces, stop the group coordinator ->
+   let in-flight requests finish, bounded by
    ``sluice.shutdown.timeout.ms`` -> close the connections -> stop the LogManager's tasks and
    close it (flush, checkpoints, clean-shutdown marker);
 3. a second SIGINT while shutting down forces it: connections are aborted at once (the logs are
@@ -26,9 +30,12 @@ from sluice.server.core.config import Config
 from sluice.server.core.connection import Connection
 from sluice.server.core.handlers import Handlers
 from sluice.server.core.metrics import Metrics
+from sluice.server.core.producer_id_manager import ProducerIdManager
+from sluice.server.core.replica_manager import ReplicaManager
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.server")
@@ -44,6 +51,8 @@ class Server:
         self.config = config
         self.metrics = Metrics()
         self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.handlers: Handlers | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -73,14 +82,17 @@ class Server:
         )
         manager.open()
         self.log_manager = manager
-        # Becoming leader of every partition (Kafka's makeLeader): with this broker the only
-        # replica and ISR member, everything in the log is committed, so HW = LEO. This matters
-        # after an unclean stop, when the checkpointed HW lags the recovered log.
-        for log_ in manager.logs.values():
-            log_.maybe_increment_high_watermark(log_.log_end_offset)
+        # Leader of every partition (Kafka's makeLeader): HW = LEO, which matters after an
+        # unclean stop, when the checkpointed HW lags the recovered log.
+        replicas = ReplicaManager(manager, config.node_id)
+        replicas.startup()
+        self.replica_manager = replicas
         await manager.start()
         advertised = config.advertised_listener
-        self.handlers = Handlers(config, manager, self.metrics)
+        self.group_coordinator = self._group_coordinator(manager)
+        self.handlers = Handlers(
+            config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
+        )
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -111,6 +123,21 @@ class Server:
             zero_copy=config.fetch_zero_copy,
             topics=len(manager.topics()),
         )
+
+    def _group_coordinator(self, manager: LogManager) -> GroupCoordinator:
+        """Consumer groups and committed offsets: loads ``__consumer_offsets`` now, so it is
+        built on the running loop."""
+        from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
+        from sluice.server.group.offsets_store import OffsetsStore
+
+        group_config = GroupConfig.from_properties(self.config.properties)
+        coordinator = GroupCoordinator(
+            OffsetsStore(manager, group_config.offsets_topic_num_partitions),
+            group_config,
+            topic_exists=lambda t, p: manager.get_log(t, p) is not None,
+        )
+        coordinator.load()
+        return coordinator
 
     def _make_connection(self) -> Connection:
         assert self.handlers is not None
@@ -169,6 +196,8 @@ class Server:
             conn.stop_reading_requests()
         if self.handlers is not None:
             self.handlers.shutting_down()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         # 3. finish in-flight requests within a bound.
         waits = [asyncio.ensure_future(conn.wait_idle()) for conn in connections]
         if waits and not self._force_exit:

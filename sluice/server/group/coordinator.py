@@ -70,8 +70,8 @@ from sluice.server.logging import get_logger
 log = get_logger("sluice.groups")
 
 NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-FENCED_INSTANCE_ID = 82
+OFFSET_METADATA_TOO_LARGE = errors.OffsetMetadataTooLarge.code
+FENCED_INSTANCE_ID = errors.FencedInstanceId.code
 GROUP_MAX_SIZE_REACHED = 81
 UNKNOWN_SERVER_ERROR = -1
 

@@ -37,13 +37,19 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sluice.protocol.errors import CorruptRecordError
 from sluice.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
+from sluice.server.storage.layout import (
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    is_deleted_partition_dir,
+    offset_file_name,
+    parse_offset_file_name,
+    parse_partition_dir,
+)
 
 from .options import OptionError, SourceOptions, parse
 from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
 
-LOG_SUFFIX = ".log"
 CHUNK_BYTES = 8 << 20
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,12 @@ def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
     if not log_dir.is_dir():
         raise OptionError(f"path: {log_dir} is not a directory")
     for entry in log_dir.iterdir():
-        if not entry.is_dir() or entry.name.endswith("-delete"):
+        if not entry.is_dir() or is_deleted_partition_dir(entry.name):
             continue
-        topic, sep, part = entry.name.rpartition("-")
-        if sep and topic and part.isdigit():
-            out[(topic, int(part))] = entry
+        try:
+            out[parse_partition_dir(entry.name)] = entry
+        except ValueError:
+            continue  # not a partition directory
     return out
 
 
@@ -98,11 +105,8 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
         directory = dirs.get((topic, partition))
         if directory is None:
             continue
-        bases = sorted(
-            int(p.name[: -len(LOG_SUFFIX)])
-            for p in directory.iterdir()
-            if p.name.endswith(LOG_SUFFIX) and p.name[: -len(LOG_SUFFIX)].isdigit()
-        )
+        found = (parse_offset_file_name(p.name, LOG_SUFFIX) for p in directory.iterdir())
+        bases = sorted(base for base in found if base is not None)
         start = starts.get((topic, partition), 0)
         for i, base in enumerate(bases):
             following = bases[i + 1] if i + 1 < len(bases) else None
@@ -112,7 +116,7 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
                 SegmentFile(
                     topic=topic,
                     partition=partition,
-                    path=str(directory / f"{base:020d}{LOG_SUFFIX}"),
+                    path=str(directory / offset_file_name(base, LOG_SUFFIX)),
                     base_offset=base,
                     log_start_offset=start,
                     next_base_offset=following,

@@ -1,16 +1,8 @@
 """The LogManager: every partition log of one data directory, and the background work on them.
 
-**On disk** (storage spec §1)::
-
-    <log_dir>/
-        <topic>-<partition>/                 one Log each (topic names may contain '-')
-        <topic>-<partition>.<uuid>-delete/   a deleted topic's partition, removed in background
-        recovery-point-offset-checkpoint     offsets below which each log is fsynced
-        log-start-offset-checkpoint          each log's log start offset
-        replication-offset-checkpoint        each log's high watermark (Kafka's name)
-        sluice-topics.json                   partition counts and config overrides per topic
-        .kafka_cleanshutdown                 present only after a clean stop
-        .lock                                flock()ed while a LogManager has the dir open
+**On disk**: one ``<topic>-<partition>`` directory per Log, the checkpoints, the topic metadata,
+the clean-shutdown marker and the lock file, named and laid out in
+:mod:`sluice.server.storage.layout` (storage spec §1).
 
 Authoritative: the segment files and ``sluice-topics.json`` (Kafka keeps the latter in its
 metadata log; Sluice has no controller, so it lives next to the data, written atomically).
@@ -56,18 +48,22 @@ from sluice.server.storage.checkpoint import (
     atomic_write,
     fsync_dir,
 )
-from sluice.server.storage.log import Log, parse_partition_dir
+from sluice.server.storage.layout import (
+    CLEAN_SHUTDOWN_MARKER,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TOPICS_FILE,
+    deleted_partition_dir_name,
+    is_deleted_partition_dir,
+    parse_partition_dir,
+    partition_dir_name,
+)
+from sluice.server.storage.log import Log
 from sluice.server.storage.log_config import LogConfig
 
 logger = structlog.get_logger("sluice.storage")
-
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"  # Kafka's name: one broker per data dir
-TOPICS_FILE = "sluice-topics.json"
-DELETE_DIR_SUFFIX = "-delete"
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
 MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
@@ -237,7 +233,7 @@ class LogManager:
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
-            if entry.name.endswith(DELETE_DIR_SUFFIX):
+            if is_deleted_partition_dir(entry.name):
                 logger.info("removing deleted partition directory", dir=entry.name)
                 shutil.rmtree(entry.path, ignore_errors=True)
                 continue
@@ -425,7 +421,7 @@ class LogManager:
                 log.close()
             source = self._partition_dir(name, partition)
             if source.exists():
-                target = source.with_name(f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
                 os.replace(source, target)
                 self._pending_dir_deletes.append((due, target))
         fsync_dir(self.log_dir)
@@ -435,7 +431,7 @@ class LogManager:
         logger.info("topic deleted", topic=name, partitions=count)
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
-        return self.log_dir / f"{topic}-{partition}"
+        return self.log_dir / partition_dir_name(topic, partition)
 
     def _check_open(self) -> None:
         if not self._opened or self._closed:

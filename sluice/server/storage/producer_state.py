@@ -49,6 +49,7 @@ from sluice.protocol.errors import (
     OutOfOrderSequenceNumber,
 )
 from sluice.protocol.records import BatchHeader
+from sluice.server.storage.layout import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
 
 BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF
@@ -192,7 +193,6 @@ class ProducerStateManager:
 # (a retry of an older one gets DUPLICATE_SEQUENCE_NUMBER, which clients treat as written).
 # ``timestamp`` is the time the snapshot was taken (Sluice does not expire producer ids).
 
-SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 _SNAP_HEADER = struct.Struct(">hI")
 _SNAP_COUNT = struct.Struct(">i")
@@ -207,9 +207,9 @@ def snapshot_files(directory: Path) -> list[tuple[int, Path]]:
     """``(offset, path)`` of every snapshot file in a partition directory, oldest first."""
     found = []
     for path in directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-        stem = path.name[: -len(SNAPSHOT_SUFFIX)]
-        if stem.isdigit():
-            found.append((int(stem), path))
+        offset = parse_offset_file_name(path.name, SNAPSHOT_SUFFIX)
+        if offset is not None:
+            found.append((offset, path))
     return sorted(found)
 
 
@@ -252,7 +252,7 @@ def write_snapshot(directory: Path, offset: int, manager: ProducerStateManager) 
     """Write ``<offset>.snapshot`` atomically (tmp, fsync, rename) and remove older ones."""
     from sluice.server.storage.checkpoint import atomic_write
 
-    path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    path = directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
     atomic_write(path, encode_snapshot(manager, int(time.time() * 1000)))
     for other_offset, other in snapshot_files(directory):
         if other_offset != offset:

@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sluice.protocol.errors import CorruptRecordError
 from sluice.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
+from sluice.protocol.structs import TopicPartition
 from sluice.server.storage.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
@@ -64,9 +65,9 @@ class SegmentFile(InputPartition):
     next_base_offset: int | None  # base offset of the following segment (None: the last one)
 
 
-def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
+def partition_dirs(log_dir: Path) -> dict[TopicPartition, Path]:
     """Every ``<topic>-<partition>`` directory of a data directory (deleted topics excluded)."""
-    out: dict[tuple[str, int], Path] = {}
+    out: dict[TopicPartition, Path] = {}
     if not log_dir.is_dir():
         raise OptionError(f"path: {log_dir} is not a directory")
     for entry in log_dir.iterdir():
@@ -79,7 +80,7 @@ def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
     return out
 
 
-def read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+def read_log_start_offsets(log_dir: Path) -> dict[TopicPartition, int]:
     """``log-start-offset-checkpoint`` (``0\\n<n>\\n<topic> <partition> <offset>...``), or {}."""
     try:
         lines = (log_dir / LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()
@@ -89,7 +90,7 @@ def read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
     for line in lines[2:]:
         fields = line.split()
         if len(fields) == 3 and fields[1].isdigit() and fields[2].lstrip("-").isdigit():
-            out[(fields[0], int(fields[1]))] = int(fields[2])
+            out[TopicPartition(fields[0], int(fields[1]))] = int(fields[2])
     return out
 
 
@@ -102,12 +103,13 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
     starts = read_log_start_offsets(log_dir)
     plan: list[SegmentFile] = []
     for topic, partition in options.subscription.select(counts):
-        directory = dirs.get((topic, partition))
+        tp = TopicPartition(topic, partition)
+        directory = dirs.get(tp)
         if directory is None:
             continue
         found = (parse_offset_file_name(p.name, LOG_SUFFIX) for p in directory.iterdir())
         bases = sorted(base for base in found if base is not None)
-        start = starts.get((topic, partition), 0)
+        start = starts.get(tp, 0)
         for i, base in enumerate(bases):
             following = bases[i + 1] if i + 1 < len(bases) else None
             if following is not None and following <= start:

@@ -29,13 +29,13 @@ the digits after it, the topic everything before (Kafka's ``UnifiedLog.parseTopi
 A deleted topic's directory gets ``.<uuid>-delete`` appended, which makes it unparsable as a
 partition directory, so a restart never loads it as a live log.
 
-Pure functions on names, no I/O and no imports beyond the standard library: Spark workers import
-this module to read segment files.
+Pure functions on names, no I/O, nothing imported but :class:`sluice.protocol.TopicPartition`:
+Spark workers import this module to read segment files.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from sluice.protocol.structs import TopicPartition
 
 # Files inside a partition directory.
 LOG_SUFFIX = ".log"
@@ -63,13 +63,6 @@ TOPICS_FILE = "sluice-topics.json"
 DELETE_DIR_SUFFIX = "-delete"
 
 OFFSET_DIGITS = 20
-
-
-class PartitionDir(NamedTuple):
-    """What a ``<topic>-<partition>`` directory name encodes."""
-
-    topic: str
-    partition: int
 
 
 def _is_number(text: str) -> bool:
@@ -112,7 +105,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-def parse_partition_dir(name: str) -> PartitionDir:
+def parse_partition_dir(name: str) -> TopicPartition:
     """``<topic>-<partition>`` -> (topic, partition); topics may contain '-': split at the last.
 
     Raises ValueError for a name that is not of that form (this includes the directories of
@@ -121,7 +114,7 @@ def parse_partition_dir(name: str) -> PartitionDir:
     topic, sep, partition = name.rpartition("-")
     if not sep or not topic or not _is_number(partition):
         raise ValueError(f"{name!r} is not of the form <topic>-<partition>")
-    return PartitionDir(topic, int(partition))
+    return TopicPartition(topic, int(partition))
 
 
 def deleted_partition_dir_name(dir_name: str, unique_id: str) -> str:

@@ -42,6 +42,7 @@ from sluice.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from sluice.protocol.structs import TopicPartition
 from sluice.server.storage.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
@@ -68,8 +69,6 @@ logger = structlog.get_logger("sluice.storage")
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
 MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-
-TopicPartition = tuple[str, int]
 
 
 def _wall_clock_ms() -> int:
@@ -115,7 +114,7 @@ class LogManager:
     def _checkpoint(self, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.log_dir / name)
 
-    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         try:
             return self._checkpoint(name).read()
         except CorruptCheckpointError as exc:
@@ -243,7 +242,7 @@ class LogManager:
             except (ValueError, InvalidTopic):
                 logger.warning("ignoring directory that is not a partition", dir=entry.name)
                 continue
-            found.append((topic, partition))
+            found.append(TopicPartition(topic, partition))
         for topic, partition in found:
             if topic not in self._topics:
                 logger.warning("adopting partition directory without metadata", topic=topic)
@@ -259,7 +258,7 @@ class LogManager:
         created_dirs = False
         for topic, (count, _) in sorted(self._topics.items()):
             for partition in range(count):
-                tp = (topic, partition)
+                tp = TopicPartition(topic, partition)
                 directory = self._partition_dir(topic, partition)
                 created_dirs = created_dirs or not directory.is_dir()
                 self._logs[tp] = Log.open(
@@ -327,7 +326,7 @@ class LogManager:
         return dict(self._logs)
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self._logs.get((topic, partition))
+        return self._logs.get(TopicPartition(topic, partition))
 
     def topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
@@ -380,7 +379,7 @@ class LogManager:
         logs = []
         for partition in range(num_partitions):
             log = Log.open(self._partition_dir(name, partition), config, clock=self._clock)
-            self._logs[(name, partition)] = log
+            self._logs[TopicPartition(name, partition)] = log
             logs.append(log)
         fsync_dir(self.log_dir)
         logger.info(
@@ -399,7 +398,7 @@ class LogManager:
         self._configs[name] = config
         self._write_topics_file()
         for partition in range(count):
-            log = self._logs.get((name, partition))
+            log = self._logs.get(TopicPartition(name, partition))
             if log is not None:
                 log.update_config(config)
         return config
@@ -416,7 +415,7 @@ class LogManager:
         self._write_topics_file()
         due = self._clock() + config.file_delete_delay_ms
         for partition in range(count):
-            log = self._logs.pop((name, partition), None)
+            log = self._logs.pop(TopicPartition(name, partition), None)
             if log is not None:
                 log.close()
             source = self._partition_dir(name, partition)

@@ -3,7 +3,11 @@
 Sources, later wins (like ``kafka-server-start.sh server.properties --override k=v``):
 
 1. the defaults in :data:`OPTIONS` (Kafka's, except ``listeners`` and ``log.dirs`` which default
-   to a local, unprivileged setup);
+   to a local, unprivileged setup). Each key is declared once, by the room that reads it: the
+   network and broker keys here, the ``log.*`` keys by the storage layer
+   (:data:`sluice.server.storage.log_config.BROKER_OPTIONS`), the ``group.*`` / ``offsets.*``
+   keys by the group coordinator (:data:`sluice.server.group.coordinator.GROUP_OPTIONS`);
+   :data:`OPTIONS` collects them all;
 2. a Java ``.properties`` file (parsed by the ``javaproperties`` package: comments, ``key=value``,
    ``key: value``, ``key value``, continuation lines and ``\\uXXXX`` escapes behave exactly as in
    Java's ``Properties.load``);
@@ -13,8 +17,7 @@ Unknown keys (including Kafka keys Sluice does not use, such as ``zookeeper.conn
 in :attr:`Config.ignored_keys` so the entrypoint can warn once; invalid values raise
 :class:`ConfigError` naming the key and the value. The ``log.*`` storage defaults are validated
 and converted by :meth:`sluice.server.storage.log_config.LogConfig.from_broker_properties` (owned
-by the storage
-layer); :meth:`Config.log_config` hands it the merged properties.
+by the storage layer); :meth:`Config.log_config` hands it the merged properties.
 
 A ``Config`` is immutable; ``Server`` and the handlers read it, nobody writes it.
 """

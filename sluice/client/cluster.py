@@ -15,10 +15,11 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from sluice.protocol import messages
 from sluice.protocol.errors import KafkaError, LeaderNotAvailable, UnknownTopicOrPartition, for_code
+from sluice.protocol.structs import TopicPartition
 
 from .connection import Connection
 from .errors import KafkaConnectionError, KafkaTimeoutError
@@ -26,13 +27,6 @@ from .errors import KafkaConnectionError, KafkaTimeoutError
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicPartition", "parse_bootstrap"]
 
 METADATA = messages.Metadata.key
-
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic, the unit of assignment, ordering and offsets."""
-
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
+
+from sluice.protocol.structs import TopicPartition
 
 EARLIEST = -2
 LATEST = -1
@@ -30,11 +32,6 @@ LATEST = -1
 
 class OptionError(ValueError):
     """An option value the source cannot use (the message names the option)."""
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 #: ``{TopicPartition: offset}``: the in-memory form of an offsets JSON document.

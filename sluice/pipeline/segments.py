@@ -37,13 +37,20 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sluice.protocol.errors import CorruptRecordError
 from sluice.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
+from sluice.protocol.structs import TopicPartition
+from sluice.server.storage.layout import (
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    is_deleted_partition_dir,
+    offset_file_name,
+    parse_offset_file_name,
+    parse_partition_dir,
+)
 
 from .options import OptionError, SourceOptions, parse
 from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
 
-LOG_SUFFIX = ".log"
 CHUNK_BYTES = 8 << 20
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -58,21 +65,22 @@ class SegmentFile(InputPartition):
     next_base_offset: int | None  # base offset of the following segment (None: the last one)
 
 
-def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
+def partition_dirs(log_dir: Path) -> dict[TopicPartition, Path]:
     """Every ``<topic>-<partition>`` directory of a data directory (deleted topics excluded)."""
-    out: dict[tuple[str, int], Path] = {}
+    out: dict[TopicPartition, Path] = {}
     if not log_dir.is_dir():
         raise OptionError(f"path: {log_dir} is not a directory")
     for entry in log_dir.iterdir():
-        if not entry.is_dir() or entry.name.endswith("-delete"):
+        if not entry.is_dir() or is_deleted_partition_dir(entry.name):
             continue
-        topic, sep, part = entry.name.rpartition("-")
-        if sep and topic and part.isdigit():
-            out[(topic, int(part))] = entry
+        try:
+            out[parse_partition_dir(entry.name)] = entry
+        except ValueError:
+            continue  # not a partition directory
     return out
 
 
-def read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+def read_log_start_offsets(log_dir: Path) -> dict[TopicPartition, int]:
     """``log-start-offset-checkpoint`` (``0\\n<n>\\n<topic> <partition> <offset>...``), or {}."""
     try:
         lines = (log_dir / LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()
@@ -82,7 +90,7 @@ def read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
     for line in lines[2:]:
         fields = line.split()
         if len(fields) == 3 and fields[1].isdigit() and fields[2].lstrip("-").isdigit():
-            out[(fields[0], int(fields[1]))] = int(fields[2])
+            out[TopicPartition(fields[0], int(fields[1]))] = int(fields[2])
     return out
 
 
@@ -95,15 +103,13 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
     starts = read_log_start_offsets(log_dir)
     plan: list[SegmentFile] = []
     for topic, partition in options.subscription.select(counts):
-        directory = dirs.get((topic, partition))
+        tp = TopicPartition(topic, partition)
+        directory = dirs.get(tp)
         if directory is None:
             continue
-        bases = sorted(
-            int(p.name[: -len(LOG_SUFFIX)])
-            for p in directory.iterdir()
-            if p.name.endswith(LOG_SUFFIX) and p.name[: -len(LOG_SUFFIX)].isdigit()
-        )
-        start = starts.get((topic, partition), 0)
+        found = (parse_offset_file_name(p.name, LOG_SUFFIX) for p in directory.iterdir())
+        bases = sorted(base for base in found if base is not None)
+        start = starts.get(tp, 0)
         for i, base in enumerate(bases):
             following = bases[i + 1] if i + 1 < len(bases) else None
             if following is not None and following <= start:
@@ -112,7 +118,7 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
                 SegmentFile(
                     topic=topic,
                     partition=partition,
-                    path=str(directory / f"{base:020d}{LOG_SUFFIX}"),
+                    path=str(directory / offset_file_name(base, LOG_SUFFIX)),
                     base_offset=base,
                     log_start_offset=start,
                     next_base_offset=following,

@@ -59,6 +59,7 @@ from .framing import (
     unsupported_version_response,
 )
 from .schema import Message
+from .structs import TopicPartition
 from .types import RecordsPart
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "Request",
     "RequestHeader",
     "ResponseHeader",
+    "TopicPartition",
     "UnsupportedVersionError",
     "api_versions_response",
     "decode_request",

@@ -177,3 +177,137 @@ def test_group_option_defaults_match_the_coordinator() -> None:
 def test_invalid_group_value_is_a_config_error(override: str) -> None:
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         Config.load(None, [override])
+
+
+#: Every broker key with its default and doc as they were when the declarations moved into the
+#: rooms that read them (storage, group): the move must not change one.
+DECLARED = {
+    "advertised.listeners": (
+        None,
+        "what Metadata tells clients to connect to; defaults to listeners",
+    ),
+    "auto.create.topics.enable": ("true", "create a topic on Metadata/Produce for an unknown name"),
+    "broker.id": (None, "Kafka's old name for node.id; node.id wins"),
+    "default.replication.factor": ("1", "single broker: only 1 is valid"),
+    "delete.topic.enable": ("true", "allow DeleteTopics"),
+    "group.initial.rebalance.delay.ms": (
+        "3000",
+        "wait this long for more members before the first rebalance of an empty group",
+    ),
+    "group.max.session.timeout.ms": ("1800000", "largest session timeout"),
+    "group.max.size": ("2147483647", "members per group"),
+    "group.min.session.timeout.ms": ("6000", "smallest session timeout"),
+    "listeners": (
+        "PLAINTEXT://127.0.0.1:9092",
+        "where the broker listens (port 0 = any free port)",
+    ),
+    "log.cleanup.policy": ("delete", "delete (compaction is not implemented)"),
+    "log.dir": ("./data", "used when log.dirs is not set"),
+    "log.dirs": (None, "the data directory (exactly one)"),
+    "log.flush.interval.messages": ("9223372036854775807", "fsync after this many messages"),
+    "log.flush.interval.ms": (None, "fsync after this long"),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "60000",
+        "how often recovery points are checkpointed",
+    ),
+    "log.flush.scheduler.interval.ms": (
+        "9223372036854775807",
+        "how often the flush check runs (unset: every second, which also flushes rolled segments)",
+    ),
+    "log.index.interval.bytes": ("4096", "bytes between index entries"),
+    "log.index.size.max.bytes": ("10485760", "max size of an index file"),
+    "log.message.timestamp.type": ("CreateTime", "which timestamp a batch keeps"),
+    "log.retention.bytes": ("-1", "retention by size per partition"),
+    "log.retention.check.interval.ms": ("300000", "how often retention runs"),
+    "log.retention.hours": ("168", "retention by age"),
+    "log.retention.minutes": (None, "retention by age"),
+    "log.retention.ms": (None, "retention by age (-1 forever)"),
+    "log.roll.hours": ("168", "segment age before rolling"),
+    "log.roll.jitter.hours": ("0", "max random jitter subtracted from roll"),
+    "log.roll.jitter.ms": (None, "max random jitter subtracted from roll"),
+    "log.roll.ms": (None, "segment age before rolling; overrides hours"),
+    "log.segment.bytes": ("1073741824", "segment size before rolling"),
+    "log.segment.delete.delay.ms": (
+        "60000",
+        "delay between renaming a segment to .deleted and removing it",
+    ),
+    "message.max.bytes": ("1048588", "largest record batch accepted"),
+    "node.id": ("0", "this broker's id (in Metadata)"),
+    "num.partitions": (
+        "1",
+        "partitions of an auto-created topic or CreateTopics with num_partitions -1",
+    ),
+    "offset.metadata.max.bytes": ("4096", "largest commit metadata string"),
+    "offsets.retention.check.interval.ms": ("600000", "how often expired offsets are removed"),
+    "offsets.retention.minutes": (
+        "10080",
+        "committed offsets of an empty group expire after this long",
+    ),
+    "offsets.topic.num.partitions": (
+        "1",
+        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
+    ),
+    "queued.max.requests": (
+        "500",
+        "per connection: unanswered requests before the broker stops reading from it",
+    ),
+    "sluice.connection.max.unsent.bytes": (
+        "4194304",
+        "per connection: write-buffer high watermark; above it reading pauses",
+    ),
+    "sluice.fetch.zero.copy": (
+        "true",
+        "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)",
+    ),
+    "sluice.offsets.compaction.min.records": (
+        "10000",
+        "restate __consumer_offsets when it holds this many more records than live offsets",
+    ),
+    "sluice.shutdown.timeout.ms": (
+        "10000",
+        "graceful shutdown: how long in-flight requests may take before connections close",
+    ),
+    "socket.receive.buffer.bytes": (
+        "-1",
+        "SO_RCVBUF of client connections (-1: the OS default, with autotuning)",
+    ),
+    "socket.request.max.bytes": (
+        "104857600",
+        "largest request frame; a bigger one closes the connection before its body is read",
+    ),
+    "socket.send.buffer.bytes": (
+        "-1",
+        "SO_SNDBUF of client connections (-1: the OS default, with autotuning)",
+    ),
+}
+
+
+def test_every_key_is_declared_once_with_its_default_and_doc() -> None:
+    from sluice.server.core.config import OPTIONS
+    from sluice.server.group.coordinator import GROUP_OPTIONS
+    from sluice.server.storage.log_config import BROKER_OPTIONS
+
+    keys = [o.key for o in OPTIONS]
+    assert len(keys) == len(set(keys)), "a key declared twice"
+    assert {o.key: (o.default, o.doc) for o in OPTIONS} == DECLARED
+    collected = {o.key: o for o in OPTIONS}
+    for declared in (*BROKER_OPTIONS, *GROUP_OPTIONS):
+        option = collected[declared.key]
+        assert (option.parse, option.default, option.doc) == (
+            declared.parse,
+            declared.default,
+            declared.doc,
+        )
+
+
+def test_example_properties_file_lists_every_declared_key() -> None:
+    from sluice.server.core.config import OPTIONS_BY_KEY
+
+    example = Path(__file__).resolve().parents[2] / "config" / "server.properties"
+    documented = {
+        line.lstrip("#").split("=", 1)[0].strip()
+        for line in example.read_text().splitlines()
+        if "=" in line and not line.startswith("# ")
+    }
+    assert sorted(documented - OPTIONS_BY_KEY.keys()) == [], "documented but unknown"
+    assert sorted(OPTIONS_BY_KEY.keys() - documented) == [], "declared but not documented"

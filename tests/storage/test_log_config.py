@@ -91,3 +91,17 @@ def test_broker_properties_validated_too() -> None:
         LogConfig.from_broker_properties({"log.cleanup.policy": "compact"})
     with pytest.raises(InvalidConfig):
         LogConfig.from_broker_properties({"log.retention.hours": "x"})
+
+
+def test_declared_broker_defaults_are_the_log_config_defaults() -> None:
+    from sluice.server.storage.log_config import _BROKER_UNIT_FALLBACKS, BROKER_KEYS, BROKER_OPTIONS
+
+    declared = {k.key: k for k in BROKER_OPTIONS}
+    read = set(BROKER_KEYS.values()) | {
+        key for fallbacks in _BROKER_UNIT_FALLBACKS.values() for key, _ in fallbacks
+    }
+    assert sorted(declared) == sorted(read)
+    defaults = {k.key: k.default for k in BROKER_OPTIONS if k.default is not None}
+    assert LogConfig.from_broker_properties(defaults) == LogConfig()
+    for key in defaults:  # each default also passes its own load-time parser
+        declared[key].parse(defaults[key])

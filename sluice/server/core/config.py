@@ -3,7 +3,11 @@
 Sources, later wins (like ``kafka-server-start.sh server.properties --override k=v``):
 
 1. the defaults in :data:`OPTIONS` (Kafka's, except ``listeners`` and ``log.dirs`` which default
-   to a local, unprivileged setup);
+   to a local, unprivileged setup). Each key is declared once, by the room that reads it: the
+   network and broker keys here, the ``log.*`` keys by the storage layer
+   (:data:`sluice.server.storage.log_config.BROKER_OPTIONS`), the ``group.*`` / ``offsets.*``
+   keys by the group coordinator (:data:`sluice.server.group.coordinator.GROUP_OPTIONS`);
+   :data:`OPTIONS` collects them all;
 2. a Java ``.properties`` file (parsed by the ``javaproperties`` package: comments, ``key=value``,
    ``key: value``, ``key value``, continuation lines and ``\\uXXXX`` escapes behave exactly as in
    Java's ``Properties.load``);
@@ -13,8 +17,7 @@ Unknown keys (including Kafka keys Sluice does not use, such as ``zookeeper.conn
 in :attr:`Config.ignored_keys` so the entrypoint can warn once; invalid values raise
 :class:`ConfigError` naming the key and the value. The ``log.*`` storage defaults are validated
 and converted by :meth:`sluice.server.storage.log_config.LogConfig.from_broker_properties` (owned
-by the storage
-layer); :meth:`Config.log_config` hands it the merged properties.
+by the storage layer); :meth:`Config.log_config` hands it the merged properties.
 
 A ``Config`` is immutable; ``Server`` and the handlers read it, nobody writes it.
 """
@@ -28,6 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import javaproperties
+
+from sluice.protocol.config_def import ConfigKey, boolean, int_in
+from sluice.server.group.coordinator import GROUP_OPTIONS
+from sluice.server.storage.log_config import BROKER_OPTIONS
 
 if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
@@ -47,42 +54,6 @@ class Listener:
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
-
-
-# --- value parsers: str -> typed value, raising ValueError with a short reason -------------------
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text.strip())
-        if lo is not None and value < lo:
-            raise ValueError(f"must be >= {lo}")
-        if hi is not None and value > hi:
-            raise ValueError(f"must be <= {hi}")
-        return value
-
-    return parse
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError("must be true or false")
-    return lowered == "true"
-
-
-def _str(text: str) -> str:
-    return text.strip()
-
-
-def _one_of(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip()
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return value
-
-    return parse
 
 
 def parse_listeners(text: str) -> tuple[Listener, ...]:
@@ -123,10 +94,16 @@ class Option:
     """One broker option: Kafka key, ``Config`` attribute, parser, default and a one-line doc."""
 
     key: str
-    attr: str | None  # None: a log.* key, handed to LogConfig.from_broker_properties
+    attr: str | None  # None: read by another room (storage, group) or an alias (log.dir)
     parse: Callable[[str], Any]
     default: str | None  # as text, like in server.properties; None = unset (Kafka's "null")
     doc: str
+
+    @classmethod
+    def declared(cls, key: ConfigKey) -> Option:
+        """An option declared by another room (storage, group): read from :attr:`Config.properties`
+        by that room, so no ``Config`` attribute."""
+        return cls(key.key, None, key.parse, key.default, key.doc)
 
 
 _LONG_MAX = 9223372036854775807
@@ -150,183 +127,109 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "socket.request.max.bytes",
         "socket_request_max_bytes",
-        _int(1),
+        int_in(1),
         "104857600",
         "largest request frame; a bigger one closes the connection before its body is read",
     ),
     Option(
         "socket.send.buffer.bytes",
         "socket_send_buffer_bytes",
-        _int(-1),
+        int_in(-1),
         "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
         "SO_SNDBUF of client connections (-1: the OS default, with autotuning)",
     ),
     Option(
         "socket.receive.buffer.bytes",
         "socket_receive_buffer_bytes",
-        _int(-1),
+        int_in(-1),
         "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
         "SO_RCVBUF of client connections (-1: the OS default, with autotuning)",
     ),
     Option(
         "queued.max.requests",
         "queued_max_requests",
-        _int(1),
+        int_in(1),
         "500",
         "per connection: unanswered requests before the broker stops reading from it",
     ),
     Option(
         "sluice.connection.max.unsent.bytes",
         "max_unsent_bytes",
-        _int(1),
+        int_in(1),
         "4194304",
         "per connection: write-buffer high watermark; above it reading pauses",
     ),
     Option(
         "sluice.fetch.zero.copy",
         "fetch_zero_copy",
-        _bool,
+        boolean,
         "true",
         "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)",
     ),
     Option(
         "sluice.shutdown.timeout.ms",
         "shutdown_timeout_ms",
-        _int(0),
+        int_in(0),
         "10000",
         "graceful shutdown: how long in-flight requests may take before connections close",
     ),
     # --- broker identity and topics ------------------------------------------------------------
-    Option("node.id", "node_id", _int(0), "0", "this broker's id (in Metadata)"),
-    Option("broker.id", None, _int(-1), None, "Kafka's old name for node.id; node.id wins"),
+    Option("node.id", "node_id", int_in(0), "0", "this broker's id (in Metadata)"),
+    Option("broker.id", None, int_in(-1), None, "Kafka's old name for node.id; node.id wins"),
     Option(
         "num.partitions",
         "num_partitions",
-        _int(1),
+        int_in(1),
         "1",
         "partitions of an auto-created topic or CreateTopics with num_partitions -1",
     ),
     Option(
         "default.replication.factor",
         "default_replication_factor",
-        _int(1, 1),
+        int_in(1, 1),
         "1",
         "single broker: only 1 is valid",
     ),
     Option(
         "auto.create.topics.enable",
         "auto_create_topics_enable",
-        _bool,
+        boolean,
         "true",
         "create a topic on Metadata/Produce for an unknown name",
     ),
-    Option("delete.topic.enable", "delete_topic_enable", _bool, "true", "allow DeleteTopics"),
+    Option("delete.topic.enable", "delete_topic_enable", boolean, "true", "allow DeleteTopics"),
     # --- storage (log.dirs is ours; the other log.* keys go to LogConfig) ----------------------
     Option("log.dirs", "log_dirs", _log_dirs, None, "the data directory (exactly one)"),
     Option("log.dir", None, _log_dirs, "./data", "used when log.dirs is not set"),
-    Option("log.segment.bytes", None, _int(14), "1073741824", "segment size before rolling"),
-    Option("log.roll.ms", None, _int(1), None, "segment age before rolling; overrides hours"),
-    Option("log.roll.hours", None, _int(1), "168", "segment age before rolling"),
-    Option("log.roll.jitter.ms", None, _int(0), None, "max random jitter subtracted from roll"),
-    Option("log.roll.jitter.hours", None, _int(0), "0", "max random jitter subtracted from roll"),
-    Option("log.index.size.max.bytes", None, _int(4), "10485760", "max size of an index file"),
-    Option("log.index.interval.bytes", None, _int(0), "4096", "bytes between index entries"),
-    Option("log.retention.ms", None, _int(-1), None, "retention by age (-1 forever)"),
-    Option("log.retention.minutes", None, _int(-1), None, "retention by age"),
-    Option("log.retention.hours", None, _int(-1), "168", "retention by age"),
-    Option("log.retention.bytes", None, _int(-1), "-1", "retention by size per partition"),
     Option(
         "log.retention.check.interval.ms",
         "log_retention_check_interval_ms",
-        _int(1),
+        int_in(1),
         "300000",
         "how often retention runs",
     ),
-    Option("message.max.bytes", None, _int(0), "1048588", "largest record batch accepted"),
-    Option(
-        "log.message.timestamp.type",
-        None,
-        _one_of("CreateTime", "LogAppendTime"),
-        "CreateTime",
-        "which timestamp a batch keeps",
-    ),
-    Option(
-        "log.flush.interval.messages",
-        None,
-        _int(1),
-        str(_LONG_MAX),
-        "fsync after this many messages",
-    ),
-    Option("log.flush.interval.ms", None, _int(0), None, "fsync after this long"),
     Option(
         "log.flush.scheduler.interval.ms",
         "log_flush_scheduler_interval_ms",
-        _int(0),
+        int_in(0),
         str(_LONG_MAX),
         "how often the flush check runs (unset: every second, which also flushes rolled segments)",
     ),
     Option(
         "log.flush.offset.checkpoint.interval.ms",
         "log_checkpoint_interval_ms",
-        _int(0),
+        int_in(0),
         "60000",
         "how often recovery points are checkpointed",
     ),
-    Option("log.cleanup.policy", None, _str, "delete", "delete (compaction is not implemented)"),
-    Option(
-        "log.segment.delete.delay.ms",
-        None,
-        _int(0),
-        "60000",
-        "delay between renaming a segment to .deleted and removing it",
-    ),
-    # --- consumer groups: read by sluice.server.group.coordinator.GroupConfig (validated at load)
-    # ---
-    Option(
-        "group.initial.rebalance.delay.ms",
-        None,
-        _int(0),
-        "3000",
-        "wait this long for more members before the first rebalance of an empty group",
-    ),
-    Option("group.min.session.timeout.ms", None, _int(1), "6000", "smallest session timeout"),
-    Option("group.max.session.timeout.ms", None, _int(1), "1800000", "largest session timeout"),
-    Option("group.max.size", None, _int(1), "2147483647", "members per group"),
-    Option(
-        "offsets.topic.num.partitions",
-        None,
-        _int(1),
-        "1",
-        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
-    ),
-    Option(
-        "offsets.retention.minutes",
-        None,
-        _int(1),
-        "10080",
-        "committed offsets of an empty group expire after this long",
-    ),
-    Option(
-        "offsets.retention.check.interval.ms",
-        None,
-        _int(1),
-        "600000",
-        "how often expired offsets are removed",
-    ),
-    Option("offset.metadata.max.bytes", None, _int(0), "4096", "largest commit metadata string"),
-    Option(
-        "sluice.offsets.compaction.min.records",
-        None,
-        _int(1),
-        "10000",
-        "restate __consumer_offsets when it holds this many more records than live offsets",
-    ),
+    # --- storage: the topic-level defaults, declared by the storage layer --------------------
+    *(Option.declared(k) for k in BROKER_OPTIONS),
+    # --- consumer groups: declared by the group coordinator --------------------------------------
+    *(Option.declared(k) for k in GROUP_OPTIONS),
 )
 
-#: Keys read by the group coordinator (GroupConfig), not by the storage layer.
-_GROUP_KEYS = frozenset(
-    o.key for o in OPTIONS if o.key.startswith(("group.", "offsets.", "offset.", "sluice.offsets."))
-)
+#: The keys handed to LogConfig.from_broker_properties.
+_LOG_KEYS = frozenset(k.key for k in BROKER_OPTIONS)
 
 OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 
@@ -377,11 +280,7 @@ class Config:
 
     def log_properties(self) -> dict[str, str]:
         """Broker-level storage keys given explicitly (defaults are LogConfig's, the same)."""
-        return {
-            k: v
-            for k, v in self.properties.items()
-            if k in OPTIONS_BY_KEY and OPTIONS_BY_KEY[k].attr is None and k not in _NOT_LOG_KEYS
-        }
+        return {k: v for k, v in self.properties.items() if k in _LOG_KEYS}
 
     def log_config(self) -> LogConfig:
         """The default topic config, built by the storage layer from the ``log.*`` keys."""
@@ -451,10 +350,6 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
-
-
-# log.dir is an alias of ours; broker.id too; they are not storage keys for LogConfig.
-_NOT_LOG_KEYS = frozenset({"log.dir", "broker.id"}) | _GROUP_KEYS
 
 
 def _check_defaults() -> None:

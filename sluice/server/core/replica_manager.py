@@ -51,9 +51,13 @@ from sluice.server.storage.log import Isolation
 
 if TYPE_CHECKING:
     from sluice.server.storage.log import AppendInfo, FetchDataInfo, Log, TimestampAndOffset
-    from sluice.server.storage.log_manager import LogManager, TopicPartition
+    from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.replica_manager")
+
+#: Partition key: ``(topic, partition)``. ``sluice.protocol.TopicPartition`` is one, and so is
+#: the plain tuple the hot paths build (cheaper; equal and hash-equal to the NamedTuple).
+PartitionKey = tuple[str, int]
 
 #: ``leader_id`` of a partition without a leader (Kafka's ``LeaderAndIsr.NoLeader``).
 NO_LEADER = -1
@@ -202,7 +206,7 @@ class DelayedOperation:
 
     __slots__ = ("future", "keys")
 
-    def __init__(self, keys: Iterable[TopicPartition]) -> None:
+    def __init__(self, keys: Iterable[PartitionKey]) -> None:
         self.keys = tuple(keys)
         self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -240,7 +244,7 @@ class DelayedOperationPurgatory(Generic[Op]):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._watchers: dict[TopicPartition, set[Op]] = {}
+        self._watchers: dict[PartitionKey, set[Op]] = {}
 
     def try_complete_else_watch(self, op: Op) -> bool:
         """Complete ``op`` now if it can; else watch it on each of its keys. Returns whether it
@@ -252,7 +256,7 @@ class DelayedOperationPurgatory(Generic[Op]):
             self._watchers.setdefault(key, set()).add(op)
         return False
 
-    def check_and_complete(self, key: TopicPartition) -> int:
+    def check_and_complete(self, key: PartitionKey) -> int:
         """Try to complete every operation watching ``key``; returns how many completed."""
         ops = self._watchers.get(key)
         if not ops:
@@ -314,14 +318,14 @@ class DelayedFetch(DelayedOperation):
     __slots__ = ("_isolation", "_observed", "_replicas")
 
     def __init__(
-        self, replicas: ReplicaManager, keys: Iterable[TopicPartition], isolation: Isolation
+        self, replicas: ReplicaManager, keys: Iterable[PartitionKey], isolation: Isolation
     ) -> None:
         super().__init__(keys)
         self._replicas = replicas
         self._isolation = isolation
         self._observed = [self._bound(key) for key in self.keys]
 
-    def _bound(self, key: TopicPartition) -> tuple[Partition | None, int]:
+    def _bound(self, key: PartitionKey) -> tuple[Partition | None, int]:
         partition = self._replicas.get_partition(*key)
         if partition is None:
             return None, -1
@@ -409,7 +413,7 @@ class ReplicaManager:
     def __init__(self, log_manager: LogManager, local_id: int) -> None:
         self.logs = log_manager
         self.local_id = local_id
-        self._partitions: dict[TopicPartition, Partition] = {}
+        self._partitions: dict[PartitionKey, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory[DelayedFetch]("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
 
@@ -515,7 +519,7 @@ class ReplicaManager:
             return results, None
         return results, delayed
 
-    def complete_delayed_requests(self, key: TopicPartition) -> None:
+    def complete_delayed_requests(self, key: PartitionKey) -> None:
         """A partition's LEO, HW or leadership changed: complete what was waiting for it
         (Kafka's ``tryCompleteDelayedRequests``). Replication calls it after a follower fetch
         moves HW."""
@@ -524,7 +528,7 @@ class ReplicaManager:
 
     # --- fetch -----------------------------------------------------------------------------------
 
-    def delayed_fetch(self, keys: Iterable[TopicPartition], isolation: Isolation) -> DelayedFetch:
+    def delayed_fetch(self, keys: Iterable[PartitionKey], isolation: Isolation) -> DelayedFetch:
         """Park a fetch that read too little on ``keys`` (it completes at once if new data
         arrived since the read, which cannot happen on the event-loop thread in between)."""
         op = DelayedFetch(self, keys, isolation)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sluice.protocol import errors
+from sluice.protocol.config_def import ConfigKey, int_in
 from sluice.server.group.offsets_store import (
     GroupMetadataValue,
     GroupRecord,
@@ -82,6 +83,47 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+#: The coordinator's broker keys as the broker's Config lists them (text defaults, parsers for
+#: load-time checks, docs); collected by sluice.server.core.config. GroupConfig's field defaults
+#: are the same values, parsed (a test keeps them equal).
+GROUP_OPTIONS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        "group.initial.rebalance.delay.ms",
+        int_in(0),
+        "3000",
+        "wait this long for more members before the first rebalance of an empty group",
+    ),
+    ConfigKey("group.min.session.timeout.ms", int_in(1), "6000", "smallest session timeout"),
+    ConfigKey("group.max.session.timeout.ms", int_in(1), "1800000", "largest session timeout"),
+    ConfigKey("group.max.size", int_in(1), "2147483647", "members per group"),
+    ConfigKey(
+        "offsets.topic.num.partitions",
+        int_in(1),
+        "1",
+        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
+    ),
+    ConfigKey(
+        "offsets.retention.minutes",
+        int_in(1),
+        "10080",
+        "committed offsets of an empty group expire after this long",
+    ),
+    ConfigKey(
+        "offsets.retention.check.interval.ms",
+        int_in(1),
+        "600000",
+        "how often expired offsets are removed",
+    ),
+    ConfigKey("offset.metadata.max.bytes", int_in(0), "4096", "largest commit metadata string"),
+    ConfigKey(
+        "sluice.offsets.compaction.min.records",
+        int_in(1),
+        "10000",
+        "restate __consumer_offsets when it holds this many more records than live offsets",
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,14 @@ from sluice.protocol.records import (
     parse_header,
 )
 from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY
+from sluice.server.storage.layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    offset_file_name,
+    parse_offset_file_name,
+)
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
 _INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
 _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
@@ -81,10 +85,10 @@ def increment_sequence(sequence: int, increment: int) -> int:
 
 def base_offset_of(path: Path) -> int:
     """The base offset a segment file name encodes (20 zero-padded digits)."""
-    try:
-        return int(path.name.split(".", 1)[0])
-    except ValueError:
-        raise click.BadParameter(f"{path.name} is not named after a base offset") from None
+    base = parse_offset_file_name(path.name, path.suffix)
+    if base is None:
+        raise click.BadParameter(f"{path.name} is not named after a base offset")
+    return base
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +337,7 @@ def verify_partition(directory: Path) -> list[str]:
 def _verify_offset_index(
     directory: Path, base: int, where: str, by_position: dict[int, BatchHeader]
 ) -> list[str]:
-    path = directory / f"{base:020d}{INDEX_SUFFIX}"
+    path = directory / offset_file_name(base, INDEX_SUFFIX)
     if not path.exists():
         return [f"{where}: offset index {path.name} missing"]
     problems = []
@@ -357,7 +361,7 @@ def _verify_offset_index(
 def _verify_time_index(
     directory: Path, base: int, where: str, batches: list[BatchHeader]
 ) -> list[str]:
-    path = directory / f"{base:020d}{TIME_INDEX_SUFFIX}"
+    path = directory / offset_file_name(base, TIME_INDEX_SUFFIX)
     if not path.exists():
         return [f"{where}: time index {path.name} missing"]
     problems = []

@@ -29,6 +29,16 @@ from sluice.protocol.errors import (
     UnknownTopicOrPartition,
 )
 from sluice.server.storage.index import CorruptIndexError
+from sluice.server.storage.layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    STRAY_SUFFIXES,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_offset_file_name,
+    parse_partition_dir,
+    segment_file_names,
+)
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.producer_state import (
     ProducerStateManager,
@@ -40,16 +50,6 @@ from sluice.server.storage.segment import FetchSlice, LogSegment
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS
 
 logger = structlog.get_logger("sluice.storage")
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-DELETED_SUFFIX = ".deleted"
-SWAP_SUFFIX = ".swap"
-# Suffixes of files a crash may leave behind that are never valid data on their own. (A
-# "<base>.log.swap" is: Kafka's compaction renames a finished cleaned segment to .swap before
-# replacing the old segments, so load completes the swap. Sluice itself never compacts.)
-_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
 EARLIEST_TIMESTAMP = -2
@@ -70,22 +70,6 @@ _INT32_MAX = 2**31 - 1
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
-    """``00000000000000000133.log``: the base offset zero-padded to 20 digits (sorts by offset)."""
-    return f"{base_offset:020d}{suffix}"
-
-
-def parse_partition_dir(name: str) -> tuple[str, int]:
-    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-': split at the last.
-
-    Raises ValueError for a name that is not of that form.
-    """
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"{name!r} is not of the form <topic>-<partition>")
-    return topic, int(partition)
 
 
 class Isolation(enum.Enum):
@@ -278,27 +262,31 @@ class Log:
         names = vfs.listdir(directory)
         swapped: list[int] = []
         for name in names:
-            stem = name.removesuffix(LOG_SUFFIX + SWAP_SUFFIX)
-            if stem != name and stem.isdigit():
-                vfs.rename(directory / name, directory / (stem + LOG_SUFFIX))
-                vfs.remove(directory / (stem + INDEX_SUFFIX))  # described the replaced segment
-                vfs.remove(directory / (stem + TIME_INDEX_SUFFIX))
-                swapped.append(int(stem))
-                log.warning("completed interrupted segment swap", segment=int(stem))
-            elif name.endswith(_STRAY_SUFFIXES):
+            # A "<base>.log.swap" is a finished cleaned segment that Kafka's compaction was
+            # about to swap in for the old ones (Sluice itself never compacts).
+            swap_base = parse_offset_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)
+            if swap_base is not None:
+                log_name, index_name, time_index_name = segment_file_names(swap_base)
+                vfs.rename(directory / name, directory / log_name)
+                vfs.remove(directory / index_name)  # described the replaced segment
+                vfs.remove(directory / time_index_name)
+                swapped.append(swap_base)
+                log.warning("completed interrupted segment swap", segment=swap_base)
+            elif name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
         names = vfs.listdir(directory)
         bases: list[int] = []
         for name in names:
-            stem, suffix = os.path.splitext(name)
-            if suffix == LOG_SUFFIX and stem.isdigit():
-                bases.append(int(stem))
+            base = parse_offset_file_name(name, LOG_SUFFIX)
+            if base is not None:
+                bases.append(base)
         log_bases = set(bases)
         for name in names:
-            stem, suffix = os.path.splitext(name)
-            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
-                not stem.isdigit() or int(stem) not in log_bases
+            suffix = os.path.splitext(name)[1]
+            if (
+                suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                and parse_offset_file_name(name, suffix) not in log_bases
             ):
                 log.info("removing orphan index file", file=name)
                 vfs.remove(directory / name)

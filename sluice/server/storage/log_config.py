@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sluice.protocol.config_def import ConfigKey, int_in, one_of, string
 from sluice.protocol.errors import InvalidConfig
 
 LONG_MAX = 2**63 - 1
@@ -66,6 +67,45 @@ BROKER_KEYS: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
 }
+
+#: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
+#: lists them: text defaults, parsers for load-time checks, docs. Declared here, collected by
+#: sluice.server.core.config; the LogConfig field defaults below are the same values, parsed
+#: (a test keeps them equal).
+BROKER_OPTIONS: tuple[ConfigKey, ...] = (
+    ConfigKey("log.segment.bytes", int_in(14), "1073741824", "segment size before rolling"),
+    ConfigKey("log.roll.ms", int_in(1), None, "segment age before rolling; overrides hours"),
+    ConfigKey("log.roll.hours", int_in(1), "168", "segment age before rolling"),
+    ConfigKey("log.roll.jitter.ms", int_in(0), None, "max random jitter subtracted from roll"),
+    ConfigKey("log.roll.jitter.hours", int_in(0), "0", "max random jitter subtracted from roll"),
+    ConfigKey("log.index.size.max.bytes", int_in(4), "10485760", "max size of an index file"),
+    ConfigKey("log.index.interval.bytes", int_in(0), "4096", "bytes between index entries"),
+    ConfigKey("log.retention.ms", int_in(-1), None, "retention by age (-1 forever)"),
+    ConfigKey("log.retention.minutes", int_in(-1), None, "retention by age"),
+    ConfigKey("log.retention.hours", int_in(-1), "168", "retention by age"),
+    ConfigKey("log.retention.bytes", int_in(-1), "-1", "retention by size per partition"),
+    ConfigKey("message.max.bytes", int_in(0), "1048588", "largest record batch accepted"),
+    ConfigKey(
+        "log.message.timestamp.type",
+        one_of("CreateTime", "LogAppendTime"),
+        "CreateTime",
+        "which timestamp a batch keeps",
+    ),
+    ConfigKey(
+        "log.flush.interval.messages",
+        int_in(1),
+        str(LONG_MAX),
+        "fsync after this many messages",
+    ),
+    ConfigKey("log.flush.interval.ms", int_in(0), None, "fsync after this long"),
+    ConfigKey("log.cleanup.policy", string, "delete", "delete (compaction is not implemented)"),
+    ConfigKey(
+        "log.segment.delete.delay.ms",
+        int_in(0),
+        "60000",
+        "delay between renaming a segment to .deleted and removing it",
+    ),
+)
 
 # Broker keys given in coarser units; the finer key wins when both are set (Kafka's precedence:
 # log.retention.ms > log.retention.minutes > log.retention.hours).

@@ -1,16 +1,8 @@
 """The LogManager: every partition log of one data directory, and the background work on them.
 
-**On disk** (storage spec §1)::
-
-    <log_dir>/
-        <topic>-<partition>/                 one Log each (topic names may contain '-')
-        <topic>-<partition>.<uuid>-delete/   a deleted topic's partition, removed in background
-        recovery-point-offset-checkpoint     offsets below which each log is fsynced
-        log-start-offset-checkpoint          each log's log start offset
-        replication-offset-checkpoint        each log's high watermark (Kafka's name)
-        sluice-topics.json                   partition counts and config overrides per topic
-        .kafka_cleanshutdown                 present only after a clean stop
-        .lock                                flock()ed while a LogManager has the dir open
+**On disk**: one ``<topic>-<partition>`` directory per Log, the checkpoints, the topic metadata,
+the clean-shutdown marker and the lock file, named and laid out in
+:mod:`sluice.server.storage.layout` (storage spec §1).
 
 Authoritative: the segment files and ``sluice-topics.json`` (Kafka keeps the latter in its
 metadata log; Sluice has no controller, so it lives next to the data, written atomically).
@@ -50,26 +42,29 @@ from sluice.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from sluice.protocol.structs import TopicPartition
 from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
-from sluice.server.storage.log import Log, parse_partition_dir
+from sluice.server.storage.layout import (
+    CLEAN_SHUTDOWN_MARKER,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TOPICS_FILE,
+    deleted_partition_dir_name,
+    is_deleted_partition_dir,
+    parse_partition_dir,
+    partition_dir_name,
+)
+from sluice.server.storage.log import Log
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 logger = structlog.get_logger("sluice.storage")
 
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"  # Kafka's name: one broker per data dir
-TOPICS_FILE = "sluice-topics.json"
-DELETE_DIR_SUFFIX = "-delete"
-
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
 MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-
-TopicPartition = tuple[str, int]
 
 
 def _wall_clock_ms() -> int:
@@ -121,7 +116,7 @@ class LogManager:
     def _checkpoint(self, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.log_dir / name, self._vfs)
 
-    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         try:
             return self._checkpoint(name).read()
         except CorruptCheckpointError as exc:
@@ -239,7 +234,7 @@ class LogManager:
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
-            if entry.name.endswith(DELETE_DIR_SUFFIX):
+            if is_deleted_partition_dir(entry.name):
                 logger.info("removing deleted partition directory", dir=entry.name)
                 shutil.rmtree(entry.path, ignore_errors=True)
                 continue
@@ -249,7 +244,7 @@ class LogManager:
             except (ValueError, InvalidTopic):
                 logger.warning("ignoring directory that is not a partition", dir=entry.name)
                 continue
-            found.append((topic, partition))
+            found.append(TopicPartition(topic, partition))
         for topic, partition in found:
             if topic not in self._topics:
                 logger.warning("adopting partition directory without metadata", topic=topic)
@@ -265,7 +260,7 @@ class LogManager:
         created_dirs = False
         for topic, (count, _) in sorted(self._topics.items()):
             for partition in range(count):
-                tp = (topic, partition)
+                tp = TopicPartition(topic, partition)
                 directory = self._partition_dir(topic, partition)
                 created_dirs = created_dirs or not directory.is_dir()
                 self._logs[tp] = Log.open(
@@ -334,7 +329,9 @@ class LogManager:
         return dict(self._logs)
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self._logs.get((topic, partition))
+        # A plain tuple hashes and compares equal to the NamedTuple key and costs a fifth to
+        # build: this runs for every partition of every Produce and Fetch.
+        return self._logs.get((topic, partition))  # type: ignore[call-overload]
 
     def topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
@@ -389,7 +386,7 @@ class LogManager:
             log = Log.open(
                 self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
             )
-            self._logs[(name, partition)] = log
+            self._logs[TopicPartition(name, partition)] = log
             logs.append(log)
         self._vfs.fsync_dir(self.log_dir)
         logger.info(
@@ -408,7 +405,7 @@ class LogManager:
         self._configs[name] = config
         self._write_topics_file()
         for partition in range(count):
-            log = self._logs.get((name, partition))
+            log = self._logs.get(TopicPartition(name, partition))
             if log is not None:
                 log.update_config(config)
         return config
@@ -431,12 +428,12 @@ class LogManager:
         config = self._configs[name]
         due = self._clock() + config.file_delete_delay_ms
         for partition in range(count):
-            log = self._logs.pop((name, partition), None)
+            log = self._logs.pop(TopicPartition(name, partition), None)
             if log is not None:
                 log.close()
             source = self._partition_dir(name, partition)
             if source.exists():
-                target = source.with_name(f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
                 os.replace(source, target)
                 self._pending_dir_deletes.append((due, target))
         self._vfs.fsync_dir(self.log_dir)
@@ -449,7 +446,7 @@ class LogManager:
         logger.info("topic deleted", topic=name, partitions=count)
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
-        return self.log_dir / f"{topic}-{partition}"
+        return self.log_dir / partition_dir_name(topic, partition)
 
     def _check_open(self) -> None:
         if not self._opened or self._closed:

@@ -49,6 +49,7 @@ from sluice.protocol.errors import (
     OutOfOrderSequenceNumber,
 )
 from sluice.protocol.records import BatchHeader
+from sluice.server.storage.layout import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 BATCHES_TO_RETAIN = 5
@@ -193,7 +194,6 @@ class ProducerStateManager:
 # (a retry of an older one gets DUPLICATE_SEQUENCE_NUMBER, which clients treat as written).
 # ``timestamp`` is the time the snapshot was taken (Sluice does not expire producer ids).
 
-SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 _SNAP_HEADER = struct.Struct(">hI")
 _SNAP_COUNT = struct.Struct(">i")
@@ -208,9 +208,9 @@ def snapshot_files(directory: Path, vfs: VFS = DEFAULT_VFS) -> list[tuple[int, P
     """``(offset, path)`` of every snapshot file in a partition directory, oldest first."""
     found = []
     for name in vfs.listdir(directory):
-        stem = name.removesuffix(SNAPSHOT_SUFFIX)
-        if stem != name and stem.isdigit():
-            found.append((int(stem), directory / name))
+        offset = parse_offset_file_name(name, SNAPSHOT_SUFFIX)
+        if offset is not None:
+            found.append((offset, directory / name))
     return sorted(found)
 
 
@@ -254,7 +254,7 @@ def write_snapshot(
 ) -> Path:
     """Write ``<offset>.snapshot`` atomically (tmp, fsync, rename, directory fsync), then
     remove older ones: the new one is durable before any fallback disappears."""
-    path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    path = directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
     atomic_write(path, encode_snapshot(manager, int(time.time() * 1000)), vfs)
     for other_offset, other in snapshot_files(directory, vfs):
         if other_offset != offset:

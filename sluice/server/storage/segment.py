@@ -52,12 +52,8 @@ from .index import (
     StorageError,
     TimeIndex,
 )
+from .layout import DELETED_SUFFIX, segment_file_names
 from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-DELETED_SUFFIX = ".deleted"
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
@@ -117,19 +113,11 @@ class FetchSlice:
         return b"".join(parts)
 
 
-def filename_prefix(offset: int) -> str:
-    """Kafka's file name for a base offset: 20 digits, zero-padded, so names sort numerically."""
-    return f"{offset:020d}"
-
-
 def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
     """Paths of the ``.log``, ``.index`` and ``.timeindex`` files (plus ``suffix``)."""
-    prefix = Path(directory) / filename_prefix(base_offset)
-    return (
-        prefix.with_name(prefix.name + LOG_SUFFIX + suffix),
-        prefix.with_name(prefix.name + INDEX_SUFFIX + suffix),
-        prefix.with_name(prefix.name + TIME_INDEX_SUFFIX + suffix),
-    )
+    log_name, index_name, time_index_name = segment_file_names(base_offset, suffix)
+    directory = Path(directory)
+    return directory / log_name, directory / index_name, directory / time_index_name
 
 
 def random_segment_jitter(

@@ -459,9 +459,6 @@ class OffsetIndex(AbstractIndex):
 
     _relative_offset_at = _key_at
 
-    def _position_at(self, slot: int) -> int:
-        return int(_I32.unpack_from(self._buffer(), slot * 8 + 4)[0])
-
     def _load_last_entry(self) -> None:
         self._last_offset = self.entry_at(self._entries - 1).offset if self._entries else -1
 

@@ -216,9 +216,6 @@ class AbstractIndex:
 
     # -- relative offsets ----------------------------------------------------------------------
 
-    def can_append_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= _INT32_MAX
-
     def relative_offset(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= _INT32_MAX:

@@ -5,20 +5,27 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two stamps: `make run` needs only the broker's runtime dependencies (a few MB); the test and
+# Spark extras (pytest, the interop clients, PySpark: about 1 GB) are installed for `make test`.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: setup run test lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,spark]'
-	@touch $(STAMP)
+	$(BIN)/pip install --quiet -e .
+	@touch $(RUNTIME_STAMP)
 
-setup: $(STAMP)
+$(TEST_STAMP): $(RUNTIME_STAMP)
+	$(BIN)/pip install --quiet -e '.[test,spark]'
+	@touch $(TEST_STAMP)
+
+setup: $(TEST_STAMP)
 	@bash scripts/install-system-deps.sh
 
-run: $(STAMP)
+run: $(RUNTIME_STAMP)
 	$(BIN)/sluice-server --override log.dirs=./data
 
 test: setup
@@ -27,14 +34,14 @@ test: setup
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m bench
 
 clean:

@@ -18,22 +18,7 @@ For 1 MiB and 16 KiB producer batches (pre-built, uncompressed, 1 KiB values):
 Everything runs from the page cache (no fsync: Kafka's default flush policy); numbers are for
 this machine and this moment, printed next to the raw figures so the ratio is what matters.
 
-Where a 16 KiB append goes (2026-11-22, 2 shared cores; ratio 0.55-0.58 after the single-batch
-fast path ``Log._append_one``, 0.39-0.51 before): the ``pwrite`` itself costs what the raw
-``os.write`` does (~11 us: page-cache allocation and the copy, ``perf record``: 46% of the run in
-the kernel), and the rest is CPython: ``perf`` puts ~45% of the run in libpython, ~8 us per
-append, of which validation (CRC-32C 0.9 us, header 1.3 us), the copy 0.5 us, the index 0.6 us.
-Measured and rejected or out of reach in pure Python:
-
-* the whole append inlined into one function, bypassing Segment/Index/VFS (an upper bound, not
-  shippable): 0.65 x raw (copying), 0.70 in place;
-* ``mypyc`` compiling server/{log,segment,index,vfs}.py and protocol/records.py (two aliases
-  turned into methods to compile): 20.7 -> 20.0 us per append, 0.56 x raw: what remains is
-  runtime work (attribute dicts of uncompiled classes, tuples and ints from ``struct``,
-  memoryviews), not bytecode dispatch;
-* ``fallocate(FALLOC_FL_KEEP_SIZE)`` of the segment ahead of the writes (as RocksDB does for its
-  WAL): the raw write itself drops from ~12.5 to ~10.8 us, i.e. ~1.7 us saved per append,
-  not enough on its own and it needs a libc binding (``os.posix_fallocate`` changes the size).
+Where a 16 KiB append's time goes, and what was measured and rejected: ``bench/NOTES.md``.
 """
 
 from __future__ import annotations

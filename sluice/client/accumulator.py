@@ -119,10 +119,6 @@ class RecordAccumulator:
         self._flushing = 0
         self.closing = False
 
-    @property
-    def buffered_bytes(self) -> int:
-        return self._buffered
-
     def has_open_batch(self, tp: TopicPartition) -> bool:
         """Whether ``tp`` has a batch that can still take records (the sticky partitioner moves
         on once the batch it chose was drained)."""

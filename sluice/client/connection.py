@@ -1,18 +1,16 @@
 """One TCP connection to one broker: framing, correlation ids, pipelining, version negotiation.
 
 A :class:`Connection` puts an asyncio transport under the sans-I/O codec of
-:mod:`sluice.protocol.framing` (``encode_request`` / ``decode_response``; there is no second codec
-in
-the client). Requests are pipelined: :meth:`Connection.request` writes the frame at once and
-awaits a future that is resolved when the response with the same correlation id arrives. Kafka
-answers the requests of one connection in order, so a response whose id is not the oldest in
-flight is a protocol violation and closes the connection.
+:mod:`sluice.protocol.framing` (``encode_request`` / ``decode_response``; there is no second
+codec in the client). Requests are pipelined: :meth:`Connection.request` writes the frame at
+once and awaits a future that is resolved when the response with the same correlation id
+arrives. Kafka answers the requests of one connection in order, so a response whose id is not
+the oldest in flight is a protocol violation and closes the connection.
 
 Responses are read by :class:`_ResponseReader`, an ``asyncio.BufferedProtocol``: small frames
 are cut out of one reusable receive buffer, and a big one (a Fetch response) is received
-straight into a buffer of its own size, so its bytes are copied once, by the kernel. Measured
-against the asyncio streams this replaced (40 pipelined 4 MiB Fetch requests to a local
-broker, uvloop, 2 shared cores): client CPU 3.2-4.2 ms per response instead of 5.6-6.0 ms.
+straight into a buffer of its own size, so its bytes are copied once, by the kernel (against the
+asyncio streams it replaced: ``bench/NOTES.md``).
 
 Every wait is bounded with ``asyncio.timeout``, never ``asyncio.wait_for``: on Python 3.11,
 ``wait_for`` returns the result when its caller is cancelled just as the result arrives, and
@@ -24,8 +22,8 @@ sides implement (:meth:`Connection.version`). Callers never pick versions themse
 
 When the connection breaks, every request in flight fails with
 :class:`sluice.client.errors.KafkaConnectionError` (retriable); the owner
-(:class:`sluice.client.cluster.Cluster`)
-opens a new one on next use. All methods run on the event loop that opened the connection.
+(:class:`sluice.client.cluster.Cluster`) opens a new one on next use. All methods run on the
+event loop that opened the connection.
 """
 
 from __future__ import annotations

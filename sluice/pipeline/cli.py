@@ -29,7 +29,16 @@ def pipeline(ctx: click.Context, master: str) -> None:
 def _session(ctx: click.Context) -> object:
     from .jobs import spark_session
 
-    return spark_session(ctx.obj.get("master", "local[*]") if ctx.obj else "local[*]")
+    try:
+        return spark_session(ctx.obj.get("master", "local[*]") if ctx.obj else "local[*]")
+    except ModuleNotFoundError as exc:
+        # `pip install sluice` (and `make run`) install the broker and CLI only.
+        if (exc.name or "").partition(".")[0] not in {"pyspark", "pyarrow", "pandas"}:
+            raise
+        raise click.ClickException(
+            f"the pipeline jobs need PySpark ({exc.name} is not installed): "
+            "pip install 'sluice[spark]'"
+        ) from exc
 
 
 @pipeline.command()

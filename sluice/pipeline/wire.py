@@ -6,19 +6,8 @@ over one blocking socket, with the project's one codec (``sluice.protocol.framin
 requests/responses, ``sluice.protocol.records`` for batches) — no second codec, but a second
 connection next to ``sluice.client.connection``.
 
-Measured replacement (2026-11, 2 shared cores, ``python -m bench spark`` data: 2M records of
-100 B, 2 partitions): the same requests through ``sluice.client.cluster.Cluster`` +
-``sluice.client.connection.Connection`` on a private event loop (``asyncio.Runner``, uvloop) were
-slower: a 4 MiB Fetch alone 8.5 ms instead of 2.4 ms (asyncio streams copy each response a few
-more times than one ``recv_into`` here), and through Spark local[2], interleaved A/B, best of 5:
-926k vs 954k and 898k vs 975k records/s (3-8 % slower; medians within the noise).
-``sluice.client.connection`` has since moved to a ``BufferedProtocol`` that receives a big response
-into one buffer (client CPU per pipelined 4 MiB Fetch 5.6-6.0 -> 3.2-4.2 ms); the replacement
-has not been re-measured since, and a Spark task calling the asyncio client still needs an
-event loop per call where this module needs none. ``client.Consumer`` is slower still for
-this use (bench, one process, no Spark: ~480k records/s against ~695k for the source's read
-loop): it builds one ``ConsumerRecord`` per record where the source wants whole batches as
-columns (``sluice.protocol.records.decode_batch_columns``).
+The asyncio client was measured as a replacement and was slower, and a Spark task would need an
+event loop per call (``bench/NOTES.md``).
 
 Scope: one broker (Sluice is single-node): every request goes to the first reachable bootstrap
 server. Every socket operation is bounded by ``timeout``; a Kafka error code becomes the

@@ -61,7 +61,6 @@ INT64 = struct.Struct(">q")
 UINT16 = struct.Struct(">H")
 FLOAT64 = struct.Struct(">d")
 BOOL = struct.Struct(">?")
-UUID_STRUCT = struct.Struct(">16s")
 
 #: struct format character and default of each fixed-width type.
 FIXED_FORMATS: dict[str, str] = {

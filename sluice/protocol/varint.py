@@ -74,15 +74,3 @@ def encode_varlong(value: int) -> bytes:
 def decode_varlong(buf: Buffer, position: int) -> tuple[int, int]:
     raw, position = decode_unsigned_varint(buf, position, 10)
     return zigzag_decode(raw), position
-
-
-def size_of_unsigned_varint(value: int) -> int:
-    size = 1
-    while value >= 0x80:
-        value >>= 7
-        size += 1
-    return size
-
-
-def size_of_varint(value: int) -> int:
-    return size_of_unsigned_varint(zigzag_encode(value) & 0xFFFFFFFFFFFFFFFF)

@@ -83,7 +83,6 @@ class EmbeddedBroker:
         self.properties = dict(properties or {})
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
-        self._own_dir = data_dir is None
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._scratch: Path | None = None  # temp dir holding our data dir and the process log
         self.server: Server | None = None  # in-process only

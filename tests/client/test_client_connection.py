@@ -173,7 +173,15 @@ async def trickling_broker(topic_counts: list[int], chunk: int) -> AsyncIterator
         yield port
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        pytest.param(1, marks=pytest.mark.slow),
+        pytest.param(7, marks=pytest.mark.slow),
+        4096,
+        1 << 20,
+    ],
+)
 async def test_responses_split_and_joined_across_reads(chunk: int) -> None:
     # Small responses, and ones far above the reader's own-buffer threshold (~30 B per topic:
     # 10,000 topics ~ 300 KB, beyond the 256 KiB shared buffer too), in one stream.
@@ -263,6 +271,7 @@ async def test_cancel_as_the_response_arrives_is_not_swallowed() -> None:
             await conn.wait_closed()
 
 
+@pytest.mark.slow
 async def test_broker_that_stops_reading_times_out_and_closes() -> None:
     # A broker that answers ApiVersions and then never reads again: a request bigger than the
     # socket buffers leaves the transport paused. The request must still time out, close()

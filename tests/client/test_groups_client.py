@@ -102,6 +102,7 @@ def test_consumer_protocol_bytes_match_kafka_python() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.slow
 async def test_two_members_split_consume_once_and_rebalance_on_leave(
     broker: EmbeddedBroker,
 ) -> None:

@@ -268,6 +268,7 @@ def test_confluent_restarted_consumer_resumes_after_last_commit(broker: BrokerPr
         second.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_commits_survive_a_broker_restart(tmp_path: Path, how: str) -> None:
     data_dir = tmp_path / "data"

@@ -15,7 +15,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sluice.pipeline.cli import pipeline
 from tests.broker_util import BrokerProcess, running_broker
 
-pytestmark = pytest.mark.spark
+# A Spark session takes tens of seconds to start: slow, out of the quick loop.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DAY_MS = 86_400_000
 BASE_TS = 1_700_000_000_000 - 1_700_000_000_000 % DAY_MS  # midnight UTC, 2023-11-14

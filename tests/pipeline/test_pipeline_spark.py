@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_util import BrokerProcess, running_broker
 
-pytestmark = pytest.mark.spark
+# A Spark session takes tens of seconds to start: slow, out of the quick loop.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DEADLINE_S = 30.0
 BASE_TS = 1_700_000_000_000

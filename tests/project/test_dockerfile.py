@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,26 @@ def test_image_is_non_root_with_volume_healthcheck_and_cached_dependencies() -> 
     deps = DOCKERFILE.index("pip install -r")
     first_source = DOCKERFILE.index("COPY sluice ")
     assert deps < first_source, "dependencies must be installed before the source is copied"
+
+
+def test_image_copies_what_the_package_is_built_from() -> None:
+    """Every COPY source exists, and the wheel's inputs (pyproject's packages, py-modules and
+    readme) are all copied before ``pip install .``."""
+    joined = re.sub(r"\\\n\s*", " ", DOCKERFILE)
+    install = joined.index("pip install --no-deps .")
+    copied: set[str] = set()
+    for line in joined[:install].splitlines():
+        if line.startswith("COPY "):
+            sources = line.split()[1:-1]
+            for source in sources:
+                assert (REPO / source).exists(), f"COPY {source}: no such path in the repo"
+            copied.update(sources)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    setuptools = project["tool"]["setuptools"]
+    packages = {p.rstrip("*") for p in setuptools["packages"]["find"]["include"]}
+    modules = {f"{m}.py" for m in setuptools.get("py-modules", [])}
+    needed = packages | modules | {project["project"]["readme"], "pyproject.toml"}
+    assert needed <= copied, f"not copied before the install: {sorted(needed - copied)}"
 
 
 def test_healthcheck_fails_when_nothing_listens() -> None:

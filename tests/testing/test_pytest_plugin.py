@@ -9,6 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# Each test runs a pytest session of its own in a subprocess: seconds apiece.
+pytestmark = pytest.mark.slow
+
 OUTSIDE_TESTS = """
 import asyncio
 import socket

@@ -30,54 +30,7 @@ the socket (uvloop transports do not implement ``loop.sendfile``), waiting for w
 dup of the socket fd when the kernel buffer is full (uvloop refuses ``add_writer`` on an fd a
 transport owns). Otherwise each slice is copied with ``read_bytes()`` and written like any bytes.
 
-Measured and rejected (``python -m bench broker --rounds 7 --compare-tree <the variant's tree>``,
-880 KB responses, 2 shared cores): sending the whole response on the socket ourselves, the header
-with ``send(MSG_MORE)`` so it rides in the records' first segment. In the same interleaved rounds
-it used 359 ms of broker CPU per GiB against 347 for this path and the same client CPU (279
-ms/GiB), fetch 0.61-0.89 x raw sendfile per round against 0.69-1.26, and the client read no
-fewer times per response (1.5-1.7 against 1.2-1.8): the kernel already merges the header. (Two
-identical trees differ by ~6% CPU in such an A/A run: 311 vs 294 ms/GiB.) ``os.sendfile`` is
-already called until EAGAIN, and a Fetch holds one slice per partition: no adjacent slices to
-coalesce. What a response costs beyond the kernel's sendfile is the request's Python path (decode
-~12 us, handler + log read ~40 us, encode ~11 us per 880 KB response, against ~100 us of kernel
-sendfile), outside this module.
-
-Measured again (fetch-perf branch; "A/B loop" = the bench's fetch pipelines only, 3 connections x
-window 8, two brokers from two trees on copies of one 330 MB log, alternating every round for
-40-70 s, medians of broker CPU per GiB as ``bench broker`` reports it):
-
-* Per response, ``strace -c -f -p BROKER`` during fetch: 1 sendfile (EAGAIN on 0.3-1.7% of them),
-  1 write (the header), 2 preads (two batch headers; now 1), 0.13 reads and 0.05 epoll_waits
-  (requests arrive in batches), and 1 getpid: Python 3.11's ``asyncio.get_running_loop`` checks
-  the pid, and ``_sendfile`` called it per slice (now the loop is remembered).
-* The header with ``MSG_MORE`` on a dup of the socket when the transport buffer is empty (so it
-  rides in the records' first segment, one client wake-up): A/B loop 251 vs 251 ms/GiB broker,
-  client 207 vs 209 ms/GiB. Rejected again. A raw sender (``os.sendfile`` of 880 KB, 3
-  connections, one thread) costs the same CPU blocking (171 ms/GiB), non-blocking with epoll on
-  EAGAIN (166) or with a 100-byte ``send`` before every call (172): neither the event-loop style
-  nor the separate header costs the kernel anything measurable.
-* Keeping the dup fd's writer registered instead of add/remove per wait: ``fetch.sendfile_waits``
-  3 and ``fetch.sendfile_eagain`` 814 in 48,750 responses, two epoll_ctl per 60 responses at
-  most: not worth the state.
-* Bound of this design: a tree whose ``_process`` memoized decode + handler + encode per
-  repeated Fetch frame (an experiment only: wrong for a live log), ``python -m bench broker
-  --rounds 9 --compare-tree <that tree>``: 178 ms/GiB broker CPU and 182 client against 275 and
-  225 for this tree, 5,766 against 3,964 MiB/s best, 0.90 against 0.62 x raw sendfile (6,374
-  MiB/s) in the same interleaved rounds; ``perf record`` of such a broker: 87% kernel time, 81%
-  inside sendfile. Split the same way (one bench run each, same command): memoizing only the
-  handler's body (decode and encode still run) 184 vs 243 ms/GiB, 0.80 vs 0.61 x raw; only
-  ``Log.read`` 218 vs 241; only decode 291 vs 280 (nothing). The handler memoized but a 20 us
-  busy loop in its place: 215 vs 235, about the 184 plus the loop's own 24 ms/GiB, so its cost
-  is plain CPU, not a pacing effect on the kernel's side. ``py-spy record`` under the same load
-  puts only ~9% of the broker's samples in the handler (6% in Log.read), 4% in decode, 3.6% in
-  encode and 71% on the ``os.sendfile`` line, which undercounts it: the handler's ~18 us per
-  Fetch in a loop costs ~45 us per response here, the rest of the request path much less. So
-  the lever is the handler + read path per request; its pieces were trimmed on this branch (A/B
-  loop: -6% broker CPU), the rest is spread thin over messages, the read path and the codecs.
-* Handling every queued request first, then sending their responses back to back (responses
-  still in order; hoping the Python would run with warm caches between sendfiles): A/B loop 232
-  vs 245 ms/GiB, then 249 vs 250 with the order of the brokers swapped; bench 264 vs 271 with
-  the client at 212 vs 216. Noise, not kept.
+Measurements behind this design, and the alternatives measured and rejected: ``bench/NOTES.md``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,6 @@ NONE = 0
 OFFSET_METADATA_TOO_LARGE = errors.OffsetMetadataTooLarge.code
 FENCED_INSTANCE_ID = errors.FencedInstanceId.code
 GROUP_MAX_SIZE_REACHED = 81
-UNKNOWN_SERVER_ERROR = -1
 
 
 class GroupState(enum.Enum):
@@ -211,7 +210,6 @@ class Member:
     join_future: asyncio.Future[JoinResult] | None = None
     sync_future: asyncio.Future[tuple[int, bytes]] | None = None
     heartbeat_handle: asyncio.TimerHandle | None = None
-    last_heartbeat: float = 0.0
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, metadata in self.protocols:
@@ -387,7 +385,6 @@ class GroupCoordinator:
     def _schedule_heartbeat(self, group: Group, member: Member) -> None:
         if member.heartbeat_handle is not None:
             member.heartbeat_handle.cancel()
-        member.last_heartbeat = self._loop.time()
         member.heartbeat_handle = self._loop.call_later(
             member.session_timeout_ms / 1000, self._heartbeat_expired, group, member
         )

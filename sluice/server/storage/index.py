@@ -216,9 +216,6 @@ class AbstractIndex:
 
     # -- relative offsets ----------------------------------------------------------------------
 
-    def can_append_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= _INT32_MAX
-
     def relative_offset(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= _INT32_MAX:
@@ -458,9 +455,6 @@ class OffsetIndex(AbstractIndex):
         return int(_I32.unpack_from(self._buffer(), slot * 8)[0])
 
     _relative_offset_at = _key_at
-
-    def _position_at(self, slot: int) -> int:
-        return int(_I32.unpack_from(self._buffer(), slot * 8 + 4)[0])
 
     def _load_last_entry(self) -> None:
         self._last_offset = self.entry_at(self._entries - 1).offset if self._entries else -1

@@ -253,22 +253,12 @@ class LogSegment:
         self._vfs.set_mtime_ms(self.log_path, value)
 
     @property
-    def largest_record_timestamp(self) -> int | None:
-        return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else None
-
-    @property
     def largest_timestamp(self) -> int:
         """Max record timestamp, or the file's last-modified time when no record has one
         (what retention.ms compares against)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
         return self.last_modified_ms
-
-    def first_batch_timestamp(self) -> int | None:
-        """Max timestamp of the first batch (the roll clock's origin), None if none/empty."""
-        self._load_first_batch_timestamp()
-        ts = self._rolling_based_timestamp
-        return ts if ts is not None and ts >= 0 else None
 
     # -- append --------------------------------------------------------------------------------
 
@@ -462,12 +452,6 @@ class LogSegment:
         for _, header in self.batches(self.offset_index.last_entry.position):
             next_offset = header.next_offset
         return next_offset
-
-    def has_overflow(self) -> bool:
-        next_offset = self.read_next_offset()
-        return next_offset > self.base_offset and not self.offset_index.can_append_offset(
-            next_offset - 1
-        )
 
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0

@@ -7,7 +7,7 @@ wire format.
 **Today** Sluice is one broker: it leads every partition at leader epoch 0, replicas = ISR =
 [``node.id``], so the high watermark (HW) reaches the log end offset (LEO) after every append
 and an ``acks=-1`` produce never waits. The code is written for the replicated case
-(``/work/shared/spec/replication.md`` §2, §4) so that replication only has to add callers:
+(``shared/spec/replication.md`` §2, §4) so that replication only has to add callers:
 
 * HW = min LEO over the ISR (:meth:`Partition.maybe_increment_high_watermark`); the follower
   fetch path feeds follower LEOs through :meth:`Partition.update_follower_end_offset`.

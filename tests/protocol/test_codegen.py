@@ -133,3 +133,27 @@ def test_mypy_rejects_a_misspelt_field(tmp_path: Path, monkeypatch: pytest.Monke
 
     report, status = _mypy(tmp_path, FETCH_SNIPPET.format(field="max_wait_ms"))
     assert status == 0, report
+
+
+CLIENT_SNIPPET = """
+    from sluice.client.connection import Connection
+    from sluice.protocol.messages import Fetch, FetchRequest
+
+    async def high_watermark(conn: Connection) -> int:
+        response = await conn.request(Fetch.key, FetchRequest(max_wait_ms=0))
+        return response.responses[0].partitions[0].{field}
+"""
+
+
+@pytest.mark.slow
+def test_mypy_types_client_responses_by_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connection.request of a FetchRequest is checked as returning a FetchResponse."""
+    monkeypatch.chdir(ROOT)
+    report, status = _mypy(tmp_path, CLIENT_SNIPPET.format(field="high_watermarc"))
+    assert status == 1, report
+    assert '"PartitionData" has no attribute "high_watermarc"' in report
+
+    report, status = _mypy(tmp_path, CLIENT_SNIPPET.format(field="high_watermark"))
+    assert status == 0, report

@@ -15,7 +15,6 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sluice.protocol import messages
 from sluice.protocol.errors import KafkaError, LeaderNotAvailable, UnknownTopicOrPartition, for_code
@@ -206,7 +205,7 @@ class Cluster:
         response = await conn.request(METADATA, body)
         self._apply(response, replace_all=topics is None)
 
-    def _apply(self, response: Any, *, replace_all: bool) -> None:
+    def _apply(self, response: messages.MetadataResponse, *, replace_all: bool) -> None:
         self.brokers = {
             b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
         }

@@ -32,12 +32,12 @@ import asyncio
 import itertools
 import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Literal, TypeVar, cast, overload
 
 from sluice.protocol import messages
 from sluice.protocol.errors import ProtocolError, for_code
 from sluice.protocol.framing import SUPPORTED_VERSIONS, decode_response, encode_request
-from sluice.protocol.schema import Message
+from sluice.protocol.schema import Message, RequestMessage, ResponseMessage
 
 from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
@@ -48,6 +48,7 @@ CLIENT_SOFTWARE_VERSION = "0.1.0"
 
 API_VERSIONS = messages.ApiVersions.key
 _SIZE = struct.Struct(">i")
+_R = TypeVar("_R", bound=ResponseMessage)
 # A response larger than this is treated as garbage (Kafka's client has no limit by default,
 # but a 2 GiB "frame" from a confused peer should not become a 2 GiB allocation).
 MAX_RESPONSE_SIZE = 1 << 30
@@ -61,10 +62,10 @@ class Connection:
     """A pipelined request/response channel to one broker.
 
     Build with ``await Connection.open(host, port, client_id=...)``; then
-    ``await conn.request(api_key, body)`` returns the decoded response body (a
-    :class:`sluice.protocol.schema.Message`). ``expect_response=False`` is for Produce with acks=0,
-    which
-    the broker never answers. ``close()`` fails whatever is still in flight.
+    ``await conn.request(api_key, body)`` returns the decoded response body, typed by the
+    request's class (a ``FetchRequest`` gives a ``FetchResponse``). ``expect_response=False`` is
+    for Produce with acks=0, which the broker never answers. ``close()`` fails whatever is still
+    in flight.
     """
 
     def __init__(
@@ -172,13 +173,13 @@ class Connection:
             client_software_name=CLIENT_SOFTWARE_NAME,
             client_software_version=CLIENT_SOFTWARE_VERSION,
         )
-        response = await self._send(API_VERSIONS, version, body, True)
+        response = await self.request(API_VERSIONS, body, version=version)
         if response.error_code == 35:  # UNSUPPORTED_VERSION: the body lists what it has (v0)
             theirs = {k.api_key: k.max_version for k in response.api_keys}
             version = min(theirs.get(API_VERSIONS, 0), ours_hi)
             if version < ours_lo:
                 raise UnsupportedVersionError("broker supports no ApiVersions version we speak")
-            response = await self._send(API_VERSIONS, version, body, True)
+            response = await self.request(API_VERSIONS, body, version=version)
         if response.error_code:
             raise for_code(response.error_code)("ApiVersions failed")
         for entry in response.api_keys:
@@ -206,15 +207,37 @@ class Connection:
 
     # --- requests ----------------------------------------------------------------------------
 
+    @overload
     async def request(
         self,
         api_key: int,
-        body: Message,
+        body: RequestMessage[_R],
+        *,
+        version: int | None = None,
+        expect_response: Literal[True] = True,
+        timeout_ms: int | None = None,
+    ) -> _R: ...
+
+    @overload
+    async def request(
+        self,
+        api_key: int,
+        body: RequestMessage[_R],
+        *,
+        version: int | None = None,
+        expect_response: bool,
+        timeout_ms: int | None = None,
+    ) -> _R | None: ...
+
+    async def request(
+        self,
+        api_key: int,
+        body: RequestMessage[_R],
         *,
         version: int | None = None,
         expect_response: bool = True,
         timeout_ms: int | None = None,
-    ) -> Any:
+    ) -> _R | None:
         """Send one request and return the decoded response body (None without a response).
 
         ``version`` defaults to the negotiated one. Raises :class:`KafkaConnectionError` if the
@@ -224,7 +247,10 @@ class Connection:
         """
         if version is None:
             version = self.version(api_key)
-        return await self._send(api_key, version, body, expect_response, timeout_ms)
+        response = await self._send(api_key, version, body, expect_response, timeout_ms)
+        # The response class is the one of ``api_key``, which encode_request has checked to be
+        # the API of ``body``'s class, i.e. ``_R``.
+        return cast("_R | None", response)
 
     async def _send(
         self,
@@ -233,7 +259,7 @@ class Connection:
         body: Message,
         expect_response: bool,
         timeout_ms: int | None = None,
-    ) -> Any:
+    ) -> Message | None:
         if self._closed is not None:
             raise KafkaConnectionError(f"connection to {self} is closed") from self._closed
         correlation = next(self._correlation) & 0x7FFFFFFF

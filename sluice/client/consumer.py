@@ -61,6 +61,7 @@ from sluice.protocol.errors import (
     for_code,
 )
 from sluice.protocol.records import decode_batch_columns, iter_batches
+from sluice.protocol.varint import Buffer
 
 from .cluster import Cluster, TopicPartition
 from .errors import (
@@ -506,7 +507,7 @@ class Consumer:
     ) -> dict[TopicPartition, tuple[int, int, int]]:
         conn = await self._cluster.connection(node)
         req = messages.ListOffsetsRequest
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[messages.ListOffsetsRequest.ListOffsetsPartition]] = {}
         for tp, ts in wanted.items():
             topics.setdefault(tp.topic, []).append(
                 req.ListOffsetsTopic.ListOffsetsPartition(
@@ -706,7 +707,7 @@ class Consumer:
         conn = await self._cluster.connection(node)
         req = messages.FetchRequest
         sent: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, fetch offset)
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[messages.FetchRequest.FetchPartition]] = {}
         for tp in tps:
             state = self._states[tp]
             assert state.fetch_position is not None
@@ -747,7 +748,10 @@ class Consumer:
                     continue
                 st.high_watermark = p.high_watermark
                 st.log_start_offset = p.log_start_offset
-                self._append_records(tp, st, p.records)
+                # Decoded records are a slice of the frame or None (a RecordsPart is only set
+                # by a broker building a response).
+                if isinstance(p.records, Buffer):
+                    self._append_records(tp, st, p.records)
         if stale_metadata:
             with contextlib.suppress(KafkaError, KafkaConnectionError, KafkaTimeoutError):
                 await self._cluster.refresh({tp.topic for tp in tps})
@@ -768,7 +772,7 @@ class Consumer:
         self._data.set()
         return False
 
-    def _append_records(self, tp: TopicPartition, state: _PartitionState, data: Any) -> None:
+    def _append_records(self, tp: TopicPartition, state: _PartitionState, data: Buffer) -> None:
         """Decode a Fetch response's records into the partition's buffer, batch by batch
         (sluice.protocol.records verifies each CRC and decompresses). A corrupt batch stops the
         partition there: its error goes to the application, the position stays before it."""

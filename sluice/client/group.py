@@ -29,7 +29,6 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from sluice.protocol import consumer_protocol, messages
 from sluice.protocol.errors import KafkaError, ProtocolError, for_code
@@ -298,24 +297,27 @@ class GroupMember:
                 raise for_code(resp.error_code)("JoinGroup")
             break
         self.member_id, self.generation = resp.member_id, resp.generation_id
-        assignments: list[Any] = []
+        assignments: list[messages.SyncGroupRequest.SyncGroupRequestAssignment] = []
         if resp.leader == resp.member_id:
             assignments = await self._assign(resp.protocol_name, resp.members)
-        body = messages.SyncGroupRequest(
+        sync_body = messages.SyncGroupRequest(
             group_id=self.group_id,
             generation_id=self.generation,
             member_id=self.member_id,
             group_instance_id=self.group_instance_id,
             assignments=assignments,
         )
-        sync = await conn.request(SYNC_GROUP, body, timeout_ms=self.rebalance_timeout_ms + 5_000)
+        timeout_ms = self.rebalance_timeout_ms + 5_000
+        sync = await conn.request(SYNC_GROUP, sync_body, timeout_ms=timeout_ms)
         if sync.error_code:
             raise for_code(sync.error_code)("SyncGroup")
         self.assignment = decode_assignment(bytes(sync.assignment))
         await self.on_assign(self.assignment)
         self.joined.set()
 
-    async def _assign(self, protocol: str, members: list[Any]) -> list[Any]:
+    async def _assign(
+        self, protocol: str, members: list[messages.JoinGroupResponse.JoinGroupResponseMember]
+    ) -> list[messages.SyncGroupRequest.SyncGroupRequestAssignment]:
         subscriptions = {m.member_id: decode_subscription(bytes(m.metadata)) for m in members}
         topics = sorted({t for ts in subscriptions.values() for t in ts})
         await self.cluster.refresh(topics)
@@ -354,7 +356,7 @@ class GroupMember:
             return
         conn = await self.coordinator()
         req = messages.OffsetCommitRequest
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[messages.OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
         for tp, (offset, meta) in offsets.items():
             topics.setdefault(tp.topic, []).append(
                 req.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
@@ -400,7 +402,7 @@ class GroupMember:
             ],
         )
         resp = await conn.request(OFFSET_FETCH, body)
-        if getattr(resp, "error_code", 0):
+        if resp.error_code:
             raise for_code(resp.error_code)("OffsetFetch")
         out: dict[TopicPartition, tuple[int, str] | None] = {tp: None for tp in tps}
         for t in resp.topics:
@@ -500,7 +502,7 @@ async def describe_group(
     fetch = await conn.request(
         OFFSET_FETCH, messages.OffsetFetchRequest(group_id=group_id, topics=None)
     )
-    if getattr(fetch, "error_code", 0):
+    if fetch.error_code:
         raise for_code(fetch.error_code)(f"OffsetFetch {group_id}")
     committed = {
         TopicPartition(t.name, p.partition_index): p.committed_offset

@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from sluice.protocol import messages
 from sluice.protocol.errors import (
@@ -465,10 +464,12 @@ class Producer:
                 self._busy.discard(batch.tp)
             acc.wakeup.set()
 
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> Any:
+    async def _produce(
+        self, node: int, batches: list[ProducerBatch]
+    ) -> messages.ProduceResponse | None:
         conn = await self._cluster.connection(node)
         req = messages.ProduceRequest
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[messages.ProduceRequest.PartitionProduceData]] = {}
         for batch in batches:
             topics.setdefault(batch.tp.topic, []).append(
                 req.TopicProduceData.PartitionProduceData(

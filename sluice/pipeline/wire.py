@@ -20,11 +20,13 @@ import socket
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypeVar, cast, overload
 
 from sluice.protocol import messages
 from sluice.protocol.errors import KafkaError, ProtocolError, for_code
 from sluice.protocol.framing import decode_response, encode_request
+from sluice.protocol.schema import RequestMessage, ResponseMessage
+from sluice.protocol.varint import Buffer
 
 from .offsets import TopicPartition
 
@@ -35,6 +37,7 @@ API_CREATE_TOPICS, API_DELETE_RECORDS = messages.CreateTopics.key, messages.Dele
 PRODUCE_V, FETCH_V, LIST_OFFSETS_V, METADATA_V = 8, 11, 5, 8
 CREATE_TOPICS_V, DELETE_RECORDS_V = 4, 1
 _SIZE = struct.Struct(">i")
+_R = TypeVar("_R", bound=ResponseMessage)
 
 
 class WireError(ConnectionError):
@@ -46,7 +49,7 @@ class FetchResult:
     error_code: int
     high_watermark: int
     log_start_offset: int
-    records: bytes | memoryview | None
+    records: Buffer | None
 
 
 def check(code: int, what: str) -> None:
@@ -91,9 +94,26 @@ class SyncClient:
 
     # --- framing --------------------------------------------------------------------------
 
+    @overload
     def request(
-        self, api_key: int, version: int, body: Any, *, expect_response: bool = True
-    ) -> Any:
+        self,
+        api_key: int,
+        version: int,
+        body: RequestMessage[_R],
+        *,
+        expect_response: Literal[True] = True,
+    ) -> _R: ...
+
+    @overload
+    def request(
+        self, api_key: int, version: int, body: RequestMessage[_R], *, expect_response: bool
+    ) -> _R | None: ...
+
+    def request(
+        self, api_key: int, version: int, body: RequestMessage[_R], *, expect_response: bool = True
+    ) -> _R | None:
+        """Send ``body`` and return the response, typed by the request's class (a
+        ``FetchRequest`` gives a ``FetchResponse``); None when no response is expected."""
         self._correlation += 1
         frame = encode_request(api_key, version, self._correlation, self.client_id, body)
         try:
@@ -107,7 +127,9 @@ class SyncClient:
         correlation, response = decode_response(api_key, version, payload)
         if correlation != self._correlation:
             raise ProtocolError(f"correlation id {correlation} != {self._correlation}")
-        return response
+        # encode_request checked that ``body`` is the request of ``api_key``: the response is
+        # that API's response class, ``_R``.
+        return cast("_R", response)
 
     def _recv_exactly(self, n: int) -> memoryview:
         buf = bytearray(n)
@@ -144,7 +166,7 @@ class SyncClient:
         as the Kafka source does (nothing to read yet)."""
         if not targets:
             return {}
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[messages.ListOffsetsRequest.ListOffsetsPartition]] = {}
         for tp, ts in targets.items():
             by_topic.setdefault(tp.topic, []).append(
                 messages.ListOffsetsRequest.ListOffsetsPartition(
@@ -207,9 +229,10 @@ class SyncClient:
         for t in resp.responses:
             for p in t.partitions:
                 if t.topic == tp.topic and p.partition_index == tp.partition:
-                    return FetchResult(
-                        p.error_code, p.high_watermark, p.log_start_offset, p.records
-                    )
+                    # Decoded records are a slice of the frame (a RecordsPart is only ever set
+                    # by a broker building a response), or None.
+                    records = p.records if isinstance(p.records, Buffer) else None
+                    return FetchResult(p.error_code, p.high_watermark, p.log_start_offset, records)
         raise ProtocolError(f"Fetch response without {tp.topic}-{tp.partition}")
 
     def produce(
@@ -217,7 +240,7 @@ class SyncClient:
     ) -> dict[TopicPartition, int]:
         """Produce one batch per partition; returns base offsets (-1 with acks=0). Raises the
         first partition error (the caller fails the Spark task)."""
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[messages.ProduceRequest.PartitionProduceData]] = {}
         for tp, batch in batches.items():
             by_topic.setdefault(tp.topic, []).append(
                 messages.ProduceRequest.PartitionProduceData(index=tp.partition, records=batch)

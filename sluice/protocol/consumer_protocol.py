@@ -9,16 +9,18 @@ which is how Kafka's own clients read newer members' blobs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import ProtocolError
 from .schema import F, Message, StructSchema
 from .types import INT16
 
-SUBSCRIPTION = StructSchema(
+# Not API messages, so not in the generated messages.pyi: their instances are untyped (Any).
+SUBSCRIPTION: StructSchema[Any] = StructSchema(
     "ConsumerProtocolSubscription",
     [F("topics", "[]string"), F("user_data", "bytes", nullable="0+", default=None)],
 )
-ASSIGNMENT = StructSchema(
+ASSIGNMENT: StructSchema[Any] = StructSchema(
     "ConsumerProtocolAssignment",
     [
         F(
@@ -31,13 +33,13 @@ ASSIGNMENT = StructSchema(
 )
 
 
-def _encode(schema: StructSchema, msg: Message) -> bytes:
+def _encode(schema: StructSchema[Any], msg: Message) -> bytes:
     out = bytearray(INT16.pack(0))
     schema.encoder(0, False)(msg, out, [])
     return bytes(out)
 
 
-def _decode(schema: StructSchema, data: bytes | bytearray | memoryview) -> Message:
+def _decode(schema: StructSchema[Any], data: bytes | bytearray | memoryview) -> Any:
     if len(data) < 2:
         raise ProtocolError(f"{schema.name}: {len(data)} bytes, no version")
     msg, _ = schema.decoder(0, False)(bytes(data), 2)

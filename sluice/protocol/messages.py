@@ -13,12 +13,13 @@ The encoders and decoders are derived by :mod:`sluice.protocol.schema`.
 
 Every message class is exported by name (``ProduceRequest``, ``FetchResponse``...); nested
 structs are attributes of it (``ProduceResponse.TopicProduceResponse``,
-``ProduceResponse.PartitionProduceResponse``).
+``ProduceResponse.PartitionProduceResponse``). The type checker reads them from
+``messages.pyi``, generated from these declarations by :mod:`sluice.protocol.codegen`.
 """
 
 from __future__ import annotations
 
-from .schema import Api, F, Message, StructSchema, api
+from .schema import Api, F, StructSchema, api
 
 # Request header v1 (classic) / v2 (flexible API versions: adds tagged fields). The client_id
 # keeps the classic int16-length encoding even in v2 (``"flexibleVersions": "none"`` in Kafka).
@@ -522,41 +523,45 @@ APIS: dict[int, Api] = {
     )
 }  # fmt: skip
 
-ProduceRequest: type[Message] = Produce.request.cls
-ProduceResponse: type[Message] = Produce.response.cls
-FetchRequest: type[Message] = Fetch.request.cls
-FetchResponse: type[Message] = Fetch.response.cls
-ListOffsetsRequest: type[Message] = ListOffsets.request.cls
-ListOffsetsResponse: type[Message] = ListOffsets.response.cls
-MetadataRequest: type[Message] = Metadata.request.cls
-MetadataResponse: type[Message] = Metadata.response.cls
-OffsetCommitRequest: type[Message] = OffsetCommit.request.cls
-OffsetCommitResponse: type[Message] = OffsetCommit.response.cls
-OffsetFetchRequest: type[Message] = OffsetFetch.request.cls
-OffsetFetchResponse: type[Message] = OffsetFetch.response.cls
-FindCoordinatorRequest: type[Message] = FindCoordinator.request.cls
-FindCoordinatorResponse: type[Message] = FindCoordinator.response.cls
-JoinGroupRequest: type[Message] = JoinGroup.request.cls
-JoinGroupResponse: type[Message] = JoinGroup.response.cls
-HeartbeatRequest: type[Message] = Heartbeat.request.cls
-HeartbeatResponse: type[Message] = Heartbeat.response.cls
-LeaveGroupRequest: type[Message] = LeaveGroup.request.cls
-LeaveGroupResponse: type[Message] = LeaveGroup.response.cls
-SyncGroupRequest: type[Message] = SyncGroup.request.cls
-SyncGroupResponse: type[Message] = SyncGroup.response.cls
-DescribeGroupsRequest: type[Message] = DescribeGroups.request.cls
-DescribeGroupsResponse: type[Message] = DescribeGroups.response.cls
-ListGroupsRequest: type[Message] = ListGroups.request.cls
-ListGroupsResponse: type[Message] = ListGroups.response.cls
-ApiVersionsRequest: type[Message] = ApiVersions.request.cls
-ApiVersionsResponse: type[Message] = ApiVersions.response.cls
-CreateTopicsRequest: type[Message] = CreateTopics.request.cls
-CreateTopicsResponse: type[Message] = CreateTopics.response.cls
-DeleteTopicsRequest: type[Message] = DeleteTopics.request.cls
-DeleteTopicsResponse: type[Message] = DeleteTopics.response.cls
-DeleteRecordsRequest: type[Message] = DeleteRecords.request.cls
-DeleteRecordsResponse: type[Message] = DeleteRecords.response.cls
-InitProducerIdRequest: type[Message] = InitProducerId.request.cls
-InitProducerIdResponse: type[Message] = InitProducerId.response.cls
-DeleteGroupsRequest: type[Message] = DeleteGroups.request.cls
-DeleteGroupsResponse: type[Message] = DeleteGroups.response.cls
+# The classes, by name. Their fields are typed for mypy by the generated messages.pyi
+# (python -m sluice.protocol.codegen after any change to a declaration).
+RequestHeader = REQUEST_HEADER.cls
+ResponseHeader = RESPONSE_HEADER.cls
+ProduceRequest = Produce.request.cls
+ProduceResponse = Produce.response.cls
+FetchRequest = Fetch.request.cls
+FetchResponse = Fetch.response.cls
+ListOffsetsRequest = ListOffsets.request.cls
+ListOffsetsResponse = ListOffsets.response.cls
+MetadataRequest = Metadata.request.cls
+MetadataResponse = Metadata.response.cls
+OffsetCommitRequest = OffsetCommit.request.cls
+OffsetCommitResponse = OffsetCommit.response.cls
+OffsetFetchRequest = OffsetFetch.request.cls
+OffsetFetchResponse = OffsetFetch.response.cls
+FindCoordinatorRequest = FindCoordinator.request.cls
+FindCoordinatorResponse = FindCoordinator.response.cls
+JoinGroupRequest = JoinGroup.request.cls
+JoinGroupResponse = JoinGroup.response.cls
+HeartbeatRequest = Heartbeat.request.cls
+HeartbeatResponse = Heartbeat.response.cls
+LeaveGroupRequest = LeaveGroup.request.cls
+LeaveGroupResponse = LeaveGroup.response.cls
+SyncGroupRequest = SyncGroup.request.cls
+SyncGroupResponse = SyncGroup.response.cls
+DescribeGroupsRequest = DescribeGroups.request.cls
+DescribeGroupsResponse = DescribeGroups.response.cls
+ListGroupsRequest = ListGroups.request.cls
+ListGroupsResponse = ListGroups.response.cls
+ApiVersionsRequest = ApiVersions.request.cls
+ApiVersionsResponse = ApiVersions.response.cls
+CreateTopicsRequest = CreateTopics.request.cls
+CreateTopicsResponse = CreateTopics.response.cls
+DeleteTopicsRequest = DeleteTopics.request.cls
+DeleteTopicsResponse = DeleteTopics.response.cls
+DeleteRecordsRequest = DeleteRecords.request.cls
+DeleteRecordsResponse = DeleteRecords.response.cls
+InitProducerIdRequest = InitProducerId.request.cls
+InitProducerIdResponse = InitProducerId.response.cls
+DeleteGroupsRequest = DeleteGroups.request.cls
+DeleteGroupsResponse = DeleteGroups.response.cls

@@ -42,13 +42,23 @@ import struct
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from . import types as t
 from .errors import ProtocolError
 from .varint import Buffer
 
-__all__ = ["Api", "F", "Field", "Message", "MessageSchema", "StructSchema", "api"]
+__all__ = [
+    "Api",
+    "F",
+    "Field",
+    "Message",
+    "MessageSchema",
+    "RequestMessage",
+    "ResponseMessage",
+    "StructSchema",
+    "api",
+]
 
 _UNSET: Any = object()
 _PRIMITIVES = {
@@ -73,7 +83,7 @@ class Field:
     tag: int | None
     tagged: tuple[int, int] | None
     flexible: bool
-    struct: StructSchema | None
+    struct: StructSchema[Any] | None
     is_array: bool = field(init=False)
     item_type: str = field(init=False)
 
@@ -129,7 +139,7 @@ def F(
     flexible versions (only the request header's client_id does that).
     """
     item = type[2:] if type.startswith("[]") else type
-    struct_schema: StructSchema | None = None
+    struct_schema: StructSchema[Any] | None = None
     if fields is not None:
         if item in _PRIMITIVES:
             raise ValueError(f"{name}: primitive type {type} cannot have fields")
@@ -157,21 +167,26 @@ def F(
 
 
 class _MessageMeta(type):
-    if TYPE_CHECKING:
-        # Nested struct classes (ProduceResponse.PartitionProduceResponse) are set at run time.
-        def __getattr__(cls, name: str) -> Any: ...
+    """No behaviour. Declared so that mypy hashes a message *class* with the metaclass's
+    ``__hash__``: without one it checks ``type[Message]`` against ``Message.__hash__ = None``
+    and rejects message classes as ``lru_cache`` keys (the handlers cache per class)."""
 
 
 class Message(metaclass=_MessageMeta):
     """Base of every generated message and struct class.
 
     Construct with keyword arguments (or positional ones in declaration order); omitted fields
-    take their declared defaults. Instances
-    are plain mutable objects (``__slots__``); equality compares all fields.
+    take their declared defaults. Instances are plain mutable objects (``__slots__``); equality
+    compares all fields.
+
+    The classes are built at run time, so the type checker learns their fields from the stub
+    ``messages.pyi`` generated from the same declarations (:mod:`sluice.protocol.codegen`).
+    This base deliberately has no ``__getattr__`` for the checker: a misspelt field of a
+    generated class is an error, and code holding a bare ``Message`` must say which one it has.
     """
 
     __slots__ = ()
-    _schema: ClassVar[StructSchema]
+    _schema: ClassVar[StructSchema[Any]]
     _slots: ClassVar[tuple[str, ...]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -204,11 +219,6 @@ class Message(metaclass=_MessageMeta):
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._slots)
         return f"{type(self).__name__}({inner})"
 
-    if TYPE_CHECKING:
-        # Fields are generated from the declarations; let type checkers accept them.
-        def __getattr__(self, name: str) -> Any: ...
-        def __setattr__(self, name: str, value: Any) -> None: ...
-
     def to_dict(self) -> dict[str, Any]:
         """Fields as a dict, nested structs converted too (for logs and tests)."""
 
@@ -224,14 +234,37 @@ class Message(metaclass=_MessageMeta):
         return {n: conv(getattr(self, n)) for n in self._slots}
 
 
+M = TypeVar("M", bound=Message)
+ResponseT = TypeVar("ResponseT", bound="ResponseMessage")
+RequestT = TypeVar("RequestT", bound="RequestMessage[Any]")
+
+
+class RequestMessage(Message, Generic[ResponseT]):
+    """Base of the top-level request classes; ``ResponseT`` names the class of the answer, so
+    that a client's ``request(FetchRequest(...))`` is checked as returning a ``FetchResponse``
+    (the stub declares ``class FetchRequest(RequestMessage[FetchResponse])``)."""
+
+    __slots__ = ()
+
+
+class ResponseMessage(Message):
+    """Base of the top-level response classes."""
+
+    __slots__ = ()
+
+
 Decoder = Callable[[Buffer, int], tuple[Any, int]]
 Encoder = Callable[[Any, bytearray, list[Any]], None]
 
 
-class StructSchema:
-    """A struct (or a whole message): ordered fields, a generated class, compiled codecs."""
+class StructSchema(Generic[M]):
+    """A struct (or a whole message): ordered fields, a generated class, compiled codecs.
 
-    def __init__(self, name: str, fields: list[Field]) -> None:
+    ``M`` is the class the checker knows for it (from the generated stub); the class itself is
+    built here, a subclass of ``base`` with one slot per field.
+    """
+
+    def __init__(self, name: str, fields: list[Field], base: type[Message] = Message) -> None:
         names = [f.name for f in fields]
         if len(set(names)) != len(names):
             raise ValueError(f"{name}: duplicate field names")
@@ -240,9 +273,8 @@ class StructSchema:
             raise ValueError(f"{name}: duplicate tags")
         self.name = name
         self.fields = fields
-        self.cls: type[Message] = type(
-            name, (Message,), {"__slots__": tuple(names), "_slots": tuple(names), "_schema": self}
-        )
+        namespace = {"__slots__": tuple(names), "_slots": tuple(names), "_schema": self}
+        self.cls = cast(type[M], type(name, (base,), namespace))
         init, self._init_source = _compile_init(self)
         self.cls.__init__ = init  # type: ignore[method-assign]
         # Nested struct classes are reachable as attributes: ProduceRequest.TopicProduceData.
@@ -253,7 +285,7 @@ class StructSchema:
         self._encoders: dict[tuple[int, bool], Encoder] = {}
         self._sources: dict[tuple[str, int, bool], str] = {}
 
-    def walk(self) -> Iterator[StructSchema]:
+    def walk(self) -> Iterator[StructSchema[Any]]:
         """This struct and every nested struct, depth first."""
         yield self
         for f in self.fields:
@@ -319,7 +351,7 @@ class _Gen:
         return self.ns[fn_name], src
 
 
-def _compile_init(s: StructSchema) -> tuple[Callable[..., None], str]:
+def _compile_init(s: StructSchema[Any]) -> tuple[Callable[..., None], str]:
     """A specialised ``__init__`` for the class of ``s``: keyword-only parameters, one per field,
     and straight-line attribute stores with each field's default inlined.
 
@@ -641,35 +673,36 @@ def _emit_write_value(g: _Gen, f: Field, version: int, flexible: bool, ind: int,
 # ------------------------------------------------------------------------------------------------
 
 
-class MessageSchema:
+class MessageSchema(Generic[M]):
     """The request or response of one API: a top-level struct plus version rules."""
 
-    def __init__(self, api: Api, kind: str, fields: list[Field]) -> None:
+    def __init__(self, api: Api[Any, Any], kind: str, fields: list[Field]) -> None:
         self.api = api
         self.kind = kind
-        self.struct = StructSchema(f"{api.name}{kind}", fields)
-        self.cls: type[Message] = self.struct.cls
+        base = RequestMessage if kind == "Request" else ResponseMessage
+        self.struct: StructSchema[M] = StructSchema(f"{api.name}{kind}", fields, base)
+        self.cls: type[M] = self.struct.cls
         self.struct.set_owner(self.cls)
 
     def check_version(self, version: int) -> None:
         if not self.api.min_version <= version <= self.api.max_version:
             raise ValueError(f"{self.struct.name} has no version {version}")
 
-    def decode(self, buf: Buffer, version: int, pos: int = 0) -> tuple[Message, int]:
+    def decode(self, buf: Buffer, version: int, pos: int = 0) -> tuple[M, int]:
         """Decode one message starting at ``pos``; returns ``(message, end position)``."""
         self.check_version(version)
         dec = self.struct.decoder(version, self.api.is_flexible(version))
         obj, end = dec(buf, pos)
         return obj, end
 
-    def encode_into(self, msg: Message, version: int, out: bytearray, parts: list[Any]) -> None:
+    def encode_into(self, msg: M, version: int, out: bytearray, parts: list[Any]) -> None:
         """Append ``msg`` to ``out``; records that are not bytes go to ``parts`` (see types)."""
         self.check_version(version)
         if not isinstance(msg, self.cls):
             raise TypeError(f"expected {self.cls.__name__}, got {type(msg).__name__}")
         self.struct.encoder(version, self.api.is_flexible(version))(msg, out, parts)
 
-    def encode(self, msg: Message, version: int) -> bytes:
+    def encode(self, msg: M, version: int) -> bytes:
         """Encode ``msg`` to bytes (every ``records`` value must be bytes-like)."""
         out = bytearray()
         parts: list[Any] = []
@@ -679,8 +712,12 @@ class MessageSchema:
         return bytes(out)
 
 
-class Api:
-    """One Kafka API: key, name, implemented version range, flexible versions, both messages."""
+class Api(Generic[RequestT, ResponseT]):
+    """One Kafka API: key, name, implemented version range, flexible versions, both messages.
+
+    The type parameters are the request and response classes (``Api[FetchRequest,
+    FetchResponse]`` in the stub), so ``Fetch.response.cls`` is known to be ``FetchResponse``.
+    """
 
     def __init__(
         self,
@@ -697,8 +734,8 @@ class Api:
         self.name = name
         self.min_version, self.max_version = rng
         self.flexible = t.parse_versions(flexible)
-        self.request = MessageSchema(self, "Request", request)
-        self.response = MessageSchema(self, "Response", response)
+        self.request: MessageSchema[RequestT] = MessageSchema(self, "Request", request)
+        self.response: MessageSchema[ResponseT] = MessageSchema(self, "Response", response)
 
     def is_flexible(self, version: int) -> bool:
         """Flexible versions use compact encodings, tagged fields and header v2 / v1."""
@@ -719,6 +756,6 @@ def api(
     flexible: str,
     request: list[Field],
     response: list[Field],
-) -> Api:
-    """Declare an API; see the module docstring."""
+) -> Api[Any, Any]:
+    """Declare an API; see the module docstring. (The stub gives each API its classes.)"""
     return Api(key, name, versions, flexible, request, response)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import socket
 import struct
 import sys
+from typing import cast
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.framing import decode_response, encode_request
-from sluice.protocol.messages import ApiVersions, ApiVersionsRequest
+from sluice.protocol.messages import ApiVersions, ApiVersionsRequest, ApiVersionsResponse
 
 _API_VERSIONS = ApiVersions.key
 _SIZE = struct.Struct(">i")
@@ -45,8 +46,10 @@ def check(host: str, port: int, timeout: float = 3.0) -> str | None:
         return f"{host}:{port}: {exc}"
     if correlation_id != 1:
         return f"correlation id {correlation_id} does not match the request's 1"
-    if body.error_code != 0:
-        return f"ApiVersions answered with error code {body.error_code}"
+    # decode_response(_API_VERSIONS, ...) decodes an ApiVersionsResponse (its API's class).
+    error_code = cast(ApiVersionsResponse, body).error_code
+    if error_code != 0:
+        return f"ApiVersions answered with error code {error_code}"
     return None
 
 

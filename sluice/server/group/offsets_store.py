@@ -63,22 +63,24 @@ GROUP_METADATA_VALUE_VERSION = 3
 _I16 = struct.Struct(">h")
 
 # fmt: off
-OffsetCommitKey = StructSchema("OffsetCommitKey", [
+# Kafka's internal record formats, not API messages: not in the generated messages.pyi, so
+# their instances are untyped (Any).
+OffsetCommitKey: StructSchema[Any] = StructSchema("OffsetCommitKey", [
     F("group", "string"),
     F("topic", "string"),
     F("partition", "int32"),
 ])
-OffsetCommitValue = StructSchema("OffsetCommitValue", [
+OffsetCommitValue: StructSchema[Any] = StructSchema("OffsetCommitValue", [
     F("offset", "int64"),
     F("leader_epoch", "int32", "3+", default=-1),
     F("metadata", "string"),
     F("commit_timestamp", "int64"),
     F("expire_timestamp", "int64", "1", default=-1),
 ])
-GroupMetadataKey = StructSchema("GroupMetadataKey", [
+GroupMetadataKey: StructSchema[Any] = StructSchema("GroupMetadataKey", [
     F("group", "string"),
 ])
-GroupMetadataValue = StructSchema("GroupMetadataValue", [
+GroupMetadataValue: StructSchema[Any] = StructSchema("GroupMetadataValue", [
     F("protocol_type", "string"),
     F("generation", "int32"),
     F("protocol", "string", nullable="0+"),
@@ -102,7 +104,7 @@ MemberMetadata: type[Message] = GroupMetadataValue.cls.MemberMetadata
 _VALUE_FLEXIBLE_FROM = 4  # both value schemas: version 4 is the first flexible one
 
 
-def _encode(schema: StructSchema, version: int, msg: Message) -> bytes:
+def _encode(schema: StructSchema[Any], version: int, msg: Message) -> bytes:
     out = bytearray(_I16.pack(version))
     schema.encoder(version, version >= _VALUE_FLEXIBLE_FROM and schema.name.endswith("Value"))(
         msg, out, []
@@ -110,7 +112,7 @@ def _encode(schema: StructSchema, version: int, msg: Message) -> bytes:
     return bytes(out)
 
 
-def _decode(schema: StructSchema, data: bytes, max_version: int) -> tuple[int, Message]:
+def _decode(schema: StructSchema[Any], data: bytes, max_version: int) -> tuple[int, Any]:
     if len(data) < 2:
         raise ProtocolError(f"{schema.name}: {len(data)} bytes, no version")
     (version,) = _I16.unpack_from(data, 0)

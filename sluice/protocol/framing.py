@@ -308,7 +308,7 @@ def api_versions_response(
     error_code: int = 0,
     api_keys: Iterable[int] | None = None,
     throttle_time_ms: int = 0,
-) -> Message:
+) -> messages.ApiVersionsResponse:
     """An ApiVersionsResponse listing :data:`ADVERTISED_VERSIONS` (restricted to ``api_keys``,
     e.g. the keys the broker has handlers for)."""
     keys = set(ADVERTISED_VERSIONS if api_keys is None else api_keys)

@@ -87,7 +87,8 @@ class RecordsPart(Protocol):
     separate part of the encoded frame, so the server can ``sendfile`` it without copying.
     """
 
-    size: int
+    @property
+    def size(self) -> int: ...  # read-only, so a frozen dataclass (FetchSlice) is one
 
 
 def parse_versions(spec: str) -> tuple[int, int] | None:

@@ -30,8 +30,7 @@ from sluice.protocol.framing import (
     api_versions_response,
     unsupported_version_response,
 )
-from sluice.protocol.messages import APIS
-from sluice.protocol.schema import Message
+from sluice.protocol.messages import RequestHeader
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 
@@ -50,27 +49,6 @@ NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
-
-
-@functools.cache
-def _item_cls(cls: type[Message], field_name: str) -> type[Message]:
-    """The generated class of the struct items of ``cls.field_name`` (schema-name agnostic)."""
-    for f in cls._schema.fields:
-        if f.name == field_name and f.struct is not None:
-            return f.struct.cls
-    raise AttributeError(f"{cls.__name__} has no struct field {field_name}")
-
-
-def _response_cls(api_key: int) -> type[Message]:
-    return APIS[api_key].response.cls
-
-
-@functools.cache
-def _fetch_classes() -> tuple[type[Message], type[Message], type[Message]]:
-    """(FetchResponse, its topic struct, its partition struct): resolved once, not per request."""
-    cls = _response_cls(m.Fetch.key)
-    topic_cls = _item_cls(cls, "responses")
-    return cls, topic_cls, _item_cls(topic_cls, "partitions")
 
 
 @functools.cache
@@ -175,16 +153,18 @@ class Handlers:
 
     # --- ApiVersions (18) ------------------------------------------------------------------------
 
-    def api_versions(self, header: Any, body: Any) -> Message:
+    def api_versions(
+        self, header: RequestHeader, body: m.ApiVersionsRequest
+    ) -> m.ApiVersionsResponse:
         return api_versions_response(0, self.served_api_keys)
 
     # --- Metadata (3) ----------------------------------------------------------------------------
 
-    def metadata(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.Metadata.key)
-        broker_cls = _item_cls(cls, "brokers")
-        topic_cls = _item_cls(cls, "topics")
-        part_cls = _item_cls(topic_cls, "partitions")
+    def metadata(self, header: RequestHeader, body: m.MetadataRequest) -> m.MetadataResponse:
+        cls = m.MetadataResponse
+        broker_cls = m.MetadataResponse.MetadataResponseBroker
+        topic_cls = m.MetadataResponse.MetadataResponseTopic
+        part_cls = m.MetadataResponse.MetadataResponsePartition
         node = self.config.node_id
         host, port = self._advertised
         existing = self.logs.topics()
@@ -225,7 +205,9 @@ class Handlers:
             cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
 
-    def _partition_metadata(self, part_cls: type[Message], topic: str, index: int) -> Message:
+    def _partition_metadata(
+        self, part_cls: type[m.MetadataResponse.MetadataResponsePartition], topic: str, index: int
+    ) -> m.MetadataResponse.MetadataResponsePartition:
         partition = self.replicas.get_partition(topic, index)
         if partition is None:  # listed by the LogManager but not open: no leader to offer
             return part_cls(error_code=errors.LeaderNotAvailable.code, partition_index=index,
@@ -243,7 +225,7 @@ class Handlers:
 
     # --- Produce (0) -----------------------------------------------------------------------------
 
-    def produce(self, header: Any, body: Any) -> Any:
+    def produce(self, header: RequestHeader, body: m.ProduceRequest) -> Any:
         """The response (None for acks=0), or a coroutine for it when acks=-1 has to wait for
         the high watermark (never on a single broker: the ISR is just the leader)."""
         topic_data = body.topic_data
@@ -256,15 +238,19 @@ class Handlers:
             return self._produce_response(body, results)
         return self._produce_wait(body, delayed)
 
-    async def _produce_wait(self, body: Any, delayed: DelayedProduce) -> Message | None:
+    async def _produce_wait(
+        self, body: m.ProduceRequest, delayed: DelayedProduce
+    ) -> m.ProduceResponse | None:
         self.metrics.inc("produce.delayed")
         await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
         return self._produce_response(body, delayed.results)
 
-    def _produce_response(self, body: Any, results: list[AppendResult]) -> Message | None:
-        cls = _response_cls(m.Produce.key)
-        topic_cls = _item_cls(cls, "responses")
-        part_cls = _item_cls(topic_cls, "partition_responses")
+    def _produce_response(
+        self, body: m.ProduceRequest, results: list[AppendResult]
+    ) -> m.ProduceResponse | None:
+        cls = m.ProduceResponse
+        topic_cls = m.ProduceResponse.TopicProduceResponse
+        part_cls = m.ProduceResponse.PartitionProduceResponse
         responses = []
         failed = 0
         records = 0
@@ -308,7 +294,7 @@ class Handlers:
 
     # --- Fetch (1) -------------------------------------------------------------------------------
 
-    def fetch(self, header: Any, body: Any) -> Any:
+    def fetch(self, header: RequestHeader, body: m.FetchRequest) -> Any:
         """The response, or a coroutine for it when the request has to wait (long poll).
 
         Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
@@ -329,8 +315,12 @@ class Handlers:
         return self._fetch_wait(body, wanted, isolation, deadline)
 
     async def _fetch_wait(
-        self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any, deadline: float
-    ) -> Message:
+        self,
+        body: m.FetchRequest,
+        wanted: list[tuple[str, int, int, int]],
+        isolation: Any,
+        deadline: float,
+    ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
         keys = [(topic, part) for topic, part, _, _ in wanted]
         purgatory = self.replicas.fetch_purgatory
@@ -350,20 +340,22 @@ class Handlers:
                 return response
 
     def _read_fetch(
-        self, body: Any, wanted: list[tuple[str, int, int, int]], isolation: Any
-    ) -> tuple[Message, int, bool]:
+        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int]], isolation: Any
+    ) -> tuple[m.FetchResponse, int, bool]:
         # Hot path (every Fetch, every partition): classes resolved once, the partition looked
         # up through the replica manager's dict, one response object per partition.
-        cls, topic_cls, part_cls = _fetch_classes()
+        cls = m.FetchResponse
+        topic_cls = cls.FetchableTopicResponse
+        part_cls = cls.PartitionData
         get_partition = self.replicas.get_partition
         budget = body.max_bytes if body.max_bytes > 0 else 0
         min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
         total = 0
         had_error = False
-        topics: dict[str, list[Message]] = {}
+        topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
         for topic, part, offset, part_max in wanted:
             partition = get_partition(topic, part)
-            entry: Message
+            entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
                 entry = part_cls(
@@ -427,12 +419,14 @@ class Handlers:
 
     # --- ListOffsets (2) -------------------------------------------------------------------------
 
-    def list_offsets(self, header: Any, body: Any) -> Message:
+    def list_offsets(
+        self, header: RequestHeader, body: m.ListOffsetsRequest
+    ) -> m.ListOffsetsResponse:
         from sluice.server.storage.log import Isolation
 
-        cls = _response_cls(m.ListOffsets.key)
-        topic_cls = _item_cls(cls, "topics")
-        part_cls = _item_cls(topic_cls, "partitions")
+        cls = m.ListOffsetsResponse
+        topic_cls = m.ListOffsetsResponse.ListOffsetsTopicResponse
+        part_cls = m.ListOffsetsResponse.ListOffsetsPartitionResponse
         isolation = (
             Isolation.TXN_COMMITTED
             if getattr(body, "isolation_level", 0) == 1
@@ -473,9 +467,11 @@ class Handlers:
 
     # --- CreateTopics (19) -----------------------------------------------------------------------
 
-    def create_topics(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.CreateTopics.key)
-        result_cls = _item_cls(cls, "topics")
+    def create_topics(
+        self, header: RequestHeader, body: m.CreateTopicsRequest
+    ) -> m.CreateTopicsResponse:
+        cls = m.CreateTopicsResponse
+        result_cls = m.CreateTopicsResponse.CreatableTopicResult
         seen: dict[str, int] = {}
         for t in body.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
@@ -486,9 +482,11 @@ class Handlers:
                 if seen[t.name] > 1:
                     raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
                 partitions = self._partitions_for(t)
-                configs = {c.name: c.value for c in t.configs}
-                if any(v is None for v in configs.values()):
-                    raise errors.InvalidConfig("null config value")
+                configs: dict[str, str] = {}
+                for c in t.configs:
+                    if c.value is None:
+                        raise errors.InvalidConfig(f"null value for config {c.name!r}")
+                    configs[c.name] = c.value
                 if body.validate_only:
                     self.logs.validate_new_topic(t.name, partitions, configs)
                 else:
@@ -502,7 +500,7 @@ class Handlers:
             results.append(result_cls(name=t.name, error_code=code, error_message=message))
         return cls(throttle_time_ms=0, topics=results)
 
-    def _partitions_for(self, t: Any) -> int:
+    def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
         node = self.config.node_id
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
@@ -531,9 +529,11 @@ class Handlers:
 
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
-    def delete_topics(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.DeleteTopics.key)
-        result_cls = _item_cls(cls, "responses")
+    def delete_topics(
+        self, header: RequestHeader, body: m.DeleteTopicsRequest
+    ) -> m.DeleteTopicsResponse:
+        cls = m.DeleteTopicsResponse
+        result_cls = m.DeleteTopicsResponse.DeletableTopicResult
         results = []
         for name in body.topic_names:
             code = 0
@@ -552,10 +552,12 @@ class Handlers:
 
     # --- DeleteRecords (21) ----------------------------------------------------------------------
 
-    def delete_records(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.DeleteRecords.key)
-        topic_cls = _item_cls(cls, "topics")
-        part_cls = _item_cls(topic_cls, "partitions")
+    def delete_records(
+        self, header: RequestHeader, body: m.DeleteRecordsRequest
+    ) -> m.DeleteRecordsResponse:
+        cls = m.DeleteRecordsResponse
+        topic_cls = m.DeleteRecordsResponse.DeleteRecordsTopicResult
+        part_cls = m.DeleteRecordsResponse.DeleteRecordsPartitionResult
         topics = []
         for topic in body.topics:
             parts = []
@@ -579,14 +581,16 @@ class Handlers:
 
     # --- InitProducerId (22) ---------------------------------------------------------------------
 
-    def init_producer_id(self, header: Any, body: Any) -> Message:
+    def init_producer_id(
+        self, header: RequestHeader, body: m.InitProducerIdRequest
+    ) -> m.InitProducerIdResponse:
         """A fresh producer id, epoch 0, for an idempotent producer.
 
         Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
         epoch checks on append are the storage layer's (sluice.server.storage.producer_state via
         Log).
         """
-        cls = _response_cls(m.InitProducerId.key)
+        cls = m.InitProducerIdResponse
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
@@ -597,9 +601,11 @@ class Handlers:
     # --- Consumer groups (10-16, 42) and committed offsets (8, 9): sluice.server.group.coordinator
     # --
 
-    def find_coordinator(self, header: Any, body: Any) -> Message:
+    def find_coordinator(
+        self, header: RequestHeader, body: m.FindCoordinatorRequest
+    ) -> m.FindCoordinatorResponse:
         """This broker coordinates every group (key type 0); transactions (1) are not served."""
-        cls = _response_cls(m.FindCoordinator.key)
+        cls = m.FindCoordinatorResponse
         host, port = self._advertised
         if body.key_type == 0:
             code = self.groups.ensure_ready()
@@ -612,9 +618,11 @@ class Handlers:
         return cls(throttle_time_ms=0, error_code=0, error_message=None,
                    node_id=self.config.node_id, host=host, port=port)  # fmt: skip
 
-    async def join_group(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.JoinGroup.key)
-        member_cls = _item_cls(cls, "members")
+    async def join_group(
+        self, header: RequestHeader, body: m.JoinGroupRequest
+    ) -> m.JoinGroupResponse:
+        cls = m.JoinGroupResponse
+        member_cls = m.JoinGroupResponse.JoinGroupResponseMember
         result = await self.groups.join_group(
             group_id=body.group_id,
             member_id=body.member_id,
@@ -641,7 +649,9 @@ class Handlers:
             ],
         )
 
-    async def sync_group(self, header: Any, body: Any) -> Message:
+    async def sync_group(
+        self, header: RequestHeader, body: m.SyncGroupRequest
+    ) -> m.SyncGroupResponse:
         code, assignment = await self.groups.sync_group(
             group_id=body.group_id,
             generation_id=body.generation_id,
@@ -649,22 +659,20 @@ class Handlers:
             group_instance_id=body.group_instance_id,
             assignments=[(a.member_id, bytes(a.assignment)) for a in body.assignments],
         )
-        return _response_cls(m.SyncGroup.key)(
-            throttle_time_ms=0, error_code=code, assignment=assignment
-        )
+        return m.SyncGroupResponse(throttle_time_ms=0, error_code=code, assignment=assignment)
 
-    def heartbeat(self, header: Any, body: Any) -> Message:
+    def heartbeat(self, header: RequestHeader, body: m.HeartbeatRequest) -> m.HeartbeatResponse:
         code = self.groups.heartbeat(
             group_id=body.group_id,
             generation_id=body.generation_id,
             member_id=body.member_id,
             group_instance_id=body.group_instance_id,
         )
-        return _response_cls(m.Heartbeat.key)(throttle_time_ms=0, error_code=code)
+        return m.HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
-    def leave_group(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.LeaveGroup.key)
-        member_cls = _item_cls(cls, "members")
+    def leave_group(self, header: RequestHeader, body: m.LeaveGroupRequest) -> m.LeaveGroupResponse:
+        cls = m.LeaveGroupResponse
+        member_cls = m.LeaveGroupResponse.MemberResponse
         if header.api_version >= 3:
             who = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
@@ -681,10 +689,12 @@ class Handlers:
             ],
         )
 
-    def offset_commit(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.OffsetCommit.key)
-        topic_cls = _item_cls(cls, "topics")
-        part_cls = _item_cls(topic_cls, "partitions")
+    def offset_commit(
+        self, header: RequestHeader, body: m.OffsetCommitRequest
+    ) -> m.OffsetCommitResponse:
+        cls = m.OffsetCommitResponse
+        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
+        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
         wanted = [
             (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
              p.committed_metadata)
@@ -699,7 +709,7 @@ class Handlers:
             offsets=wanted,
         )
         self.metrics.inc("groups.offset_commits")
-        topics: dict[str, list[Message]] = {}
+        topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
         for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
             topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
         return cls(
@@ -707,10 +717,12 @@ class Handlers:
             topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
         )
 
-    def offset_fetch(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.OffsetFetch.key)
-        topic_cls = _item_cls(cls, "topics")
-        part_cls = _item_cls(topic_cls, "partitions")
+    def offset_fetch(
+        self, header: RequestHeader, body: m.OffsetFetchRequest
+    ) -> m.OffsetFetchResponse:
+        cls = m.OffsetFetchResponse
+        topic_cls = m.OffsetFetchResponse.OffsetFetchResponseTopic
+        part_cls = m.OffsetFetchResponse.OffsetFetchResponsePartition
         wanted = (
             None
             if body.topics is None
@@ -720,7 +732,7 @@ class Handlers:
             found = self.groups.fetch_offsets(body.group_id, wanted)
         except Exception as exc:
             return cls(throttle_time_ms=0, topics=[], error_code=_code(exc))
-        topics: dict[str, list[Message]] = {}
+        topics: dict[str, list[m.OffsetFetchResponse.OffsetFetchResponsePartition]] = {}
         for topic, part, value in found:
             topics.setdefault(topic, []).append(
                 part_cls(
@@ -737,19 +749,21 @@ class Handlers:
             error_code=0,
         )
 
-    def list_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.ListGroups.key)
-        group_cls = _item_cls(cls, "groups")
+    def list_groups(self, header: RequestHeader, body: m.ListGroupsRequest) -> m.ListGroupsResponse:
+        cls = m.ListGroupsResponse
+        group_cls = m.ListGroupsResponse.ListedGroup
         return cls(
             throttle_time_ms=0,
             error_code=0,
             groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
         )
 
-    def describe_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.DescribeGroups.key)
-        group_cls = _item_cls(cls, "groups")
-        member_cls = _item_cls(group_cls, "members")
+    def describe_groups(
+        self, header: RequestHeader, body: m.DescribeGroupsRequest
+    ) -> m.DescribeGroupsResponse:
+        cls = m.DescribeGroupsResponse
+        group_cls = m.DescribeGroupsResponse.DescribedGroup
+        member_cls = m.DescribeGroupsResponse.DescribedGroupMember
         described = []
         for group_id in body.groups:
             group = self.groups.describe_group(group_id)
@@ -783,9 +797,11 @@ class Handlers:
             )
         return cls(throttle_time_ms=0, groups=described)
 
-    def delete_groups(self, header: Any, body: Any) -> Message:
-        cls = _response_cls(m.DeleteGroups.key)
-        result_cls = _item_cls(cls, "results")
+    def delete_groups(
+        self, header: RequestHeader, body: m.DeleteGroupsRequest
+    ) -> m.DeleteGroupsResponse:
+        cls = m.DeleteGroupsResponse
+        result_cls = m.DeleteGroupsResponse.DeletableGroupResult
         codes = self.groups.delete_groups(list(body.groups_names))
         return cls(
             throttle_time_ms=0,

@@ -3,6 +3,8 @@
 * ``sluice.protocol`` is sans-I/O: no I/O module, nothing else of Sluice.
 * ``sluice.server.storage`` imports only ``sluice.protocol`` and itself, and no network code.
 * ``sluice.server.group`` (coordinator, offsets store) sits on storage, never on the core.
+* ``sluice.server.controller`` decides cluster state from what ZooKeeper holds: it sees
+  ZooKeeper (``sluice.server.zk``) and the protocol, never the core, storage or groups.
 * ``sluice.client`` speaks the wire only through ``sluice.protocol`` (the CLI also wraps the
   dump-log tool and the pipeline jobs).
 * Nothing but ``sluice.testing`` and the core imports the broker core; nothing imports
@@ -77,6 +79,16 @@ RULES = [
             "sluice.server.logging",
         ),
         NETWORK_MODULES,
+    ),
+    (
+        "sluice.server.controller",
+        (
+            "sluice.protocol",
+            "sluice.server.controller",
+            "sluice.server.zk",
+            "sluice.server.logging",
+        ),
+        set(),
     ),
     ("sluice.client", ("sluice.protocol", "sluice.client"), set()),
     (

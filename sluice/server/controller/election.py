@@ -1,0 +1,105 @@
+"""Who leads a partition after a change: Kafka's leader election algorithms.
+
+Kafka's ``PartitionLeaderElectionAlgorithms`` and the ISR adjustments of its partition and
+replica state machines (ZooKeeper mode, 2.6), as pure functions of a partition's state:
+
+* **offline** (the leader died, or the partition has none): the first replica in *assignment
+  order* that is alive and in the ISR. Only if ``unclean.leader.election.enable`` is on may an
+  out-of-sync live replica be chosen (it may lack acknowledged records: Kafka's documented
+  trade). New ISR = old ISR minus the dead; after an unclean election, just the new leader.
+  No eligible replica: no leader (-1), ISR unchanged -- never silently an out-of-sync one.
+* **controlled shutdown**: the first live ISR member in assignment order that is not shutting
+  down; the shutting-down brokers leave the ISR.
+* **preferred**: the first replica of the assignment, if it is alive and in the ISR.
+* **replica offline** (a follower died): it leaves the ISR, unless it is the last member (Kafka
+  keeps the last ISR member, so the partition remembers who has every acknowledged record).
+
+Every result that changes leader or ISR bumps the leader epoch by one (Kafka's
+``LeaderAndIsr.newLeaderAndIsr``): followers truncate by epoch, clients drop older metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
+
+#: ``leader`` of a partition without one (Kafka's ``LeaderAndIsr.NoLeader``).
+NO_LEADER = -1
+
+
+class LeaderAndIsr(NamedTuple):
+    """A partition's leadership state as the controller writes it to the state znode."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+    def next(self, leader: int, isr: Sequence[int]) -> LeaderAndIsr:
+        """The state after a change: ``leader`` and ``isr`` at the next leader epoch."""
+        return LeaderAndIsr(leader, self.leader_epoch + 1, tuple(isr))
+
+
+def elect_offline(
+    state: LeaderAndIsr,
+    assignment: Sequence[int],
+    live: Collection[int],
+    *,
+    unclean: bool = False,
+) -> LeaderAndIsr | None:
+    """A leader for a partition whose leader is gone; ``None`` if nothing changes.
+
+    Returns a state with ``leader == NO_LEADER`` when no replica may lead (the partition goes
+    offline; its ISR is kept so a returning ISR member can lead again).
+    """
+    live_isr = [r for r in state.isr if r in live]
+    leader = next((r for r in assignment if r in live and r in state.isr), None)
+    if leader is not None:
+        return state.next(leader, live_isr)
+    if unclean:
+        leader = next((r for r in assignment if r in live), None)
+        if leader is not None:
+            return state.next(leader, [leader])
+    if state.leader == NO_LEADER:
+        return None
+    return state.next(NO_LEADER, state.isr)
+
+
+def elect_controlled_shutdown(
+    state: LeaderAndIsr,
+    assignment: Sequence[int],
+    live: Collection[int],
+    shutting_down: Collection[int],
+) -> LeaderAndIsr | None:
+    """Move leadership off brokers that are shutting down; ``None`` if no other ISR member can
+    lead (the broker keeps leading until it stops, then the offline election runs)."""
+    leader = next(
+        (r for r in assignment if r in live and r in state.isr and r not in shutting_down), None
+    )
+    if leader is None:
+        return None
+    return state.next(leader, [r for r in state.isr if r not in shutting_down])
+
+
+def elect_preferred(
+    state: LeaderAndIsr, assignment: Sequence[int], live: Collection[int]
+) -> LeaderAndIsr | None:
+    """Give leadership back to the preferred (first assigned) replica if it is live and in sync;
+    ``None`` if it already leads or cannot."""
+    if not assignment:
+        return None
+    preferred = assignment[0]
+    if preferred == state.leader or preferred not in live or preferred not in state.isr:
+        return None
+    return state.next(preferred, state.isr)
+
+
+def remove_replica(state: LeaderAndIsr, replica: int) -> LeaderAndIsr | None:
+    """A replica went offline: drop it from the ISR (and from leadership); ``None`` if it was
+    in neither. The last ISR member stays in the ISR (Kafka's rule)."""
+    if replica not in state.isr and replica != state.leader:
+        return None
+    isr = state.isr if len(state.isr) == 1 else tuple(r for r in state.isr if r != replica)
+    leader = NO_LEADER if state.leader == replica else state.leader
+    if leader == state.leader and isr == state.isr:
+        return None
+    return state.next(leader, isr)

@@ -1,0 +1,99 @@
+"""Leader election rules (Kafka's ``PartitionLeaderElectionAlgorithms``), incl. a model check."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from sluice.server.controller.election import (
+    NO_LEADER,
+    LeaderAndIsr,
+    elect_controlled_shutdown,
+    elect_offline,
+    elect_preferred,
+    remove_replica,
+)
+
+ASSIGNMENT = (1, 2, 3)
+
+
+def test_offline_picks_first_live_isr_member_in_assignment_order() -> None:
+    state = LeaderAndIsr(1, 4, (3, 1, 2))
+    assert elect_offline(state, ASSIGNMENT, live={2, 3}) == LeaderAndIsr(2, 5, (3, 2))
+
+
+def test_offline_never_picks_an_out_of_sync_replica_by_default() -> None:
+    state = LeaderAndIsr(1, 4, (1,))
+    assert elect_offline(state, ASSIGNMENT, live={2, 3}) == LeaderAndIsr(NO_LEADER, 5, (1,))
+    # Already offline: nothing to write.
+    assert elect_offline(LeaderAndIsr(NO_LEADER, 5, (1,)), ASSIGNMENT, live={2, 3}) is None
+
+
+def test_offline_partition_comes_back_with_its_last_isr_member() -> None:
+    state = LeaderAndIsr(NO_LEADER, 5, (1,))
+    assert elect_offline(state, ASSIGNMENT, live={1, 2, 3}) == LeaderAndIsr(1, 6, (1,))
+
+
+def test_unclean_election_takes_a_live_replica_and_resets_the_isr() -> None:
+    state = LeaderAndIsr(1, 4, (1,))
+    assert elect_offline(state, ASSIGNMENT, live={3}, unclean=True) == LeaderAndIsr(3, 5, (3,))
+    # Clean choice still preferred when one exists.
+    state = LeaderAndIsr(1, 4, (1, 3))
+    assert elect_offline(state, ASSIGNMENT, live={2, 3}, unclean=True) == LeaderAndIsr(3, 5, (3,))
+
+
+def test_controlled_shutdown_moves_leadership_and_shrinks_isr() -> None:
+    state = LeaderAndIsr(1, 2, (1, 2, 3))
+    assert elect_controlled_shutdown(state, ASSIGNMENT, {1, 2, 3}, {1}) == LeaderAndIsr(
+        2, 3, (2, 3)
+    )
+    # Nobody else in sync: no move (the broker leads until it stops).
+    assert elect_controlled_shutdown(LeaderAndIsr(1, 2, (1,)), ASSIGNMENT, {1, 2, 3}, {1}) is None
+
+
+def test_preferred_replica_takes_back_leadership_only_when_in_sync() -> None:
+    state = LeaderAndIsr(2, 7, (2, 3, 1))
+    assert elect_preferred(state, ASSIGNMENT, {1, 2, 3}) == LeaderAndIsr(1, 8, (2, 3, 1))
+    assert elect_preferred(LeaderAndIsr(2, 7, (2, 3)), ASSIGNMENT, {1, 2, 3}) is None
+    assert elect_preferred(state, ASSIGNMENT, {2, 3}) is None
+    assert elect_preferred(LeaderAndIsr(1, 7, (1, 2)), ASSIGNMENT, {1, 2, 3}) is None
+
+
+def test_remove_replica_keeps_the_last_isr_member() -> None:
+    assert remove_replica(LeaderAndIsr(1, 3, (1, 2)), 2) == LeaderAndIsr(1, 4, (1,))
+    assert remove_replica(LeaderAndIsr(1, 3, (1, 2)), 1) == LeaderAndIsr(NO_LEADER, 4, (2,))
+    assert remove_replica(LeaderAndIsr(1, 3, (1,)), 1) == LeaderAndIsr(NO_LEADER, 4, (1,))
+    assert remove_replica(LeaderAndIsr(1, 3, (1, 2)), 3) is None
+
+
+STATES = [
+    LeaderAndIsr(leader, 0, isr)
+    for r in range(1, 4)
+    for isr in itertools.permutations(ASSIGNMENT, r)
+    for leader in [*isr[:1], NO_LEADER]
+]
+LIVE_SETS = [set(s) for r in range(4) for s in itertools.combinations(ASSIGNMENT, r)]
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_offline_election_invariants_over_every_small_state(unclean: bool) -> None:
+    for state, live in itertools.product(STATES, LIVE_SETS):
+        new = elect_offline(state, ASSIGNMENT, live, unclean=unclean)
+        if new is None:
+            assert state.leader == NO_LEADER
+            continue
+        assert new.leader_epoch == state.leader_epoch + 1
+        if new.leader == NO_LEADER:
+            # Offline only when no live ISR member exists (and, if unclean, no live replica).
+            assert not (set(state.isr) & live)
+            assert not (unclean and live)
+            assert new.isr == state.isr
+        else:
+            assert new.leader in live and new.leader in new.isr
+            assert set(new.isr) <= live
+            if new.leader not in state.isr:
+                assert unclean and new.isr == (new.leader,) and not (set(state.isr) & live)
+            else:
+                # The first eligible in assignment order.
+                assert new.leader == next(r for r in ASSIGNMENT if r in live and r in state.isr)

@@ -23,8 +23,12 @@ and an ``acks=-1`` produce never waits. The code is written for the replicated c
   :meth:`Partition.make_leader`, called by :class:`ReplicaManager` -- today when it first sees a
   partition's log (epoch 0); later by the ZooKeeper state watcher with the state znode's
   ``(leader_epoch, zkVersion)``. A state not newer than the one held is ignored (fenced).
-* ISR changes: only the leader (the ISR expand/shrink to come); today the ISR never changes.
-* Follower LEOs: only the leader's follower-fetch path
+* ISR changes between leadership changes: only the leader (:meth:`Partition.maybe_shrink_isr`
+  and the expansion on a follower fetch), one change in flight at a time, stored by the
+  :data:`IsrWriter` conditionally on the partition epoch it was computed from (ZooKeeper's
+  zkVersion) and applied only if that state is still the one held. Without a writer
+  (standalone) the leader's word is final; standalone the ISR is just the leader anyway.
+* Follower LEOs and caught-up times: only the leader's follower-fetch path
   (:meth:`Partition.update_follower_end_offset`).
 * HW: only :meth:`Partition.maybe_increment_high_watermark`, on the leader, after a local
   append, a follower LEO update or a leadership change. (Exception kept from before this module:
@@ -42,7 +46,8 @@ and its parking.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from sluice.protocol import errors
@@ -67,19 +72,101 @@ NO_EPOCH = -1
 NONE = 0
 
 
+class IsrUpdate(NamedTuple):
+    """An ISR change a leader proposes, with the state it was computed from.
+
+    The writer (ZooKeeper in a cluster) stores ``(leader, leader_epoch, isr, controller_epoch)``
+    only if the partition state is still at ``partition_epoch`` (its zkVersion) and answers the new
+    version, or ``None`` when the state moved on (the leader then keeps its ISR and waits for the
+    newer state to arrive through :meth:`ReplicaManager.apply_partition_state`).
+    """
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    partition_epoch: int
+
+
+#: Writes an :class:`IsrUpdate`; returns the new partition epoch, or None on a version conflict.
+IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ReplicationSettings:
+    """What every :class:`Partition` of a ReplicaManager shares: Kafka's replica settings, the
+    topic's ``min.insync.replicas`` lookup, the clock (tests pass their own) and where ISR
+    proposals go."""
+
+    __slots__ = ("clock_ms", "min_insync_replicas", "propose_isr", "replica_lag_time_max_ms")
+
+    def __init__(
+        self,
+        replica_lag_time_max_ms: int = 30_000,
+        min_insync_replicas: Callable[[Partition], int] | None = None,
+        clock_ms: Callable[[], int] = _monotonic_ms,
+    ) -> None:
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas: Callable[[Partition], int] = min_insync_replicas or (
+            lambda partition: 1
+        )
+        self.clock_ms = clock_ms
+        self.propose_isr: Callable[[Partition, tuple[int, ...]], None] | None = None
+
+
+class _Follower:
+    """The leader's view of one follower (Kafka's ``Replica``): its LEO (the offset of its last
+    fetch; -1 = not heard from in this term) and when it was last caught up."""
+
+    __slots__ = ("last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "leo")
+
+    def __init__(self) -> None:
+        self.leo = -1
+        self.last_caught_up_ms = 0
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = 0
+
+
 class Partition:
     """This broker's view of one partition: its local log and its leadership state.
 
-    ``leader_epoch`` and ``partition_epoch`` version the state (``make_leader`` ignores older
-    ones); ``replicas`` is the assignment in preference order, ``isr`` the in-sync replicas.
-    Follower LEOs are known only on the leader (``-1`` = not heard from since it became leader).
+    ``leader_epoch`` and ``partition_epoch`` version the state (``make_leader`` /
+    ``make_follower`` ignore older ones); ``replicas`` is the assignment in preference order,
+    ``isr`` the in-sync replicas as last stored (by the controller or this leader). Follower state
+    is kept only on the leader.
+
+    **ISR and HW rules** (Kafka 2.6 ``Partition.scala``, with the 2.7 in-flight ISR and KIP-966's
+    strict min ISR; ``shared/spec/replication.md`` §4):
+
+    * A follower's fetch offset *is* its LEO. It counts as caught up at the time of a fetch that
+      reached the leader's LEO, or that reached the LEO the leader had at the follower's previous
+      fetch (``last_caught_up_ms``).
+    * ISR expand: a follower outside the ISR whose LEO is at least HW and at least the start
+      offset of the current leader epoch. ISR shrink (:meth:`maybe_shrink_isr`, run every
+      ``replica.lag.time.max.ms / 2``): ISR followers not at the leader's LEO and not caught up
+      within ``replica.lag.time.max.ms``. The leader never drops itself.
+    * One ISR change in flight at a time. Until it is stored, HW waits for the *larger* of the
+      old and proposed ISR (a shrink only helps HW once stored; an expanding follower is waited
+      for at once), while the ``acks=-1`` checks use the stored ISR.
+    * HW = min LEO over the leader, the (maximal) ISR and followers caught up within the lag
+      time (so a follower about to join is not overtaken), moved only forward, and not at all
+      while the stored ISR is smaller than ``min(min.insync.replicas, replication factor)``.
     """
 
     __slots__ = (
-        "_follower_leo",
+        "_followers",
+        "_pending_isr",
+        "_settings",
+        "controller_epoch",
         "index",
         "isr",
         "leader_epoch",
+        "leader_epoch_start_offset",
         "leader_id",
         "local_id",
         "log",
@@ -88,7 +175,14 @@ class Partition:
         "topic",
     )
 
-    def __init__(self, topic: str, index: int, log_: Log, local_id: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        log_: Log,
+        local_id: int,
+        settings: ReplicationSettings | None = None,
+    ) -> None:
         self.topic = topic
         self.index = index
         self.log = log_
@@ -96,9 +190,13 @@ class Partition:
         self.leader_id = NO_LEADER
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = NO_EPOCH
+        self.controller_epoch = NO_EPOCH
+        self.leader_epoch_start_offset = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
-        self._follower_leo: dict[int, int] = {}
+        self._followers: dict[int, _Follower] = {}
+        self._pending_isr: tuple[int, ...] | None = None
+        self._settings = settings or ReplicationSettings()
 
     def __repr__(self) -> str:
         return (
@@ -110,65 +208,238 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The stored ISR plus the members of an ISR change in flight (what HW waits for)."""
+        pending = self._pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + tuple(r for r in pending if r not in self.isr)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self._settings.min_insync_replicas(self)
+
+    def _is_newer(self, leader_epoch: int, partition_epoch: int) -> bool:
+        if (leader_epoch, partition_epoch) > (self.leader_epoch, self.partition_epoch):
+            return True
+        log.info(
+            "stale partition state ignored",
+            topic=self.topic,
+            partition=self.index,
+            leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
+            held_epoch=self.leader_epoch,
+            held_partition_epoch=self.partition_epoch,
+        )
+        return False
+
     def make_leader(
         self,
         leader_epoch: int,
         replicas: Iterable[int],
         isr: Iterable[int],
         partition_epoch: int = 0,
+        controller_epoch: int = 0,
     ) -> bool:
-        """Become leader at ``leader_epoch`` (Kafka's ``Partition.makeLeader``).
+        """Become (or stay) leader at ``leader_epoch`` (Kafka's ``Partition.makeLeader``).
 
         Ignored (False) unless ``(leader_epoch, partition_epoch)`` is newer than the state held:
-        a late or replayed state must not move leadership back. Follower LEOs are forgotten (a
-        new term starts), then HW is recomputed; with the ISR just this broker that is HW = LEO,
-        which matters after an unclean stop, when the checkpointed HW lags the recovered log.
+        a late or replayed state must not move leadership back. The epoch starts at the current
+        LEO. Followers' caught-up times restart now for ISR members (so none is dropped before it
+        could fetch); a new leader also forgets their LEOs (a new term starts). Then HW is
+        recomputed: with the ISR just this broker that is HW = LEO, which matters after an
+        unclean stop, when the checkpointed HW lags the recovered log.
         """
-        if (leader_epoch, partition_epoch) <= (self.leader_epoch, self.partition_epoch):
-            log.info(
-                "stale partition state ignored",
-                topic=self.topic,
-                partition=self.index,
-                leader_epoch=leader_epoch,
-                held_epoch=self.leader_epoch,
-            )
+        if not self._is_newer(leader_epoch, partition_epoch):
             return False
         replicas = tuple(replicas)
         isr = tuple(isr)
         if self.local_id not in isr:
             raise ValueError(f"leader {self.local_id} must be in the ISR {list(isr)}")
+        is_new_leader = not self.is_leader
+        now = self._settings.clock_ms()
+        start = self.log.log_end_offset
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
+        self.controller_epoch = controller_epoch
+        self.leader_epoch_start_offset = start
         self.replicas = replicas
         self.isr = isr
-        self._follower_leo = {r: -1 for r in replicas if r != self.local_id}
+        self._pending_isr = None
+        old = {} if is_new_leader else self._followers
+        self._followers = {}
+        for replica in replicas:
+            if replica == self.local_id:
+                continue
+            follower = old.get(replica) or _Follower()
+            follower.last_caught_up_ms = now if replica in isr else 0
+            follower.last_fetch_leader_leo = start
+            follower.last_fetch_ms = now
+            self._followers[replica] = follower
         self.maybe_increment_high_watermark()
         return True
 
+    def make_follower(
+        self,
+        leader_id: int,
+        leader_epoch: int,
+        replicas: Iterable[int],
+        isr: Iterable[int],
+        partition_epoch: int = 0,
+        controller_epoch: int = 0,
+    ) -> bool:
+        """Follow ``leader_id`` (-1: no leader yet) at ``leader_epoch`` (Kafka's
+        ``Partition.makeFollower``); ignored (False) unless the state is newer. The log is not
+        touched here: the fetcher truncates it by epoch before fetching (KIP-101/279)."""
+        if leader_id == self.local_id:
+            raise ValueError("make_follower with this broker as the leader; use make_leader")
+        if not self._is_newer(leader_epoch, partition_epoch):
+            return False
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.controller_epoch = controller_epoch
+        self.leader_epoch_start_offset = -1
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self._pending_isr = None
+        self._followers = {}
+        return True
+
+    def follower_end_offset(self, replica_id: int) -> int:
+        """The LEO a follower last fetched from (-1 if unknown); leader only."""
+        follower = self._followers.get(replica_id)
+        return -1 if follower is None else follower.leo
+
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR, moved only forward. Returns whether it moved."""
+        """Recompute HW by the rules in the class docstring; returns whether it moved."""
+        if not self.is_leader:
+            return False
         log_ = self.log
         hw = log_.log_end_offset
-        local = self.local_id
-        for replica in self.isr:
-            if replica != local:
-                leo = self._follower_leo.get(replica, -1)
-                if leo < hw:
-                    hw = leo
+        if self._followers:
+            maximal = self.maximal_isr
+            now = self._settings.clock_ms()
+            lag = self._settings.replica_lag_time_max_ms
+            for replica, follower in self._followers.items():
+                if follower.leo < hw and (
+                    replica in maximal or now - follower.last_caught_up_ms <= lag
+                ):
+                    hw = follower.leo
+            if len(self.isr) < min(self.min_insync_replicas, len(self.replicas)):
+                return False
         return log_.maybe_increment_high_watermark(hw) if hw >= 0 else False
 
-    def update_follower_end_offset(self, replica_id: int, leo: int) -> bool:
-        """A follower's fetch reached ``leo`` (the fetch offset *is* the follower's LEO).
-
-        The replica fetch path calls this on the leader (replication.md §4); returns whether HW
-        moved (then the caller completes parked produces and fetches). ISR expansion is to come.
+    def update_follower_end_offset(
+        self, replica_id: int, leo: int, leader_leo: int | None = None
+    ) -> bool:
+        """A follower fetched from ``leo`` (its LEO) while the leader's LEO was ``leader_leo``
+        (default: now): record it (Kafka's ``Replica.updateFetchState``), maybe expand the ISR,
+        maybe advance HW. Returns whether HW moved (then the caller completes parked requests).
         """
         if not self.is_leader:
             raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
-        if replica_id not in self._follower_leo:
+        follower = self._followers.get(replica_id)
+        if follower is None:
             raise errors.UnknownServerError(f"{replica_id} is not a follower of {self}")
-        self._follower_leo[replica_id] = min(leo, self.log.log_end_offset)
+        now = self._settings.clock_ms()
+        leader_end = self.log.log_end_offset if leader_leo is None else leader_leo
+        leo = min(leo, self.log.log_end_offset)
+        if leo >= leader_end:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now)
+        elif leo >= follower.last_fetch_leader_leo:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.last_fetch_leader_leo = leader_end
+        follower.last_fetch_ms = now
+        follower.leo = leo
+        self._maybe_expand_isr(replica_id, leo)
+        return self.maybe_increment_high_watermark()
+
+    def _maybe_expand_isr(self, replica_id: int, leo: int) -> None:
+        if replica_id in self.isr or self._pending_isr is not None:
+            return
+        if leo >= self.log.high_watermark and leo >= self.leader_epoch_start_offset >= 0:
+            self._propose_isr((*self.isr, replica_id))
+
+    def maybe_shrink_isr(self) -> bool:
+        """Propose dropping ISR followers that fell behind (class docstring); returns whether a
+        change was proposed."""
+        if not self.is_leader or self._pending_isr is not None:
+            return False
+        now = self._settings.clock_ms()
+        lag = self._settings.replica_lag_time_max_ms
+        leo = self.log.log_end_offset
+        out = {
+            replica
+            for replica, follower in self._followers.items()
+            if replica in self.isr
+            and follower.leo != leo
+            and now - follower.last_caught_up_ms > lag
+        }
+        if not out:
+            return False
+        self._propose_isr(tuple(r for r in self.isr if r not in out))
+        return True
+
+    def _propose_isr(self, isr: tuple[int, ...]) -> None:
+        log.info(
+            "proposing ISR change",
+            topic=self.topic,
+            partition=self.index,
+            leader_epoch=self.leader_epoch,
+            isr=list(self.isr),
+            new_isr=list(isr),
+        )
+        propose = self._settings.propose_isr
+        if propose is None:
+            # No coordination service (standalone or a unit test): this leader's word is final.
+            self._pending_isr = isr
+            self.isr_update_completed(self.isr_update(isr), self.partition_epoch + 1)
+        else:
+            self._pending_isr = isr
+            propose(self, isr)
+
+    def isr_update(self, isr: tuple[int, ...]) -> IsrUpdate:
+        """The :class:`IsrUpdate` that stores ``isr`` over the state held now."""
+        return IsrUpdate(
+            self.topic,
+            self.index,
+            self.leader_id,
+            self.leader_epoch,
+            isr,
+            self.controller_epoch,
+            self.partition_epoch,
+        )
+
+    def isr_update_completed(self, update: IsrUpdate, partition_epoch: int | None) -> bool:
+        """The write of ``update`` finished: stored at ``partition_epoch``, or refused (None).
+
+        Applied only if the state did not change meanwhile (same leader epoch and partition
+        epoch it was computed from). Returns whether HW moved.
+        """
+        if (
+            self._pending_isr != update.isr
+            or not self.is_leader
+            or (self.leader_epoch, self.partition_epoch)
+            != (update.leader_epoch, update.partition_epoch)
+        ):
+            return False  # an answer to a proposal made over an older state
+        self._pending_isr = None
+        if partition_epoch is None:
+            return False
+        log.info(
+            "ISR changed",
+            topic=self.topic,
+            partition=self.index,
+            leader_epoch=self.leader_epoch,
+            old_isr=list(self.isr),
+            isr=list(update.isr),
+            partition_epoch=partition_epoch,
+        )
+        self.isr = update.isr
+        self.partition_epoch = partition_epoch
         return self.maybe_increment_high_watermark()
 
     def append_as_leader(self, records: Any) -> AppendInfo:
@@ -360,9 +631,10 @@ class DelayedProduce(DelayedOperation):
     """An ``acks=-1`` produce waiting for HW to reach each partition's last offset + 1.
 
     Per partition: HW there -> NONE; the partition gone, replaced or no longer led here ->
-    NOT_LEADER_OR_FOLLOWER; the wait timed out -> REQUEST_TIMED_OUT. The outcome is written into
-    the shared ``results`` list the handler encodes. (To come with min.insync.replicas: ISR below
-    it when HW gets there -> NOT_ENOUGH_REPLICAS_AFTER_APPEND.)
+    NOT_LEADER_OR_FOLLOWER; the stored ISR below ``min.insync.replicas`` (it shrank after the
+    append; HW cannot pass the records then) -> NOT_ENOUGH_REPLICAS_AFTER_APPEND; the wait timed
+    out -> REQUEST_TIMED_OUT. The outcome is written into the shared ``results`` list the
+    handler encodes.
     """
 
     __slots__ = ("_pending", "_replicas", "results")
@@ -389,6 +661,8 @@ class DelayedProduce(DelayedOperation):
             now = self._replicas.get_partition(result.topic, result.partition)
             if now is not partition or not partition.is_leader:
                 self._settle(i, errors.NotLeaderOrFollower.code)
+            elif len(partition.isr) < partition.min_insync_replicas:
+                self._settle(i, errors.NotEnoughReplicasAfterAppend.code)
             elif partition.log.high_watermark >= required:
                 self._settle(i, NONE)
         if self._pending:
@@ -410,12 +684,23 @@ class ReplicaManager:
     offsets topic) need no registration.
     """
 
-    def __init__(self, log_manager: LogManager, local_id: int) -> None:
+    def __init__(
+        self,
+        log_manager: LogManager,
+        local_id: int,
+        settings: ReplicationSettings | None = None,
+        isr_writer: IsrWriter | None = None,
+    ) -> None:
         self.logs = log_manager
         self.local_id = local_id
+        self.settings = settings or ReplicationSettings()
         self._partitions: dict[PartitionKey, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory[DelayedFetch]("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
+        self._isr_writer = isr_writer
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        if isr_writer is not None:
+            self.settings.propose_isr = self._propose_isr
 
     def startup(self) -> None:
         """Become leader of every loaded partition (HW = LEO after an unclean stop)."""
@@ -423,7 +708,10 @@ class ReplicaManager:
             self.get_partition(topic, index)
 
     def shutdown(self) -> None:
-        """Parked fetches answer now with what they have; parked produces time out."""
+        """Parked fetches answer now with what they have; parked produces time out; ISR writes in
+        flight are abandoned (their outcome arrives as partition state if they landed)."""
+        for task in list(self._isr_writes):
+            task.cancel()
         for fetch in self.fetch_purgatory.drain():
             fetch.force_complete()
         for produce in self.produce_purgatory.drain():
@@ -438,7 +726,7 @@ class ReplicaManager:
             log_ = self.logs.get_log(topic, index)
             if log_ is None:
                 return None
-            partition = Partition(topic, index, log_, self.local_id)
+            partition = Partition(topic, index, log_, self.local_id, self.settings)
             # Standalone: the only replica, leader from epoch 0 (a cluster applies ZooKeeper's).
             partition.make_leader(0, [self.local_id], [self.local_id])
             self._partitions[(topic, index)] = partition
@@ -460,6 +748,94 @@ class ReplicaManager:
         if moved:
             self.complete_delayed_requests((topic, index))
         return moved
+
+    def apply_partition_state(
+        self,
+        topic: str,
+        index: int,
+        leader: int,
+        leader_epoch: int,
+        replicas: Iterable[int],
+        isr: Iterable[int],
+        partition_epoch: int,
+        controller_epoch: int = 0,
+    ) -> bool:
+        """Apply a partition state (a ZooKeeper state znode): lead or follow ``topic-index``.
+
+        Only if newer than the state held (``(leader_epoch, partition_epoch)``); returns whether
+        it was applied. Parked requests on the partition are re-checked (a produce waiting on a
+        deposed leader answers NOT_LEADER_OR_FOLLOWER). The log must exist here.
+        """
+        partition = self.get_partition(topic, index)
+        if partition is None:
+            raise errors.UnknownTopicOrPartition(f"{topic}-{index} has no log here")
+        if leader == self.local_id:
+            applied = partition.make_leader(
+                leader_epoch, replicas, isr, partition_epoch, controller_epoch
+            )
+        else:
+            applied = partition.make_follower(
+                leader, leader_epoch, replicas, isr, partition_epoch, controller_epoch
+            )
+        if applied:
+            log.info(
+                "partition state applied",
+                topic=topic,
+                partition=index,
+                leader=leader,
+                leader_epoch=leader_epoch,
+                isr=list(partition.isr),
+                partition_epoch=partition_epoch,
+            )
+            self.complete_delayed_requests((topic, index))
+        return applied
+
+    def maybe_shrink_isr(self) -> int:
+        """Run the ISR shrink check on every led partition (every ``replica.lag.time.max.ms / 2``
+        in a cluster); returns how many proposed a change."""
+        proposed = 0
+        for key, partition in list(self._partitions.items()):
+            if partition.is_leader and partition.maybe_shrink_isr():
+                proposed += 1
+                # Without a writer the change is applied at once: HW may have moved.
+                self.complete_delayed_requests(key)
+        return proposed
+
+    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        update = partition.isr_update(isr)
+        task = asyncio.get_running_loop().create_task(self._write_isr(partition, update))
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    async def _write_isr(self, partition: Partition, update: IsrUpdate) -> None:
+        assert self._isr_writer is not None
+        try:
+            version = await self._isr_writer(update)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Unknown outcome (e.g. ZooKeeper connection lost): drop the proposal; if it landed,
+            # the new state arrives through apply_partition_state, else a later fetch or shrink
+            # check proposes again.
+            log.warning(
+                "ISR update failed",
+                topic=update.topic,
+                partition=update.partition,
+                isr=list(update.isr),
+                error=repr(exc),
+            )
+            version = None
+        if version is None:
+            log.info(
+                "ISR update not stored (partition state moved on)",
+                topic=update.topic,
+                partition=update.partition,
+                isr=list(update.isr),
+                partition_epoch=update.partition_epoch,
+            )
+        partition.isr_update_completed(update, version)
+        # HW may have moved, and the stored ISR size decides parked acks=-1 produces.
+        self.complete_delayed_requests((update.topic, update.partition))
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``'s logs and forget its partitions; parked requests on them answer."""
@@ -496,6 +872,16 @@ class ReplicaManager:
                 code = errors.InvalidRecord.code
                 results.append(AppendResult(topic, index, code, "no records", None, -1))
                 continue
+            if acks == -1 and partition.is_leader:
+                min_isr = partition.min_insync_replicas
+                if len(partition.isr) < min_isr:
+                    code = errors.NotEnoughReplicas.code
+                    message = (
+                        f"the ISR {list(partition.isr)} is smaller than "
+                        f"min.insync.replicas={min_isr}"
+                    )
+                    results.append(AppendResult(topic, index, code, message, None, -1))
+                    continue
             try:
                 info = partition.append_as_leader(records)
             except errors.KafkaError as exc:

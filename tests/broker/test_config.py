@@ -31,7 +31,7 @@ def test_properties_file_syntax(tmp_path: Path) -> None:
         "num.partitions=\\\n"
         "    3\n"
         "log.segment.bytes=1048576\n"
-        "zookeeper.connect=localhost:2181\n"
+        "num.network.threads=3\n"
     )
     c = Config.load(path)
     assert c.listener == Listener("PLAINTEXT", "127.0.0.1", 19092)
@@ -39,7 +39,7 @@ def test_properties_file_syntax(tmp_path: Path) -> None:
     assert c.log_dirs == "/var/sluice"
     assert c.num_partitions == 3
     assert c.log_properties() == {"log.segment.bytes": "1048576"}
-    assert c.ignored_keys == ("zookeeper.connect",)
+    assert c.ignored_keys == ("num.network.threads",)
 
 
 def test_overrides_win_over_the_file(tmp_path: Path) -> None:
@@ -188,7 +188,11 @@ DECLARED = {
     ),
     "auto.create.topics.enable": ("true", "create a topic on Metadata/Produce for an unknown name"),
     "broker.id": (None, "Kafka's old name for node.id; node.id wins"),
-    "default.replication.factor": ("1", "single broker: only 1 is valid"),
+    "default.replication.factor": (
+        "1",
+        "replicas of an auto-created topic or CreateTopics with replication_factor -1 "
+        "(standalone: only 1)",
+    ),
     "delete.topic.enable": ("true", "allow DeleteTopics"),
     "group.initial.rebalance.delay.ms": (
         "3000",
@@ -279,6 +283,44 @@ DECLARED = {
         "-1",
         "SO_SNDBUF of client connections (-1: the OS default, with autotuning)",
     ),
+    "zookeeper.connect": (
+        None,
+        "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker",
+    ),
+    "zookeeper.session.timeout.ms": (
+        "18000",
+        "ZooKeeper session timeout: how long a dead broker keeps its registration",
+    ),
+    "zookeeper.connection.timeout.ms": (
+        None,
+        "how long to wait for a ZooKeeper connection (unset: the session timeout)",
+    ),
+    "replica.lag.time.max.ms": ("30000", "a follower not caught up for this long leaves the ISR"),
+    "replica.fetch.wait.max.ms": (
+        "500",
+        "how long a follower's fetch waits at the leader for new data",
+    ),
+    "replica.fetch.min.bytes": ("1", "bytes a follower's fetch waits for"),
+    "replica.fetch.max.bytes": (
+        "1048576",
+        "bytes per partition a follower fetches at once (at least one batch)",
+    ),
+    "replica.fetch.response.max.bytes": (
+        "10485760",
+        "bytes per follower fetch response (at least one batch)",
+    ),
+    "replica.fetch.backoff.ms": ("1000", "pause before a follower retries after a fetch error"),
+    "auto.leader.rebalance.enable": (
+        "true",
+        "the controller moves leadership back to preferred replicas",
+    ),
+    "leader.imbalance.check.interval.seconds": (
+        "300",
+        "how often the controller checks for non-preferred leaders",
+    ),
+    "controlled.shutdown.enable": ("true", "on SIGTERM, move leadership away before stopping"),
+    "controlled.shutdown.max.retries": ("3", "controlled shutdown attempts before stopping anyway"),
+    "controlled.shutdown.retry.backoff.ms": ("5000", "pause between controlled shutdown attempts"),
 }
 
 
@@ -311,3 +353,32 @@ def test_example_properties_file_lists_every_declared_key() -> None:
     }
     assert sorted(documented - OPTIONS_BY_KEY.keys()) == [], "documented but unknown"
     assert sorted(OPTIONS_BY_KEY.keys() - documented) == [], "declared but not documented"
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("127.0.0.1:2181", True),
+        ("a:2181,b:2182/sluice/chroot", True),
+        ("127.0.0.1", False),
+        ("127.0.0.1:0", False),
+        ("a:2181,:2182", False),
+        ("a:2181/", False),
+        ("a:2181/x/", False),
+    ],
+)
+def test_zookeeper_connect_is_checked(value: str, ok: bool) -> None:
+    if ok:
+        config = Config.load(None, [f"zookeeper.connect={value}"])
+        assert config.zookeeper_connect == value and config.cluster_mode
+    else:
+        with pytest.raises(ConfigError, match=r"zookeeper\.connect"):
+            Config.load(None, [f"zookeeper.connect={value}"])
+
+
+def test_replication_factor_above_one_needs_a_cluster() -> None:
+    assert not Config().cluster_mode
+    with pytest.raises(ConfigError, match=r"standalone broker .* supports only 1"):
+        Config.load(None, ["default.replication.factor=3"])
+    config = Config.load(None, ["default.replication.factor=3", "zookeeper.connect=127.0.0.1:2181"])
+    assert config.default_replication_factor == 3

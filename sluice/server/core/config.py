@@ -13,7 +13,7 @@ Sources, later wins (like ``kafka-server-start.sh server.properties --override k
    Java's ``Properties.load``);
 3. ``--override key=value`` arguments.
 
-Unknown keys (including Kafka keys Sluice does not use, such as ``zookeeper.connect``) are kept
+Unknown keys (including Kafka keys Sluice does not use, such as ``num.network.threads``) are kept
 in :attr:`Config.ignored_keys` so the entrypoint can warn once; invalid values raise
 :class:`ConfigError` naming the key and the value. The ``log.*`` storage defaults are validated
 and converted by :meth:`sluice.server.storage.log_config.LogConfig.from_broker_properties` (owned
@@ -80,6 +80,19 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
     if len(listeners) > 1:
         raise ValueError("Sluice serves exactly one listener")
     return tuple(listeners)
+
+
+def _zookeeper_connect(text: str) -> str:
+    """``host:port[,host:port...][/chroot]`` as Kafka takes it (checked, returned unchanged)."""
+    text = text.strip()
+    hosts, slash, chroot = text.partition("/")
+    if slash and (not chroot or chroot.endswith("/")):
+        raise ValueError(f"chroot {'/' + chroot!r} must be a path like /kafka, without a final /")
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"{item.strip()!r} is not host:port")
+    return text
 
 
 def _log_dirs(text: str) -> str:
@@ -186,9 +199,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "default.replication.factor",
         "default_replication_factor",
-        int_in(1, 1),
+        int_in(1),
         "1",
-        "single broker: only 1 is valid",
+        "replicas of an auto-created topic or CreateTopics with replication_factor -1 "
+        "(standalone: only 1)",
     ),
     Option(
         "auto.create.topics.enable",
@@ -198,6 +212,105 @@ OPTIONS: tuple[Option, ...] = (
         "create a topic on Metadata/Produce for an unknown name",
     ),
     Option("delete.topic.enable", "delete_topic_enable", boolean, "true", "allow DeleteTopics"),
+    # --- cluster: ZooKeeper mode (no zookeeper.connect = a standalone broker) ------------------
+    Option(
+        "zookeeper.connect",
+        "zookeeper_connect",
+        _zookeeper_connect,
+        None,
+        "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker",
+    ),
+    Option(
+        "zookeeper.session.timeout.ms",
+        "zookeeper_session_timeout_ms",
+        int_in(1),
+        "18000",
+        "ZooKeeper session timeout: how long a dead broker keeps its registration",
+    ),
+    Option(
+        "zookeeper.connection.timeout.ms",
+        "zookeeper_connection_timeout_ms",
+        int_in(1),
+        None,
+        "how long to wait for a ZooKeeper connection (unset: the session timeout)",
+    ),
+    Option(
+        "replica.lag.time.max.ms",
+        "replica_lag_time_max_ms",
+        int_in(1),
+        "30000",
+        "a follower not caught up for this long leaves the ISR",
+    ),
+    Option(
+        "replica.fetch.wait.max.ms",
+        "replica_fetch_wait_max_ms",
+        int_in(0),
+        "500",
+        "how long a follower's fetch waits at the leader for new data",
+    ),
+    Option(
+        "replica.fetch.min.bytes",
+        "replica_fetch_min_bytes",
+        int_in(1),
+        "1",
+        "bytes a follower's fetch waits for",
+    ),
+    Option(
+        "replica.fetch.max.bytes",
+        "replica_fetch_max_bytes",
+        int_in(0),
+        "1048576",
+        "bytes per partition a follower fetches at once (at least one batch)",
+    ),
+    Option(
+        "replica.fetch.response.max.bytes",
+        "replica_fetch_response_max_bytes",
+        int_in(0),
+        "10485760",
+        "bytes per follower fetch response (at least one batch)",
+    ),
+    Option(
+        "replica.fetch.backoff.ms",
+        "replica_fetch_backoff_ms",
+        int_in(0),
+        "1000",
+        "pause before a follower retries after a fetch error",
+    ),
+    Option(
+        "auto.leader.rebalance.enable",
+        "auto_leader_rebalance_enable",
+        boolean,
+        "true",
+        "the controller moves leadership back to preferred replicas",
+    ),
+    Option(
+        "leader.imbalance.check.interval.seconds",
+        "leader_imbalance_check_interval_seconds",
+        int_in(1),
+        "300",
+        "how often the controller checks for non-preferred leaders",
+    ),
+    Option(
+        "controlled.shutdown.enable",
+        "controlled_shutdown_enable",
+        boolean,
+        "true",
+        "on SIGTERM, move leadership away before stopping",
+    ),
+    Option(
+        "controlled.shutdown.max.retries",
+        "controlled_shutdown_max_retries",
+        int_in(0),
+        "3",
+        "controlled shutdown attempts before stopping anyway",
+    ),
+    Option(
+        "controlled.shutdown.retry.backoff.ms",
+        "controlled_shutdown_retry_backoff_ms",
+        int_in(0),
+        "5000",
+        "pause between controlled shutdown attempts",
+    ),
     # --- storage (log.dirs is ours; the other log.* keys go to LogConfig) ----------------------
     Option("log.dirs", "log_dirs", _log_dirs, None, "the data directory (exactly one)"),
     Option("log.dir", None, _log_dirs, "./data", "used when log.dirs is not set"),
@@ -252,6 +365,20 @@ class Config:
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int | None = None
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_response_max_bytes: int = 10485760
+    replica_fetch_backoff_ms: int = 1000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
     log_dirs: str = "./data"
     log_retention_check_interval_ms: int = 300000
     log_flush_scheduler_interval_ms: int = _LONG_MAX
@@ -273,6 +400,11 @@ class Config:
         lst = self.listener
         host = lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         return Listener(lst.name, host, lst.port)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """True with ``zookeeper.connect``: brokers coordinate through ZooKeeper."""
+        return self.zookeeper_connect is not None
 
     @property
     def data_dir(self) -> Path:
@@ -311,6 +443,12 @@ class Config:
         config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
         config._check_log_config()
         config._check_group_config()
+        if not config.cluster_mode and config.default_replication_factor != 1:
+            raise ConfigError(
+                f"invalid value {config.default_replication_factor} for "
+                "default.replication.factor: a standalone broker (no zookeeper.connect) "
+                "supports only 1"
+            )
         return config
 
     def _check_group_config(self) -> None:

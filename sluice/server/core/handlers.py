@@ -52,10 +52,13 @@ CLOSE_CONNECTION: Any = object()
 
 
 @functools.cache
-def _fetch_isolation(isolation_level: int) -> Any:
-    """The Log read bound for a Fetch ``isolation_level`` (1 = read_committed)."""
+def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
+    """The Log read bound of a Fetch: a follower (``replica_id`` = its broker id) reads up to
+    LEO; a consumer below HW (``isolation_level`` 1 = read_committed)."""
     from sluice.server.storage.log import Isolation  # lazy, as elsewhere in this module
 
+    if replica_id >= 0:
+        return Isolation.LOG_END
     return Isolation.TXN_COMMITTED if isolation_level == 1 else Isolation.HIGH_WATERMARK
 
 
@@ -300,7 +303,7 @@ class Handlers:
         Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
         without creating and driving a coroutine; :meth:`handle` awaits what needs awaiting.
         """
-        isolation = _fetch_isolation(body.isolation_level)
+        isolation = _fetch_isolation(body.isolation_level, body.replica_id)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
             for t in body.topics
@@ -349,6 +352,7 @@ class Handlers:
         part_cls = cls.PartitionData
         get_partition = self.replicas.get_partition
         budget = body.max_bytes if body.max_bytes > 0 else 0
+        replica_id = body.replica_id
         min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
         total = 0
         had_error = False
@@ -371,6 +375,10 @@ class Handlers:
             else:
                 limit = max(min(part_max, budget - total), 0)
                 try:
+                    if replica_id >= 0 and partition.update_follower_end_offset(
+                        replica_id, offset
+                    ):
+                        self.replicas.complete_delayed_requests((topic, part))
                     info = partition.read(offset, limit, isolation, min_one)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):

@@ -343,7 +343,11 @@ class Partition:
             raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
         follower = self._followers.get(replica_id)
         if follower is None:
-            raise errors.UnknownServerError(f"{replica_id} is not a follower of {self}")
+            # Kafka answers such a fetch with no records; an error tells the broker why.
+            raise errors.NotLeaderOrFollower(
+                f"broker {replica_id} is not a replica of {self.topic}-{self.index} "
+                f"(replicas {list(self.replicas)})"
+            )
         now = self._settings.clock_ms()
         leader_end = self.log.log_end_offset if leader_leo is None else leader_leo
         leo = min(leo, self.log.log_end_offset)

@@ -375,9 +375,7 @@ class Handlers:
             else:
                 limit = max(min(part_max, budget - total), 0)
                 try:
-                    if replica_id >= 0 and partition.update_follower_end_offset(
-                        replica_id, offset
-                    ):
+                    if replica_id >= 0 and partition.update_follower_end_offset(replica_id, offset):
                         self.replicas.complete_delayed_requests((topic, part))
                     info = partition.read(offset, limit, isolation, min_one)
                 except Exception as exc:

@@ -8,6 +8,10 @@ Sessions are short (``SESSION`` seconds) so expiry tests are quick; the server's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -55,3 +59,49 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: s
             raise AssertionError(f"not true within {timeout}s: {what or condition}")
         await asyncio.sleep(0.01)
     return time.monotonic() - start
+
+
+OWNER_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from sluice.server.zk.client import ZkClient
+
+    async def main():
+        connect, session, path, data = sys.argv[1:5]
+        client = ZkClient(connect, session_timeout=float(session))
+        await client.start()
+        await client.create(path, data.encode(), ephemeral=True, make_parents=True)
+        print("SESSION", client.session_id, flush=True)
+        await asyncio.sleep(60)  # killed long before
+
+    asyncio.run(main())
+    """
+)
+
+
+@contextlib.asynccontextmanager
+async def ephemeral_owner(
+    connect: str, path: str, data: bytes = b"", session: float = SESSION
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """A separate process holding an ephemeral znode on a session of its own: kill -9 it to
+    leave the node behind until the session times out. Yields ``(process, session id)``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        OWNER_SCRIPT,
+        connect,
+        str(session),
+        path,
+        data.decode(),
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(20):  # structlog's default output comes first
+            while not (line := await proc.stdout.readline()).startswith(b"SESSION "):
+                assert line, "the owner process exited before creating its node"
+        yield proc, int(line.split()[1])
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +40,7 @@ from sluice.server.zk.errors import (
 )
 from sluice.testing.zookeeper import ZooKeeperServer
 
-from .conftest import SESSION, MakeClient, wait_for
+from .conftest import SESSION, MakeClient, ephemeral_owner, wait_for
 
 
 def test_split_connect_string() -> None:
@@ -169,8 +166,13 @@ async def test_watches_fire_once_on_the_loop_thread(zk: ZkClient) -> None:
     await zk.set("/w", b"1")
     await zk.set("/w", b"2")  # the data watch already fired: one-shot
     await zk.create("/w/new")
-    await wait_for(lambda: len(seen) >= 3, what="three watch events")
-    await asyncio.sleep(0.2)  # a fourth (wrong) event would have arrived by now
+    # A sentinel event last: ZooKeeper sends watch events in zxid order, so any (wrong) event
+    # for the second set would arrive before it.
+    sentinel = asyncio.Event()
+    await zk.exists("/sentinel", watch=lambda e: sentinel.set())
+    await zk.create("/sentinel")
+    async with asyncio.timeout(10):
+        await sentinel.wait()
     events = sorted((e.type.value, e.path) for e, _ in seen)
     assert events == [("CHANGED", "/w"), ("CHILD", "/w"), ("CREATED", "/w/new")]
     assert {thread for _, thread in seen} == {loop_thread}
@@ -228,40 +230,10 @@ async def test_connect_timeout_is_bounded() -> None:
     await client.close()
 
 
-KILLED_CLIENT = textwrap.dedent(
-    """
-    import asyncio, sys
-    from sluice.server.zk.client import ZkClient
-
-    async def main():
-        client = ZkClient(sys.argv[1], session_timeout=float(sys.argv[2]))
-        await client.start()
-        await client.create("/doomed", b"x", ephemeral=True)
-        print("SESSION", client.session_id, flush=True)
-        await asyncio.sleep(60)  # killed long before
-
-    asyncio.run(main())
-    """
-)
-
-
 async def test_ephemeral_of_a_killed_client_goes_after_the_session_timeout(
     zk: ZkClient, sluice_zookeeper_connect: str
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        KILLED_CLIENT,
-        sluice_zookeeper_connect,
-        str(SESSION),
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        async with asyncio.timeout(20):  # structlog's default output comes first
-            while not (line := await proc.stdout.readline()).startswith(b"SESSION "):
-                assert line, "the client exited before creating its node"
-        session_id = int(line.split()[1])
+    async with ephemeral_owner(sluice_zookeeper_connect, "/doomed") as (proc, session_id):
         _, stat = await zk.get("/doomed")
         assert stat.ephemeral_owner == session_id
         deleted = asyncio.Event()
@@ -271,10 +243,6 @@ async def test_ephemeral_of_a_killed_client_goes_after_the_session_timeout(
         async with asyncio.timeout(10):
             await deleted.wait()
         elapsed = time.monotonic() - killed_at
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
     # Gone once the server's session timeout ran out: not before (a live session keeps it)...
     assert elapsed > SESSION * 0.5
     # ...and soon after (the server's session tracker works in ticks of 100 ms).
@@ -410,3 +378,55 @@ async def test_session_survives_a_zookeeper_restart(
         assert (await client.get("/per"))[0] == b"p"
     finally:
         await client.close()
+
+
+async def test_watch_data_follows_a_znode_across_a_session_expiry(
+    make_client: MakeClient, sluice_zookeeper: ZooKeeperServer
+) -> None:
+    follower = await make_client()
+    writer = await make_client()
+    seen: list[bytes | None] = []
+    watcher = follower.watch_data("/cfg", lambda v: seen.append(None if v is None else v[0]))
+    await wait_for(lambda: seen == [None], what="absent at first")
+    await writer.create("/cfg", b"1")
+    await wait_for(lambda: seen[-1] == b"1", what="created")
+    await writer.set("/cfg", b"2")
+    await wait_for(lambda: seen[-1] == b"2", what="changed")
+
+    # The follower's session expires (its watches go with it); a change made meanwhile is seen
+    # once it is back on a new session.
+    client_id = follower.client_id
+    assert client_id is not None
+    await asyncio.to_thread(sluice_zookeeper.expire_session, *client_id)
+    await writer.set("/cfg", b"3")
+    await wait_for(lambda: seen[-1] == b"3", what="the change made while away")
+    await writer.delete("/cfg")
+    await wait_for(lambda: seen[-1] is None, what="deleted")
+    assert seen == [None, b"1", b"2", b"3", None]  # each value once, in order
+    assert watcher.deliveries == 5
+
+    watcher.cancel()
+    await wait_for(lambda: watcher.done, what="the watcher stopped")
+    await writer.create("/cfg", b"4")
+    assert watcher.deliveries == 5
+
+
+async def test_watch_children_with_an_async_callback(make_client: MakeClient) -> None:
+    follower = await make_client()
+    writer = await make_client()
+    seen: list[list[str] | None] = []
+
+    async def record(children: list[str] | None) -> None:
+        await asyncio.sleep(0)  # a coroutine callback is awaited before the next delivery
+        seen.append(children)
+
+    follower.watch_children("/ids", record)
+    await wait_for(lambda: seen == [None], what="no parent yet")
+    await writer.create("/ids")
+    await wait_for(lambda: seen[-1] == [], what="the parent")
+    await writer.create("/ids/2", ephemeral=True)
+    await writer.create("/ids/1")
+    await wait_for(lambda: seen[-1] == ["1", "2"], what="two children")
+    await writer.close()  # its ephemeral child goes
+    await wait_for(lambda: seen[-1] == ["1"], what="the ephemeral child gone")
+    await follower.close()  # closing the client stops its watchers

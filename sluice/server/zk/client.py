@@ -28,6 +28,12 @@ watch when the connection drops (it does not re-send them on reconnect) and says
 each watcher with ``EventType.DISCONNECTED``; a caller that keeps watching re-reads with a new
 watch once CONNECTED again (:mod:`sluice.server.zk.kafka_zk` does).
 
+For state a caller keeps following, :meth:`ZkClient.watch_children` and
+:meth:`ZkClient.watch_data` do the re-arming: they call back with the current value at once and
+after every change, re-reading after a connection drop (a change missed while disconnected is
+seen then) until cancelled. Values are delivered in order, one at a time; an unchanged value is
+not delivered twice.
+
 Requests wait at most ``request_timeout`` seconds (:class:`ConnectionLossError` after that: the
 outcome is unknown, as for any connection loss). The chroot of the connect string
 (``host:port/chroot``) is created if missing, like Kafka's broker does at start-up.
@@ -61,6 +67,7 @@ from .errors import (
 __all__ = [
     "CheckOp",
     "CreateOp",
+    "DataCallback",
     "DeleteOp",
     "EventType",
     "Op",
@@ -69,6 +76,7 @@ __all__ = [
     "SetDataOp",
     "WatchCallback",
     "WatchEvent",
+    "Watcher",
     "ZkClient",
     "ZnodeStat",
     "split_connect_string",
@@ -111,6 +119,9 @@ class WatchEvent:
 
 WatchCallback = Callable[[WatchEvent], Awaitable[None] | None]
 SessionCallback = Callable[[SessionEvent], Awaitable[None] | None]
+ChildrenCallback = Callable[[list[str] | None], Awaitable[None] | None]
+#: ``(data, stat)`` of the znode, or None while it does not exist.
+DataCallback = Callable[["tuple[bytes, ZnodeStat] | None"], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +248,10 @@ class ZkClient:
         return self._state
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def session_id(self) -> int | None:
         """The current session's id (the ``ephemeral_owner`` of the znodes it creates)."""
         return self._session_id
@@ -310,6 +325,7 @@ class ZkClient:
         if self._closed:
             return
         self._closed = True
+        self._state = SessionState.LOST
         self._connected.clear()
         await self._stop_kazoo()
         for task in list(self._tasks):
@@ -427,6 +443,50 @@ class ZkClient:
         raw = await self._request(None, send)
         return _multi_results(ops, raw)
 
+    # --- continuous watches -----------------------------------------------------------------
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> Watcher:
+        """Follow ``path``'s children: ``callback(sorted names)`` now and after every change,
+        ``callback(None)`` while ``path`` does not exist. Cancel with ``watcher.cancel()``."""
+
+        async def read(fired: WatchCallback) -> list[str] | None:
+            try:
+                return sorted(await self.get_children(path, watch=fired))
+            except NoNodeError:
+                if await self.exists(path, watch=fired) is not None:
+                    return await read(fired)  # created in between: read it
+                return None
+
+        return self._follow(path, read, callback)
+
+    def watch_data(self, path: str, callback: DataCallback) -> Watcher:
+        """Follow ``path``'s data: ``callback((data, stat))`` now and after every change,
+        ``callback(None)`` while it does not exist. Cancel with ``watcher.cancel()``."""
+
+        async def read(fired: WatchCallback) -> tuple[bytes, ZnodeStat] | None:
+            try:
+                return await self.get(path, watch=fired)
+            except NoNodeError:
+                if await self.exists(path, watch=fired) is not None:
+                    return await read(fired)
+                return None
+
+        return self._follow(path, read, callback)
+
+    def _follow(
+        self,
+        path: str,
+        read: Callable[[WatchCallback], Awaitable[Any]],
+        callback: Callable[[Any], Awaitable[None] | None],
+    ) -> Watcher:
+        if self._closed or self._loop is None:
+            raise ClientClosedError(path=path)
+        watcher = Watcher(self, path, read, callback)
+        watcher._task = self._loop.create_task(watcher._run(), name=f"zk-watch {path}")
+        self._tasks.add(watcher._task)
+        watcher._task.add_done_callback(self._tasks.discard)
+        return watcher
+
     # --- plumbing ---------------------------------------------------------------------------
 
     async def _request(self, path: str | None, send: Callable[[Any], Any]) -> Any:
@@ -437,14 +497,6 @@ class ZkClient:
         loop = self._loop
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(ok: bool, value: Any) -> None:  # on the loop
-            if future.done():  # timed out or cancelled meanwhile
-                return
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
 
         def completed(result: Any) -> None:  # on a kazoo thread
             try:
@@ -457,7 +509,7 @@ class ZkClient:
                 else:
                     outcome = (False, exc)
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(settle, *outcome)
+                loop.call_soon_threadsafe(_settle, future, *outcome)
 
         send(self._kz).rawlink(completed)
         try:
@@ -541,20 +593,13 @@ class ZkClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
-        def settle(ok: bool, value: Any) -> None:
-            if not future.done():
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
-
         def run() -> None:
             try:
                 outcome: tuple[bool, Any] = (True, fn())
             except BaseException as exc:
                 outcome = (False, exc)
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, *outcome)
+                loop.call_soon_threadsafe(_settle, future, *outcome)
 
         threading.Thread(target=run, name="sluice-zk-blocking", daemon=True).start()
         try:
@@ -562,6 +607,80 @@ class ZkClient:
                 return await future
         except TimeoutError:
             raise ZkConnectionError(f"ZooKeeper client call did not finish in {timeout}s") from None
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Complete ``future`` on the loop with a result or exception from another thread, unless
+    it timed out or was cancelled meanwhile."""
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class Watcher:
+    """A continuous watch made by :meth:`ZkClient.watch_children` / :meth:`ZkClient.watch_data`.
+
+    One task per watcher: read with a one-shot watch, deliver if the value changed, wait for
+    the watch to fire, repeat. A connection problem (a failed read, a watch dropped with the
+    connection) waits for CONNECTED and reads again. Stops when cancelled or the client closes.
+    """
+
+    def __init__(
+        self,
+        client: ZkClient,
+        path: str,
+        read: Callable[[WatchCallback], Awaitable[Any]],
+        callback: Callable[[Any], Awaitable[None] | None],
+    ) -> None:
+        self.client = client
+        self.path = path
+        self._read = read
+        self._callback = callback
+        self._task: asyncio.Task[None] | None = None
+        #: Values delivered so far (for tests and diagnostics).
+        self.deliveries = 0
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    @property
+    def done(self) -> bool:
+        """Stopped (cancelled, or the client closed): no more deliveries."""
+        return self._task is not None and self._task.done()
+
+    async def _run(self) -> None:
+        unset = object()
+        last: Any = unset
+        with contextlib.suppress(ClientClosedError):
+            while True:
+                fired = asyncio.Event()
+
+                def on_fire(event: WatchEvent, fired: asyncio.Event = fired) -> None:
+                    fired.set()
+
+                try:
+                    value = await self._read(on_fire)
+                except ClientClosedError:
+                    return
+                except ZkConnectionError:
+                    await self.client.wait_connected()
+                    continue
+                if value != last:
+                    last = value
+                    self.deliveries += 1
+                    try:
+                        result = self._callback(value)
+                        if inspect.isawaitable(result):
+                            await result
+                    except Exception:
+                        log.exception("zookeeper watch callback failed", path=self.path)
+                await fired.wait()
+                if self.client.state is not SessionState.CONNECTED:
+                    await self.client.wait_connected()
 
 
 def _multi_results(ops: Sequence[Op], raw: list[Any]) -> list[OpResult]:

@@ -27,11 +27,13 @@ __all__ = [
     "BadVersionError",
     "ClientClosedError",
     "ConnectionLossError",
+    "ControllerMovedError",
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",
     "SessionExpiredError",
     "ZkConnectionError",
+    "ZkDataError",
     "ZkError",
 ]
 
@@ -51,6 +53,7 @@ class ZkError(SluiceError):
         if op_index is not None:
             detail = f"{detail} (operation {op_index} of the multi)"
         super().__init__(detail)
+        self.message = message
         self.path = path
         self.op_index = op_index
 
@@ -131,3 +134,14 @@ def translate(
         path=path,
         op_index=op_index,
     )
+
+
+class ZkDataError(ZkError, ValueError):
+    """A znode's content does not follow Kafka's format (bad JSON, a missing or mistyped field,
+    an unsupported version). Raised by the codecs of :mod:`sluice.server.zk.data`."""
+
+
+class ControllerMovedError(ZkError):
+    """A controller's write was fenced: ``/controller_epoch`` is no longer at the zkVersion this
+    controller's election left it at, so another broker has become controller since (Kafka's
+    ``ControllerMovedException``). Nothing was written; the caller resigns."""

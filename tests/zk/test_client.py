@@ -322,7 +322,9 @@ async def test_a_paused_zookeeper_never_blocks_the_loop(
         except ZkConnectionError:
             pass
         assert len(gaps) > 50
-        assert max(gaps) < 0.25, f"the loop stalled for {max(gaps):.3f}s"
+        # A blocking call would stall the loop until the connection timed out (2/3 of the
+        # session: ~0.67 s); scheduling noise on a busy machine stays well below that.
+        assert max(gaps) < 0.5, f"the loop stalled for {max(gaps):.3f}s"
         assert SessionState.SUSPENDED in [e.state for e in events]
         assert (await client.get("/p"))[0] == b"before"
     finally:

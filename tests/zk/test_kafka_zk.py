@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sluice.protocol.structs import TopicPartition
-from sluice.server.zk.client import CreateOp, SessionState, ZkClient, ZnodeStat
+from sluice.server.zk.client import CreateOp, SessionEvent, SessionState, ZkClient, ZnodeStat
 from sluice.server.zk.data import (
     CONTROLLER_EPOCH_PATH,
     PERSISTENT_PATHS,
@@ -137,6 +137,31 @@ async def test_register_broker_waits_for_a_previous_session_to_expire(
     assert stat.ephemeral_owner == kzk.zk.session_id != old_session
     assert epoch == stat.czxid
     assert 0.3 < waited < 5.0
+
+
+async def test_broker_re_registers_on_a_new_session_after_expiry(
+    make_client: MakeClient, sluice_zookeeper: ZooKeeperServer
+) -> None:
+    kzk = await kafka_zk(make_client)
+    epochs = [await kzk.register_broker(broker(1))]
+    reregistered = asyncio.Event()
+
+    async def on_session(event: SessionEvent) -> None:
+        # What the broker does on SessionEvent(new_session=True): register again.
+        if event.state is SessionState.CONNECTED and event.new_session:
+            epochs.append(await kzk.register_broker(broker(1)))
+            reregistered.set()
+
+    kzk.zk.add_session_listener(on_session)
+    client_id = kzk.zk.client_id
+    assert client_id is not None
+    await asyncio.to_thread(sluice_zookeeper.expire_session, *client_id)
+    async with asyncio.timeout(10):
+        await reregistered.wait()
+    info = await kzk.get_broker(1)
+    assert info is not None and info.epoch == epochs[1] > epochs[0]
+    _, stat = await kzk.zk.get(broker_path(1))
+    assert stat.ephemeral_owner == kzk.zk.session_id != client_id[0]
 
 
 async def test_watch_brokers_follows_registrations(make_client: MakeClient) -> None:

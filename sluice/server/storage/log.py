@@ -552,11 +552,13 @@ class Log:
         """Apply the topic settings that rewrite or refuse a producer's batches (Kafka's
         ``LogValidator``), before the usual append path validates and places them:
 
-        1. each batch is validated deeply (every record walked: the records are re-encoded or
-           their timestamps read anyway), with the errors the usual path gives;
+        1. each batch is validated as on the usual path (a compressed one is decompressed and
+           its record framing skimmed), with the same errors; recompressing keeps the records
+           section byte for byte, so no record needs decoding for it;
         2. with a ``message.timestamp.{before,after}.max.ms`` bound (or the older
-           ``difference`` one) under CreateTime, a record whose timestamp is further than
-           that from the broker's clock fails the request with INVALID_TIMESTAMP;
+           ``difference`` one) under CreateTime, every record is decoded and one whose
+           timestamp is further than that from the broker's clock fails the request with
+           INVALID_TIMESTAMP;
         3. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
            that one (:func:`~sluice.protocol.records.recompress_batch`, the topic's level).
 
@@ -582,7 +584,7 @@ class Log:
             batch = view[position:end]
             try:
                 header = rec.validate_batch(
-                    batch, max_batch_size=config.max_message_bytes, from_client=True, deep=True
+                    batch, max_batch_size=config.max_message_bytes, from_client=True
                 )
                 if check_time:
                     for ts in rec.decode_batch_columns(batch).timestamps:

@@ -564,7 +564,7 @@ class Log:
 
         Returns a private copy of the request, so the caller may rewrite it in place. Only
         called when :attr:`LogConfig.conform_on_append`: the default (``producer``, no bounds)
-        never comes here.
+        never comes here (produce figures with and without: bench/NOTES.md).
         """
         codec = config.target_codec
         before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms

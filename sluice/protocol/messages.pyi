@@ -896,6 +896,266 @@ class DeleteGroupsResponse(ResponseMessage):
         self, *, throttle_time_ms: int = ..., results: list[DeletableGroupResult] = ...
     ) -> None: ...
 
+class DescribeConfigsRequest(RequestMessage[DescribeConfigsResponse]):
+    class DescribeConfigsResource(Message):
+        resource_type: int
+        resource_name: str
+        configuration_keys: list[str] | None
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configuration_keys: list[str] | None = ...,
+        ) -> None: ...
+
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+    def __init__(
+        self,
+        *,
+        resources: list[DescribeConfigsResource] = ...,
+        include_synonyms: bool = ...,
+        include_documentation: bool = ...,
+    ) -> None: ...
+
+class DescribeConfigsResponse(ResponseMessage):
+    class DescribeConfigsResult(Message):
+        class DescribeConfigsResourceResult(Message):
+            class DescribeConfigsSynonym(Message):
+                name: str
+                value: str | None
+                source: int
+                def __init__(
+                    self, *, name: str = ..., value: str | None = ..., source: int = ...
+                ) -> None: ...
+
+            name: str
+            value: str | None
+            read_only: bool
+            is_default: bool
+            config_source: int
+            is_sensitive: bool
+            synonyms: list[DescribeConfigsSynonym]
+            config_type: int
+            documentation: str | None
+            def __init__(
+                self,
+                *,
+                name: str = ...,
+                value: str | None = ...,
+                read_only: bool = ...,
+                is_default: bool = ...,
+                config_source: int = ...,
+                is_sensitive: bool = ...,
+                synonyms: list[DescribeConfigsSynonym] = ...,
+                config_type: int = ...,
+                documentation: str | None = ...,
+            ) -> None: ...
+
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        configs: list[DescribeConfigsResourceResult]
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[DescribeConfigsResourceResult] = ...,
+        ) -> None: ...
+
+    DescribeConfigsResourceResult: TypeAlias = DescribeConfigsResult.DescribeConfigsResourceResult
+    DescribeConfigsSynonym: TypeAlias = DescribeConfigsResourceResult.DescribeConfigsSynonym
+    throttle_time_ms: int
+    results: list[DescribeConfigsResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., results: list[DescribeConfigsResult] = ...
+    ) -> None: ...
+
+class AlterConfigsRequest(RequestMessage[AlterConfigsResponse]):
+    class AlterConfigsResource(Message):
+        class AlterableConfig(Message):
+            name: str
+            value: str | None
+            def __init__(self, *, name: str = ..., value: str | None = ...) -> None: ...
+
+        resource_type: int
+        resource_name: str
+        configs: list[AlterableConfig]
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[AlterableConfig] = ...,
+        ) -> None: ...
+
+    AlterableConfig: TypeAlias = AlterConfigsResource.AlterableConfig
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+    def __init__(
+        self, *, resources: list[AlterConfigsResource] = ..., validate_only: bool = ...
+    ) -> None: ...
+
+class AlterConfigsResponse(ResponseMessage):
+    class AlterConfigsResourceResponse(Message):
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    responses: list[AlterConfigsResourceResponse]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., responses: list[AlterConfigsResourceResponse] = ...
+    ) -> None: ...
+
+class IncrementalAlterConfigsRequest(RequestMessage[IncrementalAlterConfigsResponse]):
+    class AlterConfigsResource(Message):
+        class AlterableConfig(Message):
+            name: str
+            config_operation: int
+            value: str | None
+            def __init__(
+                self, *, name: str = ..., config_operation: int = ..., value: str | None = ...
+            ) -> None: ...
+
+        resource_type: int
+        resource_name: str
+        configs: list[AlterableConfig]
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[AlterableConfig] = ...,
+        ) -> None: ...
+
+    AlterableConfig: TypeAlias = AlterConfigsResource.AlterableConfig
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+    def __init__(
+        self, *, resources: list[AlterConfigsResource] = ..., validate_only: bool = ...
+    ) -> None: ...
+
+class IncrementalAlterConfigsResponse(ResponseMessage):
+    class AlterConfigsResourceResponse(Message):
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    responses: list[AlterConfigsResourceResponse]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., responses: list[AlterConfigsResourceResponse] = ...
+    ) -> None: ...
+
+class OffsetDeleteRequest(RequestMessage[OffsetDeleteResponse]):
+    class OffsetDeleteRequestTopic(Message):
+        class OffsetDeleteRequestPartition(Message):
+            partition_index: int
+            def __init__(self, *, partition_index: int = ...) -> None: ...
+
+        name: str
+        partitions: list[OffsetDeleteRequestPartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[OffsetDeleteRequestPartition] = ...
+        ) -> None: ...
+
+    OffsetDeleteRequestPartition: TypeAlias = OffsetDeleteRequestTopic.OffsetDeleteRequestPartition
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]
+    def __init__(
+        self, *, group_id: str = ..., topics: list[OffsetDeleteRequestTopic] = ...
+    ) -> None: ...
+
+class OffsetDeleteResponse(ResponseMessage):
+    class OffsetDeleteResponseTopic(Message):
+        class OffsetDeleteResponsePartition(Message):
+            partition_index: int
+            error_code: int
+            def __init__(self, *, partition_index: int = ..., error_code: int = ...) -> None: ...
+
+        name: str
+        partitions: list[OffsetDeleteResponsePartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[OffsetDeleteResponsePartition] = ...
+        ) -> None: ...
+
+    OffsetDeleteResponsePartition: TypeAlias = (
+        OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
+    )
+    error_code: int
+    throttle_time_ms: int
+    topics: list[OffsetDeleteResponseTopic]
+    def __init__(
+        self,
+        *,
+        error_code: int = ...,
+        throttle_time_ms: int = ...,
+        topics: list[OffsetDeleteResponseTopic] = ...,
+    ) -> None: ...
+
+class DescribeClusterRequest(RequestMessage[DescribeClusterResponse]):
+    include_cluster_authorized_operations: bool
+    endpoint_type: int
+    def __init__(
+        self, *, include_cluster_authorized_operations: bool = ..., endpoint_type: int = ...
+    ) -> None: ...
+
+class DescribeClusterResponse(ResponseMessage):
+    class DescribeClusterBroker(Message):
+        broker_id: int
+        host: str
+        port: int
+        rack: str | None
+        def __init__(
+            self, *, broker_id: int = ..., host: str = ..., port: int = ..., rack: str | None = ...
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    endpoint_type: int
+    cluster_id: str
+    controller_id: int
+    brokers: list[DescribeClusterBroker]
+    cluster_authorized_operations: int
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        endpoint_type: int = ...,
+        cluster_id: str = ...,
+        controller_id: int = ...,
+        brokers: list[DescribeClusterBroker] = ...,
+        cluster_authorized_operations: int = ...,
+    ) -> None: ...
+
 REQUEST_HEADER: StructSchema[RequestHeader]
 RESPONSE_HEADER: StructSchema[ResponseHeader]
 Produce: Api[ProduceRequest, ProduceResponse]
@@ -916,5 +1176,10 @@ CreateTopics: Api[CreateTopicsRequest, CreateTopicsResponse]
 DeleteTopics: Api[DeleteTopicsRequest, DeleteTopicsResponse]
 DeleteRecords: Api[DeleteRecordsRequest, DeleteRecordsResponse]
 InitProducerId: Api[InitProducerIdRequest, InitProducerIdResponse]
+DescribeConfigs: Api[DescribeConfigsRequest, DescribeConfigsResponse]
+AlterConfigs: Api[AlterConfigsRequest, AlterConfigsResponse]
+IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse]
 DeleteGroups: Api[DeleteGroupsRequest, DeleteGroupsResponse]
+OffsetDelete: Api[OffsetDeleteRequest, OffsetDeleteResponse]
+DescribeCluster: Api[DescribeClusterRequest, DescribeClusterResponse]
 APIS: dict[int, Api[Any, Any]]

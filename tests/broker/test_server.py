@@ -37,10 +37,13 @@ GROUP_APIS = {
         m.DescribeGroups,
         m.ListGroups,
         m.DeleteGroups,
+        m.OffsetDelete,
     )
 }  # sluice.server.group.coordinator
+ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfigs.key,
+              m.DescribeCluster.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
-          DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS}  # fmt: skip
+          DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS, *ADMIN_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

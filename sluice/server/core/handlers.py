@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sluice.protocol import errors
+from sluice.protocol import acl, errors
 from sluice.protocol import messages as m
 from sluice.protocol.framing import (
     UnsupportedVersionError,
@@ -31,6 +31,7 @@ from sluice.protocol.framing import (
     unsupported_version_response,
 )
 from sluice.protocol.messages import RequestHeader
+from sluice.server.core.config_resources import ConfigResources
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 log = get_logger("sluice.handlers")
 
 CLUSTER_ID = "sluice-single-node"
-NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
@@ -83,6 +83,7 @@ class Handlers:
         self.groups = groups
         self.producer_ids = producer_ids
         self.metrics = metrics
+        self.config_resources = ConfigResources(config, replicas.logs)
         self._stopping = False
         advertised = config.advertised_listener
         self._advertised = (advertised.host, advertised.port)
@@ -106,6 +107,11 @@ class Handlers:
             m.ListGroups.key: self.list_groups,
             m.DescribeGroups.key: self.describe_groups,
             m.DeleteGroups.key: self.delete_groups,
+            m.OffsetDelete.key: self.offset_delete,
+            m.DescribeConfigs.key: self.describe_configs,
+            m.AlterConfigs.key: self.alter_configs,
+            m.IncrementalAlterConfigs.key: self.incremental_alter_configs,
+            m.DescribeCluster.key: self.describe_cluster,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
@@ -173,6 +179,17 @@ class Handlers:
         existing = self.logs.topics()
         names = sorted(existing) if body.topics is None else [t.name for t in body.topics]
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
+        # v8+: without an authorizer, every operation a resource supports (Kafka's AuthHelper).
+        topic_ops = (
+            acl.TOPIC_AUTHORIZED
+            if body.include_topic_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
+        cluster_ops = (
+            acl.CLUSTER_AUTHORIZED
+            if body.include_cluster_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
         topics = []
         for name in names:
             error = 0
@@ -196,7 +213,7 @@ class Handlers:
                     name=name,
                     is_internal=name == OFFSETS_TOPIC,
                     partitions=partitions,
-                    topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                    topic_authorized_operations=topic_ops,
                 )
             )
         return cls(
@@ -205,7 +222,7 @@ class Handlers:
             cluster_id=CLUSTER_ID,
             controller_id=node,
             topics=topics,
-            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            cluster_authorized_operations=cluster_ops,
         )
 
     def _partition_metadata(
@@ -771,13 +788,13 @@ class Handlers:
         group_cls = m.DescribeGroupsResponse.DescribedGroup
         member_cls = m.DescribeGroupsResponse.DescribedGroupMember
         described = []
+        ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
         for group_id in body.groups:
             group = self.groups.describe_group(group_id)
             if group is None:
                 # Kafka (v0-5): an unknown group is described as Dead, without an error.
-                described.append(
-                    group_cls(error_code=0, group_id=group_id, group_state="Dead", members=[])
-                )
+                described.append(group_cls(error_code=0, group_id=group_id, group_state="Dead",
+                                           members=[], authorized_operations=ops))  # fmt: skip
                 continue
             stable = group.state.value == "Stable"
             protocol = group.protocol_name or ""
@@ -799,6 +816,7 @@ class Handlers:
                         )
                         for m in group.members.values()
                     ],
+                    authorized_operations=ops,
                 )
             )
         return cls(throttle_time_ms=0, groups=described)
@@ -815,4 +833,78 @@ class Handlers:
                 result_cls(group_id=g, error_code=c)
                 for g, c in zip(body.groups_names, codes, strict=True)
             ],
+        )
+
+    def offset_delete(
+        self, header: RequestHeader, body: m.OffsetDeleteRequest
+    ) -> m.OffsetDeleteResponse:
+        """OffsetDelete (47): a partition of a topic that does not exist is
+        UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis check); the rest is the coordinator's."""
+        cls = m.OffsetDeleteResponse
+        topic_cls = m.OffsetDeleteResponse.OffsetDeleteResponseTopic
+        part_cls = m.OffsetDeleteResponse.OffsetDeleteResponsePartition
+        existing = self.logs.topics()
+        codes: dict[tuple[str, int], int] = {}
+        known: list[tuple[str, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if 0 <= p.partition_index < existing.get(t.name, 0):
+                    known.append(tp)
+                else:
+                    codes[tp] = errors.UnknownTopicOrPartition.code
+        group_code, found = self.groups.delete_offsets(body.group_id, known)
+        if group_code:
+            return cls(error_code=group_code, throttle_time_ms=0, topics=[])
+        codes.update(found)
+        topics: dict[str, list[m.OffsetDeleteResponse.OffsetDeleteResponsePartition]] = {}
+        for (topic, part), code in codes.items():
+            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+        listed = [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
+        return cls(error_code=0, throttle_time_ms=0, topics=listed)
+
+    # --- Configs (32, 33, 44): sluice.server.core.config_resources -------------------------------
+
+    def describe_configs(
+        self, header: RequestHeader, body: m.DescribeConfigsRequest
+    ) -> m.DescribeConfigsResponse:
+        return self.config_resources.describe(body, header.api_version)
+
+    def alter_configs(
+        self, header: RequestHeader, body: m.AlterConfigsRequest
+    ) -> m.AlterConfigsResponse:
+        return self.config_resources.alter(body)
+
+    def incremental_alter_configs(
+        self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
+    ) -> m.IncrementalAlterConfigsResponse:
+        return self.config_resources.incremental_alter(body)
+
+    # --- DescribeCluster (60) --------------------------------------------------------------------
+
+    def describe_cluster(
+        self, header: RequestHeader, body: m.DescribeClusterRequest
+    ) -> m.DescribeClusterResponse:
+        """What Kafka's admin clients use for brokers, controller and cluster id (KIP-700). This
+        broker is all three; it serves broker endpoints only (v1 ``endpoint_type`` 1)."""
+        cls = m.DescribeClusterResponse
+        node = self.config.node_id
+        if body.endpoint_type != 1:
+            return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
+                       error_message="this is a broker endpoint", cluster_id=CLUSTER_ID,
+                       controller_id=-1, brokers=[])  # fmt: skip
+        host, port = self._advertised
+        ops = (
+            acl.CLUSTER_AUTHORIZED
+            if body.include_cluster_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
+        return cls(
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            cluster_id=CLUSTER_ID,
+            controller_id=node,
+            brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)],
+            cluster_authorized_operations=ops,
         )

@@ -446,10 +446,18 @@ class Partition:
         self.partition_epoch = partition_epoch
         return self.maybe_increment_high_watermark()
 
-    def append_as_leader(self, records: Any) -> AppendInfo:
-        """Append a producer's batches (stamped with the leader epoch), then maybe advance HW."""
+    def append_as_leader(self, records: Any, required_acks: int = 1) -> AppendInfo:
+        """Append a producer's batches (stamped with the leader epoch), then maybe advance HW.
+
+        ``acks=-1`` with fewer in-sync replicas than the topic's ``min.insync.replicas``
+        writes nothing: NOT_ENOUGH_REPLICAS (Kafka's ``Partition.appendRecordsToLeader``)."""
         if self.leader_id != self.local_id:
             raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
+        if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
+            raise errors.NotEnoughReplicas(
+                f"{self.topic}-{self.index}: {len(self.isr)} in-sync replicas, "
+                f"min.insync.replicas is {self.log.config.min_insync_replicas}"
+            )
         info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
         self.maybe_increment_high_watermark()
         return info
@@ -887,7 +895,7 @@ class ReplicaManager:
                     results.append(AppendResult(topic, index, code, message, None, -1))
                     continue
             try:
-                info = partition.append_as_leader(records)
+                info = partition.append_as_leader(records, acks)
             except errors.KafkaError as exc:
                 log.info("produce rejected", topic=topic, partition=index, error=str(exc))
                 results.append(AppendResult(topic, index, exc.code, str(exc), None, -1))

@@ -24,6 +24,7 @@ from sluice.protocol.errors import (
     CorruptRecordError,
     InvalidRecord,
     InvalidRequest,
+    InvalidTimestamp,
     OffsetOutOfRange,
     RecordListTooLarge,
     UnknownTopicOrPartition,
@@ -39,7 +40,7 @@ from sluice.server.storage.layout import (
     parse_partition_dir,
     segment_file_names,
 )
-from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.log_config import LONG_MAX, LogConfig
 from sluice.server.storage.producer_state import (
     ProducerStateManager,
     delete_snapshots_above,
@@ -490,8 +491,12 @@ class Log:
         if self._closed:
             self._check_open()
         view = memoryview(records).cast("B")
-        total = len(view)
         config = self._config
+        if config.conform_on_append and len(view):
+            # compression.type / timestamp bounds: a private, conformed copy (so in place).
+            view = self._conform(view, config)
+            in_place = True
+        total = len(view)
         if total == 0:
             raise InvalidRecord("produce request without any record batch")
         if total > config.segment_bytes:
@@ -542,6 +547,60 @@ class Log:
             offsets += header.last_offset_delta + 1
             position = end
         return self._append_general(view, total, headers, offsets, leader_epoch, in_place)
+
+    def _conform(self, view: memoryview, config: LogConfig) -> memoryview:
+        """Apply the topic settings that rewrite or refuse a producer's batches (Kafka's
+        ``LogValidator``), before the usual append path validates and places them:
+
+        1. each batch is validated as on the usual path (a compressed one is decompressed and
+           its record framing skimmed), with the same errors; recompressing keeps the records
+           section byte for byte, so no record needs decoding for it;
+        2. with a ``message.timestamp.{before,after}.max.ms`` bound (or the older
+           ``difference`` one) under CreateTime, every record is decoded and one whose
+           timestamp is further than that from the broker's clock fails the request with
+           INVALID_TIMESTAMP;
+        3. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
+           that one (:func:`~sluice.protocol.records.recompress_batch`, the topic's level).
+
+        Returns a private copy of the request, so the caller may rewrite it in place. Only
+        called when :attr:`LogConfig.conform_on_append`: the default (``producer``, no bounds)
+        never comes here (produce figures with and without: bench/NOTES.md).
+        """
+        codec = config.target_codec
+        before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+        check_time = min(before, after) < LONG_MAX and not config.log_append_time
+        now = self._clock()
+        out = bytearray()
+        position, total = 0, len(view)
+        while position < total:
+            if total - position < rec.LOG_OVERHEAD:
+                raise CorruptMessage(f"{total - position} stray bytes after the last batch")
+            (length,) = _I32.unpack_from(view, position + rec.LENGTH_OFFSET)
+            end = position + rec.LOG_OVERHEAD + length
+            if length < rec.MIN_BATCH_LENGTH or end > total:
+                raise CorruptMessage(
+                    f"batchLength {length} at byte {position} does not match the bytes present"
+                )
+            batch = view[position:end]
+            try:
+                header = rec.validate_batch(
+                    batch, max_batch_size=config.max_message_bytes, from_client=True
+                )
+                if check_time:
+                    for ts in rec.decode_batch_columns(batch).timestamps:
+                        if ts != rec.NO_TIMESTAMP and (now - ts > before or ts - now > after):
+                            raise InvalidTimestamp(
+                                f"timestamp {ts} of a record is out of range: it must be within "
+                                f"[{now} - {before}, {now} + {after}]"
+                            )
+                if codec is not None and header.compression != codec:
+                    out += rec.recompress_batch(batch, codec, config.target_level)
+                else:
+                    out += batch
+            except CorruptRecordError as exc:
+                raise rec.kafka_error_for(exc)(str(exc)) from exc
+            position = end
+        return memoryview(out)
 
     def _append_general(
         self,

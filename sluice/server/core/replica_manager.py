@@ -113,7 +113,7 @@ class ReplicationSettings:
     ) -> None:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas: Callable[[Partition], int] = min_insync_replicas or (
-            lambda partition: 1
+            lambda partition: partition.log.config.min_insync_replicas
         )
         self.clock_ms = clock_ms
         self.propose_isr: Callable[[Partition, tuple[int, ...]], None] | None = None
@@ -453,11 +453,13 @@ class Partition:
         writes nothing: NOT_ENOUGH_REPLICAS (Kafka's ``Partition.appendRecordsToLeader``)."""
         if self.leader_id != self.local_id:
             raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
-        if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
-            raise errors.NotEnoughReplicas(
-                f"{self.topic}-{self.index}: {len(self.isr)} in-sync replicas, "
-                f"min.insync.replicas is {self.log.config.min_insync_replicas}"
-            )
+        if required_acks == -1:
+            min_isr = self.min_insync_replicas
+            if len(self.isr) < min_isr:
+                raise errors.NotEnoughReplicas(
+                    f"{self.topic}-{self.index}: the ISR {list(self.isr)} is smaller than "
+                    f"min.insync.replicas={min_isr}"
+                )
         info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
         self.maybe_increment_high_watermark()
         return info
@@ -884,16 +886,6 @@ class ReplicaManager:
                 code = errors.InvalidRecord.code
                 results.append(AppendResult(topic, index, code, "no records", None, -1))
                 continue
-            if acks == -1 and partition.is_leader:
-                min_isr = partition.min_insync_replicas
-                if len(partition.isr) < min_isr:
-                    code = errors.NotEnoughReplicas.code
-                    message = (
-                        f"the ISR {list(partition.isr)} is smaller than "
-                        f"min.insync.replicas={min_isr}"
-                    )
-                    results.append(AppendResult(topic, index, code, message, None, -1))
-                    continue
             try:
                 info = partition.append_as_leader(records, acks)
             except errors.KafkaError as exc:

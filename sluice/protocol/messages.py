@@ -497,6 +497,34 @@ InitProducerId = api(
     ],
 )
 
+OffsetForLeaderEpoch = api(
+    23, "OffsetForLeaderEpoch", versions="0-3", flexible="4+",
+    request=[
+        # -2 (the default, and what v0-2 mean): a debugging client; -1 a consumer; >= 0 a broker.
+        F("replica_id", "int32", "3+", default=-2),
+        F("topics", "[]OffsetForLeaderTopic", fields=[
+            F("topic", "string"),
+            F("partitions", "[]OffsetForLeaderPartition", fields=[
+                F("partition", "int32"),
+                F("current_leader_epoch", "int32", "2+", default=-1),
+                F("leader_epoch", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]OffsetForLeaderTopicResult", fields=[
+            F("topic", "string"),
+            F("partitions", "[]EpochEndOffset", fields=[
+                F("error_code", "int16"),
+                F("partition", "int32"),
+                F("leader_epoch", "int32", "1+", default=-1),
+                F("end_offset", "int64", default=-1),
+            ]),
+        ]),
+    ],
+)
+
 DeleteGroups = api(
     42, "DeleteGroups", versions="0-1", flexible="2+",
     request=[
@@ -519,7 +547,8 @@ APIS: dict[int, Api] = {
     for a in (
         Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
         JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
-        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, DeleteGroups,
+        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, OffsetForLeaderEpoch,
+        DeleteGroups,
     )
 }  # fmt: skip
 
@@ -563,5 +592,7 @@ DeleteRecordsRequest = DeleteRecords.request.cls
 DeleteRecordsResponse = DeleteRecords.response.cls
 InitProducerIdRequest = InitProducerId.request.cls
 InitProducerIdResponse = InitProducerId.response.cls
+OffsetForLeaderEpochRequest = OffsetForLeaderEpoch.request.cls
+OffsetForLeaderEpochResponse = OffsetForLeaderEpoch.response.cls
 DeleteGroupsRequest = DeleteGroups.request.cls
 DeleteGroupsResponse = DeleteGroups.response.cls

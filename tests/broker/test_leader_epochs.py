@@ -484,3 +484,23 @@ async def test_parked_produce_answers_not_leader_when_leadership_moves(
     assert delayed.completed
     assert [r.error for r in delayed.results] == [NOT_LEADER_OR_FOLLOWER]
     assert len(rm.produce_purgatory) == 0
+
+
+async def test_committed_offsets_are_stamped_with_the_offsets_partitions_epoch(
+    server: Server,
+) -> None:
+    """The group coordinator appends to ``__consumer_offsets`` itself (below the core): its
+    batches must carry the partition's current epoch, or the append would rewind the epoch
+    cache to epoch 0 after an epoch change."""
+    coordinator = server.group_coordinator
+    assert coordinator is not None
+    store = coordinator.store
+    store.ensure_topic()
+    partition = store.partition_for("g")
+    first = store.append("g", [(b"k0", b"v0")])
+    assert replicas(server).make_leader("__consumer_offsets", partition, 3)
+    second = store.append("g", [(b"k1", b"v1")])
+    log_ = store.log(partition)
+    assert log_.latest_epoch == 3
+    assert (log_.epoch_for_offset(first), log_.epoch_for_offset(second)) == (0, 3)
+    assert log_.end_offset_for_epoch(0) == (0, second)

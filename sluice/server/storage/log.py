@@ -1325,11 +1325,12 @@ class Log:
 
         Order, so that a crash at any step reopens as a consistent log (the crash tests cut it
         at each one): 1. producer snapshots past ``offset`` removed; 2. later segments renamed
-        ``.deleted``, the active one cut (``.log``, then indexes); 3. the cut made durable:
-        fsync of the cut segment, and of the directory if segments were renamed; 4. only then
-        the epoch cache file rewritten. A crash before 4 leaves the old cache, whose entries
-        past the surviving LEO the load drops; without 3, a power loss could bring back
-        records whose epochs 4 had already forgotten.
+        ``.deleted`` newest first, and the directory fsynced; 3. the new active segment cut
+        (indexes, then ``.log``) and fsynced; 4. only then the epoch cache file rewritten. A
+        crash before 4 leaves the old cache, whose entries past the surviving LEO the load
+        drops. Without the fsync in 2, a power loss could bring deleted segments back behind
+        the shortened one (a gap in the offsets); without the one in 3, records whose epochs
+        4 had already forgotten.
         """
         self._check_open()
         if offset < 0:
@@ -1347,7 +1348,12 @@ class Log:
         del self._segments[keep:]
         del self._bases[keep:]
         if doomed:
-            self._schedule_delete(doomed)
+            # Newest first: a crash part-way leaves a contiguous log (a longer prefix), never
+            # a gap where an older segment went and a newer one stayed. Durable before the
+            # cut: a power loss must not bring them back behind a shortened segment.
+            self._schedule_delete(doomed[::-1])
+            self._vfs.fsync_dir(self.directory)
+            self._dir_dirty = False
         active = self.active_segment
         active.truncate_to(offset)
         active.resize_indexes(self._config.segment_index_bytes)
@@ -1358,9 +1364,6 @@ class Log:
         self.update_high_watermark(min(self._hw, self._leo))
         self._pending_flush_offset = None
         active.flush()
-        if self._dir_dirty:
-            self._vfs.fsync_dir(self.directory)
-            self._dir_dirty = False
         self._epochs.truncate_from_end(self._leo)
         logger.info(
             "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
@@ -1378,7 +1381,7 @@ class Log:
             raise ValueError(f"cannot restart at negative offset {offset}")
         self._producers = None
         delete_snapshots_above(self.directory, offset, self._vfs)
-        doomed = self._segments[:]
+        doomed = self._segments[::-1]  # newest first, as in truncate_to
         self._segments.clear()
         self._bases.clear()
         self._schedule_delete(doomed)

@@ -563,3 +563,68 @@ def test_open_after_deleted_segments_keeps_epochs_of_what_remains(tmp_path: Path
     assert_cache_matches_batches(log)
     log.close()
     shutil.rmtree(directory)
+
+
+# ------------------------------------------------------------------------- rebuild by sampling
+
+
+def _changes(hs: list[rec.BatchHeader]) -> list[int]:
+    """Base offsets of the first batch and of each batch whose epoch differs from the last."""
+    out = []
+    for i, h in enumerate(hs):
+        if i == 0 or h.partition_leader_epoch != hs[i - 1].partition_leader_epoch:
+            out.append(h.base_offset)
+    return out
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 120)), max_size=80),
+    st.booleans(),
+    st.integers(1, 400),
+)
+def test_epoch_changes_finds_every_change_by_sampling(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[int, int, int]],
+    monotonic: bool,
+    interval: int,
+) -> None:
+    """LogSegment.epoch_changes (bisection over the index) against the full header scan: the
+    same change points when epochs never decrease; the same entries when they do (it falls
+    back to the scan)."""
+    log = Log.open(
+        tmp_path_factory.mktemp("sample") / "t-0",
+        LogConfig(index_interval_bytes=interval, segment_bytes=1 << 20),
+    )
+    epoch = 0
+    for bump, records, size in steps:
+        epoch = epoch + bump if monotonic else (epoch + bump) % 4
+        log.append_as_leader(batch([b"x" * size] * records), leader_epoch=epoch)
+    [segment] = log.segments
+    everything = [h for _, h in segment.batches()]
+    sampled = segment.epoch_changes()
+    assert entries_from_batches(sampled) == entries_from_batches(everything)
+    if monotonic:
+        assert [h.base_offset for h in sampled] == _changes(everything)
+    log.close()
+
+
+def test_rebuild_reads_few_headers_on_a_long_single_epoch_log(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=100))
+    for i in range(3000):
+        log.append_as_leader(batch([b"v"]), leader_epoch=0 if i < 1000 else 3)
+    [segment] = log.segments
+    reads = 0
+    original = segment._read_header
+
+    def counting(position: int, end: int) -> rec.BatchHeader | None:
+        nonlocal reads
+        reads += 1
+        return original(position, end)
+
+    segment._read_header = counting  # type: ignore[method-assign]
+    assert [h.base_offset for h in segment.epoch_changes()] == [0, 1000]
+    assert reads < 60, reads  # against 3000 for a scan of every header
+    log.close()

@@ -287,7 +287,8 @@ class Log:
            epoch against the cache, one header read. A missing file (a log written before
            epochs were kept, or never written to), an unreadable one, or one that fails that
            check is rebuilt from the batch headers from the log start on and written anew
-           (a header scan: see ``bench/NOTES.md`` for its cost).
+           (reading only where epochs change: ``LogSegment.epoch_changes``; costs in
+           ``bench/NOTES.md``).
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
@@ -465,7 +466,7 @@ class Log:
         first = max(0, bisect.bisect_right([s.base_offset for s in segments], log_start_offset) - 1)
         started = time.monotonic()
         entries = entries_from_batches(
-            (header for segment in segments[first:] for _, header in segment.batches()),
+            (header for segment in segments[first:] for header in segment.epoch_changes()),
             log_start_offset,
         )
         cache = LeaderEpochFileCache(checkpoint, entries)

@@ -26,9 +26,10 @@ from sluice.protocol import records as rec
 from sluice.server.storage.dump_log import verify_partition
 from sluice.server.storage.layout import LEADER_EPOCH_CHECKPOINT
 from sluice.server.storage.leader_epoch import entries_from_batches
-from sluice.server.storage.log import Isolation, Log
+from sluice.server.storage.log import Log
 from sluice.server.storage.log_config import LogConfig
 from tests.storage.crashfs import Crash, CrashVFS
+from tests.storage.test_crash_metadata import contents
 
 CONFIG = LogConfig(segment_bytes=400, index_interval_bytes=100, file_delete_delay_ms=0)
 PID = 7
@@ -51,16 +52,7 @@ def produced(seq: int, epoch: int, base_offset: int = 0) -> bytes:
 
 
 def values(log: Log) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    start = log.log_start_offset
-    for _ in range(10_000):
-        info = log.read(start, 1 << 20, Isolation.LOG_END)
-        if info.slice is None:
-            return out
-        records = [r for _, r in rec.iter_records(info.slice.read_bytes())]
-        out.extend(r.value for r in records if r.offset >= start)
-        start = records[-1].offset + 1
-    raise AssertionError("read loop did not terminate")
+    return [value for _, value in contents(log)]
 
 
 ORIGINAL = [b"v-%d" % i for i in range(LEO)]

@@ -381,7 +381,8 @@ class LogSegment:
         bisection over the index entries down to two neighbouring samples, then a header scan
         between them (at most ``index.interval.bytes`` plus a batch). Cost: about
         ``changes x log2(entries)`` header reads. A sample out of order means a log this
-        reasoning does not hold for: the segment is then scanned whole.
+        reasoning does not hold for: the segment is then scanned whole (a decrease hidden
+        between two samples of one epoch goes unseen; no leader or follower writes one).
         """
         end = self._size
         first = self._read_header(0, end)

@@ -497,6 +497,34 @@ InitProducerId = api(
     ],
 )
 
+OffsetForLeaderEpoch = api(
+    23, "OffsetForLeaderEpoch", versions="0-3", flexible="4+",
+    request=[
+        # -2 (the default, and what v0-2 mean): a debugging client; -1 a consumer; >= 0 a broker.
+        F("replica_id", "int32", "3+", default=-2),
+        F("topics", "[]OffsetForLeaderTopic", fields=[
+            F("topic", "string"),
+            F("partitions", "[]OffsetForLeaderPartition", fields=[
+                F("partition", "int32"),
+                F("current_leader_epoch", "int32", "2+", default=-1),
+                F("leader_epoch", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]OffsetForLeaderTopicResult", fields=[
+            F("topic", "string"),
+            F("partitions", "[]EpochEndOffset", fields=[
+                F("error_code", "int16"),
+                F("partition", "int32"),
+                F("leader_epoch", "int32", "1+", default=-1),
+                F("end_offset", "int64", default=-1),
+            ]),
+        ]),
+    ],
+)
+
 DescribeConfigs = api(
     32, "DescribeConfigs", versions="0-4", flexible="4+",
     request=[
@@ -652,8 +680,9 @@ APIS: dict[int, Api] = {
     for a in (
         Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
         JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
-        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, DescribeConfigs, AlterConfigs,
-        DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster,
+        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, OffsetForLeaderEpoch,
+        DescribeConfigs, AlterConfigs, DeleteGroups, IncrementalAlterConfigs, OffsetDelete,
+        DescribeCluster,
     )
 }  # fmt: skip
 
@@ -697,6 +726,8 @@ DeleteRecordsRequest = DeleteRecords.request.cls
 DeleteRecordsResponse = DeleteRecords.response.cls
 InitProducerIdRequest = InitProducerId.request.cls
 InitProducerIdResponse = InitProducerId.response.cls
+OffsetForLeaderEpochRequest = OffsetForLeaderEpoch.request.cls
+OffsetForLeaderEpochResponse = OffsetForLeaderEpoch.response.cls
 DeleteGroupsRequest = DeleteGroups.request.cls
 DeleteGroupsResponse = DeleteGroups.response.cls
 DescribeConfigsRequest = DescribeConfigs.request.cls

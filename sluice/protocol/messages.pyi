@@ -880,6 +880,60 @@ class InitProducerIdResponse(ResponseMessage):
         producer_epoch: int = ...,
     ) -> None: ...
 
+class OffsetForLeaderEpochRequest(RequestMessage[OffsetForLeaderEpochResponse]):
+    class OffsetForLeaderTopic(Message):
+        class OffsetForLeaderPartition(Message):
+            partition: int
+            current_leader_epoch: int
+            leader_epoch: int
+            def __init__(
+                self,
+                *,
+                partition: int = ...,
+                current_leader_epoch: int = ...,
+                leader_epoch: int = ...,
+            ) -> None: ...
+
+        topic: str
+        partitions: list[OffsetForLeaderPartition]
+        def __init__(
+            self, *, topic: str = ..., partitions: list[OffsetForLeaderPartition] = ...
+        ) -> None: ...
+
+    OffsetForLeaderPartition: TypeAlias = OffsetForLeaderTopic.OffsetForLeaderPartition
+    replica_id: int
+    topics: list[OffsetForLeaderTopic]
+    def __init__(
+        self, *, replica_id: int = ..., topics: list[OffsetForLeaderTopic] = ...
+    ) -> None: ...
+
+class OffsetForLeaderEpochResponse(ResponseMessage):
+    class OffsetForLeaderTopicResult(Message):
+        class EpochEndOffset(Message):
+            error_code: int
+            partition: int
+            leader_epoch: int
+            end_offset: int
+            def __init__(
+                self,
+                *,
+                error_code: int = ...,
+                partition: int = ...,
+                leader_epoch: int = ...,
+                end_offset: int = ...,
+            ) -> None: ...
+
+        topic: str
+        partitions: list[EpochEndOffset]
+        def __init__(self, *, topic: str = ..., partitions: list[EpochEndOffset] = ...) -> None: ...
+
+    EpochEndOffset: TypeAlias = OffsetForLeaderTopicResult.EpochEndOffset
+    throttle_time_ms: int
+    topics: list[OffsetForLeaderTopicResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., topics: list[OffsetForLeaderTopicResult] = ...
+    ) -> None: ...
+
 class DeleteGroupsRequest(RequestMessage[DeleteGroupsResponse]):
     groups_names: list[str]
     def __init__(self, *, groups_names: list[str] = ...) -> None: ...
@@ -1176,6 +1230,7 @@ CreateTopics: Api[CreateTopicsRequest, CreateTopicsResponse]
 DeleteTopics: Api[DeleteTopicsRequest, DeleteTopicsResponse]
 DeleteRecords: Api[DeleteRecordsRequest, DeleteRecordsResponse]
 InitProducerId: Api[InitProducerIdRequest, InitProducerIdResponse]
+OffsetForLeaderEpoch: Api[OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse]
 DescribeConfigs: Api[DescribeConfigsRequest, DescribeConfigsResponse]
 AlterConfigs: Api[AlterConfigsRequest, AlterConfigsResponse]
 IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse]

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 log = get_logger("sluice.handlers")
 
 CLUSTER_ID = "sluice-single-node"
+#: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
+CONSUMER_REPLICA_ID = -1
+#: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
+DEBUGGING_REPLICA_ID = -2
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
@@ -97,6 +101,7 @@ class Handlers:
             m.DeleteTopics.key: self.delete_topics,
             m.DeleteRecords.key: self.delete_records,
             m.InitProducerId.key: self.init_producer_id,
+            m.OffsetForLeaderEpoch.key: self.offset_for_leader_epoch,
             m.FindCoordinator.key: self.find_coordinator,
             m.JoinGroup.key: self.join_group,
             m.SyncGroup.key: self.sync_group,
@@ -322,7 +327,7 @@ class Handlers:
         """
         isolation = _fetch_isolation(body.isolation_level, body.replica_id)
         wanted = [
-            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
             for t in body.topics
             for p in t.partitions
         ]
@@ -337,12 +342,12 @@ class Handlers:
     async def _fetch_wait(
         self,
         body: m.FetchRequest,
-        wanted: list[tuple[str, int, int, int]],
+        wanted: list[tuple[str, int, int, int, int]],
         isolation: Any,
         deadline: float,
     ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
-        keys = [(topic, part) for topic, part, _, _ in wanted]
+        keys = [(topic, part) for topic, part, *_ in wanted]
         purgatory = self.replicas.fetch_purgatory
         while True:
             delayed = self.replicas.delayed_fetch(keys, isolation)
@@ -360,7 +365,7 @@ class Handlers:
                 return response
 
     def _read_fetch(
-        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int]], isolation: Any
+        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int, int]], isolation: Any
     ) -> tuple[m.FetchResponse, int, bool]:
         # Hot path (every Fetch, every partition): classes resolved once, the partition looked
         # up through the replica manager's dict, one response object per partition.
@@ -374,7 +379,7 @@ class Handlers:
         total = 0
         had_error = False
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
-        for topic, part, offset, part_max in wanted:
+        for topic, part, offset, part_max, current_epoch in wanted:
             partition = get_partition(topic, part)
             entry: m.FetchResponse.PartitionData
             if partition is None:
@@ -392,9 +397,14 @@ class Handlers:
             else:
                 limit = max(min(part_max, budget - total), 0)
                 try:
-                    if replica_id >= 0 and partition.update_follower_end_offset(replica_id, offset):
-                        self.replicas.complete_delayed_requests((topic, part))
-                    info = partition.read(offset, limit, isolation, min_one)
+                    if replica_id >= 0:
+                        # A follower: its fetch offset is its LEO (recorded once its epoch
+                        # passed the check; HW may move and complete parked produces).
+                        partition.local_log(current_epoch)
+                        if partition.update_follower_end_offset(replica_id, offset):
+                            self.replicas.complete_delayed_requests((topic, part))
+                    # Fetch v9+ carries the client's leader epoch (-1 before: no check)
+                    info = partition.read(offset, limit, isolation, min_one, current_epoch)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("fetch read failed", topic=topic, partition=part)
@@ -445,16 +455,17 @@ class Handlers:
     def list_offsets(
         self, header: RequestHeader, body: m.ListOffsetsRequest
     ) -> m.ListOffsetsResponse:
-        from sluice.server.storage.log import Isolation
-
+        """Kafka's rules by ``replica_id``: a consumer (-1) reads below HW (or the committed
+        bound with read_committed) and must reach the leader; a broker (>= 0) is bounded by
+        LEO; the debugging id (-2) is bounded by LEO and may ask a follower. v4+ carries
+        ``current_leader_epoch`` (checked) and answers the offset's leader epoch."""
         cls = m.ListOffsetsResponse
         topic_cls = m.ListOffsetsResponse.ListOffsetsTopicResponse
         part_cls = m.ListOffsetsResponse.ListOffsetsPartitionResponse
-        isolation = (
-            Isolation.TXN_COMMITTED
-            if getattr(body, "isolation_level", 0) == 1
-            else Isolation.HIGH_WATERMARK
-        )
+        isolation = None
+        if body.replica_id == CONSUMER_REPLICA_ID:
+            isolation = _fetch_isolation(body.isolation_level)
+        require_leader = body.replica_id != DEBUGGING_REPLICA_ID
         topics = []
         for topic in body.topics:
             parts = []
@@ -465,27 +476,58 @@ class Handlers:
                     code = errors.UnknownTopicOrPartition.code
                 else:
                     try:
-                        found = partition.fetch_offset_for_timestamp(p.timestamp, isolation)
+                        found = partition.fetch_offset_for_timestamp(
+                            p.timestamp, isolation, p.current_leader_epoch, require_leader
+                        )
                     except Exception as exc:
                         if not isinstance(exc, errors.KafkaError):
                             log.exception("list offsets failed", topic=topic.name)
                         code = _code(exc)
                     else:
                         if found is not None:
-                            ts, offset = found.timestamp, found.offset
-                            # Kafka reports the epoch of the record found; there is no epoch
-                            # cache yet and every record so far was written at the current one.
-                            epoch = partition.leader_epoch
+                            ts, offset, epoch = found
                 parts.append(
                     part_cls(
                         partition_index=p.partition_index,
                         error_code=code,
                         timestamp=ts,
                         offset=offset,
-                        leader_epoch=epoch if offset >= 0 else -1,
+                        leader_epoch=epoch,
                     )
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- OffsetForLeaderEpoch (23) ---------------------------------------------------------------
+
+    def offset_for_leader_epoch(
+        self, header: RequestHeader, body: m.OffsetForLeaderEpochRequest
+    ) -> m.OffsetForLeaderEpochResponse:
+        """The end offset of each asked epoch in the leader's log (KIP-101/KIP-279 for
+        followers, KIP-320 for consumers validating their position after an epoch change).
+
+        Leader only for every ``replica_id`` -- consumer (-1), broker (>= 0) and the debugging
+        id (-2, what v0-2 mean) alike: Kafka's ``ReplicaManager.lastOffsetForLeaderEpoch``
+        always requires the leader, and uses the replica id only to choose the permission it
+        checks (none here). Per partition, in Kafka's order: UNKNOWN_TOPIC_OR_PARTITION,
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v2+ ``current_leader_epoch``),
+        NOT_LEADER_OR_FOLLOWER; else NONE with ``(epoch, end offset)``, ``(-1, -1)`` when the
+        epoch is undefined (asked above every epoch, or -1)."""
+        cls = m.OffsetForLeaderEpochResponse
+        topic_cls = m.OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        part_cls = m.OffsetForLeaderEpochResponse.EpochEndOffset
+        lookup = self.replicas.last_offset_for_leader_epoch
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = lookup(t.topic, p.partition, p.current_leader_epoch,
+                                          p.leader_epoch)  # fmt: skip
+                parts.append(
+                    part_cls(error_code=code, partition=p.partition, leader_epoch=epoch,
+                             end_offset=end)
+                )  # fmt: skip
+            topics.append(topic_cls(topic=t.topic, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
     # --- CreateTopics (19) -----------------------------------------------------------------------

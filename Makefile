@@ -1,6 +1,7 @@
 # Sluice: the two commands a fresh machine needs are `make run` and `make test`.
 # Everything else is set up by the targets they depend on; nothing is assumed installed
-# beyond python3 (with venv), make and, for the interop tests, apt-get as root (kcat).
+# beyond python3 (with venv), make and, for the interop and ZooKeeper tests, apt-get as root
+# (kcat, zookeeper).
 
 PYTHON ?= python3
 VENV := .venv

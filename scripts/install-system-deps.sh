@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# System packages the interop tests need: kcat (links Debian's librdkafka). Java for Spark is
-# expected on the machine (java -version); we only check for it and say so if it is missing.
+# System packages the tests need, from Debian: kcat (links Debian's librdkafka) for the interop
+# tests, and zookeeper (3.8, with its jars under /usr/share/java) for the cluster tests, which start
+# a real ZooKeeper (sluice.testing.zookeeper). Java for Spark and ZooKeeper is expected on the
+# machine (java -version); we only check for it and say so if it is missing.
 set -euo pipefail
-if ! command -v kcat >/dev/null 2>&1; then
+missing=()
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing kcat (Debian package)"
+    echo "installing ${missing[*]} (Debian packages)"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "warning: kcat is not installed and cannot be installed here (need root and apt-get)" >&2
+    echo "warning: ${missing[*]} not installed and cannot be installed here (need root and apt-get);" \
+      "the interop (kcat) / ZooKeeper tests will skip" >&2
   fi
 fi
 if ! command -v java >/dev/null 2>&1; then
-  echo "warning: java not found; the Spark tests need Java 17 (apt-get install openjdk-17-jre-headless)" >&2
+  echo "warning: java not found; the Spark and ZooKeeper tests need Java 17 (apt-get install openjdk-17-jre-headless)" >&2
 fi

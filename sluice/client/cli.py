@@ -9,6 +9,7 @@
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
+                    (--files also takes a partition's leader-epoch-checkpoint)
     sluice perf produce --topic T --num-records N --record-size S [--throughput R]
     sluice perf consume --topic T --messages N
 

@@ -81,12 +81,12 @@ def _check_codec(codec: int) -> None:
         raise CorruptRecordError(f"unknown compression codec {codec}", field="attributes")
 
 
-def _gzip_compress(data: Buffer) -> bytes:
+def _gzip_compress(data: Buffer, level: int = GZIP_LEVEL) -> bytes:
     # mtime=0: the output depends on the input only (reproducible batches, golden tests).
-    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    return gzip.compress(data, compresslevel=level, mtime=0)
 
 
-def _snappy_compress(data: Buffer) -> bytes:
+def _snappy_compress(data: Buffer, _level: int = 0) -> bytes:
     view = memoryview(data)
     parts = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_BLOCK_SIZE):
@@ -125,20 +125,27 @@ def _snappy_decompress(data: Buffer) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_compress(data: Buffer) -> bytes:
+def _lz4_compress(data: Buffer, level: int = LZ4_LEVEL) -> bytes:
     # Independent blocks and no content checksum: what Kafka's own KafkaLZ4BlockOutputStream
     # writes and what every Kafka reader accepts (KIP-57).
-    compressor = cramjam.lz4.Compressor(level=LZ4_LEVEL, content_checksum=False, block_linked=False)
+    compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
     compressor.compress(data if isinstance(data, bytes) else bytes(data))  # wants bytes
     return bytes(compressor.finish())
 
 
-_COMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {
+def _zstd_compress(data: Buffer, level: int = ZSTD_LEVEL) -> bytes:
+    return bytes(cramjam.zstd.compress(data, level=level))
+
+
+_COMPRESSORS: dict[int, Callable[[Buffer, int], bytes]] = {
     GZIP: _gzip_compress,
     SNAPPY: _snappy_compress,
     LZ4: _lz4_compress,
-    ZSTD: lambda data: bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL)),
+    ZSTD: _zstd_compress,
 }
+
+#: The level each codec uses unless told otherwise (snappy has none).
+DEFAULT_LEVELS: dict[int, int] = {GZIP: GZIP_LEVEL, SNAPPY: 0, LZ4: LZ4_LEVEL, ZSTD: ZSTD_LEVEL}
 
 _DECOMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {
     GZIP: gzip.decompress,
@@ -148,12 +155,15 @@ _DECOMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {
 }
 
 
-def compress(codec: int, data: Buffer) -> bytes:
-    """Compress the records section of a batch with ``codec`` (0-4); 0 returns ``data`` as bytes."""
+def compress(codec: int, data: Buffer, level: int | None = None) -> bytes:
+    """Compress the records section of a batch with ``codec`` (0-4); 0 returns ``data`` as bytes.
+
+    ``level`` is the codec's level (a topic's ``compression.<codec>.level``, validated there);
+    None: Kafka's default level of the codec."""
     _check_codec(codec)
     if codec == NONE:
         return bytes(data)
-    return _COMPRESSORS[codec](data)
+    return _COMPRESSORS[codec](data, DEFAULT_LEVELS[codec] if level is None else level)
 
 
 def decompress(codec: int, data: Buffer) -> bytes:

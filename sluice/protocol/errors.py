@@ -102,6 +102,9 @@ UnknownMemberId = _define("UnknownMemberId", 25, False, "unknown member id")
 InvalidSessionTimeout = _define("InvalidSessionTimeout", 26, False, "invalid session timeout")
 RebalanceInProgress = _define("RebalanceInProgress", 27, False, "rebalance in progress")
 InvalidCommitOffsetSize = _define("InvalidCommitOffsetSize", 28, False, "invalid commit size")
+InvalidTimestamp = _define(
+    "InvalidTimestamp", 32, False, "record timestamp out of the topic's accepted range"
+)
 UnsupportedVersion = _define("UnsupportedVersion", 35, False, "unsupported API version")
 TopicAlreadyExists = _define("TopicAlreadyExists", 36, False, "topic already exists")
 InvalidPartitions = _define("InvalidPartitions", 37, False, "invalid number of partitions")
@@ -137,7 +140,13 @@ NonEmptyGroup = _define("NonEmptyGroup", 68, False, "group is not empty")
 FencedInstanceId = _define(
     "FencedInstanceId", 82, False, "a newer member with this group.instance.id fenced this one"
 )
+GroupSubscribedToTopic = _define(
+    "GroupSubscribedToTopic", 86, False, "the group is subscribed to the topic of the offset"
+)
 InvalidRecord = _define("InvalidRecord", 87, False, "invalid record")
+MismatchedEndpointType = _define(
+    "MismatchedEndpointType", 114, False, "the request was sent to the wrong endpoint type"
+)
 UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
 
 

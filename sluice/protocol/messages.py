@@ -497,6 +497,120 @@ InitProducerId = api(
     ],
 )
 
+OffsetForLeaderEpoch = api(
+    23, "OffsetForLeaderEpoch", versions="0-3", flexible="4+",
+    request=[
+        # -2 (the default, and what v0-2 mean): a debugging client; -1 a consumer; >= 0 a broker.
+        F("replica_id", "int32", "3+", default=-2),
+        F("topics", "[]OffsetForLeaderTopic", fields=[
+            F("topic", "string"),
+            F("partitions", "[]OffsetForLeaderPartition", fields=[
+                F("partition", "int32"),
+                F("current_leader_epoch", "int32", "2+", default=-1),
+                F("leader_epoch", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]OffsetForLeaderTopicResult", fields=[
+            F("topic", "string"),
+            F("partitions", "[]EpochEndOffset", fields=[
+                F("error_code", "int16"),
+                F("partition", "int32"),
+                F("leader_epoch", "int32", "1+", default=-1),
+                F("end_offset", "int64", default=-1),
+            ]),
+        ]),
+    ],
+)
+
+DescribeConfigs = api(
+    32, "DescribeConfigs", versions="0-4", flexible="4+",
+    request=[
+        F("resources", "[]DescribeConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configuration_keys", "[]string", nullable="0+"),
+        ]),
+        F("include_synonyms", "bool", "1+"),
+        F("include_documentation", "bool", "3+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]DescribeConfigsResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]DescribeConfigsResourceResult", fields=[
+                F("name", "string"),
+                F("value", "string", nullable="0+"),
+                F("read_only", "bool"),
+                F("is_default", "bool", "0"),
+                F("config_source", "int8", "1+", default=-1),
+                F("is_sensitive", "bool"),
+                F("synonyms", "[]DescribeConfigsSynonym", "1+", fields=[
+                    F("name", "string", "1+"),
+                    F("value", "string", "1+", nullable="0+"),
+                    F("source", "int8", "1+"),
+                ]),
+                F("config_type", "int8", "3+"),
+                F("documentation", "string", "3+", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+)
+
+AlterConfigs = api(
+    33, "AlterConfigs", versions="0-2", flexible="2+",
+    request=[
+        F("resources", "[]AlterConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]AlterableConfig", fields=[
+                F("name", "string"),
+                F("value", "string", nullable="0+"),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("responses", "[]AlterConfigsResourceResponse", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+        ]),
+    ],
+)
+
+IncrementalAlterConfigs = api(
+    44, "IncrementalAlterConfigs", versions="0-1", flexible="1+",
+    request=[
+        F("resources", "[]AlterConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]AlterableConfig", fields=[
+                F("name", "string"),
+                F("config_operation", "int8"),
+                F("value", "string", nullable="0+"),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("responses", "[]AlterConfigsResourceResponse", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+        ]),
+    ],
+)
+
 DeleteGroups = api(
     42, "DeleteGroups", versions="0-1", flexible="2+",
     request=[
@@ -511,6 +625,53 @@ DeleteGroups = api(
     ],
 )
 
+OffsetDelete = api(
+    47, "OffsetDelete", versions="0", flexible="none",
+    request=[
+        F("group_id", "string"),
+        F("topics", "[]OffsetDeleteRequestTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]OffsetDeleteRequestPartition", fields=[
+                F("partition_index", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]OffsetDeleteResponseTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]OffsetDeleteResponsePartition", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+DescribeCluster = api(
+    60, "DescribeCluster", versions="0-1", flexible="0+",
+    request=[
+        F("include_cluster_authorized_operations", "bool"),
+        F("endpoint_type", "int8", "1+", default=1),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("endpoint_type", "int8", "1+", default=1),
+        F("cluster_id", "string"),
+        F("controller_id", "int32", default=-1),
+        F("brokers", "[]DescribeClusterBroker", fields=[
+            F("broker_id", "int32"),
+            F("host", "string"),
+            F("port", "int32"),
+            F("rack", "string", nullable="0+", default=None),
+        ]),
+        F("cluster_authorized_operations", "int32", default=-2147483648),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -519,7 +680,9 @@ APIS: dict[int, Api] = {
     for a in (
         Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
         JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
-        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, DeleteGroups,
+        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, OffsetForLeaderEpoch,
+        DescribeConfigs, AlterConfigs, DeleteGroups, IncrementalAlterConfigs, OffsetDelete,
+        DescribeCluster,
     )
 }  # fmt: skip
 
@@ -563,5 +726,17 @@ DeleteRecordsRequest = DeleteRecords.request.cls
 DeleteRecordsResponse = DeleteRecords.response.cls
 InitProducerIdRequest = InitProducerId.request.cls
 InitProducerIdResponse = InitProducerId.response.cls
+OffsetForLeaderEpochRequest = OffsetForLeaderEpoch.request.cls
+OffsetForLeaderEpochResponse = OffsetForLeaderEpoch.response.cls
 DeleteGroupsRequest = DeleteGroups.request.cls
 DeleteGroupsResponse = DeleteGroups.response.cls
+DescribeConfigsRequest = DescribeConfigs.request.cls
+DescribeConfigsResponse = DescribeConfigs.response.cls
+AlterConfigsRequest = AlterConfigs.request.cls
+AlterConfigsResponse = AlterConfigs.response.cls
+IncrementalAlterConfigsRequest = IncrementalAlterConfigs.request.cls
+IncrementalAlterConfigsResponse = IncrementalAlterConfigs.response.cls
+OffsetDeleteRequest = OffsetDelete.request.cls
+OffsetDeleteResponse = OffsetDelete.response.cls
+DescribeClusterRequest = DescribeCluster.request.cls
+DescribeClusterResponse = DescribeCluster.response.cls

@@ -880,6 +880,60 @@ class InitProducerIdResponse(ResponseMessage):
         producer_epoch: int = ...,
     ) -> None: ...
 
+class OffsetForLeaderEpochRequest(RequestMessage[OffsetForLeaderEpochResponse]):
+    class OffsetForLeaderTopic(Message):
+        class OffsetForLeaderPartition(Message):
+            partition: int
+            current_leader_epoch: int
+            leader_epoch: int
+            def __init__(
+                self,
+                *,
+                partition: int = ...,
+                current_leader_epoch: int = ...,
+                leader_epoch: int = ...,
+            ) -> None: ...
+
+        topic: str
+        partitions: list[OffsetForLeaderPartition]
+        def __init__(
+            self, *, topic: str = ..., partitions: list[OffsetForLeaderPartition] = ...
+        ) -> None: ...
+
+    OffsetForLeaderPartition: TypeAlias = OffsetForLeaderTopic.OffsetForLeaderPartition
+    replica_id: int
+    topics: list[OffsetForLeaderTopic]
+    def __init__(
+        self, *, replica_id: int = ..., topics: list[OffsetForLeaderTopic] = ...
+    ) -> None: ...
+
+class OffsetForLeaderEpochResponse(ResponseMessage):
+    class OffsetForLeaderTopicResult(Message):
+        class EpochEndOffset(Message):
+            error_code: int
+            partition: int
+            leader_epoch: int
+            end_offset: int
+            def __init__(
+                self,
+                *,
+                error_code: int = ...,
+                partition: int = ...,
+                leader_epoch: int = ...,
+                end_offset: int = ...,
+            ) -> None: ...
+
+        topic: str
+        partitions: list[EpochEndOffset]
+        def __init__(self, *, topic: str = ..., partitions: list[EpochEndOffset] = ...) -> None: ...
+
+    EpochEndOffset: TypeAlias = OffsetForLeaderTopicResult.EpochEndOffset
+    throttle_time_ms: int
+    topics: list[OffsetForLeaderTopicResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., topics: list[OffsetForLeaderTopicResult] = ...
+    ) -> None: ...
+
 class DeleteGroupsRequest(RequestMessage[DeleteGroupsResponse]):
     groups_names: list[str]
     def __init__(self, *, groups_names: list[str] = ...) -> None: ...
@@ -894,6 +948,266 @@ class DeleteGroupsResponse(ResponseMessage):
     results: list[DeletableGroupResult]
     def __init__(
         self, *, throttle_time_ms: int = ..., results: list[DeletableGroupResult] = ...
+    ) -> None: ...
+
+class DescribeConfigsRequest(RequestMessage[DescribeConfigsResponse]):
+    class DescribeConfigsResource(Message):
+        resource_type: int
+        resource_name: str
+        configuration_keys: list[str] | None
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configuration_keys: list[str] | None = ...,
+        ) -> None: ...
+
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+    def __init__(
+        self,
+        *,
+        resources: list[DescribeConfigsResource] = ...,
+        include_synonyms: bool = ...,
+        include_documentation: bool = ...,
+    ) -> None: ...
+
+class DescribeConfigsResponse(ResponseMessage):
+    class DescribeConfigsResult(Message):
+        class DescribeConfigsResourceResult(Message):
+            class DescribeConfigsSynonym(Message):
+                name: str
+                value: str | None
+                source: int
+                def __init__(
+                    self, *, name: str = ..., value: str | None = ..., source: int = ...
+                ) -> None: ...
+
+            name: str
+            value: str | None
+            read_only: bool
+            is_default: bool
+            config_source: int
+            is_sensitive: bool
+            synonyms: list[DescribeConfigsSynonym]
+            config_type: int
+            documentation: str | None
+            def __init__(
+                self,
+                *,
+                name: str = ...,
+                value: str | None = ...,
+                read_only: bool = ...,
+                is_default: bool = ...,
+                config_source: int = ...,
+                is_sensitive: bool = ...,
+                synonyms: list[DescribeConfigsSynonym] = ...,
+                config_type: int = ...,
+                documentation: str | None = ...,
+            ) -> None: ...
+
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        configs: list[DescribeConfigsResourceResult]
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[DescribeConfigsResourceResult] = ...,
+        ) -> None: ...
+
+    DescribeConfigsResourceResult: TypeAlias = DescribeConfigsResult.DescribeConfigsResourceResult
+    DescribeConfigsSynonym: TypeAlias = DescribeConfigsResourceResult.DescribeConfigsSynonym
+    throttle_time_ms: int
+    results: list[DescribeConfigsResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., results: list[DescribeConfigsResult] = ...
+    ) -> None: ...
+
+class AlterConfigsRequest(RequestMessage[AlterConfigsResponse]):
+    class AlterConfigsResource(Message):
+        class AlterableConfig(Message):
+            name: str
+            value: str | None
+            def __init__(self, *, name: str = ..., value: str | None = ...) -> None: ...
+
+        resource_type: int
+        resource_name: str
+        configs: list[AlterableConfig]
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[AlterableConfig] = ...,
+        ) -> None: ...
+
+    AlterableConfig: TypeAlias = AlterConfigsResource.AlterableConfig
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+    def __init__(
+        self, *, resources: list[AlterConfigsResource] = ..., validate_only: bool = ...
+    ) -> None: ...
+
+class AlterConfigsResponse(ResponseMessage):
+    class AlterConfigsResourceResponse(Message):
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    responses: list[AlterConfigsResourceResponse]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., responses: list[AlterConfigsResourceResponse] = ...
+    ) -> None: ...
+
+class IncrementalAlterConfigsRequest(RequestMessage[IncrementalAlterConfigsResponse]):
+    class AlterConfigsResource(Message):
+        class AlterableConfig(Message):
+            name: str
+            config_operation: int
+            value: str | None
+            def __init__(
+                self, *, name: str = ..., config_operation: int = ..., value: str | None = ...
+            ) -> None: ...
+
+        resource_type: int
+        resource_name: str
+        configs: list[AlterableConfig]
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            configs: list[AlterableConfig] = ...,
+        ) -> None: ...
+
+    AlterableConfig: TypeAlias = AlterConfigsResource.AlterableConfig
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+    def __init__(
+        self, *, resources: list[AlterConfigsResource] = ..., validate_only: bool = ...
+    ) -> None: ...
+
+class IncrementalAlterConfigsResponse(ResponseMessage):
+    class AlterConfigsResourceResponse(Message):
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    responses: list[AlterConfigsResourceResponse]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., responses: list[AlterConfigsResourceResponse] = ...
+    ) -> None: ...
+
+class OffsetDeleteRequest(RequestMessage[OffsetDeleteResponse]):
+    class OffsetDeleteRequestTopic(Message):
+        class OffsetDeleteRequestPartition(Message):
+            partition_index: int
+            def __init__(self, *, partition_index: int = ...) -> None: ...
+
+        name: str
+        partitions: list[OffsetDeleteRequestPartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[OffsetDeleteRequestPartition] = ...
+        ) -> None: ...
+
+    OffsetDeleteRequestPartition: TypeAlias = OffsetDeleteRequestTopic.OffsetDeleteRequestPartition
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]
+    def __init__(
+        self, *, group_id: str = ..., topics: list[OffsetDeleteRequestTopic] = ...
+    ) -> None: ...
+
+class OffsetDeleteResponse(ResponseMessage):
+    class OffsetDeleteResponseTopic(Message):
+        class OffsetDeleteResponsePartition(Message):
+            partition_index: int
+            error_code: int
+            def __init__(self, *, partition_index: int = ..., error_code: int = ...) -> None: ...
+
+        name: str
+        partitions: list[OffsetDeleteResponsePartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[OffsetDeleteResponsePartition] = ...
+        ) -> None: ...
+
+    OffsetDeleteResponsePartition: TypeAlias = (
+        OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
+    )
+    error_code: int
+    throttle_time_ms: int
+    topics: list[OffsetDeleteResponseTopic]
+    def __init__(
+        self,
+        *,
+        error_code: int = ...,
+        throttle_time_ms: int = ...,
+        topics: list[OffsetDeleteResponseTopic] = ...,
+    ) -> None: ...
+
+class DescribeClusterRequest(RequestMessage[DescribeClusterResponse]):
+    include_cluster_authorized_operations: bool
+    endpoint_type: int
+    def __init__(
+        self, *, include_cluster_authorized_operations: bool = ..., endpoint_type: int = ...
+    ) -> None: ...
+
+class DescribeClusterResponse(ResponseMessage):
+    class DescribeClusterBroker(Message):
+        broker_id: int
+        host: str
+        port: int
+        rack: str | None
+        def __init__(
+            self, *, broker_id: int = ..., host: str = ..., port: int = ..., rack: str | None = ...
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    endpoint_type: int
+    cluster_id: str
+    controller_id: int
+    brokers: list[DescribeClusterBroker]
+    cluster_authorized_operations: int
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        endpoint_type: int = ...,
+        cluster_id: str = ...,
+        controller_id: int = ...,
+        brokers: list[DescribeClusterBroker] = ...,
+        cluster_authorized_operations: int = ...,
     ) -> None: ...
 
 REQUEST_HEADER: StructSchema[RequestHeader]
@@ -916,5 +1230,11 @@ CreateTopics: Api[CreateTopicsRequest, CreateTopicsResponse]
 DeleteTopics: Api[DeleteTopicsRequest, DeleteTopicsResponse]
 DeleteRecords: Api[DeleteRecordsRequest, DeleteRecordsResponse]
 InitProducerId: Api[InitProducerIdRequest, InitProducerIdResponse]
+OffsetForLeaderEpoch: Api[OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse]
+DescribeConfigs: Api[DescribeConfigsRequest, DescribeConfigsResponse]
+AlterConfigs: Api[AlterConfigsRequest, AlterConfigsResponse]
+IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse]
 DeleteGroups: Api[DeleteGroupsRequest, DeleteGroupsResponse]
+OffsetDelete: Api[OffsetDeleteRequest, OffsetDeleteResponse]
+DescribeCluster: Api[DescribeClusterRequest, DescribeClusterResponse]
 APIS: dict[int, Api[Any, Any]]

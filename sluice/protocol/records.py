@@ -131,6 +131,7 @@ NO_TIMESTAMP = -1
 
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 
 
@@ -1012,6 +1013,32 @@ def decode_batch_columns(batch: bytes | bytearray | memoryview) -> RecordColumns
     view, header = _single_batch(batch)
     verify_crc(view)
     return _decode_view(view, header, 0)
+
+
+def recompress_batch(
+    batch: bytes | bytearray | memoryview, codec: int, level: int | None = None
+) -> bytes:
+    """The same batch with its records section in ``codec`` (0 = uncompressed) at ``level``.
+
+    What a broker does for a topic whose ``compression.type`` names a codec (Kafka's
+    ``LogValidator`` rebuilds such batches). The records section is the same bytes before
+    compression, so offsets deltas, timestamps, keys, values and headers are kept exactly;
+    only the attributes' codec bits, batchLength and the CRC change (producer id, epoch,
+    sequence, transactional and timestamp-type bits stay). The batch must be valid (call
+    :func:`validate_batch` first); a records section that does not decompress raises
+    :class:`CorruptRecordError`.
+    """
+    view, header = _single_batch(batch)
+    section = view[RECORDS_OFFSET:]
+    source = header.attributes & ATTR_COMPRESSION_MASK
+    data = section if source == COMPRESSION_NONE else codecs.decompress(source, section)
+    records = codecs.compress(codec, data, level)
+    head = bytearray(view[:HEADER_SIZE])
+    _I32.pack_into(head, LENGTH_OFFSET, MIN_BATCH_LENGTH + len(records))
+    _I16.pack_into(head, ATTRIBUTES_OFFSET, (header.attributes & ~ATTR_COMPRESSION_MASK) | codec)
+    crc = crc32c(records, crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+    _U32.pack_into(head, CRC_OFFSET, crc)
+    return bytes(head) + records
 
 
 def iter_records(

@@ -39,6 +39,7 @@ Every wait is bounded by ``startup_timeout`` / ``shutdown_timeout`` seconds.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -49,9 +50,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from sluice.server.core.server import Server
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedBroker"]
 
 Mode = Literal["inprocess", "subprocess"]
+T = TypeVar("T")
 
 
 class EmbeddedBroker:
@@ -112,6 +114,59 @@ class EmbeddedBroker:
     @property
     def running(self) -> bool:
         return self._state == "running"
+
+    def set_leader_epoch(self, topic: str, partition: int = 0, epoch: int | None = None) -> int:
+        """Make the broker leader of ``topic-partition`` again at ``epoch`` (default: its
+        current epoch + 1), as a controller's leader election would; returns the new epoch.
+
+        Goes through ``ReplicaManager.make_leader``, the path the cluster mode's ZooKeeper
+        watcher takes, on the broker's event loop: the epoch cache gets ``(epoch, LEO)``,
+        Metadata reports the new epoch, requests carrying the old one are fenced
+        (FENCED_LEADER_EPOCH) and parked fetches on the partition complete. Clients that track
+        epochs (librdkafka, kafka-python) then validate their positions with
+        OffsetForLeaderEpoch. In-process only. Raises ``ValueError`` for an epoch not newer
+        than the current one and ``UnknownTopicOrPartition`` for a partition not hosted.
+        """
+
+        def bump(server: Server) -> int:
+            replicas = server.replica_manager
+            assert replicas is not None
+            new = replicas.leader_epoch(topic, partition) + 1 if epoch is None else epoch
+            if not replicas.make_leader(topic, partition, new):
+                held = replicas.leader_epoch(topic, partition)
+                raise ValueError(f"{topic}-{partition}: epoch {new} is not newer than {held}")
+            return new
+
+        return self.call(bump)
+
+    def metrics(self) -> dict[str, int]:
+        """A snapshot of the broker's counters (``requests.<api key>`` counts the requests of
+        each API), taken on its event loop. In-process only."""
+        return self.call(lambda server: server.metrics.snapshot())
+
+    def call(self, fn: Callable[[Server], T]) -> T:
+        """``fn(server)`` on the broker's event loop, returning its result (or raising its
+        exception), within ``shutdown_timeout``. From the loop's own thread (``async with``
+        form) it runs at once; from any other thread (``with`` form) it is scheduled on the
+        broker thread's loop and waited for. Not available for a subprocess broker.
+        """
+        if self._state != "running" or self.server is None:
+            raise RuntimeError("call() needs a running in-process broker")
+        server, loop = self.server, self._loop
+        if self._thread is None or loop is None:
+            return fn(server)  # async form: we are on the broker's loop
+        if self._thread is threading.current_thread():
+            return fn(server)
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn(server))
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        return done.result(self.shutdown_timeout)
 
     def _prepare(self) -> dict[str, str]:
         if self._state != "new":

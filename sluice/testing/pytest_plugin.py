@@ -23,21 +23,50 @@ milliseconds once the server modules are imported (see ``python -m bench embedde
 The marker ``sluice_broker(properties=..., mode=...)`` passes broker config keys
 (server.properties names) and ``mode="subprocess"`` for a separate broker process.
 
+ZooKeeper, for cluster tests (:mod:`sluice.testing.zookeeper`)::
+
+    def test_cluster_thing(sluice_zookeeper_connect):   # "127.0.0.1:PORT/sluice-tests/<uuid>"
+        ...
+
+* ``sluice_zookeeper`` -- ONE real ZooKeeper for the whole test session, started the first time
+  a test asks for it (about half a second), stopped at the end;
+* ``sluice_zookeeper_connect`` -- a ``zookeeper.connect`` string with a chroot of its own per
+  test, so tests share the server but never each other's znodes; the chroot is deleted after
+  the test;
+* ``sluice_zookeeper_factory`` -- ``factory(**kwargs)`` starts a private
+  :class:`~sluice.testing.zookeeper.ZooKeeperServer` (for tests that pause, kill or restart it),
+  stopped after the test.
+
+Without Java or ZooKeeper these fixtures skip when the run is not root (nobody could have
+installed them) and fail otherwise: as root, ``make setup`` installs Debian's ``zookeeper``, so
+a missing one is a broken setup, not a reason to skip in CI.
+
 Importing this module is cheap (pytest imports every plugin at start-up): the broker is
 imported only when the fixture is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import uuid
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from sluice.testing.embedded import EmbeddedBroker
+    from sluice.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["sluice_broker"]
+__all__ = [
+    "sluice_broker",
+    "sluice_zookeeper",
+    "sluice_zookeeper_connect",
+    "sluice_zookeeper_factory",
+]
+
+#: Every test's chroot lives under this znode of the shared ZooKeeper.
+TEST_CHROOT_ROOT = "/sluice-tests"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,3 +91,55 @@ def sluice_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker]:
         raise pytest.UsageError(f"unknown sluice_broker marker arguments: {sorted(kwargs)}")
     with broker:
         yield broker
+
+
+def _require_zookeeper() -> None:
+    from sluice.testing.zookeeper import ZooKeeperNotFoundError, find_zookeeper
+
+    try:
+        find_zookeeper()
+    except ZooKeeperNotFoundError as exc:
+        if os.geteuid() != 0:
+            pytest.skip(f"{exc} (not root: cannot install it)")
+        pytest.fail(f"{exc}; `make setup` installs it", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def sluice_zookeeper() -> Iterator[ZooKeeperServer]:
+    """The test session's ZooKeeper (started on first use); ``.hosts`` is ``127.0.0.1:PORT``."""
+    _require_zookeeper()
+    from sluice.testing.zookeeper import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture
+def sluice_zookeeper_connect(sluice_zookeeper: ZooKeeperServer) -> Iterator[str]:
+    """``zookeeper.connect`` with a fresh chroot (``/sluice-tests/<uuid>``), removed afterwards."""
+    chroot = f"{TEST_CHROOT_ROOT}/{uuid.uuid4().hex}"
+    yield sluice_zookeeper.connect_string(chroot)
+    if sluice_zookeeper.paused:  # a test that paused the shared server and failed
+        sluice_zookeeper.resume()
+    sluice_zookeeper.delete_tree(chroot)
+
+
+@pytest.fixture
+def sluice_zookeeper_factory() -> Iterator[Callable[..., ZooKeeperServer]]:
+    """``factory(**ZooKeeperServer kwargs)``: a started private ZooKeeper, stopped after the
+    test."""
+    _require_zookeeper()
+    from sluice.testing.zookeeper import ZooKeeperServer
+
+    started: list[ZooKeeperServer] = []
+
+    def factory(**kwargs: Any) -> ZooKeeperServer:
+        server = ZooKeeperServer(**kwargs)
+        started.append(server)
+        return server.start()
+
+    try:
+        yield factory
+    finally:
+        for server in reversed(started):
+            server.stop()

@@ -236,6 +236,8 @@ DECLARED = {
         "delay between renaming a segment to .deleted and removing it",
     ),
     "message.max.bytes": ("1048588", "largest record batch accepted"),
+    "min.insync.replicas": ("1", "ISR size an acks=all produce needs"),
+    "compression.type": ("producer", "codec batches are stored in (producer: as sent)"),
     "node.id": ("0", "this broker's id (in Metadata)"),
     "num.partitions": (
         "1",

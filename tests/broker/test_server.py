@@ -23,7 +23,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = (m.Produce.key, m.Fetch.key, m.ListOffs
                                          m.Metadata.key)  # fmt: skip
 API_VERSIONS, CREATE_TOPICS = m.ApiVersions.key, m.CreateTopics.key
 DELETE_TOPICS, DELETE_RECORDS = m.DeleteTopics.key, m.DeleteRecords.key
-INIT_PRODUCER_ID = m.InitProducerId.key
+INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = m.InitProducerId.key, m.OffsetForLeaderEpoch.key
 GROUP_APIS = {
     a.key
     for a in (
@@ -37,10 +37,14 @@ GROUP_APIS = {
         m.DescribeGroups,
         m.ListGroups,
         m.DeleteGroups,
+        m.OffsetDelete,
     )
 }  # sluice.server.group.coordinator
+ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfigs.key,
+              m.DescribeCluster.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
-          DELETE_RECORDS, INIT_PRODUCER_ID, *GROUP_APIS}  # fmt: skip
+          DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
+          *ADMIN_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

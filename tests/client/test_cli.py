@@ -144,6 +144,10 @@ def test_dump_log(broker: EmbeddedBroker) -> None:
     out = sluice(None, "dump-log", "--files", str(segment), "--print-data-log").stdout
     assert "baseOffset: 0 lastOffset: 1 count: 2" in out
     assert "payload: alpha" in out and "payload: beta" in out
+    epochs = broker.data_dir / "dumped-0" / "leader-epoch-checkpoint"
+    assert sluice(None, "dump-log", "--files", str(epochs)).stdout.splitlines()[1:] == [
+        "epoch: 0 startOffset: 0"
+    ]
     verify = sluice(None, "dump-log", "--verify", str(broker.data_dir)).stdout
     assert re.search(r"Verified \d+ partition\(s\) under .*: 0 problem\(s\)", verify)
 

@@ -3,6 +3,9 @@
 * ``sluice.protocol`` is sans-I/O: no I/O module, nothing else of Sluice.
 * ``sluice.server.storage`` imports only ``sluice.protocol`` and itself, and no network code.
 * ``sluice.server.group`` (coordinator, offsets store) sits on storage, never on the core.
+* ``sluice.server.zk`` (everything that talks to ZooKeeper) knows the protocol's value types and
+  the logging module, nothing of the core, storage or group rooms: the core uses it, not the
+  other way round.
 * ``sluice.server.controller`` decides cluster state from what ZooKeeper holds: it sees
   ZooKeeper (``sluice.server.zk``) and the protocol, never the core, storage or groups.
 * ``sluice.client`` speaks the wire only through ``sluice.protocol`` (the CLI also wraps the
@@ -79,6 +82,11 @@ RULES = [
             "sluice.server.logging",
         ),
         NETWORK_MODULES,
+    ),
+    (
+        "sluice.server.zk",
+        ("sluice.protocol", "sluice.server.logging", "sluice.server.zk"),
+        set(),
     ),
     (
         "sluice.server.controller",

@@ -304,3 +304,46 @@ def test_verify_reports_a_torn_tail(log_dir: Path) -> None:
         f"other-1/{seg(0, '.log')}: batch of {len(B0)} bytes runs past the end of the file "
         f"({len(B0) - 3} bytes left) (field batchLength, byte {len(whole) + 8})"
     ]
+
+
+# -- leader epochs -------------------------------------------------------------------------------
+
+
+def test_dump_and_verify_the_leader_epoch_checkpoint(tmp_path: Path) -> None:
+    from sluice.server.storage.layout import LEADER_EPOCH_CHECKPOINT
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.log_config import LogConfig
+
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300))
+    for epoch in (0, 0, 3, 3, 4):
+        log.append_as_leader(build_batch([(1, None, b"v" * 30)] * 2), leader_epoch=epoch)
+    log.assign_leader_epoch(6)  # a new leader's term, nothing written yet
+    log.close()
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    assert lines(path) == [
+        f"Dumping {path}",
+        "epoch: 0 startOffset: 0",
+        "epoch: 3 startOffset: 4",
+        "epoch: 4 startOffset: 8",
+        "epoch: 6 startOffset: 10",
+    ]
+    assert dump_log.verify_log_dir(tmp_path) == []
+    # The log start moved into epoch 3 (retention): the first entry starts there.
+    path.write_text("0\n3\n3 5\n4 8\n6 10\n")
+    assert dump_log.verify_log_dir(tmp_path) == []
+    for content, expected in [
+        ("0\n2\n0 0\n4 8\n", "holds [0@0, 4@8], the batch headers say [0@0, 3@4, 4@8]"),
+        ("0\n3\n0 0\n3 4\n4 9\n", "holds [0@0, 3@4, 4@9], the batch headers say [0@0, 3@4, 4@8]"),
+        ("0\n4\n0 0\n3 4\n4 8\n6 12\n", "holds [0@0, 3@4, 4@8, 6@12]"),  # past the log end
+        ("0\n2\n3 4\n0 0\n", "entries not increasing: [3@4, 0@0]"),
+        ("0\n2\n3 4\n", "unreadable"),
+    ]:
+        path.write_text(content)
+        problems = dump_log.verify_log_dir(tmp_path)
+        assert len(problems) == 1 and expected in problems[0], (content, problems)
+        assert problems[0].startswith(f"t-0/{LEADER_EPOCH_CHECKPOINT}: ")
+    assert lines(path)[1].startswith("Unreadable leader epoch checkpoint: ")
+    path.unlink()  # missing: rebuilt at the next open, not a problem
+    assert dump_log.verify_log_dir(tmp_path) == []
+    result = CliRunner().invoke(dump_log.main, ["--files", str(tmp_path / "t-0" / seg(0, ".log"))])
+    assert "partitionLeaderEpoch: 0 " in result.output

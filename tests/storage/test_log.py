@@ -399,7 +399,10 @@ def test_retention_by_time_stops_at_high_watermark(tmp_path: Path) -> None:
         "00000000000000000006.index",
         "00000000000000000006.log",
         "00000000000000000006.timeindex",
+        "leader-epoch-checkpoint",
     ]
+    # The log start moved past every record: epoch 0 now starts there (and holds nothing yet).
+    assert log.leader_epoch_cache.entries == ((0, 6),)
     with pytest.raises(OffsetOutOfRange):
         log.read(5, 100)
     log.close()

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from sluice.protocol.errors import InvalidConfig
-from sluice.server.storage.log_config import BROKER_KEYS, LONG_MAX, TOPIC_KEYS, LogConfig
+from sluice.server.storage.log_config import (
+    BROKER_KEYS,
+    LONG_MAX,
+    TOPIC_DOCS,
+    TOPIC_KEYS,
+    LogConfig,
+)
 
 
 def test_defaults_are_kafkas() -> None:
@@ -21,7 +27,77 @@ def test_defaults_are_kafkas() -> None:
     assert props["flush.messages"] == str(LONG_MAX)
     assert props["file.delete.delay.ms"] == "60000"
     assert props["cleanup.policy"] == "delete"
-    assert set(props) == set(TOPIC_KEYS) == set(BROKER_KEYS)
+    assert props["compression.type"] == "producer"
+    assert props["min.insync.replicas"] == "1"
+    assert props["min.cleanable.dirty.ratio"] == "0.5"
+    assert props["message.downconversion.enable"] == "true"
+    assert props["preallocate"] == "false"
+    assert props["local.retention.ms"] == "-2"
+    assert props["message.format.version"] == "3.0-IV1"
+    assert props["leader.replication.throttled.replicas"] == ""
+    assert set(props) == set(TOPIC_KEYS) == set(TOPIC_DOCS)
+    assert set(BROKER_KEYS) <= set(TOPIC_KEYS)
+    assert not LogConfig().conform_on_append  # the default append path does nothing more
+
+
+#: Every topic config key of Kafka 3.9's LogConfig (TopicConfig + QuotaConfig's throttled
+#: replicas + the deprecated message.format.version / timestamp difference), as listed there.
+KAFKA_TOPIC_KEYS = {
+    "segment.bytes", "segment.ms", "segment.jitter.ms", "segment.index.bytes", "flush.messages",
+    "flush.ms", "retention.bytes", "retention.ms", "max.message.bytes", "index.interval.bytes",
+    "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+    "file.delete.delay.ms", "min.cleanable.dirty.ratio", "cleanup.policy",
+    "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "preallocate",
+    "message.format.version", "message.timestamp.type", "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+    "message.downconversion.enable", "remote.storage.enable", "local.retention.ms",
+    "local.retention.bytes", "remote.log.copy.disable", "remote.log.delete.on.disable",
+}  # fmt: skip
+
+
+def test_every_kafka_topic_key_is_known() -> None:
+    assert set(TOPIC_KEYS) == KAFKA_TOPIC_KEYS
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "attr", "parsed"),
+    [
+        ("compression.type", "zstd", "target_codec", 4),
+        ("compression.type", "uncompressed", "target_codec", 0),
+        ("compression.type", "producer", "target_codec", None),
+        ("compression.gzip.level", "9", "compression_gzip_level", 9),
+        ("compression.gzip.level", "-1", "compression_gzip_level", -1),
+        ("compression.lz4.level", "17", "compression_lz4_level", 17),
+        ("compression.zstd.level", "-5", "compression_zstd_level", -5),
+        ("min.insync.replicas", "2", "min_insync_replicas", 2),
+        ("min.cleanable.dirty.ratio", "0.75", "min_cleanable_dirty_ratio", 0.75),
+        ("delete.retention.ms", "1000", "delete_retention_ms", 1000),
+        ("max.compaction.lag.ms", "1", "max_compaction_lag_ms", 1),
+        ("unclean.leader.election.enable", "TRUE", "unclean_leader_election_enable", True),
+        ("message.downconversion.enable", "false", "message_downconversion_enable", False),
+        ("message.format.version", "2.8-IV1", "message_format_version", "2.8-IV1"),
+        ("message.timestamp.difference.max.ms", "5000", "timestamp_before_max_ms", 5000),
+        ("message.timestamp.after.max.ms", "7", "timestamp_after_max_ms", 7),
+        ("preallocate", "false", "preallocate", False),
+        ("remote.storage.enable", "false", "remote_storage_enable", False),
+        ("local.retention.bytes", "-2", "local_retention_bytes", -2),
+        ("remote.log.copy.disable", "true", "remote_log_copy_disable", True),
+        ("leader.replication.throttled.replicas", "", "leader_replication_throttled_replicas", ""),
+    ],
+)
+def test_kafka_keys_parse(key: str, value: str, attr: str, parsed: object) -> None:
+    cfg = LogConfig.from_properties({key: value})
+    assert getattr(cfg, attr) == parsed
+    assert LogConfig.from_properties(cfg.to_properties()) == cfg
+
+
+def test_conform_on_append_follows_compression_and_timestamp_bounds() -> None:
+    assert LogConfig.from_properties({"compression.type": "gzip"}).conform_on_append
+    assert LogConfig.from_properties({"message.timestamp.before.max.ms": "1"}).conform_on_append
+    relaxed = LogConfig.from_properties({"compression.type": "producer", "preallocate": "false"})
+    assert not relaxed.conform_on_append
 
 
 def test_from_properties_overlays_base_and_round_trips() -> None:
@@ -51,7 +127,21 @@ def test_from_properties_overlays_base_and_round_trips() -> None:
         ("cleanup.policy", "compact", "compaction is not implemented"),
         ("cleanup.policy", "delete,compact", "compaction is not implemented"),
         ("cleanup.policy", "shred", "cleanup.policy"),
-        ("min.insync.replicas", "1", "unknown or unsupported"),
+        ("min.insync.replicas", "0", "min.insync.replicas"),
+        ("sluice.no.such.key", "1", "unknown or unsupported"),
+        ("compression.type", "brotli", "compression.type"),
+        ("compression.gzip.level", "0", "compression.gzip.level"),
+        ("compression.lz4.level", "18", "compression.lz4.level"),
+        ("compression.zstd.level", "23", "compression.zstd.level"),
+        ("min.cleanable.dirty.ratio", "1.5", "min.cleanable.dirty.ratio"),
+        ("unclean.leader.election.enable", "yes", "true or false"),
+        ("message.format.version", "latest", "message.format.version"),
+        ("max.compaction.lag.ms", "0", "max.compaction.lag.ms"),
+        ("local.retention.ms", "-3", "local.retention.ms"),
+        ("preallocate", "true", "preallocation is not implemented"),
+        ("remote.storage.enable", "true", "tiered (remote) storage is not implemented"),
+        ("leader.replication.throttled.replicas", "*", "throttling is not implemented"),
+        ("follower.replication.throttled.replicas", "0:1", "throttling is not implemented"),
     ],
 )
 def test_invalid_values_raise_invalid_config(key: str, value: str, fragment: str) -> None:

@@ -218,6 +218,7 @@ def test_stray_files_are_cleaned_up_at_load(tmp_path: Path) -> None:
         "00000000000000000000.index",
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint",
     ]
     assert contents(log) == list(enumerate(values))
     log.close()
@@ -344,6 +345,7 @@ def test_first_flush_of_a_new_log_makes_its_segment_entry_durable(tmp_path: Path
     vfs = DirSyncVFS()
     log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
     log.append_as_leader(batch([b"a"]))
+    vfs.dir_syncs.clear()  # (the first append wrote the leader-epoch-checkpoint)
     log.flush()
     assert log.recovery_point == 1
     assert vfs.dir_syncs == [tmp_path / "t-0"]
@@ -372,6 +374,7 @@ def test_recovery_point_does_not_move_when_the_directory_sync_fails(tmp_path: Pa
     vfs = DirSyncVFS()
     log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
     log.append_as_leader(batch([b"a"]))
+    vfs.dir_syncs.clear()  # (the first append wrote the leader-epoch-checkpoint)
     vfs.fail_dir_sync = True
     with pytest.raises(OSError, match="injected"):
         log.flush()

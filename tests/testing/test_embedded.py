@@ -139,3 +139,44 @@ def test_importing_sluice_stays_light() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_set_leader_epoch_from_another_thread() -> None:
+    """The ``with`` form: the epoch change runs on the broker's thread; Metadata and the
+    request counters show it."""
+    with EmbeddedBroker() as b:
+        producer = KafkaProducer(bootstrap_servers=b.bootstrap_servers)
+        try:
+            producer.send("ep", b"x", partition=0).get(timeout=BOUND)
+        finally:
+            producer.close(timeout=5)
+        assert b.set_leader_epoch("ep") == 1
+        assert b.set_leader_epoch("ep", 0, epoch=5) == 5
+        with pytest.raises(ValueError, match="not newer"):
+            b.set_leader_epoch("ep", 0, epoch=5)
+        from sluice.protocol.errors import UnknownTopicOrPartition
+
+        with pytest.raises(UnknownTopicOrPartition):
+            b.set_leader_epoch("ep", 3)
+        assert b.call(lambda server: server.replica_manager.leader_epoch("ep", 0)) == 5  # type: ignore[union-attr]
+        metrics = b.metrics()
+        assert metrics["requests.0"] == 1  # the one Produce
+        assert metrics.get("requests.23", 0) == 0
+
+
+async def test_set_leader_epoch_on_the_callers_loop() -> None:
+    async with EmbeddedBroker() as b:
+        async with Producer(b.bootstrap_servers) as p:
+            await p.send_and_wait("ep", b"x", partition=0)
+            assert b.set_leader_epoch("ep") == 1
+            await p.send_and_wait("ep", b"y", partition=0)
+        log_ = b.call(lambda server: server.log_manager.get_log("ep", 0))  # type: ignore[union-attr]
+        assert log_ is not None
+        assert log_.end_offset_for_epoch(0) == (0, 1)  # epoch 1 began at offset 1
+        assert log_.epoch_for_offset(1) == 1
+
+
+def test_set_leader_epoch_needs_a_running_in_process_broker() -> None:
+    b = EmbeddedBroker(mode="subprocess")
+    with pytest.raises(RuntimeError, match="in-process"):
+        b.set_leader_epoch("t")

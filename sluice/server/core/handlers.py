@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sluice.protocol import errors
+from sluice.protocol import acl, errors
 from sluice.protocol import messages as m
 from sluice.protocol.framing import (
     UnsupportedVersionError,
@@ -31,6 +31,7 @@ from sluice.protocol.framing import (
     unsupported_version_response,
 )
 from sluice.protocol.messages import RequestHeader
+from sluice.server.core.config_resources import ConfigResources
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 
@@ -45,7 +46,10 @@ if TYPE_CHECKING:
 log = get_logger("sluice.handlers")
 
 CLUSTER_ID = "sluice-single-node"
-NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested" (INT32 min)
+#: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
+CONSUMER_REPLICA_ID = -1
+#: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
+DEBUGGING_REPLICA_ID = -2
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
@@ -83,6 +87,7 @@ class Handlers:
         self.groups = groups
         self.producer_ids = producer_ids
         self.metrics = metrics
+        self.config_resources = ConfigResources(config, replicas.logs)
         self._stopping = False
         advertised = config.advertised_listener
         self._advertised = (advertised.host, advertised.port)
@@ -96,6 +101,7 @@ class Handlers:
             m.DeleteTopics.key: self.delete_topics,
             m.DeleteRecords.key: self.delete_records,
             m.InitProducerId.key: self.init_producer_id,
+            m.OffsetForLeaderEpoch.key: self.offset_for_leader_epoch,
             m.FindCoordinator.key: self.find_coordinator,
             m.JoinGroup.key: self.join_group,
             m.SyncGroup.key: self.sync_group,
@@ -106,6 +112,11 @@ class Handlers:
             m.ListGroups.key: self.list_groups,
             m.DescribeGroups.key: self.describe_groups,
             m.DeleteGroups.key: self.delete_groups,
+            m.OffsetDelete.key: self.offset_delete,
+            m.DescribeConfigs.key: self.describe_configs,
+            m.AlterConfigs.key: self.alter_configs,
+            m.IncrementalAlterConfigs.key: self.incremental_alter_configs,
+            m.DescribeCluster.key: self.describe_cluster,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
@@ -173,6 +184,17 @@ class Handlers:
         existing = self.logs.topics()
         names = sorted(existing) if body.topics is None else [t.name for t in body.topics]
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
+        # v8+: without an authorizer, every operation a resource supports (Kafka's AuthHelper).
+        topic_ops = (
+            acl.TOPIC_AUTHORIZED
+            if body.include_topic_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
+        cluster_ops = (
+            acl.CLUSTER_AUTHORIZED
+            if body.include_cluster_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
         topics = []
         for name in names:
             error = 0
@@ -196,7 +218,7 @@ class Handlers:
                     name=name,
                     is_internal=name == OFFSETS_TOPIC,
                     partitions=partitions,
-                    topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                    topic_authorized_operations=topic_ops,
                 )
             )
         return cls(
@@ -205,7 +227,7 @@ class Handlers:
             cluster_id=CLUSTER_ID,
             controller_id=node,
             topics=topics,
-            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            cluster_authorized_operations=cluster_ops,
         )
 
     def _partition_metadata(
@@ -305,7 +327,7 @@ class Handlers:
         """
         isolation = _fetch_isolation(body.isolation_level, body.replica_id)
         wanted = [
-            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
             for t in body.topics
             for p in t.partitions
         ]
@@ -320,12 +342,12 @@ class Handlers:
     async def _fetch_wait(
         self,
         body: m.FetchRequest,
-        wanted: list[tuple[str, int, int, int]],
+        wanted: list[tuple[str, int, int, int, int]],
         isolation: Any,
         deadline: float,
     ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
-        keys = [(topic, part) for topic, part, _, _ in wanted]
+        keys = [(topic, part) for topic, part, *_ in wanted]
         purgatory = self.replicas.fetch_purgatory
         while True:
             delayed = self.replicas.delayed_fetch(keys, isolation)
@@ -343,7 +365,7 @@ class Handlers:
                 return response
 
     def _read_fetch(
-        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int]], isolation: Any
+        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int, int]], isolation: Any
     ) -> tuple[m.FetchResponse, int, bool]:
         # Hot path (every Fetch, every partition): classes resolved once, the partition looked
         # up through the replica manager's dict, one response object per partition.
@@ -357,7 +379,7 @@ class Handlers:
         total = 0
         had_error = False
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
-        for topic, part, offset, part_max in wanted:
+        for topic, part, offset, part_max, current_epoch in wanted:
             partition = get_partition(topic, part)
             entry: m.FetchResponse.PartitionData
             if partition is None:
@@ -375,9 +397,14 @@ class Handlers:
             else:
                 limit = max(min(part_max, budget - total), 0)
                 try:
-                    if replica_id >= 0 and partition.update_follower_end_offset(replica_id, offset):
-                        self.replicas.complete_delayed_requests((topic, part))
-                    info = partition.read(offset, limit, isolation, min_one)
+                    if replica_id >= 0:
+                        # A follower: its fetch offset is its LEO (recorded once its epoch
+                        # passed the check; HW may move and complete parked produces).
+                        partition.local_log(current_epoch)
+                        if partition.update_follower_end_offset(replica_id, offset):
+                            self.replicas.complete_delayed_requests((topic, part))
+                    # Fetch v9+ carries the client's leader epoch (-1 before: no check)
+                    info = partition.read(offset, limit, isolation, min_one, current_epoch)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("fetch read failed", topic=topic, partition=part)
@@ -428,16 +455,17 @@ class Handlers:
     def list_offsets(
         self, header: RequestHeader, body: m.ListOffsetsRequest
     ) -> m.ListOffsetsResponse:
-        from sluice.server.storage.log import Isolation
-
+        """Kafka's rules by ``replica_id``: a consumer (-1) reads below HW (or the committed
+        bound with read_committed) and must reach the leader; a broker (>= 0) is bounded by
+        LEO; the debugging id (-2) is bounded by LEO and may ask a follower. v4+ carries
+        ``current_leader_epoch`` (checked) and answers the offset's leader epoch."""
         cls = m.ListOffsetsResponse
         topic_cls = m.ListOffsetsResponse.ListOffsetsTopicResponse
         part_cls = m.ListOffsetsResponse.ListOffsetsPartitionResponse
-        isolation = (
-            Isolation.TXN_COMMITTED
-            if getattr(body, "isolation_level", 0) == 1
-            else Isolation.HIGH_WATERMARK
-        )
+        isolation = None
+        if body.replica_id == CONSUMER_REPLICA_ID:
+            isolation = _fetch_isolation(body.isolation_level)
+        require_leader = body.replica_id != DEBUGGING_REPLICA_ID
         topics = []
         for topic in body.topics:
             parts = []
@@ -448,27 +476,58 @@ class Handlers:
                     code = errors.UnknownTopicOrPartition.code
                 else:
                     try:
-                        found = partition.fetch_offset_for_timestamp(p.timestamp, isolation)
+                        found = partition.fetch_offset_for_timestamp(
+                            p.timestamp, isolation, p.current_leader_epoch, require_leader
+                        )
                     except Exception as exc:
                         if not isinstance(exc, errors.KafkaError):
                             log.exception("list offsets failed", topic=topic.name)
                         code = _code(exc)
                     else:
                         if found is not None:
-                            ts, offset = found.timestamp, found.offset
-                            # Kafka reports the epoch of the record found; there is no epoch
-                            # cache yet and every record so far was written at the current one.
-                            epoch = partition.leader_epoch
+                            ts, offset, epoch = found
                 parts.append(
                     part_cls(
                         partition_index=p.partition_index,
                         error_code=code,
                         timestamp=ts,
                         offset=offset,
-                        leader_epoch=epoch if offset >= 0 else -1,
+                        leader_epoch=epoch,
                     )
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- OffsetForLeaderEpoch (23) ---------------------------------------------------------------
+
+    def offset_for_leader_epoch(
+        self, header: RequestHeader, body: m.OffsetForLeaderEpochRequest
+    ) -> m.OffsetForLeaderEpochResponse:
+        """The end offset of each asked epoch in the leader's log (KIP-101/KIP-279 for
+        followers, KIP-320 for consumers validating their position after an epoch change).
+
+        Leader only for every ``replica_id`` -- consumer (-1), broker (>= 0) and the debugging
+        id (-2, what v0-2 mean) alike: Kafka's ``ReplicaManager.lastOffsetForLeaderEpoch``
+        always requires the leader, and uses the replica id only to choose the permission it
+        checks (none here). Per partition, in Kafka's order: UNKNOWN_TOPIC_OR_PARTITION,
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v2+ ``current_leader_epoch``),
+        NOT_LEADER_OR_FOLLOWER; else NONE with ``(epoch, end offset)``, ``(-1, -1)`` when the
+        epoch is undefined (asked above every epoch, or -1)."""
+        cls = m.OffsetForLeaderEpochResponse
+        topic_cls = m.OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        part_cls = m.OffsetForLeaderEpochResponse.EpochEndOffset
+        lookup = self.replicas.last_offset_for_leader_epoch
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = lookup(t.topic, p.partition, p.current_leader_epoch,
+                                          p.leader_epoch)  # fmt: skip
+                parts.append(
+                    part_cls(error_code=code, partition=p.partition, leader_epoch=epoch,
+                             end_offset=end)
+                )  # fmt: skip
+            topics.append(topic_cls(topic=t.topic, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
     # --- CreateTopics (19) -----------------------------------------------------------------------
@@ -771,13 +830,13 @@ class Handlers:
         group_cls = m.DescribeGroupsResponse.DescribedGroup
         member_cls = m.DescribeGroupsResponse.DescribedGroupMember
         described = []
+        ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
         for group_id in body.groups:
             group = self.groups.describe_group(group_id)
             if group is None:
                 # Kafka (v0-5): an unknown group is described as Dead, without an error.
-                described.append(
-                    group_cls(error_code=0, group_id=group_id, group_state="Dead", members=[])
-                )
+                described.append(group_cls(error_code=0, group_id=group_id, group_state="Dead",
+                                           members=[], authorized_operations=ops))  # fmt: skip
                 continue
             stable = group.state.value == "Stable"
             protocol = group.protocol_name or ""
@@ -799,6 +858,7 @@ class Handlers:
                         )
                         for m in group.members.values()
                     ],
+                    authorized_operations=ops,
                 )
             )
         return cls(throttle_time_ms=0, groups=described)
@@ -815,4 +875,78 @@ class Handlers:
                 result_cls(group_id=g, error_code=c)
                 for g, c in zip(body.groups_names, codes, strict=True)
             ],
+        )
+
+    def offset_delete(
+        self, header: RequestHeader, body: m.OffsetDeleteRequest
+    ) -> m.OffsetDeleteResponse:
+        """OffsetDelete (47): a partition of a topic that does not exist is
+        UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis check); the rest is the coordinator's."""
+        cls = m.OffsetDeleteResponse
+        topic_cls = m.OffsetDeleteResponse.OffsetDeleteResponseTopic
+        part_cls = m.OffsetDeleteResponse.OffsetDeleteResponsePartition
+        existing = self.logs.topics()
+        codes: dict[tuple[str, int], int] = {}
+        known: list[tuple[str, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if 0 <= p.partition_index < existing.get(t.name, 0):
+                    known.append(tp)
+                else:
+                    codes[tp] = errors.UnknownTopicOrPartition.code
+        group_code, found = self.groups.delete_offsets(body.group_id, known)
+        if group_code:
+            return cls(error_code=group_code, throttle_time_ms=0, topics=[])
+        codes.update(found)
+        topics: dict[str, list[m.OffsetDeleteResponse.OffsetDeleteResponsePartition]] = {}
+        for (topic, part), code in codes.items():
+            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+        listed = [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
+        return cls(error_code=0, throttle_time_ms=0, topics=listed)
+
+    # --- Configs (32, 33, 44): sluice.server.core.config_resources -------------------------------
+
+    def describe_configs(
+        self, header: RequestHeader, body: m.DescribeConfigsRequest
+    ) -> m.DescribeConfigsResponse:
+        return self.config_resources.describe(body, header.api_version)
+
+    def alter_configs(
+        self, header: RequestHeader, body: m.AlterConfigsRequest
+    ) -> m.AlterConfigsResponse:
+        return self.config_resources.alter(body)
+
+    def incremental_alter_configs(
+        self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
+    ) -> m.IncrementalAlterConfigsResponse:
+        return self.config_resources.incremental_alter(body)
+
+    # --- DescribeCluster (60) --------------------------------------------------------------------
+
+    def describe_cluster(
+        self, header: RequestHeader, body: m.DescribeClusterRequest
+    ) -> m.DescribeClusterResponse:
+        """What Kafka's admin clients use for brokers, controller and cluster id (KIP-700). This
+        broker is all three; it serves broker endpoints only (v1 ``endpoint_type`` 1)."""
+        cls = m.DescribeClusterResponse
+        node = self.config.node_id
+        if body.endpoint_type != 1:
+            return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
+                       error_message="this is a broker endpoint", cluster_id=CLUSTER_ID,
+                       controller_id=-1, brokers=[])  # fmt: skip
+        host, port = self._advertised
+        ops = (
+            acl.CLUSTER_AUTHORIZED
+            if body.include_cluster_authorized_operations
+            else (acl.NOT_REQUESTED)
+        )
+        return cls(
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            cluster_id=CLUSTER_ID,
+            controller_id=node,
+            brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)],
+            cluster_authorized_operations=ops,
         )

@@ -20,9 +20,16 @@ and an ``acks=-1`` produce never waits. The code is written for the replicated c
 **Who writes which state** (STYLE 16: cluster state is versioned and stale state is ignored):
 
 * Leadership (leader, leader epoch, partition epoch, replicas, ISR): only
-  :meth:`Partition.make_leader`, called by :class:`ReplicaManager` -- today when it first sees a
-  partition's log (epoch 0); later by the ZooKeeper state watcher with the state znode's
-  ``(leader_epoch, zkVersion)``. A state not newer than the one held is ignored (fenced).
+  :meth:`Partition.make_leader` / :meth:`Partition.make_follower`, through
+  :meth:`ReplicaManager.make_leader` / :meth:`ReplicaManager.make_follower` -- today when it
+  first sees a partition's log (at the log's latest epoch, 0 for a new log) and when a test
+  bumps the epoch (``EmbeddedBroker.set_leader_epoch``); later by the ZooKeeper state watcher
+  with the state znode's ``(leader_epoch, zkVersion)``. A state not newer than the one held is
+  ignored (fenced). Becoming leader at epoch e writes ``(e, LEO)`` to the log's epoch cache.
+* Leader epoch checks: every request path reaches the log through
+  :meth:`Partition.local_log`, which fences a client's stale ``current_leader_epoch``
+  (FENCED_LEADER_EPOCH), refuses one from the future (UNKNOWN_LEADER_EPOCH) and a non-leader
+  (NOT_LEADER_OR_FOLLOWER), in Kafka's order.
 * ISR changes between leadership changes: only the leader (:meth:`Partition.maybe_shrink_isr`
   and the expansion on a follower fetch), one change in flight at a time, stored by the
   :data:`IsrWriter` conditionally on the partition epoch it was computed from (ZooKeeper's
@@ -51,11 +58,17 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from sluice.protocol import errors
+from sluice.protocol.records import NO_TIMESTAMP
 from sluice.server.logging import get_logger
-from sluice.server.storage.log import Isolation
+from sluice.server.storage.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Isolation,
+)
 
 if TYPE_CHECKING:
-    from sluice.server.storage.log import AppendInfo, FetchDataInfo, Log, TimestampAndOffset
+    from sluice.server.storage.log import AppendInfo, FetchDataInfo, Log
     from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.replica_manager")
@@ -113,7 +126,7 @@ class ReplicationSettings:
     ) -> None:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas: Callable[[Partition], int] = min_insync_replicas or (
-            lambda partition: 1
+            lambda partition: partition.log.config.min_insync_replicas
         )
         self.clock_ms = clock_ms
         self.propose_isr: Callable[[Partition, tuple[int, ...]], None] | None = None
@@ -130,6 +143,15 @@ class _Follower:
         self.last_caught_up_ms = 0
         self.last_fetch_leader_leo = -1
         self.last_fetch_ms = 0
+
+
+class ListedOffset(NamedTuple):
+    """A ListOffsets answer: the offset, its record's timestamp (-1: not applicable) and the
+    leader epoch of the record at that offset (-1: unknown), as Kafka's ``TimestampAndOffset``."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int
 
 
 class Partition:
@@ -156,6 +178,14 @@ class Partition:
     * HW = min LEO over the leader, the (maximal) ISR and followers caught up within the lag
       time (so a follower about to join is not overtaken), moved only forward, and not at all
       while the stored ISR is smaller than ``min(min.insync.replicas, replication factor)``.
+
+    ``leader_epoch_start_offset`` is the LEO at which this broker last became leader (Kafka's
+    ``leaderEpochStartOffsetOpt``; -1 when it is not the leader): records below it were written
+    in earlier epochs, and until HW reaches it the leader does not know whether they are all
+    committed (ListOffsets answers OFFSET_NOT_AVAILABLE meanwhile).
+
+    Every request path reaches the log through :meth:`local_log`, which applies Kafka's checks
+    of the client's ``current_leader_epoch`` and of leadership, in Kafka's order.
     """
 
     __slots__ = (
@@ -189,6 +219,7 @@ class Partition:
         self.local_id = local_id
         self.leader_id = NO_LEADER
         self.leader_epoch = NO_EPOCH
+        self.leader_epoch_start_offset = -1
         self.partition_epoch = NO_EPOCH
         self.controller_epoch = NO_EPOCH
         self.leader_epoch_start_offset = -1
@@ -245,11 +276,13 @@ class Partition:
         """Become (or stay) leader at ``leader_epoch`` (Kafka's ``Partition.makeLeader``).
 
         Ignored (False) unless ``(leader_epoch, partition_epoch)`` is newer than the state held:
-        a late or replayed state must not move leadership back. The epoch starts at the current
-        LEO. Followers' caught-up times restart now for ISR members (so none is dropped before it
-        could fetch); a new leader also forgets their LEOs (a new term starts). Then HW is
-        recomputed: with the ISR just this broker that is HW = LEO, which matters after an
-        unclean stop, when the checkpointed HW lags the recovered log.
+        a late or replayed state must not move leadership back. Then, in Kafka's order: the new
+        epoch starts at the current LEO in the log's epoch cache (``assign(epoch, LEO)``, KIP-279:
+        at once, not at the first append, so a follower asking OffsetForLeaderEpoch for the
+        previous epoch gets its true end); followers' caught-up times restart now for ISR members
+        (so none is dropped before it could fetch), and a new leader forgets their LEOs (a new
+        term starts); HW is recomputed -- with the ISR just this broker that is HW = LEO, which
+        matters after an unclean stop, when the checkpointed HW lags the recovered log.
         """
         if not self._is_newer(leader_epoch, partition_epoch):
             return False
@@ -259,7 +292,9 @@ class Partition:
             raise ValueError(f"leader {self.local_id} must be in the ISR {list(isr)}")
         is_new_leader = not self.is_leader
         now = self._settings.clock_ms()
-        start = self.log.log_end_offset
+        log_ = self.log
+        log_.assign_leader_epoch(leader_epoch)
+        start = log_.log_end_offset
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -294,7 +329,7 @@ class Partition:
         ``Partition.makeFollower``); ignored (False) unless the state is newer. The log is not
         touched here: the fetcher truncates it by epoch before fetching (KIP-101/279)."""
         if leader_id == self.local_id:
-            raise ValueError("make_follower with this broker as the leader; use make_leader")
+            raise ValueError(f"{self.local_id} cannot follow itself: use make_leader")
         if not self._is_newer(leader_epoch, partition_epoch):
             return False
         self.leader_id = leader_id
@@ -312,6 +347,32 @@ class Partition:
         """The LEO a follower last fetched from (-1 if unknown); leader only."""
         follower = self._followers.get(replica_id)
         return -1 if follower is None else follower.leo
+
+    def local_log(self, current_leader_epoch: int = NO_EPOCH, require_leader: bool = True) -> Log:
+        """The log, if a request carrying ``current_leader_epoch`` may use it (Kafka's
+        ``Partition.getLocalLog(currentLeaderEpoch, requireLeader)``); raises otherwise.
+
+        The order is Kafka's: first the client's epoch (-1 = the client does not say, no check):
+        older than ours -> :class:`~sluice.protocol.errors.FencedLeaderEpoch` (the client's
+        metadata is stale), newer -> :class:`~sluice.protocol.errors.UnknownLeaderEpoch` (ours
+        is); then leadership when required -> ``NotLeaderOrFollower``. Every path that serves a
+        request from the log (Fetch, ListOffsets, OffsetForLeaderEpoch, Produce) goes through
+        here.
+        """
+        if current_leader_epoch != NO_EPOCH and current_leader_epoch != self.leader_epoch:
+            name = f"{self.topic}-{self.index}"
+            if current_leader_epoch < self.leader_epoch:
+                raise errors.FencedLeaderEpoch(
+                    f"{name}: request epoch {current_leader_epoch} is older than the leader "
+                    f"epoch {self.leader_epoch}"
+                )
+            raise errors.UnknownLeaderEpoch(
+                f"{name}: request epoch {current_leader_epoch} is newer than the leader "
+                f"epoch {self.leader_epoch}"
+            )
+        if require_leader and self.leader_id != self.local_id:
+            raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
+        return self.log
 
     def maybe_increment_high_watermark(self) -> bool:
         """Recompute HW by the rules in the class docstring; returns whether it moved."""
@@ -339,8 +400,7 @@ class Partition:
         (default: now): record it (Kafka's ``Replica.updateFetchState``), maybe expand the ISR,
         maybe advance HW. Returns whether HW moved (then the caller completes parked requests).
         """
-        if not self.is_leader:
-            raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
+        self.local_log()
         follower = self._followers.get(replica_id)
         if follower is None:
             # Kafka answers such a fetch with no records; an error tells the broker why.
@@ -446,29 +506,87 @@ class Partition:
         self.partition_epoch = partition_epoch
         return self.maybe_increment_high_watermark()
 
-    def append_as_leader(self, records: Any) -> AppendInfo:
-        """Append a producer's batches (stamped with the leader epoch), then maybe advance HW."""
-        if self.leader_id != self.local_id:
-            raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
-        info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
+    def append_as_leader(self, records: Any, required_acks: int = 1) -> AppendInfo:
+        """Append a producer's batches (stamped with the leader epoch), then maybe advance HW.
+
+        ``acks=-1`` with fewer in-sync replicas than the topic's ``min.insync.replicas``
+        writes nothing: NOT_ENOUGH_REPLICAS (Kafka's ``Partition.appendRecordsToLeader``)."""
+        log_ = self.local_log()
+        if required_acks == -1:
+            min_isr = self.min_insync_replicas
+            if len(self.isr) < min_isr:
+                raise errors.NotEnoughReplicas(
+                    f"{self.topic}-{self.index}: the ISR {list(self.isr)} is smaller than "
+                    f"min.insync.replicas={min_isr}"
+                )
+        info = log_.append_as_leader(records, leader_epoch=self.leader_epoch)
         self.maybe_increment_high_watermark()
         return info
 
     def fetch_offset_for_timestamp(
-        self, timestamp: int, isolation: Isolation
-    ) -> TimestampAndOffset | None:
-        """ListOffsets on the leader (see ``Log.fetch_offset_by_timestamp``)."""
-        if self.leader_id != self.local_id:
-            raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
-        return self.log.fetch_offset_by_timestamp(timestamp, isolation)
+        self,
+        timestamp: int,
+        isolation: Isolation | None,
+        current_leader_epoch: int = NO_EPOCH,
+        require_leader: bool = True,
+    ) -> ListedOffset | None:
+        """ListOffsets (Kafka's ``Partition.fetchOffsetForTimestamp``); None: no such offset.
+
+        ``isolation`` None is a broker's or a debugging client's request: bounded by LEO, never
+        OFFSET_NOT_AVAILABLE. A consumer's (HW or committed bound) gets OFFSET_NOT_AVAILABLE
+        from a leader whose HW is still below the start offset of its epoch, for the latest
+        offset and for a timestamp found nowhere below the bound: the leader cannot yet tell
+        which of the earlier epochs' records are committed (KIP-207/KIP-320).
+
+        The epoch of the answer (ListOffsets v4+): latest -> the leader epoch (the epoch the
+        next record gets); earliest -> the epoch of the log start offset; a timestamp -> the
+        epoch of the batch holding the offset found, read from the epoch cache.
+        """
+        log_ = self.local_log(current_leader_epoch, require_leader)
+        if isolation is None:
+            bound_isolation, last_fetchable = Isolation.LOG_END, log_.log_end_offset
+        else:
+            bound_isolation, last_fetchable = isolation, log_.high_watermark
+        start = self.leader_epoch_start_offset
+        lagging = isolation is not None and self.is_leader and start > log_.high_watermark
+        if timestamp == LATEST_TIMESTAMP:
+            if lagging:
+                raise self._offset_not_available(start)
+            return ListedOffset(NO_TIMESTAMP, last_fetchable, self.leader_epoch)
+        found = log_.fetch_offset_by_timestamp(timestamp, bound_isolation)
+        if found is None:
+            if lagging and timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                raise self._offset_not_available(start)
+            return None
+        return ListedOffset(found.timestamp, found.offset, log_.epoch_for_offset(found.offset))
+
+    def _offset_not_available(self, epoch_start: int) -> errors.KafkaError:
+        return errors.OffsetNotAvailable(
+            f"{self.topic}-{self.index}: high watermark {self.log.high_watermark} is below "
+            f"the start offset {epoch_start} of leader epoch {self.leader_epoch}"
+        )
+
+    def last_offset_for_leader_epoch(
+        self, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch (Kafka's ``Partition.lastOffsetForLeaderEpoch``): ``(epoch,
+        end offset)`` of ``leader_epoch`` in this log -- the largest epoch <= the one asked
+        and the start of the next higher epoch, or LEO for the latest; ``(-1, -1)`` when
+        undefined. Leader only, whoever asks (Kafka passes ``fetchOnlyFromLeader = true`` for
+        every replica id, the debugging id -2 included)."""
+        return self.local_log(current_leader_epoch, True).end_offset_for_epoch(leader_epoch)
 
     def read(
-        self, offset: int, max_bytes: int, isolation: Isolation, min_one_message: bool
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: Isolation,
+        min_one_message: bool,
+        current_leader_epoch: int = NO_EPOCH,
     ) -> FetchDataInfo:
         """Read from the leader's log below the isolation bound (HW for consumers)."""
-        if self.leader_id != self.local_id:
-            raise errors.NotLeaderOrFollower(f"{self.topic}-{self.index}: not the leader")
-        return self.log.read(offset, max_bytes, isolation, min_one_message=min_one_message)
+        log_ = self.local_log(current_leader_epoch)
+        return log_.read(offset, max_bytes, isolation, min_one_message=min_one_message)
 
 
 class DelayedOperation:
@@ -583,8 +701,10 @@ class DelayedOperationPurgatory(Generic[Op]):
 
 class DelayedFetch(DelayedOperation):
     """A Fetch that found fewer than ``min_bytes``, parked until one of its partitions has new
-    data below its read bound (HW for consumers, LEO for ``Isolation.LOG_END``), or is gone or
-    replaced. The handler then reads again and may park again (today's long-poll behaviour).
+    data below its read bound (HW for consumers, LEO for ``Isolation.LOG_END``), changes leader
+    epoch (a new leader or a new term: Kafka completes the fetch, whose epoch check then answers
+    FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER), or is gone or replaced. The handler then
+    reads again and may park again (today's long-poll behaviour).
 
     The bound seen at parking is remembered, not the fetch offsets: data already readable but
     too little for ``min_bytes`` must not wake the fetch again and again.
@@ -600,21 +720,22 @@ class DelayedFetch(DelayedOperation):
         self._isolation = isolation
         self._observed = [self._bound(key) for key in self.keys]
 
-    def _bound(self, key: PartitionKey) -> tuple[Partition | None, int]:
+    def _bound(self, key: PartitionKey) -> tuple[Partition | None, int, int]:
+        """(partition, its leader epoch, its read bound) now; -1s when gone or closed."""
         partition = self._replicas.get_partition(*key)
         if partition is None:
-            return None, -1
+            return None, NO_EPOCH, -1
         log_ = partition.log
         if log_.closed:
-            return partition, -1
+            return partition, partition.leader_epoch, -1
         if self._isolation is Isolation.LOG_END:
-            return partition, log_.log_end_offset
-        return partition, log_.high_watermark
+            return partition, partition.leader_epoch, log_.log_end_offset
+        return partition, partition.leader_epoch, log_.high_watermark
 
     def try_complete(self) -> bool:
-        for key, (partition, bound) in zip(self.keys, self._observed, strict=True):
-            now_partition, now_bound = self._bound(key)
-            if now_partition is not partition or now_bound != bound:
+        for key, observed in zip(self.keys, self._observed, strict=True):
+            now = self._bound(key)
+            if now[0] is not observed[0] or now[1:] != observed[1:]:
                 return self.force_complete()
         return False
 
@@ -731,8 +852,11 @@ class ReplicaManager:
             if log_ is None:
                 return None
             partition = Partition(topic, index, log_, self.local_id, self.settings)
-            # Standalone: the only replica, leader from epoch 0 (a cluster applies ZooKeeper's).
-            partition.make_leader(0, [self.local_id], [self.local_id])
+            # Standalone: the only replica, leader at the latest epoch of its log (0 for a new
+            # one), so an epoch never goes backwards across restarts; a cluster applies
+            # ZooKeeper's state instead.
+            latest = log_.latest_epoch
+            partition.make_leader(0 if latest is None else latest, [self.local_id], [self.local_id])
             self._partitions[(topic, index)] = partition
         return partition
 
@@ -741,14 +865,100 @@ class ReplicaManager:
         partition = self.get_partition(topic, index)
         return NO_EPOCH if partition is None else partition.leader_epoch
 
+    def _hosted(self, topic: str, index: int) -> Partition:
+        partition = self.get_partition(topic, index)
+        if partition is None:
+            raise errors.UnknownTopicOrPartition(f"{topic}-{index} is not hosted here")
+        return partition
+
+    def make_leader(
+        self,
+        topic: str,
+        index: int,
+        leader_epoch: int,
+        replicas: Iterable[int] | None = None,
+        isr: Iterable[int] | None = None,
+        partition_epoch: int | None = None,
+    ) -> bool:
+        """Apply "this broker leads ``topic-index`` at ``leader_epoch``" (Kafka's
+        ``ReplicaManager.makeLeaders``); ``None`` keeps the replicas, ISR or partition epoch held.
+        Returns whether the state was newer and applied (see :meth:`Partition.make_leader`);
+        then parked fetches and produces on the partition are re-checked: a fetch completes
+        on the epoch change, a produce keeps waiting for HW.
+
+        The one way to change a hosted partition's leadership: the ZooKeeper state watcher of
+        the cluster mode calls it with the state znode's values, and
+        ``EmbeddedBroker.set_leader_epoch`` calls it (on the broker's loop) so that tests can
+        bump a running broker's epoch as a controller's election would."""
+        partition = self._hosted(topic, index)
+        applied = partition.make_leader(
+            leader_epoch,
+            partition.replicas if replicas is None else replicas,
+            partition.isr if isr is None else isr,
+            partition.partition_epoch if partition_epoch is None else partition_epoch,
+        )
+        if applied:
+            log.info("became leader", topic=topic, partition=index, leader_epoch=leader_epoch)
+            self.complete_delayed_requests((topic, index))
+        return applied
+
+    def make_follower(
+        self,
+        topic: str,
+        index: int,
+        leader_id: int,
+        leader_epoch: int,
+        replicas: Iterable[int] | None = None,
+        isr: Iterable[int] | None = None,
+        partition_epoch: int | None = None,
+    ) -> bool:
+        """Apply "``leader_id`` leads ``topic-index`` at ``leader_epoch``" (Kafka's
+        ``ReplicaManager.makeFollowers``; ``NO_LEADER``: offline). As :meth:`make_leader`;
+        parked fetches complete (and answer NOT_LEADER_OR_FOLLOWER), parked produces answer
+        NOT_LEADER_OR_FOLLOWER."""
+        partition = self._hosted(topic, index)
+        applied = partition.make_follower(
+            leader_id,
+            leader_epoch,
+            partition.replicas if replicas is None else replicas,
+            partition.isr if isr is None else isr,
+            partition.partition_epoch if partition_epoch is None else partition_epoch,
+        )
+        if applied:
+            log.info(
+                "became follower",
+                topic=topic,
+                partition=index,
+                leader=leader_id,
+                leader_epoch=leader_epoch,
+            )
+            self.complete_delayed_requests((topic, index))
+        return applied
+
+    def last_offset_for_leader_epoch(
+        self, topic: str, index: int, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch for one partition (Kafka's
+        ``ReplicaManager.lastOffsetForLeaderEpoch``): ``(error code, epoch, end offset)``.
+        Not hosted -> UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER when the topic has
+        that partition but its log is not open here (Kafka: known to the metadata cache);
+        then the partition's checks (:meth:`Partition.local_log`) and the log's epoch cache."""
+        partition = self.get_partition(topic, index)
+        if partition is None:
+            known = 0 <= index < self.logs.topics().get(topic, 0)
+            code = (errors.NotLeaderOrFollower if known else errors.UnknownTopicOrPartition).code
+            return code, NO_EPOCH, -1
+        try:
+            epoch, end = partition.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
+        except errors.KafkaError as exc:
+            return exc.code, NO_EPOCH, -1
+        return NONE, epoch, end
+
     def update_follower_end_offset(self, topic: str, index: int, replica_id: int, leo: int) -> bool:
         """A follower fetched ``topic-index`` from ``leo``: record it; if HW moved, complete the
         produces and fetches waiting for it. Returns whether HW moved. (The follower Fetch path
         of replication calls this; today only tests do.)"""
-        partition = self.get_partition(topic, index)
-        if partition is None:
-            raise errors.UnknownTopicOrPartition(f"{topic}-{index} is not hosted here")
-        moved = partition.update_follower_end_offset(replica_id, leo)
+        moved = self._hosted(topic, index).update_follower_end_offset(replica_id, leo)
         if moved:
             self.complete_delayed_requests((topic, index))
         return moved
@@ -876,18 +1086,8 @@ class ReplicaManager:
                 code = errors.InvalidRecord.code
                 results.append(AppendResult(topic, index, code, "no records", None, -1))
                 continue
-            if acks == -1 and partition.is_leader:
-                min_isr = partition.min_insync_replicas
-                if len(partition.isr) < min_isr:
-                    code = errors.NotEnoughReplicas.code
-                    message = (
-                        f"the ISR {list(partition.isr)} is smaller than "
-                        f"min.insync.replicas={min_isr}"
-                    )
-                    results.append(AppendResult(topic, index, code, message, None, -1))
-                    continue
             try:
-                info = partition.append_as_leader(records)
+                info = partition.append_as_leader(records, acks)
             except errors.KafkaError as exc:
                 log.info("produce rejected", topic=topic, partition=index, error=str(exc))
                 results.append(AppendResult(topic, index, exc.code, str(exc), None, -1))

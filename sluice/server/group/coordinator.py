@@ -23,9 +23,9 @@ pass through as opaque bytes. The leader (a member) computes the assignment.
 * JoinGroup v4+ with an empty member id gets MEMBER_ID_REQUIRED and its new id (KIP-394); the id
   is pending until the member rejoins with it (or for a session timeout).
 * Static members (``group.instance.id``, KIP-345): a rejoin with a known instance id replaces the
-  old member id (the old id is fenced: FENCED_INSTANCE_ID) and, when the group is Stable, the
-  metadata unchanged and the member not the leader, keeps the current generation and assignment
-  without a rebalance.
+  old member id (the old id is fenced: FENCED_INSTANCE_ID) and, when the group is Stable and the
+  protocol it would select is unchanged, keeps the current generation and assignment without a
+  rebalance -- also when that member was the leader (see :meth:`_join_static_unknown`).
 * Session timeouts: every member has a timer reset by each heartbeat, JoinGroup, SyncGroup and
   OffsetCommit; a member waiting in JoinGroup/SyncGroup is kept alive. On expiry the member is
   removed and the group rebalances.
@@ -56,6 +56,7 @@ from typing import Any, ClassVar
 
 from sluice.protocol import errors
 from sluice.protocol.config_def import ConfigKey, int_in
+from sluice.protocol.consumer_protocol import decode_subscription
 from sluice.server.group.offsets_store import (
     GroupMetadataValue,
     GroupRecord,
@@ -682,34 +683,63 @@ class GroupCoordinator:
     async def _join_static_unknown(
         self, group: Group, member: Member, instance_id: str
     ) -> JoinResult:
+        """A static member (re)starting: JoinGroup with its instance id and no member id.
+
+        A known instance id takes over the old member's place (Kafka's
+        ``updateStaticMemberAndRebalance``): the old id is fenced, the new member inherits the
+        assignment and, if the old one led the group, the leadership. What happens next depends
+        on the state:
+
+        * Stable, and the protocol the group would select next is the current one: no rebalance.
+          The new membership is persisted and the member gets the current generation at once.
+          The response names the leader as it was *before* the replacement: a restarted leader
+          sees another id than its own and acts as a follower (its SyncGroup gets its old
+          assignment), because an assignment it computed now would not reach the others of a
+          Stable group. It is still the group's leader for the next rebalance. (JoinGroup v9's
+          ``SkipAssignment`` is the newer form of this; Sluice serves up to v5.)
+        * Stable with a changed protocol choice, or CompletingRebalance (the leader may already
+          be assigning to the old id): rebalance.
+        * PreparingRebalance: wait for the join phase like any member.
+        """
         old_id = group.static_members.get(instance_id)
         old = group.members.get(old_id) if old_id is not None else None
         if old is None:
             return await self._add_and_join(group, member)
-        # Replace the old member id (fence it), keep its assignment.
+        current_leader = group.leader_id
+        self._replace_member(group, old, member)
+        log.info("static member rejoined", group=group.group_id, instance=instance_id)
+        if group.state is GroupState.STABLE:
+            if self._select_protocol(group) == group.protocol_name:
+                error = self._write_group_metadata(group)
+                if error:
+                    # Not persisted: the old incarnation stays the member (Kafka's rollback).
+                    self._replace_member(group, member, old)
+                    return JoinResult(error, group.generation, group.protocol_name or "",
+                                      current_leader or "", "")  # fmt: skip
+                return JoinResult(NONE, group.generation, group.protocol_name or "",
+                                  current_leader or "", member.member_id)  # fmt: skip
+            self._prepare_rebalance(group, f"static member {instance_id} changed the protocol")
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined")
+        return await self._wait_join(group, member)
+
+    def _replace_member(self, group: Group, old: Member, new: Member) -> None:
+        """``new`` takes ``old``'s place (same instance id): assignment, leadership, a fresh
+        session timer; the old id is fenced (a waiting JoinGroup/SyncGroup of it answers
+        FENCED_INSTANCE_ID and its later requests find no member)."""
         if old.heartbeat_handle is not None:
             old.heartbeat_handle.cancel()
+            old.heartbeat_handle = None
         self._complete_join(old, JoinResult(FENCED_INSTANCE_ID, member_id=old.member_id))
         self._complete_sync(old, FENCED_INSTANCE_ID, b"")
         del group.members[old.member_id]
-        member.assignment = old.assignment
-        group.members[member.member_id] = member
-        group.static_members[instance_id] = member.member_id
-        was_leader = group.leader_id == old.member_id
-        if was_leader:
-            group.leader_id = member.member_id
-        self._schedule_heartbeat(group, member)
-        log.info("static member rejoined", group=group.group_id, instance=instance_id)
-        if (
-            group.state is GroupState.STABLE
-            and not was_leader
-            and old.same_protocols(member.protocols)
-        ):
-            return self._join_result(group, member)
-        if group.state is GroupState.PREPARING_REBALANCE:
-            return await self._wait_join(group, member)
-        self._prepare_rebalance(group, f"static member {instance_id} rejoined")
-        return await self._wait_join(group, member)
+        new.assignment = old.assignment
+        group.members[new.member_id] = new
+        if new.group_instance_id is not None:
+            group.static_members[new.group_instance_id] = new.member_id
+        if group.leader_id == old.member_id:
+            group.leader_id = new.member_id
+        self._schedule_heartbeat(group, new)
 
     async def _rejoin(
         self,
@@ -859,32 +889,36 @@ class GroupCoordinator:
     ) -> list[int]:
         """OffsetCommit of (topic, partition, offset, leader_epoch, metadata); per-partition codes.
 
-        A commit with generation -1 and no member id (a consumer using ``assign()``) is accepted
-        only while the group has no members (Kafka's rule).
+        Validated in Kafka's order (``GroupCoordinator.handleCommitOffsets``): the member and
+        generation first (:meth:`_validate_commit`), the group state after. So a stale
+        generation is ILLEGAL_GENERATION in every state, and REBALANCE_IN_PROGRESS goes only
+        to a current member of the current generation while the group is CompletingRebalance
+        (it has its JoinGroup answer but not yet its assignment). PreparingRebalance still
+        accepts a current member's commit: the heartbeat tells it to rejoin. A commit with
+        generation -1 and no member id (a consumer using ``assign()``) is accepted only while
+        the group has no members; for a group that does not exist it creates one (any
+        generation >= 0 there is ILLEGAL_GENERATION).
         """
         if self._stopped:
             return [errors.NotCoordinator.code] * len(offsets)
         if not group_id:
             return [errors.InvalidGroupId.code] * len(offsets)
         group = self.groups.get(group_id)
-        code = NONE
         if group is None or group.state is GroupState.DEAD:
             if generation_id >= 0:
-                code = errors.IllegalGeneration.code
-            else:
-                group = self.groups[group_id] = Group(group_id, state_timestamp=self._clock())
-        elif generation_id < 0 and not member_id and group.state is GroupState.EMPTY:
-            pass
-        elif group.state is GroupState.COMPLETING_REBALANCE:
-            code = errors.RebalanceInProgress.code
+                return [errors.IllegalGeneration.code] * len(offsets)
+            group = Group(group_id, state_timestamp=self._clock())
+            code = self._validate_commit(group, generation_id, member_id, group_instance_id)
+            if code == NONE:
+                self.groups[group_id] = group
         else:
-            try:
-                _g, member = self._member_for(group_id, member_id, group_instance_id, generation_id)
-            except GroupError as exc:
-                code = exc.code
-            else:
-                self._schedule_heartbeat(group, member)
-        if code or group is None:
+            code = self._validate_commit(group, generation_id, member_id, group_instance_id)
+        if code == NONE:
+            if group.state is GroupState.COMPLETING_REBALANCE:
+                code = errors.RebalanceInProgress.code
+            elif group.state is not GroupState.EMPTY:
+                self._schedule_heartbeat(group, group.members[member_id])
+        if code:
             return [code] * len(offsets)
         now = self._clock()
         results: list[int] = []
@@ -914,6 +948,34 @@ class GroupCoordinator:
                 group.offsets[key] = value
         return results
 
+    @staticmethod
+    def _validate_commit(
+        group: Group, generation_id: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """Kafka's ``validateOffsetCommit``: who may commit, whatever the group state.
+
+        A request naming a member (a generation >= 0, a member id or an instance id) must come
+        from a current member -- for an instance id, the member that instance maps to
+        (another id: FENCED_INSTANCE_ID; an unknown instance: UNKNOWN_MEMBER_ID) -- of the
+        current generation (else ILLEGAL_GENERATION). An anonymous one (-1, "", no instance)
+        only while the group is Empty (else UNKNOWN_MEMBER_ID).
+        """
+        if generation_id >= 0 or member_id or instance_id is not None:
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    return errors.UnknownMemberId.code
+                if known != member_id:
+                    return FENCED_INSTANCE_ID
+            elif member_id not in group.members:
+                return errors.UnknownMemberId.code
+            if generation_id != group.generation:
+                return errors.IllegalGeneration.code
+            return NONE
+        if group.state is not GroupState.EMPTY:
+            return errors.UnknownMemberId.code
+        return NONE
+
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> list[tuple[str, int, OffsetAndMetadata | None]]:
@@ -924,6 +986,74 @@ class GroupCoordinator:
         if partitions is None:
             return [(t, p, v) for (t, p), v in sorted(offsets.items())]
         return [(t, p, offsets.get((t, p))) for t, p in partitions]
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): (group error, per-partition error) for existing partitions.
+
+        Kafka's ``handleDeleteOffsets``: an Empty group loses the offsets of every partition
+        named; a live ``consumer`` group only those of topics none of its members subscribes
+        to (the others: GROUP_SUBSCRIBED_TO_TOPIC); a live group of another protocol type is
+        NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND. A group error comes without
+        partition errors. Partitions without a committed offset are "deleted" too (NONE).
+        Tombstones are written before memory changes; an Empty group left without offsets is
+        forgotten (its metadata tombstoned), as Kafka turns it Dead.
+        """
+        if self._stopped:
+            return errors.NotCoordinator.code, {}
+        if not group_id:
+            return errors.InvalidGroupId.code, {}
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return errors.GroupIdNotFound.code, {}
+        results: dict[tuple[str, int], int] = {}
+        if group.state is GroupState.EMPTY:
+            eligible = list(partitions)
+        elif group.protocol_type == "consumer":
+            subscribed = self._subscribed_topics(group)
+            eligible = []
+            for tp in partitions:
+                if subscribed is None or tp[0] in subscribed:
+                    results[tp] = errors.GroupSubscribedToTopic.code
+                else:
+                    eligible.append(tp)
+        else:
+            return errors.NonEmptyGroup.code, {}
+        removed = sorted({tp for tp in eligible if tp in group.offsets})
+        drop_group = group.state is GroupState.EMPTY and len(removed) == len(group.offsets) > 0
+        if removed:
+            records = [offset_commit_record(group_id, t, p, None) for t, p in removed]
+            if drop_group:
+                records.append(group_metadata_record(group_id, None))
+            try:
+                self.store.append(group_id, records)
+            except Exception:
+                log.exception("offset delete write failed", group=group_id)
+                return errors.CoordinatorNotAvailable.code, {}
+            for tp in removed:
+                del group.offsets[tp]
+            if drop_group:
+                del self.groups[group_id]
+            log.info("offsets deleted", group=group_id, count=len(removed))
+        results.update((tp, NONE) for tp in eligible)
+        return NONE, results
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str] | None:
+        """The topics the members' ``consumer`` subscriptions name (Kafka's
+        ``computeSubscribedTopics``); None when one cannot be read (then every topic counts
+        as subscribed, Kafka's safe side)."""
+        protocol = group.protocol_name
+        if protocol is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            try:
+                topics.update(decode_subscription(member.metadata_for(protocol)))
+            except errors.SluiceError:
+                return None
+        return topics
 
     def _write_group_metadata(self, group: Group) -> int:
         """Persist the group's membership and assignment; returns an error code (0 = ok)."""

@@ -280,7 +280,11 @@ class OffsetsStore:
         for key, value in records:
             builder.append(now, key, value)
         log_ = self.log(partition)
-        info = log_.append_as_leader(builder.build())
+        # Written as the partition's leader, in its current term: the log's latest epoch (the
+        # ReplicaManager assigns it when this broker becomes leader). A fixed 0 would rewind
+        # the epoch cache after an epoch change.
+        epoch = log_.latest_epoch
+        info = log_.append_as_leader(builder.build(), leader_epoch=0 if epoch is None else epoch)
         # Single replica: committed as soon as it is in the log.
         log_.maybe_increment_high_watermark(log_.log_end_offset)
         return int(info.first_offset)

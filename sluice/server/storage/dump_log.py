@@ -5,6 +5,7 @@ Library + command line (``python -m sluice.server.storage.dump_log``)::
     python -m sluice.server.storage.dump_log 00000000000000000000.log [--print-data-log]
     python -m sluice.server.storage.dump_log 00000000000000000000.index
     00000000000000000000.timeindex
+    python -m sluice.server.storage.dump_log <topic>-<partition>/leader-epoch-checkpoint
     python -m sluice.server.storage.dump_log --verify /var/lib/sluice/data      # exit status 1 on
     any problem
 
@@ -21,6 +22,7 @@ OptionalLong.empty`` is left out)::
         payload: hi                                         (--print-data-log; one line each)
     offset: 133 position: 4169                              (.index)
     timestamp: 1700000000000 offset: 133                    (.timeindex)
+    epoch: 3 startOffset: 1200                              (leader-epoch-checkpoint)
 
 Index files are preallocated and zero-filled beyond their valid entries (see server/index.py):
 the dump stops at the first all-zero entry, as Kafka's does.
@@ -30,8 +32,12 @@ one partition directory): the CRC and record structure of every batch; offsets s
 increasing across batches and segments (and each segment's first batch at or above its file
 name's base offset); every offset-index entry pointing at a batch boundary whose batch's last
 offset is the entry's offset, with offsets and positions increasing; every time-index entry
-increasing and naming an offset of the segment whose batch has that max timestamp. It lists
-every problem found, not just the first.
+increasing and naming an offset of the segment whose batch has that max timestamp; the
+partition's ``leader-epoch-checkpoint``, if present, readable and holding exactly the entries
+the batch headers give (each epoch at its first batch; the first entry may start later, where
+the log start moved; one more entry may start at the log end, a leader's term without records
+yet). A missing checkpoint is not a problem: the broker rebuilds it from the headers at the next
+open. It lists every problem found, not just the first.
 
 This is an offline tool: it reads files with plain blocking I/O and never writes. Do not run it
 from the broker's event loop.
@@ -40,6 +46,7 @@ from the broker's event loop.
 from __future__ import annotations
 
 import bisect
+import itertools
 import struct
 import sys
 from collections.abc import Iterator
@@ -62,14 +69,17 @@ from sluice.protocol.records import (
     decode_batch,
     parse_header,
 )
+from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
 from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY
 from sluice.server.storage.layout import (
     INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file_name,
 )
+from sluice.server.storage.leader_epoch import EpochEntry, LeaderEpochFileCache
 
 _INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
@@ -272,15 +282,31 @@ def dump_time_index(path: Path) -> Iterator[str]:
         yield f"Found {trailing} trailing bytes (not a whole {TIME_ENTRY.size}-byte entry)"
 
 
+def dump_leader_epochs(path: Path) -> Iterator[str]:
+    """A partition's leader epoch cache, one line per entry."""
+    yield f"Dumping {path}"
+    try:
+        entries = LeaderEpochCheckpointFile(path).read() or []
+    except CorruptCheckpointError as exc:
+        yield f"Unreadable leader epoch checkpoint: {exc}"
+        return
+    for epoch, start in entries:
+        yield f"epoch: {epoch} startOffset: {start}"
+
+
 def dump_file(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
-    """Dispatch on the suffix: .log, .index, .timeindex."""
+    """Dispatch on the suffix (.log, .index, .timeindex) or the name (leader-epoch-checkpoint)."""
+    if path.name == LEADER_EPOCH_CHECKPOINT:
+        return dump_leader_epochs(path)
     if path.suffix == LOG_SUFFIX:
         return dump_log(path, print_data_log=print_data_log)
     if path.suffix == INDEX_SUFFIX:
         return dump_index(path)
     if path.suffix == TIME_INDEX_SUFFIX:
         return dump_time_index(path)
-    raise click.BadParameter(f"{path}: not a .log, .index or .timeindex file")
+    raise click.BadParameter(
+        f"{path}: not a .log, .index, .timeindex or {LEADER_EPOCH_CHECKPOINT} file"
+    )
 
 
 # -- verification ------------------------------------------------------------------------------
@@ -297,6 +323,8 @@ def verify_partition(directory: Path) -> list[str]:
     """Every problem found in one partition directory (empty list: all good)."""
     problems: list[str] = []
     previous_last: int | None = None
+    epochs = LeaderEpochFileCache()  # what the batch headers say, as appends would assign
+    first_offset: int | None = None
     for log_path in sorted(directory.glob(f"*{LOG_SUFFIX}"), key=base_offset_of):
         base = base_offset_of(log_path)
         where = f"{directory.name}/{log_path.name}"
@@ -312,6 +340,10 @@ def verify_partition(directory: Path) -> list[str]:
                 break
             h = batch.header
             headers.append((batch.position, h))
+            if first_offset is None:
+                first_offset = h.base_offset
+            if h.partition_leader_epoch >= 0:
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
             at = f"{where} position {batch.position} (baseOffset {h.base_offset})"
             if not batch.crc_valid:
                 problems.append(f"{at}: CRC mismatch (stored {h.crc:#010x})")
@@ -331,7 +363,45 @@ def verify_partition(directory: Path) -> list[str]:
             previous_last = max(h.last_offset, previous_last if previous_last is not None else -1)
         problems += _verify_offset_index(directory, base, where, dict(headers))
         problems += _verify_time_index(directory, base, where, [h for _, h in headers])
+    end = previous_last + 1 if previous_last is not None else None
+    problems += _verify_leader_epochs(directory, epochs, first_offset, end)
     return problems
+
+
+def _show_epochs(entries: tuple[EpochEntry, ...]) -> str:
+    return "[" + ", ".join(f"{e.epoch}@{e.start_offset}" for e in entries) + "]"
+
+
+def _verify_leader_epochs(
+    directory: Path, derived: LeaderEpochFileCache, first_offset: int | None, end: int | None
+) -> list[str]:
+    """The checkpoint against ``derived`` (the headers' entries); ``first_offset`` is the first
+    batch's base offset, ``end`` the log end (None: no batch)."""
+    path = directory / LEADER_EPOCH_CHECKPOINT
+    where = f"{directory.name}/{LEADER_EPOCH_CHECKPOINT}"
+    try:
+        stored = LeaderEpochCheckpointFile(path).read()
+    except CorruptCheckpointError as exc:
+        return [f"{where}: unreadable: {exc}"]
+    if stored is None:
+        return []
+    cached = tuple(EpochEntry(*entry) for entry in stored)
+    for before, after in itertools.pairwise(cached):
+        if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
+            return [f"{where}: entries not increasing: {_show_epochs(cached)}"]
+    # The log start is not in the partition directory: take the file's first start as it,
+    # when it lies inside the log (retention or DeleteRecords moved it there).
+    if cached and first_offset is not None and cached[0].start_offset > first_offset:
+        derived.truncate_from_start(cached[0].start_offset)
+    expected = derived.entries
+    if cached == expected:
+        return []
+    if cached[:-1] == expected and cached[-1].start_offset == (end or cached[-1].start_offset):
+        return []  # a term that has written nothing yet, starting at the log end
+    return [
+        f"{where}: holds {_show_epochs(cached)}, the batch headers say {_show_epochs(expected)}"
+        " (epoch@startOffset)"
+    ]
 
 
 def _verify_offset_index(
@@ -412,7 +482,8 @@ def verify_log_dir(root: Path) -> list[str]:
 def main(
     paths: tuple[Path, ...], files_csv: str | None, print_data_log: bool, verify_dir: Path | None
 ) -> None:
-    """Dump .log/.index/.timeindex files like kafka-dump-log.sh, or verify a log directory."""
+    """Dump .log/.index/.timeindex files like kafka-dump-log.sh (and a partition's
+    leader-epoch-checkpoint), or verify a log directory."""
     files = list(paths)
     if files_csv:
         files += [Path(p) for p in files_csv.split(",") if p]

@@ -11,6 +11,8 @@ name and recognise files through here::
             00000000000000000000.timeindex   time index, derived from the .log
             00000000000000000133.log         next segment: base offset 133 ...
             00000000000000000180.snapshot    producer state at log end offset 180 (derived)
+            leader-epoch-checkpoint          first offset of each leader epoch (derived from
+                                             the batch headers; see storage.leader_epoch)
             <file>.deleted                   segment being deleted (file.delete.delay.ms)
             <file>.cleaned, <file>.swap      compaction leftovers (Kafka's; Sluice never writes
                                              them; <base>.log.swap completes a swap at load)
@@ -43,6 +45,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 # Suffixes appended to a whole file name (``<base>.log.deleted``).
 DELETED_SUFFIX = ".deleted"

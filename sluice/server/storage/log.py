@@ -24,13 +24,16 @@ from sluice.protocol.errors import (
     CorruptRecordError,
     InvalidRecord,
     InvalidRequest,
+    InvalidTimestamp,
     OffsetOutOfRange,
     RecordListTooLarge,
     UnknownTopicOrPartition,
 )
-from sluice.server.storage.index import CorruptIndexError
+from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
+from sluice.server.storage.index import CorruptIndexError, StorageError
 from sluice.server.storage.layout import (
     INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     STRAY_SUFFIXES,
     SWAP_SUFFIX,
@@ -39,7 +42,12 @@ from sluice.server.storage.layout import (
     parse_partition_dir,
     segment_file_names,
 )
-from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.leader_epoch import (
+    UNDEFINED_EPOCH,
+    LeaderEpochFileCache,
+    entries_from_batches,
+)
+from sluice.server.storage.log_config import LONG_MAX, LogConfig
 from sluice.server.storage.producer_state import (
     ProducerStateManager,
     delete_snapshots_above,
@@ -66,6 +74,17 @@ assert _OFFSET_LENGTH_EPOCH.size == rec.PARTITION_LEADER_EPOCH_OFFSET + 4
 # copied whole: the copy costs more than the second write (~40 us per MiB vs ~1 us per call).
 _SPLIT_WRITE_BYTES = 256 * 1024
 _INT32_MAX = 2**31 - 1
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose batch does not start where the log ends (Kafka's
+    ``UnexpectedAppendOffsetException``): the follower's fetch position and its log disagree,
+    or the batches are not contiguous. Nothing of the append was written."""
+
+    def __init__(self, message: str, *, first_offset: int, expected_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.expected_offset = expected_offset
 
 
 def _wall_clock_ms() -> int:
@@ -138,8 +157,10 @@ class Log:
         <topic>-<partition>/
             <base>.log / <base>.index / <base>.timeindex   one segment per base offset
             <base>.log.deleted ...                          removed after file.delete.delay.ms
+            leader-epoch-checkpoint                         first offset of each leader epoch
 
-    The ``.log`` files are authoritative; indexes are derived and rebuilt when missing or
+    The ``.log`` files are authoritative; indexes and the leader epoch cache
+    (:mod:`sluice.server.storage.leader_epoch`) are derived and rebuilt when missing or
     inconsistent. The offsets below are *not* in the directory: the LogManager keeps them in
     its checkpoint files and hands them to :meth:`open`.
 
@@ -154,7 +175,17 @@ class Log:
     **Invariants**: ``log_start_offset <= high_watermark <= log_end_offset``; segments are
     sorted by base offset, do not overlap, and only the last (*active*) one is written; HW only
     moves forward except on truncation; the log is never left half-appended: an append that
-    fails (validation, size) raises before touching any file.
+    fails (validation, size) raises before touching any file. The leader epoch cache holds the
+    epoch of every batch from the log start on (entries start in ``[log start, LEO]``; one may
+    start at LEO with no batch yet, a new leader's term): appends assign, truncation and a
+    moving log start trim it.
+
+    **Leader epochs**: a leader append stamps ``partitionLeaderEpoch`` with the epoch it is
+    given; :meth:`assign_leader_epoch` starts a term at LEO on election (KIP-279); a follower
+    append (:meth:`append_as_follower`) keeps the leader's offsets and epochs;
+    :meth:`end_offset_for_epoch` answers OffsetForLeaderEpoch and
+    :func:`sluice.server.storage.leader_epoch.follower_truncation_offset` turns the answer into
+    a :meth:`truncate_to` offset.
 
     **Concurrency**: none. The broker is single-threaded asyncio: every method is called from the
     event-loop thread, and appends, reads and retention of one partition therefore never
@@ -175,6 +206,7 @@ class Log:
         high_watermark: int,
         clock: Callable[[], int],
         vfs: VFS,
+        leader_epochs: LeaderEpochFileCache,
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
@@ -202,6 +234,7 @@ class Log:
         # headers,
         # built on the first batch with a producer id, dropped on truncation.
         self._producers: ProducerStateManager | None = None
+        self._epochs = leader_epochs
 
     # ------------------------------------------------------------------ load / recovery
 
@@ -249,6 +282,14 @@ class Log:
            HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
         7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
            when it was closed) so it can take new entries.
+        8. Leader epochs: read ``leader-epoch-checkpoint``, drop entries starting past LEO
+           (their records were lost) and restate those before the log start offset as Kafka's
+           load does (rewriting the file only if that changed it); then check the last batch's
+           epoch against the cache, one header read. A missing file (a log written before
+           epochs were kept, or never written to), an unreadable one, or one that fails that
+           check is rebuilt from the batch headers from the log start on and written anew
+           (reading only where epochs change: ``LogSegment.epoch_changes``, milliseconds per
+           GiB; the leader_epoch section of the measurement notes has the figures).
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
@@ -370,6 +411,9 @@ class Log:
         # 7. the active segment takes new index entries again
         segments[-1].resize_indexes(config.segment_index_bytes)
 
+        # 8. leader epochs
+        epochs = cls._load_leader_epochs(directory, segments, log_start_offset, leo, vfs)
+
         return cls(
             directory,
             config,
@@ -379,7 +423,73 @@ class Log:
             high_watermark=hw,
             clock=clock,
             vfs=vfs,
+            leader_epochs=epochs,
         )
+
+    @staticmethod
+    def _load_leader_epochs(
+        directory: Path,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        leo: int,
+        vfs: VFS,
+    ) -> LeaderEpochFileCache:
+        """Step 8 of :meth:`open`."""
+        log = logger.bind(dir=str(directory))
+        checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, vfs)
+        reason = "missing"
+        try:
+            stored = checkpoint.read()
+        except (CorruptCheckpointError, OSError) as exc:
+            stored, reason = None, f"unreadable: {exc}"
+        if stored is not None:
+            cache = LeaderEpochFileCache(checkpoint, stored)
+            if list(cache.entries) != stored:
+                cache.flush()  # entries out of order: the constructor repaired them
+            cache.truncate_from_end(leo + 1)  # keeps an entry at LEO: a term without records
+            cache.truncate_from_start(log_start_offset)
+            last = Log._last_batch(segments)
+            if (
+                last is None
+                or last.partition_leader_epoch < 0
+                or last.last_offset < log_start_offset  # nothing readable left
+            ):
+                return cache
+            at = max(last.base_offset, log_start_offset)
+            if cache.epoch_for_offset(at) == last.partition_leader_epoch:
+                return cache
+            reason = (
+                f"batch at offset {at} has epoch {last.partition_leader_epoch}, "
+                f"the file says {cache.epoch_for_offset(at)}"
+            )
+        elif leo == log_start_offset and reason == "missing":
+            return LeaderEpochFileCache(checkpoint)  # nothing written yet: no file either
+        first = max(0, bisect.bisect_right([s.base_offset for s in segments], log_start_offset) - 1)
+        started = time.monotonic()
+        entries = entries_from_batches(
+            (header for segment in segments[first:] for header in segment.epoch_changes()),
+            log_start_offset,
+        )
+        cache = LeaderEpochFileCache(checkpoint, entries)
+        cache.flush()
+        log.warning(
+            "rebuilt leader epoch cache from the batch headers",
+            reason=reason,
+            entries=len(entries),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return cache
+
+    @staticmethod
+    def _last_batch(segments: list[LogSegment]) -> rec.BatchHeader | None:
+        """The header of the log's last batch (a scan from the last index entry)."""
+        for segment in reversed(segments):
+            last = None
+            for _, header in segment.batches(segment.offset_index.last_entry.position):
+                last = header
+            if last is not None:
+                return last
+        return None
 
     @staticmethod
     def _open_segment(
@@ -455,6 +565,38 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    # ------------------------------------------------------------------ leader epochs
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochFileCache:
+        """The partition's epoch -> start offset cache (read it; the Log writes it)."""
+        return self._epochs
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The epoch of the newest term this log knows (None before any)."""
+        return self._epochs.latest_epoch
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """This replica became leader at ``epoch``: the term starts at LEO now, before any
+        append (KIP-279), so OffsetForLeaderEpoch for the previous epoch ends here at once.
+        A no-op if ``epoch`` is already the latest; a newer epoch than any cached is the normal
+        case (an older one drops the newer entries, as :meth:`LeaderEpochFileCache.assign`)."""
+        self._check_open()
+        self._epochs.assign(epoch, self._leo)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(largest epoch <= epoch, where it ends)``; ``(-1, -1)`` when
+        undefined. See :meth:`LeaderEpochFileCache.end_offset_for`."""
+        self._check_open()
+        return self._epochs.end_offset_for(epoch, self._leo)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch that wrote ``offset`` (ListOffsets v4+ reports it); -1 when
+        unknown (before the first cached epoch)."""
+        epoch = self._epochs.epoch_for_offset(offset)
+        return UNDEFINED_EPOCH if epoch is None else epoch
+
     def __repr__(self) -> str:
         return (
             f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
@@ -471,7 +613,9 @@ class Log:
         in_place: bool = False,
     ) -> AppendInfo:
         """Validate ``records`` (back-to-back v2 batches from a producer), assign offsets from
-        LEO, stamp LogAppendTime if configured, roll if needed, append, advance LEO, flush per
+        LEO, stamp ``partitionLeaderEpoch`` with ``leader_epoch`` (and, on a term's first
+        append, record the epoch's start in the leader epoch cache, as Kafka's ``Log.append``
+        does), stamp LogAppendTime if configured, roll if needed, append, advance LEO, flush per
         ``flush.messages``. Does not move HW (the caller does, once replicas have it).
 
         The headers must be rewritten (baseOffset, partitionLeaderEpoch, LogAppendTime), so the
@@ -490,8 +634,12 @@ class Log:
         if self._closed:
             self._check_open()
         view = memoryview(records).cast("B")
-        total = len(view)
         config = self._config
+        if config.conform_on_append and len(view):
+            # compression.type / timestamp bounds: a private, conformed copy (so in place).
+            view = self._conform(view, config)
+            in_place = True
+        total = len(view)
         if total == 0:
             raise InvalidRecord("produce request without any record batch")
         if total > config.segment_bytes:
@@ -543,6 +691,60 @@ class Log:
             position = end
         return self._append_general(view, total, headers, offsets, leader_epoch, in_place)
 
+    def _conform(self, view: memoryview, config: LogConfig) -> memoryview:
+        """Apply the topic settings that rewrite or refuse a producer's batches (Kafka's
+        ``LogValidator``), before the usual append path validates and places them:
+
+        1. each batch is validated as on the usual path (a compressed one is decompressed and
+           its record framing skimmed), with the same errors; recompressing keeps the records
+           section byte for byte, so no record needs decoding for it;
+        2. with a ``message.timestamp.{before,after}.max.ms`` bound (or the older
+           ``difference`` one) under CreateTime, every record is decoded and one whose
+           timestamp is further than that from the broker's clock fails the request with
+           INVALID_TIMESTAMP;
+        3. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
+           that one (:func:`~sluice.protocol.records.recompress_batch`, the topic's level).
+
+        Returns a private copy of the request, so the caller may rewrite it in place. Only
+        called when :attr:`LogConfig.conform_on_append`: the default (``producer``, no bounds)
+        never comes here (produce figures with and without: bench/NOTES.md).
+        """
+        codec = config.target_codec
+        before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+        check_time = min(before, after) < LONG_MAX and not config.log_append_time
+        now = self._clock()
+        out = bytearray()
+        position, total = 0, len(view)
+        while position < total:
+            if total - position < rec.LOG_OVERHEAD:
+                raise CorruptMessage(f"{total - position} stray bytes after the last batch")
+            (length,) = _I32.unpack_from(view, position + rec.LENGTH_OFFSET)
+            end = position + rec.LOG_OVERHEAD + length
+            if length < rec.MIN_BATCH_LENGTH or end > total:
+                raise CorruptMessage(
+                    f"batchLength {length} at byte {position} does not match the bytes present"
+                )
+            batch = view[position:end]
+            try:
+                header = rec.validate_batch(
+                    batch, max_batch_size=config.max_message_bytes, from_client=True
+                )
+                if check_time:
+                    for ts in rec.decode_batch_columns(batch).timestamps:
+                        if ts != rec.NO_TIMESTAMP and (now - ts > before or ts - now > after):
+                            raise InvalidTimestamp(
+                                f"timestamp {ts} of a record is out of range: it must be within "
+                                f"[{now} - {before}, {now} + {after}]"
+                            )
+                if codec is not None and header.compression != codec:
+                    out += rec.recompress_batch(batch, codec, config.target_level)
+                else:
+                    out += batch
+            except CorruptRecordError as exc:
+                raise rec.kafka_error_for(exc)(str(exc)) from exc
+            position = end
+        return memoryview(out)
+
     def _append_general(
         self,
         view: memoryview,
@@ -581,6 +783,9 @@ class Log:
                     duplicate.last_offset,
                     0,
                 )
+        # A new term's first append records where it starts (file first: see leader_epoch).
+        if leader_epoch != self._epochs.latest_epoch and leader_epoch >= 0:
+            self._epochs.assign(leader_epoch, first_offset)
 
         # baseOffset and partitionLeaderEpoch are outside the CRC, so rewriting them keeps the
         # batch valid; do it in the caller's buffer if allowed, else in one private copy.
@@ -683,6 +888,8 @@ class Log:
     ) -> AppendInfo:
         """append_as_leader for one validated batch without a producer id under CreateTime."""
         first_offset = self._leo
+        if leader_epoch != self._epochs.latest_epoch and leader_epoch >= 0:
+            self._epochs.assign(leader_epoch, first_offset)
         last_offset = first_offset + header.last_offset_delta
         rest: memoryview | bytes = b""
         buf: bytearray | memoryview
@@ -716,6 +923,89 @@ class Log:
                 offset_of_max,
                 total,
             ),
+        )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches copied from the leader (the records of a Fetch response for this
+        partition), keeping their offsets, leader epochs and bytes.
+
+        Validated before anything is written: every whole batch has magic 2, a consistent
+        header and a matching CRC (else CorruptMessage / InvalidRecord); the first starts at
+        LEO and each next one right after the previous (else
+        :class:`UnexpectedAppendOffsetError`). A partial batch at the end (a fetch cut at its
+        byte limit) is ignored, as Kafka's follower does; ``valid_bytes`` counts what was
+        appended. Not checked, as in Kafka: ``max.message.bytes`` (the leader took the batch)
+        and producer sequences (the leader checked them; the follower records them).
+
+        Then batch by batch, as the leader appended them: the batch's epoch goes into the
+        leader epoch cache (file before data), the active segment rolls if the batch does not
+        fit it (size, time, full index: the leader's rule, so a log copied batch by batch rolls
+        where the leader's did), the bytes are written unchanged, LEO and producer state move.
+        An I/O error leaves the batches before it appended (LEO covers exactly them) and
+        raises. Does not move HW: a follower's HW is ``min(leader's HW, LEO)``, set by the
+        caller with :meth:`update_high_watermark`.
+        """
+        if self._closed:
+            self._check_open()
+        view = memoryview(records).cast("B")
+        expected = self._leo
+        batches: list[tuple[memoryview, rec.BatchHeader]] = []
+        try:
+            for _position, header, batch in rec.iter_batches(view, allow_partial_tail=True):
+                rec.validate_batch(batch, max_batch_size=_INT32_MAX, from_client=False, deep=False)
+                if header.base_offset != expected:
+                    raise UnexpectedAppendOffsetError(
+                        f"{self.topic}-{self.partition}: follower batch at offset "
+                        f"{header.base_offset}, log end offset is {expected}",
+                        first_offset=header.base_offset,
+                        expected_offset=expected,
+                    )
+                if header.last_offset_delta < 0:
+                    raise InvalidRecord(
+                        f"batch at offset {header.base_offset}: negative lastOffsetDelta"
+                    )
+                batches.append((batch, header))
+                expected = header.next_offset
+        except CorruptRecordError as exc:
+            raise rec.kafka_error_for(exc)(str(exc)) from exc
+        first_offset = self._leo
+        if not batches:
+            return AppendInfo(
+                first_offset, first_offset - 1, -1, self._log_start_offset, 0, -1, -1, 0
+            )
+        producers = None
+        if any(h.producer_id >= 0 for _, h in batches):
+            producers = self.producer_state()
+        epochs = self._epochs
+        max_timestamp, offset_of_max = rec.NO_TIMESTAMP, first_offset
+        record_count = valid_bytes = 0
+        for batch, header in batches:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != epochs.latest_epoch:
+                epochs.assign(epoch, header.base_offset)
+            size = len(batch)
+            last_offset = header.base_offset + header.last_offset_delta
+            batch_max = header.max_timestamp
+            active = self._segment_for(size, batch_max, last_offset)
+            active.append(last_offset, batch_max, last_offset, batch)
+            self._leo = last_offset + 1
+            if producers is not None:
+                producers.update(header, header.base_offset)
+            if batch_max > max_timestamp:
+                max_timestamp, offset_of_max = batch_max, last_offset
+            record_count += header.record_count
+            valid_bytes += size
+        if self._leo - self._recovery_point >= self._config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset,
+            self._leo - 1,
+            -1,
+            self._log_start_offset,
+            record_count,
+            max_timestamp,
+            offset_of_max,
+            valid_bytes,
         )
 
     def _segment_for(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
@@ -981,6 +1271,7 @@ class Log:
         if target > self._log_start_offset:
             self.flush()
             self._log_start_offset = target
+            self._epochs.truncate_from_start(target)
             logger.info(
                 "log start offset moved",
                 topic=self.topic,
@@ -1041,6 +1332,7 @@ class Log:
         new_start = self._bases[count]
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
+            self._epochs.truncate_from_start(new_start)
         del self._segments[:count]
         del self._bases[:count]
         self._hw_meta = None
@@ -1083,24 +1375,45 @@ class Log:
     def truncate_to(self, offset: int) -> bool:
         """Remove every offset >= ``offset`` (a follower diverging from its leader). The batch
         containing ``offset`` goes whole, so LEO becomes the first offset actually missing.
-        Returns whether anything was removed. HW and recovery point are clamped to the new LEO;
-        below the first segment the log is emptied and restarts at ``offset``."""
+        Returns whether any record was removed. HW and recovery point are clamped to the new
+        LEO, producer state is dropped (rebuilt from what remains on the next idempotent
+        append) with its snapshots past ``offset``, and the leader epoch cache loses the entries
+        starting at or after the new LEO -- also when no record goes (``offset >= LEO``): an
+        epoch that starts at LEO wrote nothing here, and a follower must stop asking for it
+        (see ``leader_epoch.follower_truncation_offset``). Below the first segment the log is
+        emptied and restarts at ``offset`` (:meth:`truncate_fully_and_start_at`).
+
+        Order, so that a crash at any step reopens as a consistent log (the crash tests cut it
+        at each one): 1. producer snapshots past ``offset`` removed; 2. later segments renamed
+        ``.deleted`` newest first, and the directory fsynced; 3. the new active segment cut
+        (indexes, then ``.log``) and fsynced; 4. only then the epoch cache file rewritten. A
+        crash before 4 leaves the old cache, whose entries past the surviving LEO the load
+        drops. Without the fsync in 2, a power loss could bring deleted segments back behind
+        the shortened one (a gap in the offsets); without the one in 3, records whose epochs
+        4 had already forgotten.
+        """
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._leo:
+            self._epochs.truncate_from_end(offset)
             return False
         self._producers = None  # rebuilt from what remains, on the next idempotent append
         delete_snapshots_above(self.directory, offset, self._vfs)
         if offset < self._bases[0]:
-            self._truncate_fully_and_start_at(offset)
+            self.truncate_fully_and_start_at(offset)
             return True
         keep = bisect.bisect_right(self._bases, offset)  # segments with base <= offset stay
         doomed = self._segments[keep:]
         del self._segments[keep:]
         del self._bases[keep:]
         if doomed:
-            self._schedule_delete(doomed)
+            # Newest first: a crash part-way leaves a contiguous log (a longer prefix), never
+            # a gap where an older segment went and a newer one stayed. Durable before the
+            # cut: a power loss must not bring them back behind a shortened segment.
+            self._schedule_delete(doomed[::-1])
+            self._vfs.fsync_dir(self.directory)
+            self._dir_dirty = False
         active = self.active_segment
         active.truncate_to(offset)
         active.resize_indexes(self._config.segment_index_bytes)
@@ -1110,15 +1423,25 @@ class Log:
         self._hw_meta = None
         self.update_high_watermark(min(self._hw, self._leo))
         self._pending_flush_offset = None
+        active.flush()
+        self._epochs.truncate_from_end(self._leo)
         logger.info(
             "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
         )
         return True
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart empty at ``offset`` (Kafka's
+        ``truncateFullyAndStartAt``: a follower whose log end lies below the leader's log start
+        restarts at it). LEO, log start, recovery point and HW become ``offset``; the epoch
+        cache is emptied, after the new segment and the deletions are durable (as in
+        :meth:`truncate_to`)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot restart at negative offset {offset}")
         self._producers = None
         delete_snapshots_above(self.directory, offset, self._vfs)
-        doomed = self._segments[:]
+        doomed = self._segments[::-1]  # newest first, as in truncate_to
         self._segments.clear()
         self._bases.clear()
         self._schedule_delete(doomed)
@@ -1129,6 +1452,12 @@ class Log:
         self._hw = offset
         self._hw_meta = None
         self._pending_flush_offset = None
+        self._vfs.fsync_dir(self.directory)
+        self._dir_dirty = False
+        self._epochs.clear()
+        logger.info(
+            "truncated log fully", topic=self.topic, partition=self.partition, start_offset=offset
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

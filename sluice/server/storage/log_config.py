@@ -7,8 +7,14 @@ name (``segment.bytes`` -> ``segment_bytes``) and, through :data:`BROKER_KEYS`, 
 (:meth:`LogConfig.from_properties` with ``base=``). Values are validated the way Kafka validates
 them; anything wrong (unknown name, not an integer, out of range, a policy Sluice does not
 implement) raises :class:`sluice.protocol.errors.InvalidConfig` with a message naming the key, so
-that
-nothing is silently ignored.
+that nothing is silently ignored.
+
+Every topic key of Kafka's ``LogConfig`` is known (:data:`TOPIC_KEYS`, documented in
+:data:`TOPIC_DOCS`). Sluice honours most of them; settings of subsystems it does not have
+(compaction, tiered storage, replication throttling) are accepted where Kafka itself would give
+them no effect on a topic with ``cleanup.policy=delete`` and no remote storage, and refused
+otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds are applied by
+``Log.append_as_leader`` (see :attr:`LogConfig.conform_on_append`).
 
 "Never" for ``flush.messages`` / ``flush.ms`` is Kafka's ``Long.MAX_VALUE``, kept as is so that
 :meth:`LogConfig.to_properties` round-trips and DescribeConfigs shows what Kafka would show.
@@ -17,6 +23,7 @@ nothing is silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -30,11 +37,18 @@ CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 
+#: ``compression.type`` values (Kafka's ``BrokerCompressionType``): ``producer`` keeps each batch
+#: in the codec its producer chose; the others make the broker store every batch in that codec.
+PRODUCER_COMPRESSION = "producer"
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", PRODUCER_COMPRESSION)
+_CODEC_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
 # A v2 batch header is 61 bytes, but Kafka's lower bound for segment.bytes is the v0 record
 # overhead (14); keep Kafka's bound so configs valid there are valid here (tests use tiny segments).
 MIN_SEGMENT_BYTES = 14
 
-# Topic-level config name -> attribute name. The order is the order of to_properties().
+# Topic-level config name -> attribute name: every key of Kafka's ``LogConfig`` (3.9), in
+# Kafka's order after Sluice's original ones. The order is the order of to_properties().
 TOPIC_KEYS: dict[str, str] = {
     "segment.bytes": "segment_bytes",
     "segment.ms": "segment_ms",
@@ -49,9 +63,109 @@ TOPIC_KEYS: dict[str, str] = {
     "flush.ms": "flush_ms",
     "cleanup.policy": "cleanup_policy",
     "file.delete.delay.ms": "file_delete_delay_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "min.insync.replicas": "min_insync_replicas",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
+    "preallocate": "preallocate",
+    "message.format.version": "message_format_version",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "leader.replication.throttled.replicas": "leader_replication_throttled_replicas",
+    "follower.replication.throttled.replicas": "follower_replication_throttled_replicas",
+    "message.downconversion.enable": "message_downconversion_enable",
+    "remote.storage.enable": "remote_storage_enable",
+    "local.retention.ms": "local_retention_ms",
+    "local.retention.bytes": "local_retention_bytes",
+    "remote.log.copy.disable": "remote_log_copy_disable",
+    "remote.log.delete.on.disable": "remote_log_delete_on_disable",
 }
 
-# Topic-level name -> the broker-level name that provides its default (Kafka's LogConfig mapping).
+#: What each key does in Sluice (DescribeConfigs' documentation). Keys whose every valid value
+#: Sluice honours say what they do; keys whose effect needs a subsystem Sluice does not have
+#: accept only the values that need none of it (the others raise InvalidConfig saying so).
+TOPIC_DOCS: dict[str, str] = {
+    "segment.bytes": "segment size before rolling",
+    "segment.ms": "segment age before rolling",
+    "segment.jitter.ms": "max random jitter subtracted from segment.ms",
+    "segment.index.bytes": "max size of an index file",
+    "index.interval.bytes": "bytes between offset index entries",
+    "retention.ms": "retention by age (-1 forever)",
+    "retention.bytes": "retention by size per partition (negative: unlimited)",
+    "max.message.bytes": "largest record batch accepted",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps, LogAppendTime stamps",
+    "flush.messages": "fsync after this many messages",
+    "flush.ms": "fsync after this long",
+    "cleanup.policy": "delete (compact is refused: Sluice has no log compaction)",
+    "file.delete.delay.ms": "delay between renaming a segment to .deleted and removing it",
+    "delete.retention.ms": "tombstone retention of compacted topics (no effect with delete)",
+    "min.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
+    "max.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
+    "min.cleanable.dirty.ratio": "compaction setting (no effect with cleanup.policy=delete)",
+    "unclean.leader.election.enable": "accepted; one replica per partition: never unclean",
+    "min.insync.replicas": "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size",
+    "compression.type": "producer keeps batches as sent; a codec makes the broker store it",
+    "compression.gzip.level": "gzip level when the broker compresses (-1: default)",
+    "compression.lz4.level": "lz4 level when the broker compresses",
+    "compression.zstd.level": "zstd level when the broker compresses",
+    "preallocate": "false only (segment preallocation is not implemented)",
+    "message.format.version": "ignored as by Kafka 3 (batches are always record format v2)",
+    "message.timestamp.difference.max.ms": "CreateTime records further from now are refused",
+    "message.timestamp.before.max.ms": "CreateTime records older than now minus this are refused",
+    "message.timestamp.after.max.ms": "CreateTime records newer than now plus this are refused",
+    "leader.replication.throttled.replicas": "empty only (no replication throttling)",
+    "follower.replication.throttled.replicas": "empty only (no replication throttling)",
+    "message.downconversion.enable": "accepted; Sluice never down-converts (Fetch v4+ only)",
+    "remote.storage.enable": "false only (tiered storage is not implemented)",
+    "local.retention.ms": "tiered storage setting (no effect without remote storage)",
+    "local.retention.bytes": "tiered storage setting (no effect without remote storage)",
+    "remote.log.copy.disable": "tiered storage setting (no effect without remote storage)",
+    "remote.log.delete.on.disable": "tiered storage setting (no effect without remote storage)",
+}
+
+#: The type of each key as DescribeConfigs v3+ reports it (Kafka's ``ConfigType``).
+CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
+CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = 6, 7
+_INT_KEYS = frozenset(
+    {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
+     "min.insync.replicas", "compression.gzip.level", "compression.lz4.level",
+     "compression.zstd.level"}
+)  # fmt: skip
+_BOOL_KEYS = frozenset(
+    {"unclean.leader.election.enable", "preallocate", "message.downconversion.enable",
+     "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable"}
+)  # fmt: skip
+_LIST_KEYS = frozenset(
+    {"cleanup.policy", "leader.replication.throttled.replicas",
+     "follower.replication.throttled.replicas"}
+)  # fmt: skip
+_STRING_KEYS = frozenset({"message.timestamp.type", "compression.type", "message.format.version"})
+
+
+def config_type(key: str) -> int:
+    """Kafka's ``ConfigType`` code of a topic key."""
+    if key in _INT_KEYS:
+        return CONFIG_TYPE_INT
+    if key in _BOOL_KEYS:
+        return CONFIG_TYPE_BOOLEAN
+    if key in _LIST_KEYS:
+        return CONFIG_TYPE_LIST
+    if key in _STRING_KEYS:
+        return CONFIG_TYPE_STRING
+    if key == "min.cleanable.dirty.ratio":
+        return CONFIG_TYPE_DOUBLE
+    return CONFIG_TYPE_LONG
+
+
+# Topic-level name -> the broker-level name that provides its default (Kafka's LogConfig mapping),
+# for the keys whose broker default Sluice reads. The other topic keys default to Kafka's value.
 BROKER_KEYS: dict[str, str] = {
     "segment.bytes": "log.segment.bytes",
     "segment.ms": "log.roll.ms",
@@ -66,6 +180,8 @@ BROKER_KEYS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
 }
 
 #: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
@@ -105,6 +221,13 @@ BROKER_OPTIONS: tuple[ConfigKey, ...] = (
         "60000",
         "delay between renaming a segment to .deleted and removing it",
     ),
+    ConfigKey("min.insync.replicas", int_in(1), "1", "ISR size an acks=all produce needs"),
+    ConfigKey(
+        "compression.type",
+        one_of(*COMPRESSION_TYPES),
+        "producer",
+        "codec batches are stored in (producer: as sent)",
+    ),
 )
 
 # Broker keys given in coarser units; the finer key wins when both are set (Kafka's precedence:
@@ -114,6 +237,17 @@ _BROKER_UNIT_FALLBACKS: dict[str, tuple[tuple[str, int], ...]] = {
     "segment.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
     "retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
 }
+
+
+def broker_synonyms(topic_key: str) -> tuple[str, ...]:
+    """The broker keys that supply ``topic_key``'s default, most specific first
+    (``retention.ms`` -> ``log.retention.ms``, ``log.retention.minutes``,
+    ``log.retention.hours``); empty for a key with no broker default in Sluice. DescribeConfigs
+    lists them as the synonyms of a topic setting."""
+    first = BROKER_KEYS.get(topic_key)
+    if first is None:
+        return ()
+    return (first, *(key for key, _ in _BROKER_UNIT_FALLBACKS.get(topic_key, ())))
 
 
 def _parse_int(key: str, value: str) -> int:
@@ -143,6 +277,17 @@ _INT_CHECKS: dict[str, Callable[[str, int], None]] = {
     "flush.messages": _at_least(1),
     "flush.ms": _at_least(0),
     "file.delete.delay.ms": _at_least(0),
+    "delete.retention.ms": _at_least(0),
+    "min.compaction.lag.ms": _at_least(0),
+    "max.compaction.lag.ms": _at_least(1),
+    "min.insync.replicas": _at_least(1, INT_MAX),
+    "compression.lz4.level": _at_least(1, 17),
+    "compression.zstd.level": _at_least(-131072, 22),
+    "message.timestamp.difference.max.ms": _at_least(0),
+    "message.timestamp.before.max.ms": _at_least(0),
+    "message.timestamp.after.max.ms": _at_least(0),
+    "local.retention.ms": _at_least(-2),
+    "local.retention.bytes": _at_least(-2),
 }
 
 
@@ -166,6 +311,69 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     cleanup_policy: str = "delete"
     file_delete_delay_ms: int = 60_000
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    unclean_leader_election_enable: bool = False
+    min_insync_replicas: int = 1
+    compression_type: str = PRODUCER_COMPRESSION
+    compression_gzip_level: int = -1  # Deflater.DEFAULT_COMPRESSION (zlib's 6)
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    preallocate: bool = False
+    message_format_version: str = "3.0-IV1"
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+    message_downconversion_enable: bool = True
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    #: True when an append must do more than validate and assign offsets: recompress
+    #: (``compression.type`` not ``producer``) or check timestamps (a bound below "never").
+    #: Derived; the append path reads this one flag.
+    conform_on_append: bool = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        conform = self.compression_type != PRODUCER_COMPRESSION or (
+            min(self.timestamp_before_max_ms, self.timestamp_after_max_ms) < LONG_MAX
+        )
+        object.__setattr__(self, "conform_on_append", conform)
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec id every batch is stored in; None for ``producer`` (as sent)."""
+        return _CODEC_IDS.get(self.compression_type)
+
+    @property
+    def target_level(self) -> int | None:
+        """The compression level of :attr:`target_codec` (None: the codec's default)."""
+        level = {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type)
+        return None if level is None or level == -1 else level
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """How far in the past a CreateTime timestamp may be (Kafka 3.6: the deprecated
+        ``message.timestamp.difference.max.ms`` stands in while ``before`` is unset)."""
+        if self.message_timestamp_before_max_ms != LONG_MAX:
+            return self.message_timestamp_before_max_ms
+        return self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """How far in the future a CreateTime timestamp may be (same fallback)."""
+        if self.message_timestamp_after_max_ms != LONG_MAX:
+            return self.message_timestamp_after_max_ms
+        return self.message_timestamp_difference_max_ms
 
     @property
     def log_append_time(self) -> bool:
@@ -176,8 +384,10 @@ class LogConfig:
     def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Overlay topic-level ``props`` (Kafka names) on ``base`` (default: Kafka's defaults).
 
-        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, or
-        ``cleanup.policy=compact`` (log compaction is not implemented).
+        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, or a value
+        that needs what Sluice does not implement (``cleanup.policy=compact``,
+        ``remote.storage.enable=true``, ``preallocate=true``, throttled replicas): the message
+        says which.
         """
         changes: dict[str, object] = {}
         for key, raw in props.items():
@@ -205,8 +415,8 @@ class LogConfig:
         return cls.from_properties(topic_props)
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting under its topic-level Kafka name, as strings."""
-        return {key: str(getattr(self, attr)) for key, attr in TOPIC_KEYS.items()}
+        """Every setting under its topic-level Kafka name, as strings (as Kafka prints them)."""
+        return {key: _format(getattr(self, attr)) for key, attr in TOPIC_KEYS.items()}
 
     def overrides_against(self, base: LogConfig) -> dict[str, str]:
         """The topic-level settings whose value differs from ``base``."""
@@ -214,7 +424,16 @@ class LogConfig:
         return {k: v for k, v in mine.items() if theirs[k] != v}
 
 
-def _parse_value(key: str, raw: str) -> int | str:
+def _format(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?(-IV\d+)?$")
+
+
+def _parse_value(key: str, raw: str) -> object:
     value = str(raw).strip()
     if key == "message.timestamp.type":
         if value not in TIMESTAMP_TYPES:
@@ -229,6 +448,47 @@ def _parse_value(key: str, raw: str) -> int | str:
                 f"{key}={raw!r}: log compaction is not implemented by Sluice; use 'delete'"
             )
         return "delete"
+    if key == "compression.type":
+        if value not in COMPRESSION_TYPES:
+            raise InvalidConfig(f"{key}={raw!r}: must be one of {', '.join(COMPRESSION_TYPES)}")
+        return value
+    if key == "message.format.version":
+        # Kafka 3 validates the version name and then ignores it (IBP >= 3.0 writes v2 only).
+        match = _VERSION.match(value)
+        if match is None or (int(match.group(1)), int(match.group(2))) < (0, 8):
+            raise InvalidConfig(f"{key}={raw!r}: not a Kafka version such as 3.0-IV1")
+        return value
+    if key == "min.cleanable.dirty.ratio":
+        try:
+            ratio = float(value)
+        except ValueError:
+            raise InvalidConfig(f"{key}={raw!r}: not a number") from None
+        if not 0.0 <= ratio <= 1.0:
+            raise InvalidConfig(f"{key}={raw!r}: must be in [0.0, 1.0]")
+        return ratio
+    if key in _BOOL_KEYS:
+        if value.lower() not in ("true", "false"):
+            raise InvalidConfig(f"{key}={raw!r}: must be true or false")
+        flag = value.lower() == "true"
+        unsupported = {
+            "preallocate": "segment preallocation",
+            "remote.storage.enable": "tiered (remote) storage",
+        }
+        if flag and key in unsupported:
+            raise InvalidConfig(f"{key}=true: {unsupported[key]} is not implemented by Sluice")
+        return flag
+    if key in _LIST_KEYS:  # the two throttled-replica lists
+        if value:
+            raise InvalidConfig(
+                f"{key}={raw!r}: replication throttling is not implemented by Sluice; "
+                "leave it empty"
+            )
+        return ""
     number = _parse_int(key, value)
+    if key == "compression.gzip.level":
+        # Kafka: 1..9, or -1 for the codec's default (Deflater.DEFAULT_COMPRESSION).
+        if number != -1 and not 1 <= number <= 9:
+            raise InvalidConfig(f"{key}={number}: must be in [1, 9] or -1")
+        return number
     _INT_CHECKS[key](key, number)
     return number

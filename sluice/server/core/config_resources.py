@@ -1,0 +1,276 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topic and broker configs.
+
+Resources (Kafka's ``ConfigResource.Type``):
+
+* **TOPIC** (2): every topic key of :data:`sluice.server.storage.log_config.TOPIC_KEYS`, with
+  its effective value and where it comes from, as Kafka's ``ConfigHelper`` reports it: the
+  topic's own override (TOPIC_CONFIG), else a broker key given in server.properties
+  (STATIC_BROKER_CONFIG), else the default (DEFAULT_CONFIG); the synonyms list those sources,
+  most specific first. AlterConfigs replaces the topic's overrides with the given set;
+  IncrementalAlterConfigs edits them (SET, DELETE, and APPEND/SUBTRACT for list keys). Either
+  validates the whole resulting set first (an unknown key, a bad value or one Sluice cannot
+  honour is INVALID_CONFIG with the reason) and then persists it and applies it to the open
+  logs (``LogManager.alter_topic_config``); ``validate_only`` stops after the validation.
+* **BROKER** (4): the broker's static options (read-only; name: this node id or empty).
+  Dynamic broker configs are not supported: altering them is INVALID_REQUEST, saying so.
+
+Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
+Runs on the event-loop thread, called from the handlers; writes only through the LogManager.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from sluice.protocol import errors
+from sluice.protocol import messages as m
+from sluice.server.storage.log_config import (
+    TOPIC_DOCS,
+    TOPIC_KEYS,
+    LogConfig,
+    broker_synonyms,
+    config_type,
+)
+
+if TYPE_CHECKING:
+    from sluice.server.core.config import Config
+    from sluice.server.storage.log_manager import LogManager
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+
+# Kafka's DescribeConfigsResponse.ConfigSource
+SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 5
+
+# Kafka's AlterConfigOp.OpType
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+_LIST_TYPE = 7  # ConfigType.LIST: the keys APPEND / SUBTRACT apply to
+_STRING_TYPE = 2
+
+
+class ConfigResources:
+    """The config side of the admin API over the broker's Config and the LogManager."""
+
+    def __init__(self, config: Config, logs: LogManager) -> None:
+        self.config = config
+        self.logs = logs
+
+    # --- DescribeConfigs (32) ------------------------------------------------------------------
+
+    def describe(self, body: m.DescribeConfigsRequest, version: int) -> m.DescribeConfigsResponse:
+        result_cls = m.DescribeConfigsResponse.DescribeConfigsResult
+        results = []
+        for res in body.resources:
+            code, message = 0, None
+            entries: list[m.DescribeConfigsResponse.DescribeConfigsResourceResult] = []
+            try:
+                wanted = None if res.configuration_keys is None else set(res.configuration_keys)
+                if res.resource_type == RESOURCE_TOPIC:
+                    entries = self._describe_topic(res.resource_name, wanted, body, version)
+                elif res.resource_type == RESOURCE_BROKER:
+                    entries = self._describe_broker(res.resource_name, wanted, body, version)
+                else:
+                    raise errors.InvalidRequest(
+                        f"resource type {res.resource_type} is not supported by Sluice"
+                    )
+            except errors.KafkaError as exc:
+                code, message, entries = exc.code, str(exc.args[0]), []
+            results.append(
+                result_cls(
+                    error_code=code,
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=entries,
+                )
+            )
+        return m.DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+    def _describe_topic(
+        self, topic: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
+    ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
+        overrides = self.logs.topic_overrides(topic)  # UnknownTopicOrPartition if none
+        values = self.logs.topic_config(topic).to_properties()
+        defaults = LogConfig().to_properties()
+        props = self.config.properties
+        synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
+        out = []
+        for key in TOPIC_KEYS:
+            if wanted is not None and key not in wanted:
+                continue
+            synonyms = []
+            if key in overrides:
+                synonyms.append(
+                    synonym_cls(name=key, value=values[key], source=SOURCE_TOPIC_CONFIG)
+                )
+            names = broker_synonyms(key)
+            for name in names:
+                if name in props:
+                    synonyms.append(synonym_cls(name=name, value=props[name],
+                                                source=SOURCE_STATIC_BROKER_CONFIG))  # fmt: skip
+            if names:
+                synonyms.append(synonym_cls(name=names[0], value=defaults[key],
+                                            source=SOURCE_DEFAULT_CONFIG))  # fmt: skip
+            source = synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG
+            out.append(self._entry(key, values[key], source, False, synonyms, config_type(key),
+                                   TOPIC_DOCS[key], body, version))  # fmt: skip
+        return out
+
+    def _describe_broker(
+        self, name: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
+    ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
+        from sluice.server.core.config import OPTIONS
+
+        self._check_broker_name(name)
+        synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
+        props = self.config.properties
+        out = []
+        for option in OPTIONS:
+            if wanted is not None and option.key not in wanted:
+                continue
+            given = option.key in props
+            value = props[option.key] if given else option.default
+            source = SOURCE_STATIC_BROKER_CONFIG if given else SOURCE_DEFAULT_CONFIG
+            synonyms = [synonym_cls(name=option.key, value=value, source=source)]
+            out.append(self._entry(option.key, value, source, True, synonyms, _STRING_TYPE,
+                                   option.doc, body, version))  # fmt: skip
+        return out
+
+    def _check_broker_name(self, name: str) -> None:
+        if name not in ("", str(self.config.node_id)):
+            raise errors.InvalidRequest(
+                f"unexpected broker id {name!r}: this broker is {self.config.node_id}"
+            )
+
+    @staticmethod
+    def _entry(
+        name: str,
+        value: str | None,
+        source: int,
+        read_only: bool,
+        synonyms: list[m.DescribeConfigsResponse.DescribeConfigsSynonym],
+        type_: int,
+        doc: str,
+        body: m.DescribeConfigsRequest,
+        version: int,
+    ) -> m.DescribeConfigsResponse.DescribeConfigsResourceResult:
+        return m.DescribeConfigsResponse.DescribeConfigsResourceResult(
+            name=name,
+            value=value,
+            read_only=read_only,
+            is_default=source == SOURCE_DEFAULT_CONFIG,  # v0's flag
+            config_source=source,
+            is_sensitive=False,  # Sluice has no password-type settings
+            synonyms=synonyms if version >= 1 and body.include_synonyms else [],
+            config_type=type_,
+            documentation=doc if body.include_documentation else None,
+        )
+
+    # --- AlterConfigs (33) / IncrementalAlterConfigs (44) --------------------------------------
+
+    def alter(self, body: m.AlterConfigsRequest) -> m.AlterConfigsResponse:
+        """Replace each resource's overrides with the configs given (null values ignored)."""
+        resp_cls = m.AlterConfigsResponse.AlterConfigsResourceResponse
+        responses = []
+        for res in body.resources:
+            given = {c.name: c.value for c in res.configs if c.value is not None}
+            code, message = self._apply(
+                res.resource_type,
+                res.resource_name,
+                functools.partial(_replace, given=given),
+                body.validate_only,
+            )
+            responses.append(resp_cls(error_code=code, error_message=message,
+                                      resource_type=res.resource_type,
+                                      resource_name=res.resource_name))  # fmt: skip
+        return m.AlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+    def incremental_alter(
+        self, body: m.IncrementalAlterConfigsRequest
+    ) -> m.IncrementalAlterConfigsResponse:
+        resp_cls = m.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+        responses = []
+        for res in body.resources:
+            code, message = self._apply(
+                res.resource_type,
+                res.resource_name,
+                functools.partial(_edit, configs=res.configs),
+                body.validate_only,
+            )
+            responses.append(resp_cls(error_code=code, error_message=message,
+                                      resource_type=res.resource_type,
+                                      resource_name=res.resource_name))  # fmt: skip
+        return m.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+    def _apply(
+        self,
+        resource_type: int,
+        name: str,
+        new_overrides: Callable[[Mapping[str, str]], dict[str, str]],
+        validate_only: bool,
+    ) -> tuple[int, str | None]:
+        """(error code, message) of altering one resource; ``new_overrides`` maps the topic's
+        current overrides to the wanted ones (raising KafkaError for a bad request)."""
+        try:
+            if resource_type == RESOURCE_BROKER:
+                self._check_broker_name(name)
+                raise errors.InvalidRequest(
+                    "dynamic broker configs are not supported by Sluice: set the key in "
+                    "server.properties and restart"
+                )
+            if resource_type != RESOURCE_TOPIC:
+                raise errors.InvalidRequest(
+                    f"resource type {resource_type} is not supported by Sluice"
+                )
+            current = self.logs.topic_overrides(name)  # UnknownTopicOrPartition if none
+            wanted = new_overrides(current)
+            LogConfig.from_properties(wanted, self.logs.default_config)  # InvalidConfig
+            if not validate_only:
+                self.logs.alter_topic_config(name, wanted)
+        except errors.KafkaError as exc:
+            return exc.code, str(exc.args[0])
+        return 0, None
+
+
+def _replace(_current: Mapping[str, str], given: dict[str, str]) -> dict[str, str]:
+    """AlterConfigs: the given set is the new set of overrides."""
+    return dict(given)
+
+
+def _edit(
+    current: Mapping[str, str],
+    configs: list[m.IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig],
+) -> dict[str, str]:
+    """Kafka's ``prepareIncrementalConfigs``: SET / DELETE any key, APPEND / SUBTRACT items of a
+    list key (``cleanup.policy``, the throttled-replica lists)."""
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise errors.InvalidRequest("duplicate config keys in one resource")
+    result = dict(current)
+    defaults = LogConfig().to_properties()
+    for c in configs:
+        op = c.config_operation
+        if op == OP_SET:
+            if c.value is None:
+                raise errors.InvalidRequest(f"null value for config {c.name!r}")
+            result[c.name] = c.value
+        elif op == OP_DELETE:
+            result.pop(c.name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if c.name not in TOPIC_KEYS or config_type(c.name) != _LIST_TYPE:
+                raise errors.InvalidConfig(
+                    f"{c.name!r}: APPEND and SUBTRACT apply only to list configs"
+                )
+            base = result.get(c.name, defaults[c.name])
+            items = [x for x in base.split(",") if x]
+            given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if op == OP_APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            result[c.name] = ",".join(items)
+        else:
+            raise errors.InvalidRequest(f"unknown config operation {op} for {c.name!r}")
+    return result

@@ -1,0 +1,586 @@
+"""Kafka's ZooKeeper operations (a subset of Kafka's ``KafkaZkClient``), async, typed.
+
+:class:`KafkaZkClient` wraps a started :class:`~sluice.server.zk.client.ZkClient` and speaks
+the znodes of :mod:`sluice.server.zk.data`. Who calls what (spec ``replication.md`` §2):
+
+* **every broker**: :meth:`~KafkaZkClient.create_top_level_paths`,
+  :meth:`~KafkaZkClient.register_broker` (its broker epoch is the returned czxid), the readers and
+  watchers, topic creation and delete requests (any broker handles CreateTopics/DeleteTopics),
+  :meth:`~KafkaZkClient.allocate_producer_id_block`;
+* **the partition leader**: :meth:`~KafkaZkClient.update_leader_and_isr`, its ISR changes,
+  conditional on the zkVersion it holds;
+* **the controller** (after :meth:`~KafkaZkClient.elect_controller`): partition states, topic
+  znode deletion, removing delete requests -- every write a multi whose first op checks
+  ``/controller_epoch``'s zkVersion (:meth:`~KafkaZkClient.fenced_multi`), so a deposed
+  controller's write fails with :class:`ControllerMovedError` and changes nothing.
+
+Fencing, in short (STYLE item 16): the controller epoch fences controllers, the zkVersion of a
+partition's state znode (its "partition epoch") fences concurrent state writers (a leader's ISR
+change vs. the controller's leader election), the broker epoch (czxid of the registration)
+tells a restarted broker from its previous incarnation.
+
+Connection loss: a write whose reply was lost has an unknown outcome. The operations that must
+not be repeated blindly recognise their own earlier write (broker registration: the node's
+ephemeral owner is our session; election: ``/controller`` is ours at the new epoch; ISR update:
+the state equals what we wrote, Kafka 2.6 ``ReplicationUtils.updateLeaderAndIsr``); the others
+raise :class:`ConnectionLossError` for the caller to re-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sluice.protocol.structs import TopicPartition
+from sluice.server.logging import get_logger
+
+from .client import (
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    Op,
+    OpResult,
+    SetDataOp,
+    WatchCallback,
+    Watcher,
+    ZkClient,
+    ZnodeStat,
+)
+from .data import (
+    BROKER_IDS_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    DELETE_TOPICS_PATH,
+    INITIAL_CONTROLLER_EPOCH,
+    PERSISTENT_PATHS,
+    PRODUCER_ID_BLOCK_PATH,
+    TOPICS_PATH,
+    BrokerInfo,
+    ControllerInfo,
+    PartitionState,
+    ProducerIdBlock,
+    TopicAssignment,
+    TopicConfig,
+    broker_path,
+    decode_controller_epoch,
+    delete_topic_path,
+    encode_controller_epoch,
+    is_decimal,
+    partition_path,
+    partition_state_path,
+    partitions_path,
+    topic_config_path,
+    topic_path,
+)
+from .errors import (
+    BadVersionError,
+    ClientClosedError,
+    ConnectionLossError,
+    ControllerMovedError,
+    NodeExistsError,
+    NoNodeError,
+    ZkConnectionError,
+    ZkError,
+)
+
+__all__ = ["ControllerEpoch", "KafkaZkClient"]
+
+log = get_logger("sluice.zk")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEpoch:
+    """What an elected controller fences its writes with: its epoch and the zkVersion of
+    ``/controller_epoch`` its election left behind."""
+
+    epoch: int
+    zk_version: int
+
+
+def _setter(event: asyncio.Event) -> WatchCallback:
+    """A watch callback that sets ``event`` (bound now, not at call time)."""
+
+    def fire(_: object) -> None:
+        event.set()
+
+    return fire
+
+
+class KafkaZkClient:
+    """Kafka's ZooKeeper operations over a started :class:`ZkClient`; see the module docstring.
+    Call from the event loop only."""
+
+    def __init__(self, zk: ZkClient) -> None:
+        self.zk = zk
+
+    async def create_top_level_paths(self) -> None:
+        """Make sure the persistent parents exist (Kafka's ``createTopLevelPaths``)."""
+        for path in PERSISTENT_PATHS:
+            await self.zk.ensure_path(path)
+
+    # --- brokers ----------------------------------------------------------------------------
+
+    async def register_broker(self, info: BrokerInfo, *, wait: float | None = None) -> int:
+        """Create ``/brokers/ids/<id>`` (ephemeral) and return the **broker epoch**, its czxid.
+
+        If the node exists and our session owns it, our own create went through (a lost reply):
+        that is the registration. If another session owns it -- our previous incarnation whose
+        session has not expired yet, after a quick restart -- wait up to ``wait`` seconds
+        (default: twice the session timeout) for it to go, then create ours; still there after
+        that, it is another live broker with our id: :class:`NodeExistsError`.
+        """
+        path = broker_path(info.broker_id)
+        data = info.encode()
+        budget = wait if wait is not None else 2 * self.zk.session_timeout + 1.0
+        deadline = time.monotonic() + budget
+        while True:
+            try:
+                _, stat = await self.zk.create(path, data, ephemeral=True)
+                log.info("broker registered", broker_id=info.broker_id, broker_epoch=stat.czxid)
+                return stat.czxid
+            except NodeExistsError:
+                pass
+            except ConnectionLossError:  # applied or not: look
+                await self.zk.wait_connected(max(0.0, deadline - time.monotonic()))
+            gone = asyncio.Event()
+            try:
+                _, stat = await self.zk.get(path, watch=_setter(gone))
+            except NoNodeError:
+                continue
+            if stat.ephemeral_owner == self.zk.session_id:
+                return stat.czxid
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NodeExistsError(
+                    f"broker id {info.broker_id} is registered by another live session "
+                    f"({stat.ephemeral_owner:#x}) after waiting {budget:.1f}s",
+                    path=path,
+                )
+            log.info(
+                "waiting for a previous registration to expire",
+                broker_id=info.broker_id,
+                owner=hex(stat.ephemeral_owner),
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await gone.wait()
+
+    async def get_broker(self, broker_id: int) -> BrokerInfo | None:
+        """A live broker's registration with its epoch (czxid), or None."""
+        try:
+            data, stat = await self.zk.get(broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return BrokerInfo.decode(broker_id, data, epoch=stat.czxid)
+
+    async def get_broker_ids(self, watch: WatchCallback | None = None) -> list[int]:
+        """Live broker ids, sorted; ``watch`` fires once when the set changes."""
+        try:
+            children = await self.zk.get_children(BROKER_IDS_PATH, watch=watch)
+        except NoNodeError:
+            return []
+        return sorted(int(c) for c in children if is_decimal(c))
+
+    async def get_all_brokers(self, watch: WatchCallback | None = None) -> dict[int, BrokerInfo]:
+        """Every live broker's registration (a broker gone between the listing and the read is
+        left out); ``watch`` as for :meth:`get_broker_ids`."""
+        ids = await self.get_broker_ids(watch)
+        infos = await asyncio.gather(*(self.get_broker(i) for i in ids))
+        return {info.broker_id: info for info in infos if info is not None}
+
+    def watch_brokers(
+        self, callback: Callable[[dict[int, BrokerInfo]], Awaitable[None] | None]
+    ) -> Watcher:
+        """Follow the live brokers: ``callback({id: BrokerInfo})`` now and at every change of
+        the set (re-armed after reconnects; see :meth:`ZkClient.watch_children`)."""
+
+        async def changed(children: list[str] | None) -> None:
+            ids = sorted(int(c) for c in children or () if is_decimal(c))
+            infos = await asyncio.gather(*(self.get_broker(i) for i in ids))
+            result = callback({i.broker_id: i for i in infos if i is not None})
+            if result is not None:
+                await result
+
+        return self.zk.watch_children(BROKER_IDS_PATH, changed)
+
+    # --- controller -------------------------------------------------------------------------
+
+    async def get_controller_epoch(self) -> ControllerEpoch | None:
+        """``/controller_epoch`` and its zkVersion, None before the first election."""
+        try:
+            data, stat = await self.zk.get(CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            return None
+        return ControllerEpoch(decode_controller_epoch(data), stat.version)
+
+    async def get_controller(self, watch: WatchCallback | None = None) -> ControllerInfo | None:
+        """The current controller, or None; ``watch`` fires once when ``/controller`` is
+        created, changed or deleted (an exists watch: set whether or not there is one)."""
+        stat = await self.zk.exists(CONTROLLER_PATH, watch=watch)
+        if stat is None:
+            return None
+        try:
+            data, stat = await self.zk.get(CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return ControllerInfo.decode(data, stat.version)
+
+    async def elect_controller(self, broker_id: int) -> ControllerEpoch | None:
+        """Try to become controller (Kafka's ``registerControllerAndIncrementControllerEpoch``).
+
+        Read ``/controller_epoch`` (e, v) -- creating it at 0 if absent --, then one multi:
+        create ``/controller`` (ephemeral) and set ``/controller_epoch`` to e+1 at version v.
+        NodeExists (someone is controller) or BadVersion (someone was elected since our read)
+        means we lost: None. After a lost reply, ``/controller`` owned by our session at epoch
+        e+1 means we won. Returns the new epoch and the zkVersion to fence writes with.
+        """
+        current = await self.get_controller_epoch()
+        if current is None:
+            current = await self._create_controller_epoch()
+        new_epoch = current.epoch + 1
+        info = ControllerInfo(broker_id)
+        try:
+            results = await self.zk.multi(
+                [
+                    CreateOp(CONTROLLER_PATH, info.encode(), ephemeral=True),
+                    SetDataOp(
+                        CONTROLLER_EPOCH_PATH,
+                        encode_controller_epoch(new_epoch),
+                        current.zk_version,
+                    ),
+                ]
+            )
+        except (NodeExistsError, BadVersionError):
+            return await self._check_controller_and_epoch(broker_id, new_epoch)
+        except ConnectionLossError:
+            await self.zk.wait_connected(self.zk.request_timeout)
+            return await self._check_controller_and_epoch(broker_id, new_epoch)
+        stat = results[1]
+        assert isinstance(stat, ZnodeStat)
+        log.info("elected controller", broker_id=broker_id, controller_epoch=new_epoch)
+        return ControllerEpoch(new_epoch, stat.version)
+
+    async def _create_controller_epoch(self) -> ControllerEpoch:
+        try:
+            _, stat = await self.zk.create(
+                CONTROLLER_EPOCH_PATH, encode_controller_epoch(INITIAL_CONTROLLER_EPOCH)
+            )
+            return ControllerEpoch(INITIAL_CONTROLLER_EPOCH, stat.version)
+        except NodeExistsError:
+            current = await self.get_controller_epoch()
+            if current is None:
+                raise ZkError(f"{CONTROLLER_EPOCH_PATH} existed and went away") from None
+            return current
+
+    async def _check_controller_and_epoch(
+        self, broker_id: int, new_epoch: int
+    ) -> ControllerEpoch | None:
+        try:
+            data, stat = await self.zk.get(CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        controller = ControllerInfo.decode(data, stat.version)
+        if controller.broker_id != broker_id or stat.ephemeral_owner != self.zk.session_id:
+            return None
+        current = await self.get_controller_epoch()
+        if current is not None and current.epoch == new_epoch:
+            return current
+        return None
+
+    async def resign_controller(self, fence: ControllerEpoch) -> None:
+        """Delete ``/controller`` if we are still the controller (fenced); a no-op otherwise."""
+        with contextlib.suppress(ControllerMovedError, NoNodeError):
+            await self.fenced_multi(fence, [DeleteOp(CONTROLLER_PATH)])
+
+    async def fenced_multi(self, fence: ControllerEpoch, ops: Sequence[Op]) -> list[OpResult]:
+        """Apply ``ops`` atomically, only while ``/controller_epoch`` is still at
+        ``fence.zk_version`` (Kafka's controller-epoch check before every controller write).
+
+        :class:`ControllerMovedError` if another controller was elected since; any other
+        failure is raised with ``op_index`` counting the caller's ops (not the check).
+        """
+        try:
+            results = await self.zk.multi([CheckOp(CONTROLLER_EPOCH_PATH, fence.zk_version), *ops])
+        except ZkError as exc:
+            if exc.op_index is None or isinstance(exc, ZkConnectionError):
+                raise
+            if exc.op_index == 0:
+                raise ControllerMovedError(
+                    f"controller epoch {fence.epoch} (zkVersion {fence.zk_version}) is stale",
+                    path=CONTROLLER_EPOCH_PATH,
+                ) from exc
+            raise type(exc)(exc.message, path=exc.path, op_index=exc.op_index - 1) from exc
+        return results[1:]
+
+    # --- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self, assignment: TopicAssignment, config: Mapping[str, str] | None = None
+    ) -> TopicAssignment:
+        """Write a new topic's config overrides and assignment (Kafka's
+        ``AdminZkClient.createTopicWithAssignment``); the controller, watching
+        ``/brokers/topics``, then creates its partition states. :class:`NodeExistsError` if the
+        topic exists. Returns the assignment with its zkVersion."""
+        topic = assignment.topic
+        if await self.zk.exists(topic_path(topic)) is not None:
+            raise NodeExistsError(f"topic {topic!r} already exists", path=topic_path(topic))
+        await self.set_topic_config(topic, config or {})
+        _, stat = await self.zk.create(topic_path(topic), assignment.encode(), make_parents=True)
+        return replace(assignment, zk_version=stat.version)
+
+    async def get_topics(self, watch: WatchCallback | None = None) -> list[str]:
+        """Every topic with an assignment, sorted; ``watch`` fires once on a change."""
+        try:
+            return sorted(await self.zk.get_children(TOPICS_PATH, watch=watch))
+        except NoNodeError:
+            return []
+
+    async def get_topic_assignment(
+        self, topic: str, watch: WatchCallback | None = None
+    ) -> TopicAssignment | None:
+        """A topic's assignment with its zkVersion, or None; ``watch`` fires once when it changes
+        or is deleted (only set if it exists)."""
+        try:
+            data, stat = await self.zk.get(topic_path(topic), watch=watch)
+        except NoNodeError:
+            return None
+        return TopicAssignment.decode(topic, data, stat.version)
+
+    async def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
+        """The assignments of ``topics`` that exist (read concurrently)."""
+        names = list(topics)
+        found = await asyncio.gather(*(self.get_topic_assignment(t) for t in names))
+        return {t: a for t, a in zip(names, found, strict=True) if a is not None}
+
+    async def set_topic_assignment(
+        self, assignment: TopicAssignment, fence: ControllerEpoch
+    ) -> TopicAssignment:
+        """The controller rewrites an assignment (added partitions, reassignment), conditional
+        on ``assignment.zk_version`` and fenced."""
+        (stat,) = await self.fenced_multi(
+            fence,
+            [SetDataOp(topic_path(assignment.topic), assignment.encode(), assignment.zk_version)],
+        )
+        assert isinstance(stat, ZnodeStat)
+        return replace(assignment, zk_version=stat.version)
+
+    # --- partition state --------------------------------------------------------------------
+
+    async def create_partition_states(
+        self, topic: str, states: Mapping[int, PartitionState], fence: ControllerEpoch
+    ) -> dict[int, PartitionState | ZkError]:
+        """The controller creates a new topic's partition state znodes (Kafka's
+        ``createTopicPartitionStatesRaw``): per partition one fenced multi creating
+        ``.../partitions/<p>`` and its ``state``. Returns each partition's created state (with
+        zkVersion 0) or its error (:class:`NodeExistsError` if it already had one). A stale
+        fence raises :class:`ControllerMovedError` for the lot, a topic without an assignment
+        znode :class:`NoNodeError`."""
+        with contextlib.suppress(NodeExistsError):
+            await self.fenced_multi(fence, [CreateOp(partitions_path(topic))])
+        out: dict[int, PartitionState | ZkError] = {}
+        for partition, state in sorted(states.items()):
+            tp = TopicPartition(topic, partition)
+            try:
+                await self.fenced_multi(
+                    fence,
+                    [
+                        CreateOp(partition_path(tp)),
+                        CreateOp(partition_state_path(tp), state.encode()),
+                    ],
+                )
+                out[partition] = replace(state, zk_version=0)
+            except NodeExistsError as exc:
+                out[partition] = exc
+        return out
+
+    async def get_partition_state(
+        self, tp: TopicPartition, watch: WatchCallback | None = None
+    ) -> PartitionState | None:
+        """A partition's state with its zkVersion, or None; ``watch`` fires once when it changes
+        (only set if it exists)."""
+        path = partition_state_path(tp)
+        try:
+            data, stat = await self.zk.get(path, watch=watch)
+        except NoNodeError:
+            return None
+        return PartitionState.decode(data, stat.version, what=path)
+
+    async def get_partition_states(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState]:
+        """The states of ``tps`` that exist (read concurrently)."""
+        wanted = list(tps)
+        found = await asyncio.gather(*(self.get_partition_state(tp) for tp in wanted))
+        return {tp: s for tp, s in zip(wanted, found, strict=True) if s is not None}
+
+    def watch_partition_state(
+        self,
+        tp: TopicPartition,
+        callback: Callable[[PartitionState | None], Awaitable[None] | None],
+    ) -> Watcher:
+        """Follow a partition's state (the broker's replacement for LeaderAndIsr requests):
+        ``callback(state)`` now and after every change, None while it does not exist. The
+        caller applies a state only if its ``(leader_epoch, zk_version)`` is newer than the one
+        it holds."""
+        path = partition_state_path(tp)
+
+        def decoded(value: tuple[bytes, ZnodeStat] | None) -> Awaitable[None] | None:
+            state = None if value is None else PartitionState.decode(value[0], value[1].version)
+            return callback(state)
+
+        return self.zk.watch_data(path, decoded)
+
+    async def update_leader_and_isr(
+        self, tp: TopicPartition, new_state: PartitionState
+    ) -> tuple[bool, int]:
+        """The leader's conditional state write (Kafka 2.6 ``ReplicationUtils
+        .updateLeaderAndIsr``): set the state znode to ``new_state`` only if it is still at
+        ``new_state.zk_version`` (the version the leader read).
+
+        Returns ``(True, new zkVersion)`` on success, ``(False, -1)`` if someone else wrote the
+        state first (the controller elected another leader, or changed the ISR): the leader
+        keeps its ISR and waits for the new state. BadVersion is not always a conflict: if our
+        first attempt was applied and its reply lost, the retry finds a newer version -- so on
+        BadVersion we re-read, and **equal data means the write was ours**: success with the
+        version found (Kafka's ``checkLeaderAndIsrZkData``). A connection loss is retried (on
+        reconnect) within the client's ``request_timeout``.
+        """
+        path = partition_state_path(tp)
+        data = new_state.encode()
+        deadline = time.monotonic() + self.zk.request_timeout
+        while True:
+            try:
+                stat = await self.zk.set(path, data, new_state.zk_version)
+                return True, stat.version
+            except BadVersionError:
+                return await self._check_state_written(tp, new_state)
+            except NoNodeError:
+                return False, -1
+            except ClientClosedError:
+                raise
+            except ZkConnectionError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                await self.zk.wait_connected(remaining)
+
+    async def _check_state_written(
+        self, tp: TopicPartition, expected: PartitionState
+    ) -> tuple[bool, int]:
+        written = await self.get_partition_state(tp)
+        if written is not None and written.same_data(expected):
+            return True, written.zk_version
+        return False, -1
+
+    async def set_partition_states(
+        self, topic: str, states: Mapping[int, PartitionState], fence: ControllerEpoch
+    ) -> dict[int, PartitionState | ZkError]:
+        """The controller's state writes (leader election, ISR shrink of a dead broker): per
+        partition a fenced set conditional on ``state.zk_version``. Returns the written state
+        (new zkVersion) or the error: :class:`BadVersionError` means the leader changed the
+        ISR since the controller's read -- re-read and decide again (Kafka's
+        ``partitionsToRetry``). A stale fence raises :class:`ControllerMovedError`."""
+        out: dict[int, PartitionState | ZkError] = {}
+        for partition, state in sorted(states.items()):
+            tp = TopicPartition(topic, partition)
+            try:
+                (stat,) = await self.fenced_multi(
+                    fence, [SetDataOp(partition_state_path(tp), state.encode(), state.zk_version)]
+                )
+                assert isinstance(stat, ZnodeStat)
+                out[partition] = replace(state, zk_version=stat.version)
+            except (BadVersionError, NoNodeError) as exc:
+                out[partition] = exc
+        return out
+
+    # --- topic config -----------------------------------------------------------------------
+
+    async def get_topic_config(self, topic: str) -> TopicConfig:
+        """A topic's config overrides (empty if none) with the znode's zkVersion (-1 if none)."""
+        path = topic_config_path(topic)
+        try:
+            data, stat = await self.zk.get(path)
+        except NoNodeError:
+            return TopicConfig({})
+        return TopicConfig.decode(data, stat.version, what=path)
+
+    async def set_topic_config(self, topic: str, config: Mapping[str, str]) -> TopicConfig:
+        """Replace a topic's config overrides (Kafka's ``setOrCreateEntityConfigs``: set, or
+        create if absent)."""
+        path = topic_config_path(topic)
+        value = TopicConfig(dict(config))
+        try:
+            stat = await self.zk.set(path, value.encode())
+        except NoNodeError:
+            try:
+                _, stat = await self.zk.create(path, value.encode(), make_parents=True)
+            except NodeExistsError:  # created meanwhile: ours wins, as a set would
+                stat = await self.zk.set(path, value.encode())
+        return replace(value, zk_version=stat.version)
+
+    # --- topic deletion ---------------------------------------------------------------------
+
+    async def request_topic_deletion(self, topic: str) -> None:
+        """Ask the controller to delete ``topic`` (``/admin/delete_topics/<t>``, empty data);
+        a request already pending is fine."""
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(delete_topic_path(topic), make_parents=True)
+
+    async def get_topic_deletions(self, watch: WatchCallback | None = None) -> list[str]:
+        """Topics with a pending delete request, sorted; ``watch`` fires once on a change."""
+        try:
+            return sorted(await self.zk.get_children(DELETE_TOPICS_PATH, watch=watch))
+        except NoNodeError:
+            return []
+
+    async def delete_topic(self, topic: str, fence: ControllerEpoch) -> None:
+        """The controller's last step of a deletion: remove the topic's znodes (assignment,
+        partition states, config) and the delete request, in one fenced multi, so a topic is
+        never half-deleted in ZooKeeper."""
+        paths: list[str] = []
+        await self._collect_subtree(topic_path(topic), paths)
+        for extra in (topic_config_path(topic), delete_topic_path(topic)):
+            if await self.zk.exists(extra) is not None:
+                paths.append(extra)
+        if paths:
+            await self.fenced_multi(fence, [DeleteOp(p) for p in paths])
+
+    async def _collect_subtree(self, path: str, out: list[str]) -> None:
+        """``path`` and its descendants, children before parents (the order deletes need)."""
+        try:
+            children = await self.zk.get_children(path)
+        except NoNodeError:
+            return
+        for child in sorted(children):
+            await self._collect_subtree(f"{path}/{child}", out)
+        out.append(path)
+
+    # --- producer ids -----------------------------------------------------------------------
+
+    async def allocate_producer_id_block(
+        self, broker_id: int, size: int = ProducerIdBlock.DEFAULT_SIZE, attempts: int = 20
+    ) -> ProducerIdBlock:
+        """Take the next block of producer ids (Kafka's ``ZkProducerIdManager``): read
+        ``/latest_producer_id_block``, write the block after it conditionally on the version
+        read; a concurrent taker makes us read again. Blocks never overlap. A lost reply
+        raises :class:`ConnectionLossError`; calling again takes the next block (a skipped
+        block is harmless, a repeated one would not be)."""
+        for _ in range(attempts):
+            try:
+                data, stat = await self.zk.get(PRODUCER_ID_BLOCK_PATH)
+            except NoNodeError:
+                data, stat = b"", None
+            first = ProducerIdBlock.decode(data).last + 1 if data else 0
+            block = ProducerIdBlock(broker_id, first, first + size - 1)
+            try:
+                if stat is None:
+                    await self.zk.create(PRODUCER_ID_BLOCK_PATH, block.encode())
+                else:
+                    await self.zk.set(PRODUCER_ID_BLOCK_PATH, block.encode(), stat.version)
+            except (BadVersionError, NodeExistsError):
+                continue
+            return block
+        raise ZkError(f"no producer id block after {attempts} attempts: too much contention")

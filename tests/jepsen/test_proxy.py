@@ -1,0 +1,81 @@
+"""The fault proxy passes, black-holes and resets a real TCP link on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.jepsen.proxy import FaultProxy, Mode
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+    def echo(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # the proxy resets it in RESET mode
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def roundtrip(sock: socket.socket, payload: bytes) -> bytes:
+    sock.sendall(payload)
+    got = b""
+    while len(got) < len(payload):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_pass_blackhole_heal_and_reset(echo_port: int) -> None:
+    with FaultProxy("127.0.0.1", echo_port) as proxy:
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        assert roundtrip(sock, b"x" * 100_000) == b"x" * 100_000
+        proxy.set_mode(Mode.BLACKHOLE)
+        sock.settimeout(0.3)
+        sock.sendall(b"lost")
+        with pytest.raises(TimeoutError):
+            sock.recv(10)  # nothing comes back, and the connection stays open
+        proxy.set_mode(Mode.PASS)
+        sock.settimeout(5)
+        assert roundtrip(sock, b"healed") == b"healed"
+        proxy.set_mode(Mode.RESET)
+        with pytest.raises(ConnectionError):
+            for _ in range(100):  # the RST arrives; a read or write sees it
+                sock.sendall(b"?")
+                if not sock.recv(10):
+                    raise ConnectionResetError("closed")
+        sock.close()
+        refused = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        refused.settimeout(5)
+        with pytest.raises(ConnectionError):
+            if not refused.recv(10):
+                raise ConnectionResetError("closed")
+        refused.close()
+        proxy.set_mode(Mode.PASS)
+        again = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        assert roundtrip(again, b"back") == b"back"
+        again.close()

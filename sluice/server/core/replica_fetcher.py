@@ -32,6 +32,7 @@ and every partition's state is re-checked after them (the partition may have cha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -159,10 +160,8 @@ class ReplicaFetcher:
                 # Nothing could be asked now (all backing off or fenced): wait for a change or
                 # the backoff, whichever first.
                 self._changed.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), backoff)
-                except TimeoutError:
-                    pass
 
     async def _connection(self) -> Connection:
         if self._conn is not None and not self._conn.closed:
@@ -222,35 +221,49 @@ class ReplicaFetcher:
         if not due:
             return False
         req = m.OffsetForLeaderEpochRequest
-        by_topic: dict[str, list[m.OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition]] = {}
-        for (topic, index), state, partition in due:
+        part_cls = req.OffsetForLeaderTopic.OffsetForLeaderPartition
+        by_topic: dict[
+            str, list[m.OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition]
+        ] = {}
+        asked = []
+        for key, state, partition in due:
             latest = partition.log.latest_epoch
-            by_topic.setdefault(topic, []).append(
-                req.OffsetForLeaderTopic.OffsetForLeaderPartition(
-                    partition=index,
+            if latest is None:
+                # No epoch at all (a new replica): nothing to compare; keep what is below HW.
+                self._truncate_to(key, state, partition, partition.log.high_watermark, "no epoch")
+                state.phase = Phase.FETCHING
+                continue
+            asked.append((key, state, partition))
+            by_topic.setdefault(key[0], []).append(
+                part_cls(
+                    partition=key[1],
                     current_leader_epoch=state.leader_epoch,
-                    leader_epoch=-1 if latest is None else latest,
+                    leader_epoch=latest,
                 )
             )
+        if not asked:
+            return True
         body = req(
             replica_id=self.replicas.local_id,
             topics=[req.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in by_topic.items()],
         )
-        response = await conn.request(api_key=req.API_KEY, body=body, version=3)
-        states = {key: state for key, state, _ in due}
+        response = await conn.request(m.OffsetForLeaderEpoch.key, body, version=3)
+        states = {key: state for key, state, _ in asked}
         for topic_result in response.topics:
             for answer in topic_result.partitions:
                 key = (topic_result.topic, answer.partition)
-                state = states.get(key)
-                if state is None:
+                asked_state = states.get(key)
+                if asked_state is None:
                     continue
-                partition = self._still(key, state)
-                if partition is None:
+                current = self._still(key, asked_state)
+                if current is None:
                     continue
                 if answer.error_code != 0:
-                    self._on_error(key, state, answer.error_code, "OffsetForLeaderEpoch")
+                    self._on_error(key, asked_state, answer.error_code, "OffsetForLeaderEpoch")
                     continue
-                self._apply_truncation(key, state, partition, answer.leader_epoch, answer.end_offset)
+                self._apply_truncation(
+                    key, asked_state, current, answer.leader_epoch, answer.end_offset
+                )
         return True
 
     def _apply_truncation(
@@ -262,7 +275,23 @@ class ReplicaFetcher:
         end_offset: int,
     ) -> None:
         log_ = partition.log
-        offset, done = follower_truncation_offset(log_, leader_epoch, end_offset)
+        offset, complete = follower_truncation_offset(
+            log_.leader_epoch_cache,
+            leader_epoch=leader_epoch,
+            leader_end_offset=end_offset,
+            log_end_offset=log_.log_end_offset,
+            high_watermark=log_.high_watermark,
+        )
+        self._truncate_to(
+            key, state, partition, offset, f"leader epoch {leader_epoch} ends at {end_offset}"
+        )
+        if complete:
+            state.phase = Phase.FETCHING
+
+    def _truncate_to(
+        self, key: PartitionKey, state: _FetchState, partition: Partition, offset: int, why: str
+    ) -> None:
+        log_ = partition.log
         if offset < log_.log_end_offset:
             log.info(
                 "truncating follower log",
@@ -272,12 +301,10 @@ class ReplicaFetcher:
                 leader_epoch=state.leader_epoch,
                 from_offset=log_.log_end_offset,
                 to_offset=offset,
-                answered_epoch=leader_epoch,
-                answered_end_offset=end_offset,
+                reason=why,
             )
-            log_.truncate_to(offset)
-        if done:
-            state.phase = Phase.FETCHING
+        # Also when nothing goes: the epoch cache drops the entries from ``offset`` on.
+        log_.truncate_to(offset)
 
     # --- phase 2: fetching ------------------------------------------------------------------
 
@@ -313,7 +340,7 @@ class ReplicaFetcher:
             forgotten_topics_data=[],
             rack_id="",
         )
-        response = await conn.request(api_key=req.API_KEY, body=body, version=11)
+        response = await conn.request(m.Fetch.key, body, version=11)
         if response.error_code != 0:
             raise errors.for_code(response.error_code)(f"Fetch from {self.leader_id} failed")
         for topic_result in response.responses:
@@ -322,14 +349,16 @@ class ReplicaFetcher:
                 entry = sent.get(key)
                 if entry is None:
                     continue
-                state, fetched_at = entry
-                partition = self._still(key, state)
-                if partition is None:
+                fetch_state, fetched_at = entry
+                current = self._still(key, fetch_state)
+                if current is None:
                     continue
                 if data.error_code != 0:
-                    self._on_error(key, state, data.error_code, "Fetch", data.log_start_offset)
+                    self._on_error(
+                        key, fetch_state, data.error_code, "Fetch", data.log_start_offset
+                    )
                     continue
-                self._append(key, partition, fetched_at, data.records, data.high_watermark)
+                self._append(key, current, fetched_at, data.records, data.high_watermark)
         return True
 
     def _append(

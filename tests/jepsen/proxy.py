@@ -97,6 +97,11 @@ class FaultProxy:
             client.transport.abort()
             upstream.transport.abort()
         self._pairs.clear()
+        # The proxy's own loop: every other task is one of its connections.
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         return 0
 
     async def _set_mode(self, mode: Mode) -> int:

@@ -52,30 +52,28 @@ def roundtrip(sock: socket.socket, payload: bytes) -> bytes:
 
 def test_pass_blackhole_heal_and_reset(echo_port: int) -> None:
     with FaultProxy("127.0.0.1", echo_port) as proxy:
-        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
-        assert roundtrip(sock, b"x" * 100_000) == b"x" * 100_000
-        proxy.set_mode(Mode.BLACKHOLE)
-        sock.settimeout(0.3)
-        sock.sendall(b"lost")
-        with pytest.raises(TimeoutError):
-            sock.recv(10)  # nothing comes back, and the connection stays open
-        proxy.set_mode(Mode.PASS)
-        sock.settimeout(5)
-        assert roundtrip(sock, b"healed") == b"healed"
-        proxy.set_mode(Mode.RESET)
-        with pytest.raises(ConnectionError):
-            for _ in range(100):  # the RST arrives; a read or write sees it
-                sock.sendall(b"?")
-                if not sock.recv(10):
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+            assert roundtrip(sock, b"x" * 100_000) == b"x" * 100_000
+            proxy.set_mode(Mode.BLACKHOLE)
+            sock.settimeout(0.3)
+            sock.sendall(b"lost")
+            with pytest.raises(TimeoutError):
+                sock.recv(10)  # nothing comes back, and the connection stays open
+            proxy.set_mode(Mode.PASS)
+            sock.settimeout(5)
+            assert roundtrip(sock, b"healed") == b"healed"
+            proxy.set_mode(Mode.RESET)
+            with pytest.raises(ConnectionError):
+                for _ in range(100):  # the RST arrives; a read or write sees it
+                    sock.sendall(b"?")
+                    if not sock.recv(10):
+                        raise ConnectionResetError("closed")
+        with pytest.raises(ConnectionError):  # reset while connecting or at the first read
+            refused = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            with refused:
+                refused.settimeout(5)
+                if not refused.recv(10):
                     raise ConnectionResetError("closed")
-        sock.close()
-        refused = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
-        refused.settimeout(5)
-        with pytest.raises(ConnectionError):
-            if not refused.recv(10):
-                raise ConnectionResetError("closed")
-        refused.close()
         proxy.set_mode(Mode.PASS)
-        again = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
-        assert roundtrip(again, b"back") == b"back"
-        again.close()
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as again:
+            assert roundtrip(again, b"back") == b"back"

@@ -187,12 +187,8 @@ class ReplicaFetcher:
         for key, state in list(self._states.items()):
             if state.phase is not phase or state.retry_at > now:
                 continue
-            partition = self.replicas.get_partition(*key)
-            if (
-                partition is None
-                or partition.leader_id != self.leader_id
-                or partition.leader_epoch != state.leader_epoch
-            ):
+            partition = self._still(key, state)
+            if partition is None:
                 continue  # changed hands: the watcher re-adds or removes it
             due.append((key, state, partition))
         return due

@@ -880,27 +880,13 @@ class ReplicaManager:
         isr: Iterable[int] | None = None,
         partition_epoch: int | None = None,
     ) -> bool:
-        """Apply "this broker leads ``topic-index`` at ``leader_epoch``" (Kafka's
-        ``ReplicaManager.makeLeaders``); ``None`` keeps the replicas, ISR or partition epoch held.
-        Returns whether the state was newer and applied (see :meth:`Partition.make_leader`);
-        then parked fetches and produces on the partition are re-checked: a fetch completes
-        on the epoch change, a produce keeps waiting for HW.
-
-        The one way to change a hosted partition's leadership: the ZooKeeper state watcher of
-        the cluster mode calls it with the state znode's values, and
-        ``EmbeddedBroker.set_leader_epoch`` calls it (on the broker's loop) so that tests can
-        bump a running broker's epoch as a controller's election would."""
-        partition = self._hosted(topic, index)
-        applied = partition.make_leader(
-            leader_epoch,
-            partition.replicas if replicas is None else replicas,
-            partition.isr if isr is None else isr,
-            partition.partition_epoch if partition_epoch is None else partition_epoch,
+        """:meth:`apply_partition_state` with this broker as the leader (Kafka's
+        ``ReplicaManager.makeLeaders``); ``None`` keeps the replicas, ISR or partition epoch
+        held. ``EmbeddedBroker.set_leader_epoch`` calls it (on the broker's loop) so that tests
+        can bump a running broker's epoch as a controller's election would."""
+        return self._apply_keeping(
+            topic, index, self.local_id, leader_epoch, replicas, isr, partition_epoch
         )
-        if applied:
-            log.info("became leader", topic=topic, partition=index, leader_epoch=leader_epoch)
-            self.complete_delayed_requests((topic, index))
-        return applied
 
     def make_follower(
         self,
@@ -912,28 +898,35 @@ class ReplicaManager:
         isr: Iterable[int] | None = None,
         partition_epoch: int | None = None,
     ) -> bool:
-        """Apply "``leader_id`` leads ``topic-index`` at ``leader_epoch``" (Kafka's
-        ``ReplicaManager.makeFollowers``; ``NO_LEADER``: offline). As :meth:`make_leader`;
-        parked fetches complete (and answer NOT_LEADER_OR_FOLLOWER), parked produces answer
-        NOT_LEADER_OR_FOLLOWER."""
-        partition = self._hosted(topic, index)
-        applied = partition.make_follower(
-            leader_id,
-            leader_epoch,
-            partition.replicas if replicas is None else replicas,
-            partition.isr if isr is None else isr,
-            partition.partition_epoch if partition_epoch is None else partition_epoch,
+        """:meth:`apply_partition_state` with ``leader_id`` as the leader (Kafka's
+        ``ReplicaManager.makeFollowers``; ``NO_LEADER``: offline); ``None`` keeps what is held."""
+        if leader_id == self.local_id:
+            raise ValueError(f"{self.local_id} cannot follow itself: use make_leader")
+        return self._apply_keeping(
+            topic, index, leader_id, leader_epoch, replicas, isr, partition_epoch
         )
-        if applied:
-            log.info(
-                "became follower",
-                topic=topic,
-                partition=index,
-                leader=leader_id,
-                leader_epoch=leader_epoch,
-            )
-            self.complete_delayed_requests((topic, index))
-        return applied
+
+    def _apply_keeping(
+        self,
+        topic: str,
+        index: int,
+        leader: int,
+        leader_epoch: int,
+        replicas: Iterable[int] | None,
+        isr: Iterable[int] | None,
+        partition_epoch: int | None,
+    ) -> bool:
+        held = self._hosted(topic, index)
+        return self.apply_partition_state(
+            topic,
+            index,
+            leader,
+            leader_epoch,
+            held.replicas if replicas is None else replicas,
+            held.isr if isr is None else isr,
+            held.partition_epoch if partition_epoch is None else partition_epoch,
+            held.controller_epoch,
+        )
 
     def last_offset_for_leader_epoch(
         self, topic: str, index: int, current_leader_epoch: int, leader_epoch: int
@@ -975,14 +968,14 @@ class ReplicaManager:
         controller_epoch: int = 0,
     ) -> bool:
         """Apply a partition state (a ZooKeeper state znode): lead or follow ``topic-index``.
+        The one way a hosted partition's leadership changes (the cluster's state watcher, and
+        :meth:`make_leader` / :meth:`make_follower`).
 
         Only if newer than the state held (``(leader_epoch, partition_epoch)``); returns whether
         it was applied. Parked requests on the partition are re-checked (a produce waiting on a
         deposed leader answers NOT_LEADER_OR_FOLLOWER). The log must exist here.
         """
-        partition = self.get_partition(topic, index)
-        if partition is None:
-            raise errors.UnknownTopicOrPartition(f"{topic}-{index} has no log here")
+        partition = self._hosted(topic, index)
         if leader == self.local_id:
             applied = partition.make_leader(
                 leader_epoch, replicas, isr, partition_epoch, controller_epoch

@@ -306,9 +306,12 @@ async def test_a_paused_zookeeper_never_blocks_the_loop(
         pending = asyncio.create_task(client.get("/p"))
         # The connection thread notices the silent server (pings unanswered): SUSPENDED.
         await wait_for(lambda: client.state is SessionState.SUSPENDED, timeout=10, what="SUSPENDED")
+        ticks_when_suspended = len(gaps)
         paused_for = time.monotonic()
         while time.monotonic() - paused_for < 0.3:
             await asyncio.sleep(0.01)
+        # The heartbeat kept ticking through the silence.
+        ticks_in_silence = len(gaps) - ticks_when_suspended
         server.resume()
         await wait_for(lambda: client.state is SessionState.CONNECTED, what="CONNECTED again")
         stop.set()
@@ -321,7 +324,7 @@ async def test_a_paused_zookeeper_never_blocks_the_loop(
             assert data == b"before"
         except ZkConnectionError:
             pass
-        assert len(gaps) > 50
+        assert ticks_in_silence > 0
         # A blocking call would stall the loop until the connection timed out (2/3 of the
         # session: ~0.67 s); scheduling noise on a busy machine stays well below that.
         assert max(gaps) < 0.5, f"the loop stalled for {max(gaps):.3f}s"

@@ -362,3 +362,54 @@ async def test_an_old_write_answering_for_an_equal_new_proposal_is_ignored(
     writer.answers[1].set_result(7)
     await asyncio.wait_for(_until(lambda: p.isr == (LEADER, F1)), WAIT_S)
     assert p.partition_epoch == 7
+
+
+def test_a_newer_state_in_the_same_term_keeps_the_epoch_start_and_follower_history(
+    manager: LogManager,
+) -> None:
+    """The leader's own stored ISR change comes back through the state watch at the same leader
+    epoch: the term did not restart, so its start offset and the followers' lag timers hold."""
+    clock = Clock()
+    rm, p = make_rm(manager, clock)
+    append(rm, 3)
+    rm.update_follower_end_offset("t", 0, F1, 3)
+    start = p.leader_epoch_start_offset
+    clock.now += LAG_MS + 1  # F2 has not fetched since the term began
+    assert rm.apply_partition_state("t", 0, LEADER, 1, [LEADER, F1, F2], [LEADER, F1, F2], 6)
+    assert p.leader_epoch_start_offset == start == 0
+    assert rm.maybe_shrink_isr() == 1  # F2's lag kept counting from the term's start
+    assert p.isr == (LEADER, F1)
+    # A new term restarts both.
+    assert rm.apply_partition_state("t", 0, LEADER, 2, [LEADER, F1, F2], [LEADER, F1, F2], 8)
+    assert p.leader_epoch_start_offset == 3
+
+
+def test_resign_stops_leading_at_once_and_lets_the_same_state_apply_again(
+    manager: LogManager,
+) -> None:
+    clock = Clock()
+    rm, p = make_rm(manager, clock)
+    append(rm, 1)
+    assert [q.index for q in rm.resign_all()] == [0]
+    assert not p.is_leader
+    results, _ = rm.append_records([("t", 0, batch(1))], 1, 30_000)
+    assert results[0].error == errors.NotLeaderOrFollower.code
+    assert rm.resign_all() == []
+    # The current state, re-read after a new session, is the one held before: it applies.
+    assert rm.apply_partition_state("t", 0, LEADER, 1, [LEADER, F1, F2], [LEADER, F1, F2], 5)
+    assert p.is_leader
+    assert not rm.apply_partition_state("t", 0, LEADER, 0, [LEADER], [LEADER], 9)  # older epoch
+
+
+def test_cluster_mode_hosts_only_what_it_is_told(manager: LogManager) -> None:
+    rm = ReplicaManager(manager, LEADER, standalone=False)
+    rm.startup()
+    assert rm.get_partition("t", 0) is None
+    assert rm.missing_partition_code("t", 0) == errors.NotLeaderOrFollower.code
+    assert rm.missing_partition_code("nope", 0) == errors.UnknownTopicOrPartition.code
+    p = rm.host("t", 0)
+    assert rm.get_partition("t", 0) is p and p.leader_id == -1
+    results, _ = rm.append_records([("t", 0, batch(1))], 1, 30_000)
+    assert results[0].error == errors.NotLeaderOrFollower.code
+    with pytest.raises(errors.UnknownTopicOrPartition):
+        rm.host("t", 1)

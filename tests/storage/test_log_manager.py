@@ -360,3 +360,39 @@ def test_partition_directories_created_at_load_are_made_durable(tmp_path: Path) 
     m3.open()  # nothing created: only the marker removal is synced
     assert vfs.synced == [tmp_path]
     m3.close()
+
+
+def test_cluster_mode_hosts_only_the_assigned_partitions(tmp_path: Path) -> None:
+    """create_log opens one partition of a topic whose others live on other brokers; a restart
+    opens just those (not empty copies of the rest), and deletion removes only them."""
+    manager = opened(tmp_path)
+    log2 = manager.create_log("spread", 2, 4, {"retention.ms": "1000"})
+    produce(log2, b"a", b"b")
+    assert manager.create_log("spread", 2, 4, {"retention.ms": "1000"}) is log2  # idempotent
+    manager.create_log("spread", 0, 4, {"retention.ms": "1000"})
+    assert manager.hosted_partitions("spread") == [0, 2]
+    assert manager.topics()["spread"] == 4
+    assert manager.get_log("spread", 1) is None
+    assert manager.topic_config("spread").retention_ms == 1000
+    manager.close()
+
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["spread-0", "spread-2"]
+    manager = opened(tmp_path)
+    assert manager.hosted_partitions("spread") == [0, 2]
+    assert sorted(manager.logs) == [("spread", 0), ("spread", 2)]
+    assert values_of(manager.logs[("spread", 2)]) == [b"a", b"b"]
+    manager.delete_topic("spread")
+    assert manager.hosted_partitions("spread") == []
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+    manager.close()
+
+
+def test_cluster_mode_a_standalone_topic_gains_a_partition(tmp_path: Path) -> None:
+    manager = opened(tmp_path)
+    manager.create_topic("t", 2)
+    manager.create_log("t", 3, 4)
+    assert manager.hosted_partitions("t") == [0, 1, 3]
+    manager.close()
+    manager = opened(tmp_path)
+    assert sorted(manager.logs) == [("t", 0), ("t", 1), ("t", 3)]
+    manager.close()

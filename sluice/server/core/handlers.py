@@ -386,7 +386,7 @@ class Handlers:
                 had_error = True
                 entry = part_cls(
                     partition_index=part,
-                    error_code=errors.UnknownTopicOrPartition.code,
+                    error_code=self.replicas.missing_partition_code(topic, part),
                     high_watermark=-1,
                     last_stable_offset=-1,
                     log_start_offset=-1,
@@ -473,7 +473,7 @@ class Handlers:
                 partition = self.replicas.get_partition(topic.name, p.partition_index)
                 code, ts, offset, epoch = 0, -1, -1, -1
                 if partition is None:
-                    code = errors.UnknownTopicOrPartition.code
+                    code = self.replicas.missing_partition_code(topic.name, p.partition_index)
                 else:
                     try:
                         found = partition.fetch_offset_for_timestamp(

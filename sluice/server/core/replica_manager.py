@@ -294,7 +294,9 @@ class Partition:
         now = self._settings.clock_ms()
         log_ = self.log
         log_.assign_leader_epoch(leader_epoch)
-        start = log_.log_end_offset
+        # A newer state at the same epoch (an ISR change stored): the epoch started where it did.
+        same_term = not is_new_leader and leader_epoch == self.leader_epoch
+        start = self.leader_epoch_start_offset if same_term else log_.log_end_offset
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -308,7 +310,11 @@ class Partition:
         for replica in replicas:
             if replica == self.local_id:
                 continue
-            follower = old.get(replica) or _Follower()
+            follower = old.get(replica)
+            if follower is not None and same_term:
+                self._followers[replica] = follower  # its fetch history still holds
+                continue
+            follower = follower or _Follower()
             follower.last_caught_up_ms = now if replica in isr else 0
             follower.last_fetch_leader_leo = start
             follower.last_fetch_ms = now
@@ -342,6 +348,21 @@ class Partition:
         self._pending_isr = None
         self._followers = {}
         return True
+
+    def resign(self) -> bool:
+        """Stop leading at once without a new state (this broker's ZooKeeper session was
+        lost: another broker may be leading already). Requests get NOT_LEADER_OR_FOLLOWER
+        until a state is applied again; the held partition epoch is forgotten so that the
+        current state, re-read after re-registering, applies even if it is the one held.
+        Returns whether this broker was the leader."""
+        was_leader = self.is_leader
+        if was_leader:
+            self.leader_id = NO_LEADER
+            self.leader_epoch_start_offset = -1
+            self._followers = {}
+            self._pending_isr = None
+        self.partition_epoch = NO_EPOCH
+        return was_leader
 
     def follower_end_offset(self, replica_id: int) -> int:
         """The LEO a follower last fetched from (-1 if unknown); leader only."""
@@ -803,10 +824,12 @@ class DelayedProduce(DelayedOperation):
 class ReplicaManager:
     """The partitions this broker hosts (Kafka's ``ReplicaManager``).
 
-    Owns the :class:`Partition` table over the LogManager's logs and both purgatories. Standalone,
-    it makes this broker leader of every partition at epoch 0 the first time it is asked for one
-    (:meth:`get_partition`), so topics created anywhere (CreateTopics, auto-creation, the
-    offsets topic) need no registration.
+    Owns the :class:`Partition` table over the LogManager's logs and both purgatories. Standalone
+    (``standalone=True``), it makes this broker leader of every partition at its log's latest
+    epoch the first time it is asked for one (:meth:`get_partition`), so topics created anywhere
+    (CreateTopics, auto-creation, the offsets topic) need no registration. In a cluster a
+    partition is hosted only once :meth:`host` is called for it (its replica is assigned here)
+    and has no leader until a partition state is applied.
     """
 
     def __init__(
@@ -815,22 +838,35 @@ class ReplicaManager:
         local_id: int,
         settings: ReplicationSettings | None = None,
         isr_writer: IsrWriter | None = None,
+        *,
+        standalone: bool = True,
     ) -> None:
         self.logs = log_manager
         self.local_id = local_id
+        self.standalone = standalone
         self.settings = settings or ReplicationSettings()
         self._partitions: dict[PartitionKey, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory[DelayedFetch]("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
         self._isr_writer = isr_writer
         self._isr_writes: set[asyncio.Task[None]] = set()
+        #: Whether the cluster has ``topic-index`` (the cluster's metadata cache replaces it).
+        self.known_partition: Callable[[str, int], bool] = self._known_locally
         if isr_writer is not None:
             self.settings.propose_isr = self._propose_isr
 
+    def set_isr_writer(self, writer: IsrWriter) -> None:
+        """Where the leader's ISR changes are stored from now on (the cluster's ZooKeeper
+        write; without one, standalone, a change is applied at once)."""
+        self._isr_writer = writer
+        self.settings.propose_isr = self._propose_isr
+
     def startup(self) -> None:
-        """Become leader of every loaded partition (HW = LEO after an unclean stop)."""
-        for topic, index in self.logs.logs:
-            self.get_partition(topic, index)
+        """Standalone: become leader of every loaded partition (HW = LEO after an unclean
+        stop). In a cluster nothing happens until states arrive."""
+        if self.standalone:
+            for topic, index in self.logs.logs:
+                self.get_partition(topic, index)
 
     def shutdown(self) -> None:
         """Parked fetches answer now with what they have; parked produces time out; ISR writes in
@@ -848,6 +884,8 @@ class ReplicaManager:
         """The partition if this broker hosts it (None: unknown topic or partition)."""
         partition = self._partitions.get((topic, index))
         if partition is None:
+            if not self.standalone:
+                return None
             log_ = self.logs.get_log(topic, index)
             if log_ is None:
                 return None
@@ -860,10 +898,49 @@ class ReplicaManager:
             self._partitions[(topic, index)] = partition
         return partition
 
+    def host(self, topic: str, index: int) -> Partition:
+        """Cluster mode: host ``topic-index``, whose log exists here (the LogManager's
+        ``create_log``), without a leader until :meth:`apply_partition_state`."""
+        key = (topic, index)
+        partition = self._partitions.get(key)
+        if partition is None:
+            log_ = self.logs.get_log(topic, index)
+            if log_ is None:
+                raise errors.UnknownTopicOrPartition(f"{topic}-{index} has no log here")
+            partition = Partition(topic, index, log_, self.local_id, self.settings)
+            self._partitions[key] = partition
+        return partition
+
+    def partitions(self) -> list[Partition]:
+        """Every hosted partition (a snapshot)."""
+        return list(self._partitions.values())
+
+    def resign_all(self) -> list[Partition]:
+        """Stop leading every partition at once (:meth:`Partition.resign`; the ZooKeeper
+        session was lost). Parked requests on them answer. Returns those that were led."""
+        resigned = []
+        for key, partition in list(self._partitions.items()):
+            if partition.resign():
+                resigned.append(partition)
+                self.complete_delayed_requests(key)
+        if resigned:
+            log.warning("resigned leadership", partitions=len(resigned))
+        return resigned
+
     def leader_epoch(self, topic: str, index: int) -> int:
         """Current leader epoch of a hosted partition (-1 if not hosted)."""
         partition = self.get_partition(topic, index)
         return NO_EPOCH if partition is None else partition.leader_epoch
+
+    def missing_partition_code(self, topic: str, index: int) -> int:
+        """The error for a partition not hosted here (Kafka's ``getPartitionOrError``):
+        NOT_LEADER_OR_FOLLOWER if the topic has that partition (its replicas are elsewhere, or
+        its log is not open), else UNKNOWN_TOPIC_OR_PARTITION."""
+        known = self.known_partition(topic, index)
+        return (errors.NotLeaderOrFollower if known else errors.UnknownTopicOrPartition).code
+
+    def _known_locally(self, topic: str, index: int) -> bool:
+        return 0 <= index < self.logs.topics().get(topic, 0)
 
     def _hosted(self, topic: str, index: int) -> Partition:
         partition = self.get_partition(topic, index)
@@ -938,9 +1015,7 @@ class ReplicaManager:
         then the partition's checks (:meth:`Partition.local_log`) and the log's epoch cache."""
         partition = self.get_partition(topic, index)
         if partition is None:
-            known = 0 <= index < self.logs.topics().get(topic, 0)
-            code = (errors.NotLeaderOrFollower if known else errors.UnknownTopicOrPartition).code
-            return code, NO_EPOCH, -1
+            return self.missing_partition_code(topic, index), NO_EPOCH, -1
         try:
             epoch, end = partition.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
         except errors.KafkaError as exc:
@@ -1072,7 +1147,7 @@ class ReplicaManager:
         for topic, index, records in entries:
             partition = self.get_partition(topic, index)
             if partition is None:
-                code = errors.UnknownTopicOrPartition.code
+                code = self.missing_partition_code(topic, index)
                 results.append(AppendResult(topic, index, code, None, None, -1))
                 continue
             if records is None or len(records) == 0:

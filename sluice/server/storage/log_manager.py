@@ -104,6 +104,8 @@ class LogManager:
         # topic -> (partition count, overrides as given, validated)
         self._topics: dict[str, tuple[int, dict[str, str]]] = {}
         self._configs: dict[str, LogConfig] = {}
+        # Cluster mode: topic -> the partitions with a replica here (absent: all of them).
+        self._hosted: dict[str, set[int]] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._opened = False
@@ -125,13 +127,13 @@ class LogManager:
             return {}
 
     def _write_topics_file(self) -> None:
-        document = {
-            "version": 1,
-            "topics": {
-                name: {"partitions": count, "config": overrides}
-                for name, (count, overrides) in sorted(self._topics.items())
-            },
-        }
+        topics: dict[str, dict[str, object]] = {}
+        for name, (count, overrides) in sorted(self._topics.items()):
+            entry: dict[str, object] = {"partitions": count, "config": overrides}
+            if name in self._hosted:
+                entry["hosted"] = sorted(self._hosted[name])
+            topics[name] = entry
+        document = {"version": 1, "topics": topics}
         atomic_write(self.log_dir / TOPICS_FILE, json.dumps(document, indent=1).encode(), self._vfs)
 
     def _read_topics_file(self) -> dict[str, tuple[int, dict[str, str]]]:
@@ -139,10 +141,14 @@ class LogManager:
         try:
             document = json.loads(read_file(path, self._vfs))
             topics: dict[str, tuple[int, dict[str, str]]] = {}
+            hosted: dict[str, set[int]] = {}
             for name, entry in document["topics"].items():
                 count = int(entry["partitions"])
                 overrides = {str(k): str(v) for k, v in entry["config"].items()}
                 topics[str(name)] = (count, overrides)
+                if "hosted" in entry:
+                    hosted[str(name)] = {int(p) for p in entry["hosted"]}
+            self._hosted = hosted
             return topics
         except FileNotFoundError:
             return {}
@@ -255,11 +261,15 @@ class LogManager:
             if partition >= count:
                 self._topics[topic] = (partition + 1, overrides)
                 changed = True
+            hosted = self._hosted.get(topic)
+            if hosted is not None and partition not in hosted:
+                hosted.add(partition)
+                changed = True
 
         started = time.monotonic()
         created_dirs = False
         for topic, (count, _) in sorted(self._topics.items()):
-            for partition in range(count):
+            for partition in self._partitions_of(topic, count):
                 tp = TopicPartition(topic, partition)
                 directory = self._partition_dir(topic, partition)
                 created_dirs = created_dirs or not directory.is_dir()
@@ -334,8 +344,54 @@ class LogManager:
         return self._logs.get((topic, partition))  # type: ignore[call-overload]
 
     def topics(self) -> dict[str, int]:
-        """Topic name -> partition count."""
+        """Topic name -> partition count (in cluster mode: the count this broker last heard of;
+        it may host only some of them, see :meth:`hosted_partitions`)."""
         return {name: count for name, (count, _) in self._topics.items()}
+
+    def _partitions_of(self, topic: str, count: int) -> list[int]:
+        hosted = self._hosted.get(topic)
+        return list(range(count)) if hosted is None else sorted(hosted)
+
+    def hosted_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` with a log here (all of them standalone)."""
+        entry = self._topics.get(topic)
+        return [] if entry is None else self._partitions_of(topic, entry[0])
+
+    def is_cluster_topic(self, topic: str) -> bool:
+        """Whether ``topic``'s logs were created for a cluster (:meth:`create_log`)."""
+        return topic in self._hosted
+
+    def create_log(
+        self, topic: str, partition: int, partition_count: int, overrides: Mapping[str, str] = {}
+    ) -> Log:
+        """Cluster mode: open (creating if new) the log of one partition assigned to this
+        broker; the topic's other partitions live elsewhere. The cluster, not this broker,
+        validated the topic when it was created; ``overrides`` are its topic config as stored
+        there (they replace what is held). Metadata first, then the directory, as
+        :meth:`create_topic`."""
+        self._check_open()
+        tp = TopicPartition(topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        config = LogConfig.from_properties(overrides, self.default_config)
+        held = self._topics.get(topic)
+        if held is None:
+            self._hosted[topic] = set()
+        elif topic not in self._hosted:  # a topic created standalone: it hosts all it has
+            self._hosted[topic] = set(range(held[0]))
+        self._hosted[topic].add(partition)
+        count = max(partition_count, partition + 1, held[0] if held else 0)
+        self._topics[topic] = (count, {str(k): str(v) for k, v in overrides.items()})
+        self._configs[topic] = config
+        self._write_topics_file()
+        log = Log.open(
+            self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
+        )
+        self._logs[tp] = log
+        self._vfs.fsync_dir(self.log_dir)
+        logger.info("partition log created", topic=topic, partition=partition)
+        return log
 
     def topic_config(self, topic: str) -> LogConfig:
         """The effective config of ``topic`` (UnknownTopicOrPartition if it does not exist)."""
@@ -427,7 +483,7 @@ class LogManager:
         count, _ = self._topics[name]
         config = self._configs[name]
         due = self._clock() + config.file_delete_delay_ms
-        for partition in range(count):
+        for partition in self._partitions_of(name, count):
             log = self._logs.pop(TopicPartition(name, partition), None)
             if log is not None:
                 log.close()
@@ -439,6 +495,7 @@ class LogManager:
         self._vfs.fsync_dir(self.log_dir)
         del self._topics[name]
         del self._configs[name]
+        self._hosted.pop(name, None)
         self._write_topics_file()
         self.write_checkpoints()
         if config.file_delete_delay_ms == 0:

@@ -36,6 +36,7 @@ from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.core.cluster import ClusterMember
     from sluice.server.core.config import Config
     from sluice.server.core.metrics import Metrics
     from sluice.server.core.producer_id_manager import ProducerIdManager
@@ -89,6 +90,10 @@ class Handlers:
         self.metrics = metrics
         self.config_resources = ConfigResources(config, replicas.logs)
         self._stopping = False
+        #: Cluster mode: set by the Server once the broker has joined (None standalone).
+        self.cluster: ClusterMember | None = None
+        self._auto_creating: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
         advertised = config.advertised_listener
         self._advertised = (advertised.host, advertised.port)
         self._dispatch: dict[int, Callable[[Any, Any], Any]] = {
@@ -123,6 +128,25 @@ class Handlers:
 
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)
+
+    def advertised(self) -> tuple[str, int]:
+        """Where clients reach this broker (host, port)."""
+        return self._advertised
+
+    def _brokers(self) -> tuple[list[tuple[int, str, int, str | None]], int]:
+        """``([(id, host, port, rack)], controller id)``: this broker alone standalone, the
+        live brokers in a cluster."""
+        cluster = self.cluster
+        if cluster is None:
+            host, port = self._advertised
+            node = self.config.node_id
+            return [(node, host, port, None)], node
+        out = []
+        for broker_id, info in sorted(cluster.cache.brokers.items()):
+            address = cluster.cache.address(broker_id)
+            if address is not None:
+                out.append((broker_id, address[0], address[1], info.rack))
+        return out, cluster.cache.controller_id
 
     def shutting_down(self) -> None:
         """Server shutdown: long-polls answer now with what they have (and do not park again)."""
@@ -175,6 +199,8 @@ class Handlers:
     # --- Metadata (3) ----------------------------------------------------------------------------
 
     def metadata(self, header: RequestHeader, body: m.MetadataRequest) -> m.MetadataResponse:
+        if self.cluster is not None:
+            return self._cluster_metadata(self.cluster, body)
         cls = m.MetadataResponse
         broker_cls = m.MetadataResponse.MetadataResponseBroker
         topic_cls = m.MetadataResponse.MetadataResponseTopic
@@ -229,6 +255,99 @@ class Handlers:
             topics=topics,
             cluster_authorized_operations=cluster_ops,
         )
+
+    def _cluster_metadata(
+        self, cluster: ClusterMember, body: m.MetadataRequest
+    ) -> m.MetadataResponse:
+        """Metadata from the cluster's cache (Kafka's ``MetadataCache``): live brokers, the
+        controller, and per partition its leader (-1 with LEADER_NOT_AVAILABLE when it has
+        none), leader epoch, replicas, ISR and the replicas on dead brokers. An unknown topic
+        may be auto-created (in ZooKeeper; answered LEADER_NOT_AVAILABLE meanwhile, as Kafka)."""
+        cls = m.MetadataResponse
+        topic_cls = m.MetadataResponse.MetadataResponseTopic
+        part_cls = m.MetadataResponse.MetadataResponsePartition
+        cache = cluster.cache
+        names = sorted(cache.assignments) if body.topics is None else [t.name for t in body.topics]
+        allow_auto = getattr(body, "allow_auto_topic_creation", True)
+        topic_ops = (
+            acl.TOPIC_AUTHORIZED if body.include_topic_authorized_operations else acl.NOT_REQUESTED
+        )
+        cluster_ops = (
+            acl.CLUSTER_AUTHORIZED
+            if body.include_cluster_authorized_operations
+            else acl.NOT_REQUESTED
+        )
+        topics = []
+        for name in names:
+            assignment = cache.assignments.get(name) if name is not None else None
+            partitions = []
+            error = 0
+            if assignment is None:
+                error = errors.UnknownTopicOrPartition.code
+                if name is not None and allow_auto and self.config.auto_create_topics_enable:
+                    error = self._auto_create(cluster, name)
+            else:
+                for index in sorted(assignment.partitions):
+                    replicas = list(assignment.replicas(index))
+                    state = cache.state(name, index)
+                    leader = cache.leader(name, index)
+                    partitions.append(
+                        part_cls(
+                            error_code=0 if leader >= 0 else errors.LeaderNotAvailable.code,
+                            partition_index=index,
+                            leader_id=leader,
+                            leader_epoch=-1 if state is None else state.leader_epoch,
+                            replica_nodes=replicas,
+                            isr_nodes=[] if state is None else list(state.isr),
+                            offline_replicas=[r for r in replicas if r not in cache.brokers],
+                        )
+                    )
+            topics.append(
+                topic_cls(
+                    error_code=error,
+                    name=name,
+                    is_internal=name == OFFSETS_TOPIC,
+                    partitions=partitions,
+                    topic_authorized_operations=topic_ops,
+                )
+            )
+        brokers, controller = self._brokers()
+        broker_cls = m.MetadataResponse.MetadataResponseBroker
+        return cls(
+            throttle_time_ms=0,
+            brokers=[broker_cls(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
+            cluster_id=CLUSTER_ID,
+            controller_id=controller,
+            topics=topics,
+            cluster_authorized_operations=cluster_ops,
+        )
+
+    def _auto_create(self, cluster: ClusterMember, name: str) -> int:
+        """Start creating ``name`` with the broker defaults; the code Metadata answers now."""
+        try:
+            assignment = cluster.validate_new_topic(
+                name, self.config.num_partitions, self.config.default_replication_factor, None, {}
+            )
+        except errors.KafkaError as exc:
+            return exc.code
+        if name not in self._auto_creating:
+            self._auto_creating.add(name)
+
+            async def create() -> None:
+                try:
+                    await cluster.create_topic(name, assignment, {}, 0)
+                    self.metrics.inc("topics.auto_created")
+                except errors.TopicAlreadyExists:
+                    pass
+                except Exception as exc:
+                    log.warning("auto-creating a topic failed", topic=name, error=repr(exc))
+                finally:
+                    self._auto_creating.discard(name)
+
+            task = asyncio.get_running_loop().create_task(create())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return errors.LeaderNotAvailable.code
 
     def _partition_metadata(
         self, part_cls: type[m.MetadataResponse.MetadataResponsePartition], topic: str, index: int
@@ -532,26 +651,38 @@ class Handlers:
 
     # --- CreateTopics (19) -----------------------------------------------------------------------
 
-    def create_topics(
-        self, header: RequestHeader, body: m.CreateTopicsRequest
-    ) -> m.CreateTopicsResponse:
-        cls = m.CreateTopicsResponse
-        result_cls = m.CreateTopicsResponse.CreatableTopicResult
+    @staticmethod
+    def _creatable_configs(t: m.CreateTopicsRequest.CreatableTopic) -> dict[str, str]:
+        configs: dict[str, str] = {}
+        for c in t.configs:
+            if c.value is None:
+                raise errors.InvalidConfig(f"null value for config {c.name!r}")
+            configs[c.name] = c.value
+        return configs
+
+    @staticmethod
+    def _duplicates(body: m.CreateTopicsRequest) -> set[str]:
         seen: dict[str, int] = {}
         for t in body.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
+        return {name for name, count in seen.items() if count > 1}
+
+    def create_topics(self, header: RequestHeader, body: m.CreateTopicsRequest) -> Any:
+        """Standalone: create the logs now. In a cluster: a coroutine (the topics are written
+        to ZooKeeper and the answer waits for their leaders, bounded by ``timeout_ms``)."""
+        if self.cluster is not None:
+            return self._cluster_create_topics(self.cluster, body)
+        cls = m.CreateTopicsResponse
+        result_cls = m.CreateTopicsResponse.CreatableTopicResult
+        duplicates = self._duplicates(body)
         results = []
         for t in body.topics:
             code, message = 0, None
             try:
-                if seen[t.name] > 1:
+                if t.name in duplicates:
                     raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
                 partitions = self._partitions_for(t)
-                configs: dict[str, str] = {}
-                for c in t.configs:
-                    if c.value is None:
-                        raise errors.InvalidConfig(f"null value for config {c.name!r}")
-                    configs[c.name] = c.value
+                configs = self._creatable_configs(t)
                 if body.validate_only:
                     self.logs.validate_new_topic(t.name, partitions, configs)
                 else:
@@ -564,6 +695,47 @@ class Handlers:
                 code, message = errors.UnknownServerError.code, type(exc).__name__
             results.append(result_cls(name=t.name, error_code=code, error_message=message))
         return cls(throttle_time_ms=0, topics=results)
+
+    async def _cluster_create_topics(
+        self, cluster: ClusterMember, body: m.CreateTopicsRequest
+    ) -> m.CreateTopicsResponse:
+        result_cls = m.CreateTopicsResponse.CreatableTopicResult
+        duplicates = self._duplicates(body)
+
+        async def one(t: m.CreateTopicsRequest.CreatableTopic) -> tuple[int, str | None]:
+            try:
+                if t.name in duplicates:
+                    raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
+                configs = self._creatable_configs(t)
+                explicit = None
+                n, rf = t.num_partitions, t.replication_factor
+                if t.assignments:
+                    if n != -1 or rf != -1:
+                        raise errors.InvalidRequest(
+                            "num_partitions and replication_factor must be -1 with assignments"
+                        )
+                    explicit = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+                else:
+                    n = self.config.num_partitions if n == -1 else n
+                    rf = self.config.default_replication_factor if rf == -1 else rf
+                planned = cluster.validate_new_topic(t.name, n, rf, explicit, configs)
+                if not body.validate_only:
+                    await cluster.create_topic(t.name, planned, configs, body.timeout_ms)
+            except errors.KafkaError as exc:
+                return exc.code, str(exc.args[0]) if exc.args else None
+            except Exception as exc:
+                log.exception("create topic failed", topic=t.name)
+                return errors.UnknownServerError.code, type(exc).__name__
+            return 0, None
+
+        outcomes = await asyncio.gather(*(one(t) for t in body.topics))
+        return m.CreateTopicsResponse(
+            throttle_time_ms=0,
+            topics=[
+                result_cls(name=t.name, error_code=code, error_message=message)
+                for t, (code, message) in zip(body.topics, outcomes, strict=True)
+            ],
+        )
 
     def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
         node = self.config.node_id
@@ -594,9 +766,9 @@ class Handlers:
 
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
-    def delete_topics(
-        self, header: RequestHeader, body: m.DeleteTopicsRequest
-    ) -> m.DeleteTopicsResponse:
+    def delete_topics(self, header: RequestHeader, body: m.DeleteTopicsRequest) -> Any:
+        if self.cluster is not None and self.config.delete_topic_enable:
+            return self._cluster_delete_topics(self.cluster, body)
         cls = m.DeleteTopicsResponse
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
         results = []
@@ -614,6 +786,37 @@ class Handlers:
                     code = _code(exc)
             results.append(result_cls(name=name, error_code=code))
         return cls(throttle_time_ms=0, responses=results)
+
+    async def _cluster_delete_topics(
+        self, cluster: ClusterMember, body: m.DeleteTopicsRequest
+    ) -> m.DeleteTopicsResponse:
+        """Ask the controller to delete each topic, then wait (bounded by ``timeout_ms``) until
+        it is gone from this broker's view (Kafka's DelayedDeleteTopics)."""
+        result_cls = m.DeleteTopicsResponse.DeletableTopicResult
+        codes: dict[str, int] = {}
+        for name in body.topic_names:
+            try:
+                await cluster.delete_topic(name)
+                codes[name] = 0
+            except Exception as exc:
+                if not isinstance(exc, errors.KafkaError):
+                    log.exception("delete topic failed", topic=name)
+                codes[name] = _code(exc)
+        requested = [n for n, code in codes.items() if code == 0]
+        if requested and body.timeout_ms > 0:
+            cache = cluster.cache
+            gone = await cache.wait_for(
+                lambda: not any(n in cache.assignments for n in requested),
+                body.timeout_ms / 1000,
+            )
+            if not gone:
+                for name in requested:
+                    if name in cache.assignments:
+                        codes[name] = errors.RequestTimedOut.code
+        return m.DeleteTopicsResponse(
+            throttle_time_ms=0,
+            responses=[result_cls(name=n, error_code=codes[n]) for n in body.topic_names],
+        )
 
     # --- DeleteRecords (21) ----------------------------------------------------------------------
 
@@ -930,23 +1133,25 @@ class Handlers:
         """What Kafka's admin clients use for brokers, controller and cluster id (KIP-700). This
         broker is all three; it serves broker endpoints only (v1 ``endpoint_type`` 1)."""
         cls = m.DescribeClusterResponse
-        node = self.config.node_id
         if body.endpoint_type != 1:
             return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
                        error_message="this is a broker endpoint", cluster_id=CLUSTER_ID,
                        controller_id=-1, brokers=[])  # fmt: skip
-        host, port = self._advertised
         ops = (
             acl.CLUSTER_AUTHORIZED
             if body.include_cluster_authorized_operations
             else (acl.NOT_REQUESTED)
         )
+        brokers, controller = self._brokers()
         return cls(
             throttle_time_ms=0,
             error_code=0,
             error_message=None,
             cluster_id=CLUSTER_ID,
-            controller_id=node,
-            brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)],
+            controller_id=controller,
+            brokers=[
+                cls.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)
+                for b, h, p, r in brokers
+            ],
             cluster_authorized_operations=ops,
         )

@@ -31,10 +31,11 @@ from sluice.server.core.connection import Connection
 from sluice.server.core.handlers import Handlers
 from sluice.server.core.metrics import Metrics
 from sluice.server.core.producer_id_manager import ProducerIdManager
-from sluice.server.core.replica_manager import ReplicaManager
+from sluice.server.core.replica_manager import ReplicaManager, ReplicationSettings
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.core.cluster import ClusterMember
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log_manager import LogManager
 
@@ -54,6 +55,8 @@ class Server:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.handlers: Handlers | None = None
+        #: Cluster mode (``zookeeper.connect``): this broker's ZooKeeper side.
+        self.cluster: ClusterMember | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._should_exit = asyncio.Event()
@@ -82,9 +85,15 @@ class Server:
         )
         manager.open()
         self.log_manager = manager
-        # Leader of every partition (Kafka's makeLeader): HW = LEO, which matters after an
-        # unclean stop, when the checkpointed HW lags the recovered log.
-        replicas = ReplicaManager(manager, config.node_id)
+        # Standalone: leader of every partition (Kafka's makeLeader): HW = LEO, which matters
+        # after an unclean stop, when the checkpointed HW lags the recovered log. In a cluster,
+        # leadership comes from ZooKeeper once the broker has joined.
+        replicas = ReplicaManager(
+            manager,
+            config.node_id,
+            ReplicationSettings(replica_lag_time_max_ms=config.replica_lag_time_max_ms),
+            standalone=not config.cluster_mode,
+        )
         replicas.startup()
         self.replica_manager = replicas
         await manager.start()
@@ -114,6 +123,8 @@ class Server:
         if advertised.port == 0:
             # listeners=...:0: advertise the port the OS picked.
             self.handlers.set_advertised(advertised.host, self.port)
+        if config.cluster_mode:
+            await self._join_cluster(replicas, self.handlers)
         log.info(
             "listening",
             host=self.host,
@@ -123,6 +134,26 @@ class Server:
             zero_copy=config.fetch_zero_copy,
             topics=len(manager.topics()),
         )
+
+    async def _join_cluster(self, replicas: ReplicaManager, handlers: Handlers) -> None:
+        """Register in ZooKeeper and follow the cluster's state (after listening: the
+        registration advertises the bound port). A failure leaves nothing running."""
+        from sluice.server.core.cluster import ClusterMember
+
+        cluster = ClusterMember(self.config, replicas, handlers.advertised)
+        try:
+            await cluster.start()
+        except BaseException:
+            await cluster.stop()
+            if self._server is not None:
+                self._server.close()
+            assert self.log_manager is not None
+            await self.log_manager.stop()
+            self.log_manager.close()
+            self.log_manager = None
+            raise
+        self.cluster = cluster
+        handlers.cluster = cluster
 
     def _group_coordinator(self, manager: LogManager) -> GroupCoordinator:
         """Consumer groups and committed offsets: loads ``__consumer_offsets`` now, so it is
@@ -214,7 +245,11 @@ class Server:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self._server.wait_closed()
-        # 4. flush and close logs; the LogManager writes the clean-shutdown marker last.
+        # 4. leave the cluster: fetchers stop (before their logs close), the session closes and
+        # the registration goes with it at once.
+        if self.cluster is not None:
+            await self.cluster.stop()
+        # 5. flush and close logs; the LogManager writes the clean-shutdown marker last.
         if self.log_manager is not None:
             await self.log_manager.stop()
             self.log_manager.close()

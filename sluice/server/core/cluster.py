@@ -1,0 +1,573 @@
+"""Cluster mode, this broker's side: ZooKeeper registration, the metadata cache, partition state.
+
+``shared/spec/replication.md`` §2 and §4. With ``zookeeper.connect`` set, the broker holds a
+:class:`ClusterMember` that
+
+1. opens a ZooKeeper session (:class:`~sluice.server.zk.client.ZkClient`), creates Kafka's
+   top-level paths and **registers** ``/brokers/ids/<id>`` (ephemeral; its czxid is the broker
+   epoch);
+2. **watches** (instead of Kafka's UpdateMetadata/LeaderAndIsr requests from the controller) the
+   live brokers, ``/controller``, the topic list, each topic's assignment and config, and each
+   partition's state znode, keeping a :class:`MetadataCache` that the request handlers read;
+3. for each partition assigned here, creates its log (``LogManager.create_log``) the first time
+   a state arrives, **applies the state** to the
+   :class:`~sluice.server.core.replica_manager.ReplicaManager` (which ignores a state not newer
+   than the one it holds, by ``(leader_epoch, zkVersion)``) and then starts or stops the
+   follower fetcher for it, and tells the leadership listeners (the group coordinator);
+4. writes the leader's **ISR changes** to the state znode conditionally on the zkVersion it
+   holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
+   ``replica.lag.time.max.ms / 2``;
+5. on **session loss** gives up leadership of everything at once (another broker may be elected
+   while we cannot hear about it), then, on the new session, registers again and re-reads and
+   re-applies the state of every hosted partition (a watch does not re-deliver an unchanged
+   znode).
+
+A topic gone from ``/brokers/topics`` (deleted by the controller) has its local logs deleted. A
+local topic ZooKeeper does not know is deleted too if this broker created its logs in cluster
+mode (a topic deleted while the broker was down); one from a standalone data dir is only
+reported, never deleted.
+
+Concurrency: everything runs on the event loop; ZooKeeper callbacks arrive there through the
+ZkClient. Partition state is applied in the order each watcher delivers it; a state may be
+re-applied (after a new session), which the ReplicaManager's fencing makes harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sluice.protocol import errors
+from sluice.protocol.structs import TopicPartition
+from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from sluice.server.core.replica_manager import IsrUpdate
+from sluice.server.logging import get_logger
+
+if TYPE_CHECKING:
+    from sluice.server.core.config import Config
+    from sluice.server.core.replica_manager import Partition, ReplicaManager
+    from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZnodeStat
+    from sluice.server.zk.data import BrokerInfo, PartitionState, TopicAssignment
+    from sluice.server.zk.kafka_zk import KafkaZkClient
+
+log = get_logger("sluice.cluster")
+
+#: Called after a partition state was applied here (the partition's new leadership).
+LeadershipListener = Callable[["Partition"], None]
+
+
+class MetadataCache:
+    """What this broker knows of the cluster (Kafka's ``MetadataCache``), fed by ZooKeeper
+    watches; read by the request handlers. Possibly behind ZooKeeper by a watch round trip;
+    clients cope with that as they do with Kafka's (they retry on NOT_LEADER_OR_FOLLOWER)."""
+
+    def __init__(self, local_id: int) -> None:
+        self.local_id = local_id
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.controller_id = -1
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.configs: dict[str, dict[str, str]] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+
+    def address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where a live broker listens (its first PLAINTEXT endpoint), or None."""
+        info = self.brokers.get(broker_id)
+        if info is None:
+            return None
+        endpoint = next(
+            (e for e in info.endpoints if e.security_protocol == "PLAINTEXT"),
+            info.endpoints[0] if info.endpoints else None,
+        )
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    def topics(self) -> dict[str, int]:
+        """Topic -> partition count, for every topic with an assignment."""
+        return {t: len(a.partitions) for t, a in self.assignments.items()}
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        assignment = self.assignments.get(topic)
+        return assignment is not None and partition in assignment.partitions
+
+    def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        assignment = self.assignments.get(topic)
+        if assignment is None or partition not in assignment.partitions:
+            return ()
+        return assignment.replicas(partition)
+
+    def state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.states.get((topic, partition))
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The partition's live leader, or -1."""
+        state = self.states.get((topic, partition))
+        if state is None or state.leader not in self.brokers:
+            return -1
+        return state.leader
+
+    def has_leaders(self, topic: str) -> bool:
+        """Every partition of ``topic`` has a live leader (CreateTopics waits for this)."""
+        assignment = self.assignments.get(topic)
+        return assignment is not None and all(
+            self.leader(topic, p) >= 0 for p in assignment.partitions
+        )
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait (bounded) until ``predicate()`` holds after some change; its last value."""
+        if predicate():
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (predicate, future)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            pass
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+        return predicate()
+
+    def changed(self) -> None:
+        """Wake the waiters whose predicate now holds."""
+        for predicate, future in list(self._waiters):
+            if not future.done() and predicate():
+                future.set_result(None)
+
+
+class ClusterMember:
+    """This broker in a ZooKeeper-coordinated cluster; see the module docstring.
+
+    ``start()`` connects, registers and starts the watches; ``stop()`` stops the fetchers and
+    the watches and closes the session (the registration goes with it).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        replicas: ReplicaManager,
+        advertised: Callable[[], tuple[str, int]],
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.local_id = config.node_id
+        self.cache = MetadataCache(self.local_id)
+        replicas.known_partition = self.cache.has_partition
+        self._advertised = advertised
+        self.fetchers = ReplicaFetcherManager(
+            replicas,
+            self.cache.address,
+            FetcherConfig(
+                wait_max_ms=config.replica_fetch_wait_max_ms,
+                min_bytes=config.replica_fetch_min_bytes,
+                max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+                backoff_ms=config.replica_fetch_backoff_ms,
+            ),
+        )
+        self.leadership_listeners: list[LeadershipListener] = []
+        self.zk: ZkClient | None = None
+        self.kzk: KafkaZkClient | None = None
+        self.broker_epoch = -1
+        self._watchers: list[Watcher] = []
+        self._topic_watchers: dict[str, list[Watcher]] = {}
+        self._state_watchers: dict[tuple[str, int], Watcher] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._topics_seen = asyncio.Event()
+        self._stopping = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from sluice.server.zk.client import ZkClient
+        from sluice.server.zk.kafka_zk import KafkaZkClient
+
+        config = self.config
+        assert config.zookeeper_connect is not None
+        session = config.zookeeper_session_timeout_ms / 1000
+        connect = config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
+        self.zk = zk = ZkClient(
+            config.zookeeper_connect, session_timeout=session, connect_timeout=connect / 1000
+        )
+        await zk.start()
+        self.kzk = kzk = KafkaZkClient(zk)
+        await kzk.create_top_level_paths()
+        self.broker_epoch = await kzk.register_broker(self._broker_info())
+        zk.add_session_listener(self._on_session)
+        self.replicas.set_isr_writer(self._write_isr)
+        self._watchers.append(kzk.watch_brokers(self._on_brokers))
+        from sluice.server.zk.data import CONTROLLER_PATH, TOPICS_PATH
+
+        self._watchers.append(zk.watch_data(CONTROLLER_PATH, self._on_controller))
+        self._watchers.append(zk.watch_children(TOPICS_PATH, self._on_topics))
+        self._spawn(self._shrink_loop(), "isr-shrink")
+        # Serve Metadata with the cluster's topics and this broker from the first request on
+        # (bounded: the watches deliver asynchronously).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(session):
+                await self._topics_seen.wait()
+        await self.cache.wait_for(lambda: self.local_id in self.cache.brokers, session)
+        log.info(
+            "joined cluster",
+            broker_id=self.local_id,
+            broker_epoch=self.broker_epoch,
+            zookeeper=config.zookeeper_connect,
+            topics=len(self.cache.assignments),
+        )
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for watcher in self._all_watchers():
+            watcher.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.shutdown()
+        if self.zk is not None:
+            await self.zk.close()
+
+    def _all_watchers(self) -> list[Watcher]:
+        out = list(self._watchers) + list(self._state_watchers.values())
+        for watchers in self._topic_watchers.values():
+            out.extend(watchers)
+        return out
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cluster task failed", task=task.get_name(), error=repr(task.exception()))
+
+    def _broker_info(self) -> BrokerInfo:
+        from sluice.server.zk.data import BrokerInfo, EndPoint
+
+        host, port = self._advertised()
+        return BrokerInfo(self.local_id, (EndPoint("PLAINTEXT", host, port),))
+
+    # --- watches -----------------------------------------------------------------------------
+
+    def _on_brokers(self, brokers: dict[int, BrokerInfo]) -> None:
+        gone = set(self.cache.brokers) - set(brokers)
+        came = set(brokers) - set(self.cache.brokers)
+        self.cache.brokers = dict(brokers)
+        if gone or came:
+            log.info(
+                "live brokers", brokers=sorted(brokers), joined=sorted(came), left=sorted(gone)
+            )
+        self.cache.changed()
+
+    def _on_controller(self, value: tuple[bytes, ZnodeStat] | None) -> None:
+        from sluice.server.zk.data import ControllerInfo
+        from sluice.server.zk.errors import ZkDataError
+
+        controller = -1
+        if value is not None:
+            try:
+                controller = ControllerInfo.decode(value[0]).broker_id
+            except ZkDataError as exc:
+                log.error("unreadable /controller", error=str(exc))
+        self.cache.controller_id = controller
+        self.cache.changed()
+
+    def _on_topics(self, children: list[str] | None) -> None:
+        from sluice.server.zk.data import topic_config_path, topic_path
+
+        assert self.zk is not None
+        names = set(children or ())
+        for topic in sorted(names - set(self._topic_watchers)):
+            self._topic_watchers[topic] = [
+                self.zk.watch_data(
+                    topic_config_path(topic), functools.partial(self._on_topic_config, topic)
+                ),
+                self.zk.watch_data(
+                    topic_path(topic), functools.partial(self._on_assignment, topic)
+                ),
+            ]
+        for topic in sorted(set(self._topic_watchers) - names):
+            self._topic_gone(topic)
+        if not self._topics_seen.is_set():
+            self._topics_seen.set()
+            self._check_strays(names)
+        self.cache.changed()
+
+    def _check_strays(self, names: set[str]) -> None:
+        for topic in sorted(set(self.logs.topics()) - names):
+            if self.logs.is_cluster_topic(topic):
+                log.warning("deleting the logs of a topic the cluster no longer has", topic=topic)
+                self.replicas.delete_topic(topic)
+            else:
+                log.warning(
+                    "local topic unknown to the cluster (from a standalone data dir): not served",
+                    topic=topic,
+                )
+
+    def _on_topic_config(self, topic: str, value: tuple[bytes, ZnodeStat] | None) -> None:
+        from sluice.server.zk.data import TopicConfig
+        from sluice.server.zk.errors import ZkDataError
+
+        config: dict[str, str] = {}
+        if value is not None:
+            try:
+                config = dict(TopicConfig.decode(value[0]).config)
+            except ZkDataError as exc:
+                log.error(
+                    "unreadable topic config: keeping the one held", topic=topic, error=str(exc)
+                )
+                return
+        self.cache.configs[topic] = config
+        if self.logs.hosted_partitions(topic) and self.logs.topic_overrides(topic) != config:
+            try:
+                self.logs.alter_topic_config(topic, config)
+                log.info("topic config applied", topic=topic, config=config)
+            except Exception as exc:
+                log.error("topic config not applied", topic=topic, error=repr(exc))
+
+    def _on_assignment(self, topic: str, value: tuple[bytes, ZnodeStat] | None) -> None:
+        from sluice.server.zk.data import TopicAssignment
+        from sluice.server.zk.errors import ZkDataError
+
+        if value is None:
+            return  # deleted: the topic list watch says so too
+        try:
+            assignment = TopicAssignment.decode(topic, value[0], value[1].version)
+        except ZkDataError as exc:
+            log.error("unreadable topic assignment", topic=topic, error=str(exc))
+            return
+        assert self.kzk is not None
+        self.cache.assignments[topic] = assignment
+        for partition in sorted(assignment.partitions):
+            key = (topic, partition)
+            if key not in self._state_watchers:
+                self._state_watchers[key] = self.kzk.watch_partition_state(
+                    TopicPartition(topic, partition), functools.partial(self._on_state, key)
+                )
+        self.cache.changed()
+
+    def _topic_gone(self, topic: str) -> None:
+        for watcher in self._topic_watchers.pop(topic, []):
+            watcher.cancel()
+        count = (
+            len(self.cache.assignments.pop(topic).partitions)
+            if topic in self.cache.assignments
+            else 0
+        )
+        self.cache.configs.pop(topic, None)
+        for key in [k for k in self._state_watchers if k[0] == topic]:
+            self._state_watchers.pop(key).cancel()
+            self.cache.states.pop(key, None)
+        hosted = self.logs.hosted_partitions(topic)
+        if hosted:
+            self.fetchers.unfollow([(topic, p) for p in hosted])
+            self.replicas.delete_topic(topic)
+        log.info("topic deleted from the cluster", topic=topic, partitions=count, local=hosted)
+
+    async def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
+        if state is None:
+            return
+        held = self.cache.states.get(key)
+        if held is None or (state.leader_epoch, state.zk_version) >= (
+            held.leader_epoch,
+            held.zk_version,
+        ):
+            self.cache.states[key] = state
+        self.cache.changed()
+        await self._apply(key, state)
+
+    async def _apply(self, key: tuple[str, int], state: PartitionState) -> None:
+        topic, index = key
+        replicas = self.cache.replicas(topic, index)
+        if self.local_id not in replicas or self._stopping:
+            return
+        partition = self.replicas.get_partition(topic, index)
+        if partition is None:
+            if self.logs.get_log(topic, index) is None:
+                overrides = self.cache.configs.get(topic)
+                if overrides is None:
+                    assert self.kzk is not None
+                    overrides = dict((await self.kzk.get_topic_config(topic)).config)
+                if self.cache.replicas(topic, index) != replicas:
+                    return  # the topic changed while we read its config
+                self.logs.create_log(
+                    topic, index, len(self.cache.assignments[topic].partitions), overrides
+                )
+            partition = self.replicas.host(topic, index)
+        applied = self.replicas.apply_partition_state(
+            topic,
+            index,
+            state.leader,
+            state.leader_epoch,
+            replicas,
+            state.isr,
+            state.zk_version,
+            state.controller_epoch,
+        )
+        if applied:
+            self._after_state(partition)
+
+    def _after_state(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        if partition.is_leader or partition.leader_id < 0:
+            self.fetchers.unfollow([key])
+        else:
+            self.fetchers.follow(key, partition.leader_id, partition.leader_epoch)
+        for listener in self.leadership_listeners:
+            try:
+                listener(partition)
+            except Exception:
+                log.exception("leadership listener failed", topic=key[0], partition=key[1])
+
+    # --- topic admin (any broker: CreateTopics, DeleteTopics, auto-creation) -------------------
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """Kafka's checks of a new topic (``AdminZkClient.validateTopicCreate``) against what
+        this broker knows; returns the replica assignment (computed with Kafka's placement
+        over the live brokers unless given). Raises the KafkaError CreateTopics answers."""
+        from sluice.server.controller.assignment import assign_replicas, validate_assignment
+        from sluice.server.storage.log_config import LogConfig
+        from sluice.server.storage.log_manager import MAX_PARTITIONS, LogManager
+
+        LogManager.validate_topic_name(name)
+        if name in self.cache.assignments:
+            raise errors.TopicAlreadyExists(f"Topic '{name}' already exists.")
+        normalized = name.replace(".", "_")
+        for existing in self.cache.assignments:
+            if existing.replace(".", "_") == normalized:
+                raise errors.InvalidTopic(
+                    f"Topic '{name}' collides with existing topic: {existing}"
+                )
+        LogConfig.from_properties(configs, self.logs.default_config)  # InvalidConfig
+        live = sorted(self.cache.brokers)
+        if assignment:
+            validate_assignment(assignment, live)
+            result = {p: list(r) for p, r in assignment.items()}
+        else:
+            result = assign_replicas(live, num_partitions, replication_factor)
+        if len(result) > MAX_PARTITIONS:
+            raise errors.InvalidPartitions(
+                f"number of partitions must be in [1, {MAX_PARTITIONS}], not {len(result)}"
+            )
+        return result
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Write a validated topic's assignment and config to ZooKeeper (the controller then
+        elects its leaders), and wait up to ``timeout_ms`` for every partition to have a live
+        leader here (Kafka's DelayedCreatePartitions); REQUEST_TIMED_OUT if they did not (the
+        topic is still being created)."""
+        import uuid
+
+        from sluice.server.zk.data import ReplicaAssignment, TopicAssignment
+        from sluice.server.zk.errors import NodeExistsError
+
+        assert self.kzk is not None
+        topic = TopicAssignment(
+            name,
+            uuid.uuid4(),
+            {p: ReplicaAssignment(tuple(r)) for p, r in sorted(assignment.items())},
+        )
+        try:
+            await self.kzk.create_topic(topic, dict(configs))
+        except NodeExistsError:
+            raise errors.TopicAlreadyExists(f"Topic '{name}' already exists.") from None
+        log.info(
+            "topic created in the cluster",
+            topic=name,
+            partitions=len(assignment),
+            assignment={str(p): r for p, r in sorted(assignment.items())},
+            config=dict(configs),
+        )
+        if timeout_ms <= 0:
+            return
+        if not await self.cache.wait_for(lambda: self.cache.has_leaders(name), timeout_ms / 1000):
+            raise errors.RequestTimedOut(
+                f"Topic '{name}' was created but not every partition had a leader within "
+                f"{timeout_ms} ms"
+            )
+
+    async def delete_topic(self, name: str) -> None:
+        """Ask the controller to delete ``name`` (``/admin/delete_topics/<name>``), as
+        Kafka's ZooKeeper-mode DeleteTopics does; UNKNOWN_TOPIC_OR_PARTITION if unknown."""
+        assert self.kzk is not None
+        if name not in self.cache.assignments:
+            raise errors.UnknownTopicOrPartition(f"unknown topic {name!r}")
+        await self.kzk.request_topic_deletion(name)
+        log.info("topic deletion requested", topic=name)
+
+    # --- the leader's ISR writes -------------------------------------------------------------
+
+    async def _write_isr(self, update: IsrUpdate) -> int | None:
+        from sluice.server.zk.data import PartitionState
+
+        assert self.kzk is not None
+        state = PartitionState(
+            leader=update.leader,
+            leader_epoch=update.leader_epoch,
+            isr=update.isr,
+            controller_epoch=update.controller_epoch,
+            zk_version=update.partition_epoch,
+        )
+        ok, version = await self.kzk.update_leader_and_isr(
+            TopicPartition(update.topic, update.partition), state
+        )
+        if ok:
+            log.info(
+                "ISR stored",
+                topic=update.topic,
+                partition=update.partition,
+                isr=list(update.isr),
+                partition_epoch=version,
+            )
+            return version
+        return None
+
+    async def _shrink_loop(self) -> None:
+        interval = max(self.config.replica_lag_time_max_ms / 2, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.replicas.maybe_shrink_isr()
+
+    # --- session -----------------------------------------------------------------------------
+
+    def _on_session(self, event: SessionEvent) -> None:
+        from sluice.server.zk.client import SessionState
+
+        if self._stopping:
+            return
+        if event.state is SessionState.LOST:
+            for partition in self.replicas.resign_all():
+                self._after_state(partition)
+        elif event.state is SessionState.CONNECTED and event.new_session:
+            self._spawn(self._rejoin(), "zk-rejoin")
+
+    async def _rejoin(self) -> None:
+        """A new session: register again, then re-read and re-apply every hosted partition's
+        state (those we led were resigned when the old session was lost)."""
+        assert self.kzk is not None
+        self.broker_epoch = await self.kzk.register_broker(self._broker_info())
+        log.info("re-registered", broker_id=self.local_id, broker_epoch=self.broker_epoch)
+        for partition in self.replicas.partitions():
+            key = (partition.topic, partition.index)
+            state = await self.kzk.get_partition_state(TopicPartition(*key))
+            if state is not None:
+                await self._on_state(key, state)

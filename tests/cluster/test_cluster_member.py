@@ -1,0 +1,399 @@
+"""Three real brokers in cluster mode on a real ZooKeeper (a chroot per test), driven over the
+wire. The test plays the controller where one is needed (it writes the partition states itself),
+so these check the broker side alone: registration, the metadata cache, hosting only assigned
+partitions, applying states, followers fetching, acks=-1, the leader's ISR writes, topic deletion
+and session loss."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.protocol import errors
+from sluice.protocol import messages as m
+from sluice.protocol.structs import TopicPartition
+from sluice.server.core.server import Server
+from sluice.server.zk.client import ZkClient
+from sluice.server.zk.data import PartitionState, partition_state_path
+from sluice.server.zk.kafka_zk import ControllerEpoch, KafkaZkClient
+from tests.broker.test_follower_fetch import produce_request
+from tests.broker.test_server import CREATE_TOPICS, METADATA, PRODUCE, batch, start_server
+from tests.broker_util import WireClient
+
+WAIT_S = 20.0
+IDS = (1, 2, 3)
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+    assert condition(), what
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, connect: str) -> None:
+        self.tmp_path = tmp_path
+        self.connect = connect
+        self.servers: dict[int, Server] = {}
+
+    async def start(self, broker_id: int, *extra: str) -> Server:
+        server = await start_server(
+            self.tmp_path / f"b{broker_id}",
+            f"node.id={broker_id}",
+            f"zookeeper.connect={self.connect}",
+            "zookeeper.session.timeout.ms=2000",
+            "replica.fetch.wait.max.ms=100",
+            "replica.fetch.backoff.ms=50",
+            "replica.lag.time.max.ms=1000",
+            *extra,
+        )
+        self.servers[broker_id] = server
+        return server
+
+    async def stop(self, broker_id: int) -> None:
+        await self.servers.pop(broker_id).shutdown()
+
+    def partition(self, broker_id: int, topic: str, index: int = 0) -> Any:
+        rm = self.servers[broker_id].replica_manager
+        assert rm is not None
+        return rm.get_partition(topic, index)
+
+    async def client(self, broker_id: int) -> WireClient:
+        return await WireClient.connect("127.0.0.1", self.servers[broker_id].port)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, sluice_zookeeper_connect: str) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, sluice_zookeeper_connect)
+    try:
+        yield c
+    finally:
+        for broker_id in list(c.servers):
+            await c.stop(broker_id)
+
+
+@pytest.fixture
+async def controller(sluice_zookeeper_connect: str) -> AsyncIterator[tuple[KafkaZkClient, Any]]:
+    """The test as the controller: its own session, elected, writing states by hand."""
+    zk = ZkClient(sluice_zookeeper_connect, session_timeout=5.0)
+    await zk.start()
+    kzk = KafkaZkClient(zk)
+    await kzk.create_top_level_paths()
+    fence = await kzk.elect_controller(99)
+    assert isinstance(fence, ControllerEpoch)
+    try:
+        yield kzk, fence
+    finally:
+        await zk.close()
+
+
+async def create(client: WireClient, name: str, partitions: int, rf: int, timeout_ms: int) -> Any:
+    req = m.CreateTopicsRequest(
+        topics=[m.CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=rf, configs=[])],
+        timeout_ms=timeout_ms,
+        validate_only=False,
+    )  # fmt: skip
+    resp = await client.request(CREATE_TOPICS, 4, req)
+    return resp.topics[0]
+
+
+async def metadata(client: WireClient, *topics: str) -> Any:
+    req = m.MetadataRequest(
+        topics=[m.MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=False,
+    )
+    return await client.request(METADATA, 9, req)
+
+
+async def elect(
+    controller: tuple[KafkaZkClient, Any], topic: str, states: dict[int, tuple[int, list[int]]]
+) -> None:
+    kzk, fence = controller
+    written = await kzk.create_partition_states(
+        topic,
+        {
+            p: PartitionState(leader, 0, tuple(isr), fence.epoch)
+            for p, (leader, isr) in states.items()
+        },
+        fence,
+    )
+    assert all(isinstance(s, PartitionState) for s in written.values()), written
+
+
+async def test_brokers_register_and_serve_the_clusters_metadata(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in IDS:
+        await cluster.start(broker_id)
+    c = await cluster.client(1)
+    try:
+        await until(
+            lambda: all(
+                len(s.cluster.cache.brokers) == 3 for s in cluster.servers.values() if s.cluster
+            ),
+            "every broker sees three",
+        )
+        # No leaders yet (the controller has not elected any): REQUEST_TIMED_OUT after the wait.
+        result = await create(c, "t", 3, 3, timeout_ms=200)
+        assert result.error_code == errors.RequestTimedOut.code
+        result = await create(c, "t", 3, 3, timeout_ms=200)
+        assert result.error_code == errors.TopicAlreadyExists.code
+        result = await create(c, "too-many", 1, 4, timeout_ms=200)
+        assert result.error_code == errors.InvalidReplicationFactor.code
+        kzk, _ = controller
+        assignment = await kzk.get_topic_assignment("t")
+        assert assignment is not None
+        assert sorted(len(set(a.replicas)) for a in assignment.partitions.values()) == [3, 3, 3]
+        leaders = {p: a.replicas[0] for p, a in assignment.partitions.items()}
+        assert sorted(leaders.values()) == [1, 2, 3]  # Kafka's spread: one leader each
+
+        await elect(controller, "t", {p: (leaders[p], [1, 2, 3]) for p in leaders})
+        await until(
+            lambda: all(
+                cluster.partition(b, "t", p) is not None
+                and cluster.partition(b, "t", p).leader_id == leaders[p]
+                for b in IDS
+                for p in leaders
+            ),
+            "every broker applied every state",
+        )
+        resp = await metadata(c, "t")
+        assert sorted(b.node_id for b in resp.brokers) == [1, 2, 3]
+        assert resp.controller_id == 99
+        (topic,) = resp.topics
+        assert topic.error_code == 0
+        for part in topic.partitions:
+            assert part.error_code == 0
+            assert part.leader_id == leaders[part.partition_index]
+            assert sorted(part.isr_nodes) == [1, 2, 3] and part.offline_replicas == []
+        # Only assigned partitions are hosted (here: all three on each broker, RF 3).
+        for b in IDS:
+            assert cluster.servers[b].log_manager.hosted_partitions("t") == [0, 1, 2]  # type: ignore[union-attr]
+    finally:
+        await c.close()
+
+
+async def test_followers_replicate_and_acks_all_waits_for_the_isr(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in IDS:
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 3, "three brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "r", 1, 3, timeout_ms=0)).error_code == 0
+        await elect(controller, "r", {0: (1, [1, 2, 3])})
+        await until(
+            lambda: all(
+                cluster.partition(b, "r") is not None
+                and cluster.partition(b, "r").leader_epoch == 0
+                for b in IDS
+            ),
+            "states applied",
+        )
+        # A follower refuses a produce.
+        resp = await c2.request(PRODUCE, 8, produce_request("r", batch(1), acks=1))
+        assert (
+            resp.responses[0].partition_responses[0].error_code == errors.NotLeaderOrFollower.code
+        )
+        for i in range(3):
+            resp = await c1.request(PRODUCE, 8, produce_request("r", batch(5, i * 5), acks=-1))
+            result = resp.responses[0].partition_responses[0]
+            assert (result.error_code, result.base_offset) == (0, i * 5)
+            # acks=-1 answered: every ISR member has the records.
+            for b in IDS:
+                assert cluster.partition(b, "r").log.log_end_offset >= (i + 1) * 5
+        await until(
+            lambda: all(cluster.partition(b, "r").log.high_watermark == 15 for b in IDS),
+            "followers learn the HW",
+        )
+        leader_bytes = segment_bytes(cluster, 1, "r")
+        assert all(segment_bytes(cluster, b, "r") == leader_bytes for b in (2, 3))
+
+        # A follower stops and the leader moves on: after the lag time the leader shrinks the
+        # ISR in ZooKeeper (a follower at the leader's LEO is never out of sync).
+        await cluster.stop(3)
+        resp = await c1.request(PRODUCE, 8, produce_request("r", batch(1, 15), acks=1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        kzk, _ = controller
+        tp = TopicPartition("r", 0)
+
+        async def isr() -> tuple[int, ...]:
+            state = await kzk.get_partition_state(tp)
+            assert state is not None
+            return state.isr
+
+        async with asyncio.timeout(WAIT_S):
+            while await isr() != (1, 2):
+                await asyncio.sleep(0.05)
+        state = await kzk.get_partition_state(tp)
+        assert state is not None and state.leader == 1 and state.leader_epoch == 0
+        await until(lambda: cluster.partition(1, "r").isr == (1, 2), "leader holds the stored ISR")
+        assert cluster.partition(1, "r").partition_epoch == state.zk_version
+        resp = await c1.request(PRODUCE, 8, produce_request("r", batch(2, 16), acks=-1))
+        result = resp.responses[0].partition_responses[0]
+        assert (result.error_code, result.base_offset) == (0, 16)
+    finally:
+        await c1.close()
+        await c2.close()
+
+
+def segment_bytes(cluster: Cluster, broker_id: int, topic: str) -> bytes:
+    partition = cluster.partition(broker_id, topic)
+    return b"".join(s.log_path.read_bytes() for s in partition.log.segments)
+
+
+async def test_a_new_leader_takes_over_and_the_old_one_follows(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    kzk, fence = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "f", 1, 2, timeout_ms=0)).error_code == 0
+        await elect(controller, "f", {0: (1, [1, 2])})
+        await until(
+            lambda: (
+                cluster.partition(2, "f") is not None and cluster.partition(2, "f").leader_id == 1
+            ),
+            "2 follows",
+        )
+        resp = await c1.request(PRODUCE, 8, produce_request("f", batch(4), acks=-1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        # The controller moves leadership to 2 at epoch 1.
+        tp = TopicPartition("f", 0)
+        state = await kzk.get_partition_state(tp)
+        assert state is not None
+        new = PartitionState(2, state.leader_epoch + 1, (2, 1), fence.epoch, state.zk_version)
+        written = await kzk.set_partition_states("f", {0: new}, fence)
+        assert isinstance(written[0], PartitionState)
+        await until(lambda: cluster.partition(2, "f").is_leader, "2 leads")
+        await until(lambda: cluster.partition(1, "f").leader_id == 2, "1 follows")
+        resp = await c1.request(PRODUCE, 8, produce_request("f", batch(1), acks=1))
+        assert (
+            resp.responses[0].partition_responses[0].error_code == errors.NotLeaderOrFollower.code
+        )
+        resp = await c2.request(PRODUCE, 8, produce_request("f", batch(3, 4), acks=-1))
+        result = resp.responses[0].partition_responses[0]
+        assert (result.error_code, result.base_offset) == (0, 4)
+        await until(lambda: cluster.partition(1, "f").log.log_end_offset == 7, "1 copies from 2")
+        assert segment_bytes(cluster, 1, "f") == segment_bytes(cluster, 2, "f")
+        assert cluster.partition(1, "f").log.latest_epoch == 1
+    finally:
+        await c1.close()
+        await c2.close()
+
+
+async def test_topic_deletion_removes_the_local_logs(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    kzk, fence = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "gone", 2, 1, timeout_ms=0)).error_code == 0
+        assignment = await kzk.get_topic_assignment("gone")
+        assert assignment is not None
+        await elect(
+            controller,
+            "gone",
+            {p: (a.replicas[0], list(a.replicas)) for p, a in assignment.partitions.items()},
+        )
+        hosts = {a.replicas[0] for a in assignment.partitions.values()}
+        await until(
+            lambda: all(cluster.servers[b].log_manager.hosted_partitions("gone") for b in hosts),  # type: ignore[union-attr]
+            "logs created",
+        )
+        # RF 1 over two brokers: each hosts only its own partition.
+        for b in hosts:
+            hosted = cluster.servers[b].log_manager.hosted_partitions("gone")  # type: ignore[union-attr]
+            assert hosted == [p for p, a in assignment.partitions.items() if a.replicas == (b,)]
+        await kzk.delete_topic("gone", fence)  # what the controller does on a deletion request
+        await until(
+            lambda: all(
+                not cluster.servers[b].log_manager.hosted_partitions("gone") for b in (1, 2)
+            ),  # type: ignore[union-attr]
+            "logs deleted",
+        )
+        resp = await metadata(c1, "gone")
+        assert resp.topics[0].error_code == errors.UnknownTopicOrPartition.code
+    finally:
+        await c1.close()
+
+
+async def test_session_loss_resigns_leadership_and_the_new_session_takes_it_back(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any], sluice_zookeeper: Any
+) -> None:
+    server = await cluster.start(1)
+    c1 = await cluster.client(1)
+    try:
+        assert (await create(c1, "s", 1, 1, timeout_ms=0)).error_code == 0
+        await elect(controller, "s", {0: (1, [1])})
+        await until(
+            lambda: cluster.partition(1, "s") is not None and cluster.partition(1, "s").is_leader,
+            "leads",
+        )
+        member = server.cluster
+        assert member is not None and member.zk is not None
+        old_epoch = member.broker_epoch
+        resigned = asyncio.Event()
+        member.leadership_listeners.append(lambda p: resigned.set() if not p.is_leader else None)
+        client_id = member.zk.client_id
+        assert client_id is not None
+        await asyncio.to_thread(sluice_zookeeper.expire_session, *client_id)
+        async with asyncio.timeout(WAIT_S):
+            await resigned.wait()
+        # Re-registered on a new session (new broker epoch), and leading again from the state
+        # re-read there.
+        await until(lambda: member.broker_epoch != old_epoch, "re-registered")
+        await until(lambda: cluster.partition(1, "s").is_leader, "leads again")
+        resp = await c1.request(PRODUCE, 8, produce_request("s", batch(1), acks=-1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+    finally:
+        await c1.close()
+
+
+async def test_a_controller_write_reaches_the_leader_with_its_partition_epoch(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """The controller bumps the state behind the leader's back: the leader's watch delivers it,
+    and the leader's next ISR write is conditional on the new zkVersion (the conditional write
+    itself, and losing its race, are tested in tests/zk and tests/broker)."""
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    kzk, fence = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "c", 1, 2, timeout_ms=0)).error_code == 0
+        await elect(controller, "c", {0: (1, [1, 2])})
+        await until(
+            lambda: cluster.partition(1, "c") is not None and cluster.partition(1, "c").is_leader,
+            "1 leads",
+        )
+        tp = TopicPartition("c", 0)
+        # The controller bumps the state behind the leader's back (its watch will deliver it).
+        zk = kzk.zk
+        _, stat = await zk.get(partition_state_path(tp))
+        newer = PartitionState(1, 1, (1, 2), fence.epoch, stat.version)
+        await kzk.set_partition_states("c", {0: newer}, fence)
+        await until(
+            lambda: cluster.partition(1, "c").leader_epoch == 1, "leader took the new state"
+        )
+        state = await kzk.get_partition_state(tp)
+        assert state is not None and state.leader_epoch == 1
+        assert cluster.partition(1, "c").partition_epoch == state.zk_version
+    finally:
+        await c1.close()

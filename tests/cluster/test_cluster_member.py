@@ -397,3 +397,26 @@ async def test_a_controller_write_reaches_the_leader_with_its_partition_epoch(
         assert cluster.partition(1, "c").partition_epoch == state.zk_version
     finally:
         await c1.close()
+
+
+async def test_producer_ids_are_unique_across_brokers(cluster: Cluster) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    clients = [await cluster.client(b) for b in (1, 2)]
+    try:
+        seen: list[int] = []
+        for _ in range(3):
+            for c in clients:
+                resp = await c.request(
+                    m.InitProducerId.key,
+                    1,
+                    m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000),
+                )
+                assert resp.error_code == 0
+                seen.append(resp.producer_id)
+        assert len(set(seen)) == 6
+        # Each broker took its own block from ZooKeeper.
+        assert {pid // 1000 for pid in seen} == {0, 1}
+    finally:
+        for c in clients:
+            await c.close()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import errors
 from sluice.protocol.structs import TopicPartition
+from sluice.server.core.producer_id_manager import BlockProducerIdManager
 from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from sluice.server.core.replica_manager import IsrUpdate
 from sluice.server.logging import get_logger
@@ -171,6 +172,7 @@ class ClusterMember:
             ),
         )
         self.leadership_listeners: list[LeadershipListener] = []
+        self.producer_ids = BlockProducerIdManager(self._allocate_producer_ids)
         self.zk: ZkClient | None = None
         self.kzk: KafkaZkClient | None = None
         self.broker_epoch = -1
@@ -513,6 +515,12 @@ class ClusterMember:
             raise errors.UnknownTopicOrPartition(f"unknown topic {name!r}")
         await self.kzk.request_topic_deletion(name)
         log.info("topic deletion requested", topic=name)
+
+    async def _allocate_producer_ids(self) -> tuple[int, int]:
+        assert self.kzk is not None
+        block = await self.kzk.allocate_producer_id_block(self.local_id)
+        log.info("producer id block taken", first=block.first, last=block.last)
+        return block.first, block.last
 
     # --- the leader's ISR writes -------------------------------------------------------------
 

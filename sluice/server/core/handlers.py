@@ -849,9 +849,7 @@ class Handlers:
 
     # --- InitProducerId (22) ---------------------------------------------------------------------
 
-    def init_producer_id(
-        self, header: RequestHeader, body: m.InitProducerIdRequest
-    ) -> m.InitProducerIdResponse:
+    def init_producer_id(self, header: RequestHeader, body: m.InitProducerIdRequest) -> Any:
         """A fresh producer id, epoch 0, for an idempotent producer.
 
         Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
@@ -862,7 +860,21 @@ class Handlers:
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
+        if self.cluster is not None:
+            return self._cluster_init_producer_id(self.cluster)
         producer_id = self.producer_ids.generate()
+        self.metrics.inc("producer_ids.allocated")
+        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+    async def _cluster_init_producer_id(self, cluster: ClusterMember) -> m.InitProducerIdResponse:
+        cls = m.InitProducerIdResponse
+        try:
+            producer_id = await cluster.producer_ids.generate()
+        except Exception as exc:
+            # ZooKeeper unreachable (or too contended): retriable for the client.
+            log.warning("no producer id block", error=repr(exc))
+            return cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
         self.metrics.inc("producer_ids.allocated")
         return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 

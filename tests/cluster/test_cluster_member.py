@@ -420,3 +420,67 @@ async def test_producer_ids_are_unique_across_brokers(cluster: Cluster) -> None:
     finally:
         for c in clients:
             await c.close()
+
+
+async def test_topic_configs_live_in_zookeeper_and_reach_every_replica(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    kzk, _ = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        req = m.CreateTopicsRequest(
+            topics=[m.CreateTopicsRequest.CreatableTopic(
+                name="cfg", num_partitions=1, replication_factor=2,
+                configs=[m.CreateTopicsRequest.CreatableTopicConfig(
+                    name="retention.ms", value="5000")])],
+            timeout_ms=0,
+            validate_only=False,
+        )  # fmt: skip
+        assert (await c1.request(CREATE_TOPICS, 4, req)).topics[0].error_code == 0
+        assert dict((await kzk.get_topic_config("cfg")).config) == {"retention.ms": "5000"}
+        await elect(controller, "cfg", {0: (1, [1, 2])})
+        await until(lambda: all(cluster.partition(b, "cfg") is not None for b in (1, 2)), "hosted")
+        assert all(cluster.partition(b, "cfg").log.config.retention_ms == 5000 for b in (1, 2))
+        # IncrementalAlterConfigs through broker 2 writes ZooKeeper; both replicas apply it.
+        alter = m.IncrementalAlterConfigsRequest(
+            resources=[m.IncrementalAlterConfigsRequest.AlterConfigsResource(
+                resource_type=2, resource_name="cfg",
+                configs=[m.IncrementalAlterConfigsRequest.AlterableConfig(
+                    name="retention.ms", config_operation=0, value="7000")])],
+            validate_only=False,
+        )  # fmt: skip
+        resp = await c2.request(m.IncrementalAlterConfigs.key, 1, alter)
+        assert resp.responses[0].error_code == 0
+        assert dict((await kzk.get_topic_config("cfg")).config) == {"retention.ms": "7000"}
+        await until(
+            lambda: all(
+                cluster.partition(b, "cfg").log.config.retention_ms == 7000 for b in (1, 2)
+            ),
+            "both replicas apply the new config",
+        )
+        describe = m.DescribeConfigsRequest(
+            resources=[m.DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=2, resource_name="cfg", configuration_keys=["retention.ms"])],
+            include_synonyms=False,
+        )  # fmt: skip
+        resp = await c1.request(m.DescribeConfigs.key, 1, describe)
+        (entry,) = resp.results[0].configs
+        assert (entry.name, entry.value) == ("retention.ms", "7000")
+        # A bad value is refused before anything is written.
+        bad = m.IncrementalAlterConfigsRequest(
+            resources=[m.IncrementalAlterConfigsRequest.AlterConfigsResource(
+                resource_type=2, resource_name="cfg",
+                configs=[m.IncrementalAlterConfigsRequest.AlterableConfig(
+                    name="retention.ms", config_operation=0, value="soon")])],
+            validate_only=False,
+        )  # fmt: skip
+        resp = await c2.request(m.IncrementalAlterConfigs.key, 1, bad)
+        assert resp.responses[0].error_code == errors.InvalidConfig.code
+        assert dict((await kzk.get_topic_config("cfg")).config) == {"retention.ms": "7000"}
+    finally:
+        await c1.close()
+        await c2.close()

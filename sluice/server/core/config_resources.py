@@ -16,13 +16,18 @@ Resources (Kafka's ``ConfigResource.Type``):
 
 Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
 Runs on the event-loop thread, called from the handlers; writes only through the LogManager.
+
+**In a cluster** topic configs live in ZooKeeper (``/config/topics/<t>``, Kafka's layout): they
+are read from the cluster's metadata cache (any broker answers for any topic) and an alter
+writes the znode -- every broker hosting the topic applies it from its watch -- so the alter
+methods then return a coroutine for the response.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
@@ -35,10 +40,17 @@ from sluice.server.storage.log_config import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from sluice.server.core.cluster import ClusterMember
     from sluice.server.core.config import Config
     from sluice.server.storage.log_manager import LogManager
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+
+#: One resource's alter result: (error code, message, the ZooKeeper write a cluster makes).
+_Outcome = tuple[int, "str | None", "tuple[str, dict[str, str]] | None"]
+_R = TypeVar("_R")
 
 # Kafka's DescribeConfigsResponse.ConfigSource
 SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 5
@@ -56,6 +68,17 @@ class ConfigResources:
     def __init__(self, config: Config, logs: LogManager) -> None:
         self.config = config
         self.logs = logs
+        #: Cluster mode: topic configs are ZooKeeper's (set once the broker joined).
+        self.cluster: ClusterMember | None = None
+
+    def _overrides(self, topic: str) -> dict[str, str]:
+        """A topic's overrides; UnknownTopicOrPartition if it does not exist."""
+        cluster = self.cluster
+        if cluster is None:
+            return self.logs.topic_overrides(topic)
+        if topic not in cluster.cache.assignments:
+            raise errors.UnknownTopicOrPartition(f"unknown topic {topic!r}")
+        return dict(cluster.cache.configs.get(topic, {}))
 
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
@@ -91,8 +114,8 @@ class ConfigResources:
     def _describe_topic(
         self, topic: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
-        overrides = self.logs.topic_overrides(topic)  # UnknownTopicOrPartition if none
-        values = self.logs.topic_config(topic).to_properties()
+        overrides = self._overrides(topic)  # UnknownTopicOrPartition if none
+        values = LogConfig.from_properties(overrides, self.logs.default_config).to_properties()
         defaults = LogConfig().to_properties()
         props = self.config.properties
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
@@ -170,39 +193,76 @@ class ConfigResources:
 
     # --- AlterConfigs (33) / IncrementalAlterConfigs (44) --------------------------------------
 
-    def alter(self, body: m.AlterConfigsRequest) -> m.AlterConfigsResponse:
+    def alter(
+        self, body: m.AlterConfigsRequest
+    ) -> m.AlterConfigsResponse | Awaitable[m.AlterConfigsResponse]:
         """Replace each resource's overrides with the configs given (null values ignored)."""
-        resp_cls = m.AlterConfigsResponse.AlterConfigsResourceResponse
-        responses = []
-        for res in body.resources:
-            given = {c.name: c.value for c in res.configs if c.value is not None}
-            code, message = self._apply(
+        outcomes = [
+            self._apply(
                 res.resource_type,
                 res.resource_name,
-                functools.partial(_replace, given=given),
+                functools.partial(
+                    _replace, given={c.name: c.value for c in res.configs if c.value is not None}
+                ),
                 body.validate_only,
             )
-            responses.append(resp_cls(error_code=code, error_message=message,
-                                      resource_type=res.resource_type,
-                                      resource_name=res.resource_name))  # fmt: skip
-        return m.AlterConfigsResponse(throttle_time_ms=0, responses=responses)
+            for res in body.resources
+        ]
+
+        def respond(codes: list[tuple[int, str | None]]) -> m.AlterConfigsResponse:
+            resp_cls = m.AlterConfigsResponse.AlterConfigsResourceResponse
+            return m.AlterConfigsResponse(throttle_time_ms=0, responses=[
+                resp_cls(error_code=code, error_message=message, resource_type=res.resource_type,
+                         resource_name=res.resource_name)
+                for res, (code, message) in zip(body.resources, codes, strict=True)
+            ])  # fmt: skip
+
+        return self._finish(outcomes, respond)
 
     def incremental_alter(
         self, body: m.IncrementalAlterConfigsRequest
-    ) -> m.IncrementalAlterConfigsResponse:
-        resp_cls = m.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-        responses = []
-        for res in body.resources:
-            code, message = self._apply(
+    ) -> m.IncrementalAlterConfigsResponse | Awaitable[m.IncrementalAlterConfigsResponse]:
+        outcomes = [
+            self._apply(
                 res.resource_type,
                 res.resource_name,
                 functools.partial(_edit, configs=res.configs),
                 body.validate_only,
             )
-            responses.append(resp_cls(error_code=code, error_message=message,
-                                      resource_type=res.resource_type,
-                                      resource_name=res.resource_name))  # fmt: skip
-        return m.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+            for res in body.resources
+        ]
+
+        def respond(codes: list[tuple[int, str | None]]) -> m.IncrementalAlterConfigsResponse:
+            resp_cls = m.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+            return m.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
+                resp_cls(error_code=code, error_message=message, resource_type=res.resource_type,
+                         resource_name=res.resource_name)
+                for res, (code, message) in zip(body.resources, codes, strict=True)
+            ])  # fmt: skip
+
+        return self._finish(outcomes, respond)
+
+    def _finish(
+        self, outcomes: list[_Outcome], respond: Callable[[list[tuple[int, str | None]]], _R]
+    ) -> _R | Awaitable[_R]:
+        """The response now, or (a cluster with writes to make) a coroutine for it."""
+        cluster = self.cluster
+        if cluster is None or not any(write for _, _, write in outcomes):
+            return respond([(code, message) for code, message, _ in outcomes])
+
+        async def written() -> _R:
+            assert cluster is not None and cluster.kzk is not None
+            codes = []
+            for code, message, write in outcomes:
+                if write is not None:
+                    try:
+                        await cluster.kzk.set_topic_config(*write)
+                    except Exception as exc:
+                        code, message = errors.UnknownServerError.code, repr(exc)
+                codes.append((code, message))
+            return respond(codes)
+
+        return written()
 
     def _apply(
         self,
@@ -210,9 +270,10 @@ class ConfigResources:
         name: str,
         new_overrides: Callable[[Mapping[str, str]], dict[str, str]],
         validate_only: bool,
-    ) -> tuple[int, str | None]:
-        """(error code, message) of altering one resource; ``new_overrides`` maps the topic's
-        current overrides to the wanted ones (raising KafkaError for a bad request)."""
+    ) -> _Outcome:
+        """(error code, message, ZooKeeper write to make) of altering one resource;
+        ``new_overrides`` maps the topic's current overrides to the wanted ones (raising
+        KafkaError for a bad request). Standalone the change is applied here."""
         try:
             if resource_type == RESOURCE_BROKER:
                 self._check_broker_name(name)
@@ -224,14 +285,16 @@ class ConfigResources:
                 raise errors.InvalidRequest(
                     f"resource type {resource_type} is not supported by Sluice"
                 )
-            current = self.logs.topic_overrides(name)  # UnknownTopicOrPartition if none
+            current = self._overrides(name)  # UnknownTopicOrPartition if none
             wanted = new_overrides(current)
             LogConfig.from_properties(wanted, self.logs.default_config)  # InvalidConfig
             if not validate_only:
+                if self.cluster is not None:
+                    return 0, None, (name, wanted)
                 self.logs.alter_topic_config(name, wanted)
         except errors.KafkaError as exc:
-            return exc.code, str(exc.args[0])
-        return 0, None
+            return exc.code, str(exc.args[0]), None
+        return 0, None, None
 
 
 def _replace(_current: Mapping[str, str], given: dict[str, str]) -> dict[str, str]:

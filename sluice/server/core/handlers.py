@@ -1127,14 +1127,12 @@ class Handlers:
     ) -> m.DescribeConfigsResponse:
         return self.config_resources.describe(body, header.api_version)
 
-    def alter_configs(
-        self, header: RequestHeader, body: m.AlterConfigsRequest
-    ) -> m.AlterConfigsResponse:
+    def alter_configs(self, header: RequestHeader, body: m.AlterConfigsRequest) -> Any:
         return self.config_resources.alter(body)
 
     def incremental_alter_configs(
         self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
-    ) -> m.IncrementalAlterConfigsResponse:
+    ) -> Any:
         return self.config_resources.incremental_alter(body)
 
     # --- DescribeCluster (60) --------------------------------------------------------------------

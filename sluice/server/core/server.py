@@ -154,6 +154,7 @@ class Server:
             raise
         self.cluster = cluster
         handlers.cluster = cluster
+        handlers.config_resources.cluster = cluster
 
     def _group_coordinator(self, manager: LogManager) -> GroupCoordinator:
         """Consumer groups and committed offsets: loads ``__consumer_offsets`` now, so it is

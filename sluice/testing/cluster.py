@@ -1,0 +1,330 @@
+"""A real replicated Sluice cluster for tests: N brokers on one ZooKeeper, no JVM broker, no Docker.
+
+Usage::
+
+    from sluice.testing.cluster import EmbeddedCluster
+
+    with EmbeddedCluster(3) as cluster:            # its own ZooKeeper, three broker processes
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        cluster.kill(cluster.leader_of("t", 0))    # kill -9 the partition's leader
+        cluster.restart(1)                         # same id, same data dir, same port
+
+    with EmbeddedCluster(3, zookeeper_connect="127.0.0.1:2181/my-test") as cluster: ...
+
+Each broker is an :class:`~sluice.testing.embedded.EmbeddedBroker` (``mode="subprocess"`` by
+default: a ``python -m sluice.server`` process of its own, which is what kill -9 and
+SIGSTOP need; ``mode="inprocess"`` runs each on a thread of this process) with ``node.id`` 1..N,
+its own data directory under one temporary root, and cluster settings short enough for tests
+(``zookeeper.session.timeout.ms`` 2000, ``replica.lag.time.max.ms`` 2000, fetch waits 100 ms);
+``properties`` override them. Without ``zookeeper_connect`` the cluster starts (and stops) a
+ZooKeeper of its own (:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
+
+:meth:`start` returns when every broker has registered, a controller is elected and every
+broker's Metadata lists all of them. Faults: :meth:`kill` (SIGKILL), :meth:`pause` /
+:meth:`resume` (SIGSTOP / SIGCONT), :meth:`stop_broker` (SIGTERM: a controlled shutdown),
+:meth:`restart`. Every wait is bounded; every process is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .embedded import EmbeddedBroker, Mode
+
+if TYPE_CHECKING:
+    from sluice.protocol import messages as m
+    from sluice.testing.zookeeper import ZooKeeperServer
+
+__all__ = ["EmbeddedCluster"]
+
+T = TypeVar("T")
+
+#: Cluster settings for tests: failures are noticed in about two seconds.
+TEST_PROPERTIES = {
+    "zookeeper.session.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
+    "leader.imbalance.check.interval.seconds": "5",
+    "offsets.topic.replication.factor": "3",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """Run a coroutine on a private loop in a private thread (callable from sync code and from
+    inside a running loop alike), bounded by ``timeout``."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+
+        def main() -> T:
+            async def bounded() -> T:
+                async with asyncio.timeout(timeout):
+                    return await coro_fn()
+
+            return asyncio.run(bounded())
+
+        return pool.submit(main).result(timeout + 5)
+
+
+class EmbeddedCluster:
+    """N brokers and (unless given) a ZooKeeper; see the module docstring."""
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        zookeeper_connect: str | None = None,
+        mode: Mode = "subprocess",
+        properties: Mapping[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a cluster needs at least one broker, not {size}")
+        self.size = size
+        self.mode: Mode = mode
+        self.properties = {**TEST_PROPERTIES, **(properties or {})}
+        self.startup_timeout = startup_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self._connect = zookeeper_connect
+        self.zookeeper: ZooKeeperServer | None = None
+        self.brokers: dict[int, EmbeddedBroker] = {}
+        self._ports: dict[int, int] = {}
+        self._root: Path | None = None
+        self._lock = threading.Lock()
+        self._state = "new"
+
+    # --- what tests use ----------------------------------------------------------------------
+
+    @property
+    def ids(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    @property
+    def zookeeper_connect(self) -> str:
+        if self._connect is None:
+            raise RuntimeError("the cluster has not been started")
+        return self._connect
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker (running or not: clients skip dead ones)."""
+        return ",".join(f"127.0.0.1:{self._ports[i]}" for i in self.ids if i in self._ports)
+
+    def data_dir(self, broker_id: int) -> Path:
+        assert self._root is not None
+        return self._root / f"broker-{broker_id}"
+
+    def broker(self, broker_id: int) -> EmbeddedBroker:
+        return self.brokers[broker_id]
+
+    def running(self, broker_id: int) -> bool:
+        broker = self.brokers.get(broker_id)
+        return broker is not None and broker.running and self._alive(broker)
+
+    def metadata(
+        self, topics: list[str] | None = None, via: int | None = None
+    ) -> m.MetadataResponse:
+        """A Metadata response (v9) from ``via`` (default: the first running broker)."""
+        from sluice.protocol import messages as m
+
+        broker_id = via if via is not None else self._any_running()
+        port = self._ports[broker_id]
+        body = m.MetadataRequest(
+            topics=None
+            if topics is None
+            else [m.MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        return _run(lambda: _request(port, m.Metadata.key, body), 15.0)
+
+    def leader_of(self, topic: str, partition: int = 0, via: int | None = None) -> int:
+        """The partition's leader as ``via`` sees it (-1: none)."""
+        for t in self.metadata([topic], via).topics:
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return int(p.leader_id)
+        return -1
+
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        """Poll ``condition`` until it holds (bounded): for conditions on Metadata."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if condition():
+                    return
+            except (OSError, ConnectionError, TimeoutError, RuntimeError):
+                pass  # a broker mid-restart
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not after {timeout}s")
+            time.sleep(0.05)
+
+    def wait_for_leader(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
+        """Wait until a running broker leads the partition, as every running broker sees it."""
+        found: list[int] = []
+
+        def agreed() -> bool:
+            views = {self.leader_of(topic, partition, via=b) for b in self.ids if self.running(b)}
+            if len(views) == 1:
+                leader = views.pop()
+                if leader > 0 and self.running(leader):
+                    found[:] = [leader]
+                    return True
+            return False
+
+        self.wait_for(agreed, f"a leader for {topic}-{partition}", timeout)
+        return found[0]
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def kill(self, broker_id: int) -> None:
+        """kill -9 (subprocess mode): no shutdown, unflushed page cache kept by the OS."""
+        broker = self._subprocess(broker_id)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait(self.shutdown_timeout)
+        broker.stop_sync()  # marks it stopped; the process is already gone
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP: the broker freezes (its ZooKeeper session expires if paused long enough)."""
+        proc = self._subprocess(broker_id).process
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        proc = self._subprocess(broker_id).process
+        assert proc is not None
+        proc.send_signal(signal.SIGCONT)
+
+    def stop_broker(self, broker_id: int) -> None:
+        """Graceful stop (SIGTERM / shutdown): a controlled shutdown in cluster mode."""
+        self.brokers[broker_id].stop_sync()
+
+    def restart(self, broker_id: int) -> EmbeddedBroker:
+        """Start ``broker_id`` again on its data dir and port (stopping it first if running)."""
+        old = self.brokers.get(broker_id)
+        if old is not None and old.running:
+            old.stop_sync()
+        return self._start_broker(broker_id)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start_sync(self) -> EmbeddedCluster:
+        if self._state != "new":
+            raise RuntimeError(f"an EmbeddedCluster cannot be started twice (it is {self._state})")
+        self._state = "running"
+        self._root = Path(tempfile.mkdtemp(prefix="sluice-cluster-"))
+        try:
+            if self._connect is None:
+                from sluice.testing.zookeeper import ZooKeeperServer
+
+                self.zookeeper = ZooKeeperServer()
+                self.zookeeper.start()
+                self._connect = self.zookeeper.connect_string("/sluice")
+            with concurrent.futures.ThreadPoolExecutor(self.size) as pool:
+                for future in [pool.submit(self._start_broker, i) for i in self.ids]:
+                    future.result()
+            self.wait_for(self._formed, "every broker registered and a controller elected",
+                          self.startup_timeout)  # fmt: skip
+        except BaseException:
+            self.stop_sync()
+            raise
+        return self
+
+    def _formed(self) -> bool:
+        for broker_id in self.ids:
+            meta = self.metadata(via=broker_id)
+            if sorted(b.node_id for b in meta.brokers) != self.ids or meta.controller_id < 0:
+                return False
+        return True
+
+    def stop_sync(self) -> None:
+        if self._state == "stopped":
+            return
+        self._state = "stopped"
+        errors: list[BaseException] = []
+        for _, broker in sorted(self.brokers.items()):
+            try:
+                if broker.mode == "subprocess" and broker.process is not None:
+                    broker.process.send_signal(signal.SIGCONT)  # a paused one cannot stop
+                broker.stop_sync()
+            except BaseException as exc:
+                errors.append(exc)
+                if broker.process is not None and broker.process.poll() is None:
+                    broker.process.kill()
+                    broker.process.wait(10)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start_sync()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_sync()
+
+    async def __aenter__(self) -> EmbeddedCluster:
+        return await asyncio.to_thread(self.start_sync)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop_sync)
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _start_broker(self, broker_id: int) -> EmbeddedBroker:
+        props = {
+            **self.properties,
+            "node.id": str(broker_id),
+            "zookeeper.connect": self.zookeeper_connect,
+        }
+        broker = EmbeddedBroker(
+            self.data_dir(broker_id),
+            mode=self.mode,
+            port=self._ports.get(broker_id, 0),
+            properties=props,
+            startup_timeout=self.startup_timeout,
+            shutdown_timeout=self.shutdown_timeout,
+        )
+        broker.start_sync()
+        with self._lock:
+            self.brokers[broker_id] = broker
+            self._ports[broker_id] = broker.port
+        return broker
+
+    def _subprocess(self, broker_id: int) -> EmbeddedBroker:
+        broker = self.brokers[broker_id]
+        if broker.mode != "subprocess" or broker.process is None:
+            raise RuntimeError("signals need mode='subprocess'")
+        return broker
+
+    @staticmethod
+    def _alive(broker: EmbeddedBroker) -> bool:
+        return broker.process is None or broker.process.poll() is None
+
+    def _any_running(self) -> int:
+        for broker_id in self.ids:
+            if self.running(broker_id):
+                return broker_id
+        raise RuntimeError("no broker is running")
+
+
+async def _request(port: int, api_key: int, body: Any) -> Any:
+    from sluice.client.connection import Connection
+
+    conn = await Connection.open("127.0.0.1", port, client_id="sluice-cluster")
+    try:
+        return await conn.request(api_key, body, timeout_ms=10_000)
+    finally:
+        conn.close()

@@ -484,3 +484,48 @@ async def test_topic_configs_live_in_zookeeper_and_reach_every_replica(
     finally:
         await c1.close()
         await c2.close()
+
+
+async def test_delete_records_on_the_leader_and_the_follower_follows(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "dr", 1, 2, timeout_ms=0)).error_code == 0
+        await elect(controller, "dr", {0: (1, [1, 2])})
+        await until(
+            lambda: (
+                cluster.partition(2, "dr") is not None and cluster.partition(2, "dr").leader_id == 1
+            ),
+            "2 follows",
+        )
+        resp = await c1.request(PRODUCE, 8, produce_request("dr", batch(10), acks=-1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+
+        def delete(offset: int) -> Any:
+            return m.DeleteRecordsRequest(
+                topics=[m.DeleteRecordsRequest.DeleteRecordsTopic(
+                    name="dr",
+                    partitions=[m.DeleteRecordsRequest.DeleteRecordsPartition(
+                        partition_index=0, offset=offset)])],
+                timeout_ms=5000,
+            )  # fmt: skip
+
+        resp = await c2.request(m.DeleteRecords.key, 1, delete(4))
+        assert resp.topics[0].partitions[0].error_code == errors.NotLeaderOrFollower.code
+        resp = await c1.request(m.DeleteRecords.key, 1, delete(4))
+        result = resp.topics[0].partitions[0]
+        assert (result.error_code, result.low_watermark) == (0, 4)
+        # The follower learns it from its next fetch (a produce makes one return).
+        resp = await c1.request(PRODUCE, 8, produce_request("dr", batch(1, 10), acks=-1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        await until(
+            lambda: cluster.partition(2, "dr").log.log_start_offset == 4, "follower's log start"
+        )
+    finally:
+        await c1.close()
+        await c2.close()

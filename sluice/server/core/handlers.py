@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from sluice.server.core.producer_id_manager import ProducerIdManager
     from sluice.server.core.replica_manager import AppendResult, DelayedProduce, ReplicaManager
     from sluice.server.group.coordinator import GroupCoordinator
-    from sluice.server.storage.log import Log
 
 log = get_logger("sluice.handlers")
 
@@ -830,13 +829,14 @@ class Handlers:
         for topic in body.topics:
             parts = []
             for p in topic.partitions:
-                log_: Log | None = self.logs.get_log(topic.name, p.partition_index)
+                partition = self.replicas.get_partition(topic.name, p.partition_index)
                 code, low = 0, -1
-                if log_ is None:
-                    code = errors.UnknownTopicOrPartition.code
+                if partition is None:
+                    code = self.replicas.missing_partition_code(topic.name, p.partition_index)
                 else:
                     try:
-                        low = log_.delete_records(p.offset)
+                        # The leader moves it; followers follow from their fetches.
+                        low = partition.local_log().delete_records(p.offset)
                     except Exception as exc:
                         if not isinstance(exc, errors.KafkaError):
                             log.exception("delete records failed", topic=topic.name)

@@ -354,7 +354,10 @@ class ReplicaFetcher:
                         key, fetch_state, data.error_code, "Fetch", data.log_start_offset
                     )
                     continue
-                self._append(key, current, fetched_at, data.records, data.high_watermark)
+                self._append(
+                    key, current, fetched_at, data.records, data.high_watermark,
+                    data.log_start_offset,
+                )  # fmt: skip
         return True
 
     def _append(
@@ -364,6 +367,7 @@ class ReplicaFetcher:
         fetched_at: int,
         records: object,
         leader_hw: int,
+        leader_log_start: int = -1,
     ) -> None:
         log_ = partition.log
         if log_.log_end_offset != fetched_at:
@@ -371,6 +375,11 @@ class ReplicaFetcher:
         if isinstance(records, bytes | bytearray | memoryview) and len(records) > 0:
             log_.append_as_follower(records)
         log_.update_high_watermark(min(leader_hw, log_.log_end_offset))
+        # The leader's log start moved (retention, DeleteRecords): follow it, up to what this
+        # replica knows is committed (Kafka's maybeIncrementLogStartOffset on the follower).
+        start = min(leader_log_start, log_.high_watermark)
+        if start > log_.log_start_offset:
+            log_.delete_records(start)
 
     def _on_error(
         self,

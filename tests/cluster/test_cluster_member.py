@@ -245,6 +245,16 @@ async def test_followers_replicate_and_acks_all_waits_for_the_isr(
         await c2.close()
 
 
+async def applied(cluster: Cluster, topic: str, brokers: tuple[int, ...], leader: int) -> None:
+    """Wait until every one of ``brokers`` has applied a state with ``leader`` for partition 0."""
+
+    def done() -> bool:
+        parts = [cluster.partition(b, topic) for b in brokers]
+        return all(p is not None and p.leader_id == leader for p in parts)
+
+    await until(done, f"{topic}-0 led by {leader} on {brokers}")
+
+
 def segment_bytes(cluster: Cluster, broker_id: int, topic: str) -> bytes:
     partition = cluster.partition(broker_id, topic)
     return b"".join(s.log_path.read_bytes() for s in partition.log.segments)
@@ -262,12 +272,7 @@ async def test_a_new_leader_takes_over_and_the_old_one_follows(
         await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
         assert (await create(c1, "f", 1, 2, timeout_ms=0)).error_code == 0
         await elect(controller, "f", {0: (1, [1, 2])})
-        await until(
-            lambda: (
-                cluster.partition(2, "f") is not None and cluster.partition(2, "f").leader_id == 1
-            ),
-            "2 follows",
-        )
+        await applied(cluster, "f", (1, 2), leader=1)
         resp = await c1.request(PRODUCE, 8, produce_request("f", batch(4), acks=-1))
         assert resp.responses[0].partition_responses[0].error_code == 0
         # The controller moves leadership to 2 at epoch 1.
@@ -497,12 +502,7 @@ async def test_delete_records_on_the_leader_and_the_follower_follows(
         await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
         assert (await create(c1, "dr", 1, 2, timeout_ms=0)).error_code == 0
         await elect(controller, "dr", {0: (1, [1, 2])})
-        await until(
-            lambda: (
-                cluster.partition(2, "dr") is not None and cluster.partition(2, "dr").leader_id == 1
-            ),
-            "2 follows",
-        )
+        await applied(cluster, "dr", (1, 2), leader=1)
         resp = await c1.request(PRODUCE, 8, produce_request("dr", batch(10), acks=-1))
         assert resp.responses[0].partition_responses[0].error_code == 0
 

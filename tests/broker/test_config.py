@@ -244,6 +244,18 @@ DECLARED = {
         "partitions of an auto-created topic or CreateTopics with num_partitions -1",
     ),
     "offset.metadata.max.bytes": ("4096", "largest commit metadata string"),
+    "offsets.commit.required.acks": (
+        "-1",
+        "acks of the coordinator's writes to the offsets topic (keep -1)",
+    ),
+    "offsets.commit.timeout.ms": (
+        "5000",
+        "an offset commit or group write waits this long for the offsets topic's replicas",
+    ),
+    "offsets.load.buffer.size": (
+        "5242880",
+        "bytes read per step when loading an offsets partition",
+    ),
     "offsets.retention.check.interval.ms": ("600000", "how often expired offsets are removed"),
     "offsets.retention.minutes": (
         "10080",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import acl, errors
@@ -756,10 +756,7 @@ class Handlers:
 
     def offset_commit(
         self, header: RequestHeader, body: m.OffsetCommitRequest
-    ) -> m.OffsetCommitResponse:
-        cls = m.OffsetCommitResponse
-        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
-        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
+    ) -> m.OffsetCommitResponse | Awaitable[m.OffsetCommitResponse]:
         wanted = [
             (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
              p.committed_metadata)
@@ -774,6 +771,21 @@ class Handlers:
             offsets=wanted,
         )
         self.metrics.inc("groups.offset_commits")
+        if not isinstance(codes, list):  # answered once the offsets topic's replicas have it
+            return self._offset_commit_later(wanted, codes)
+        return self._offset_commit_response(wanted, codes)
+
+    async def _offset_commit_later(
+        self, wanted: list[Any], codes: Awaitable[list[int]]
+    ) -> m.OffsetCommitResponse:
+        return self._offset_commit_response(wanted, await codes)
+
+    def _offset_commit_response(
+        self, wanted: list[Any], codes: list[int]
+    ) -> m.OffsetCommitResponse:
+        cls = m.OffsetCommitResponse
+        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
+        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
         topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
         for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
             topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
@@ -819,7 +831,8 @@ class Handlers:
         group_cls = m.ListGroupsResponse.ListedGroup
         return cls(
             throttle_time_ms=0,
-            error_code=0,
+            # Kafka: the groups it has, and this error while some offsets partition loads.
+            error_code=errors.CoordinatorLoadInProgress.code if self.groups.loading else 0,
             groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
         )
 
@@ -832,7 +845,12 @@ class Handlers:
         described = []
         ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
         for group_id in body.groups:
-            group = self.groups.describe_group(group_id)
+            try:
+                group = self.groups.describe_group(group_id)
+            except errors.KafkaError as exc:  # not the coordinator (now) of this group
+                described.append(group_cls(error_code=exc.code, group_id=group_id, group_state="",
+                                           members=[], authorized_operations=ops))  # fmt: skip
+                continue
             if group is None:
                 # Kafka (v0-5): an unknown group is described as Dead, without an error.
                 described.append(group_cls(error_code=0, group_id=group_id, group_state="Dead",

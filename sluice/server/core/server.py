@@ -89,7 +89,7 @@ class Server:
         self.replica_manager = replicas
         await manager.start()
         advertised = config.advertised_listener
-        self.group_coordinator = self._group_coordinator(manager)
+        self.group_coordinator = self._group_coordinator(manager, replicas)
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
@@ -124,15 +124,21 @@ class Server:
             topics=len(manager.topics()),
         )
 
-    def _group_coordinator(self, manager: LogManager) -> GroupCoordinator:
-        """Consumer groups and committed offsets: loads ``__consumer_offsets`` now, so it is
-        built on the running loop."""
+    def _group_coordinator(self, manager: LogManager, replicas: ReplicaManager) -> GroupCoordinator:
+        """Consumer groups and committed offsets: writes through the replica layer; loads (owns)
+        every ``__consumer_offsets`` partition now, so it is built on the running loop."""
+        from sluice.server.core.offsets_appender import ReplicaAppender
         from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
         from sluice.server.group.offsets_store import OffsetsStore
 
         group_config = GroupConfig.from_properties(self.config.properties)
         coordinator = GroupCoordinator(
-            OffsetsStore(manager, group_config.offsets_topic_num_partitions),
+            OffsetsStore(
+                manager,
+                group_config.offsets_topic_num_partitions,
+                ReplicaAppender(replicas, group_config.offsets_commit_timeout_ms),
+                load_buffer_bytes=group_config.offsets_load_buffer_size,
+            ),
             group_config,
             topic_exists=lambda t, p: manager.get_log(t, p) is not None,
         )

@@ -533,7 +533,7 @@ class GroupCoordinator:
         """Kafka's ``maybeUpdateCoordinatorEpoch``: an epoch at least the one held wins."""
         held = self._epochs.get(partition)
         if held is not None and leader_epoch < held:
-            log.info("stale offsets partition event ignored", partition=partition, event=what,
+            log.info("stale offsets partition event ignored", partition=partition, hook=what,
                      leader_epoch=leader_epoch, held_epoch=held)  # fmt: skip
             return False
         self._epochs[partition] = leader_epoch

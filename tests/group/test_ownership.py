@@ -66,7 +66,13 @@ def test_groups_fall_into_different_partitions() -> None:
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start(tmp_path, "offsets.topic.num.partitions=2", "offsets.commit.timeout.ms=300")
+    # offsets.load.buffer.size=1: a load reads one batch per step (a read returns at least one).
+    srv = await start(
+        tmp_path,
+        "offsets.topic.num.partitions=2",
+        "offsets.commit.timeout.ms=300",
+        "offsets.load.buffer.size=1",
+    )
     try:
         yield srv
     finally:
@@ -199,6 +205,8 @@ async def test_loading_answers_load_in_progress_until_the_partition_is_read(
     assert await commit(client, generation, member, {("t", 0): 5}, group=GROUP_A) == {
         ("t", 0): NONE
     }
+    batches = len(list(coordinator.store.read_partition(0)))
+    assert batches == 2  # the group's metadata and the commit, one batch per read
     gate = asyncio.Event()
     pauses: list[int] = []
 
@@ -226,7 +234,7 @@ async def test_loading_answers_load_in_progress_until_the_partition_is_read(
     assert not coordinator.on_elected(0, 1)
     gate.set()
     await until(lambda: coordinator.owned_partitions == {0, 1})
-    assert len(pauses) >= 2  # one pause per chunk read, and one at the end
+    assert pauses == [0] * (batches + 1)  # before each step, and before finding the end
     assert not coordinator.loading
     assert await fetch(client, GROUP_A) == (NONE, {("t", 0): 5})
     assert (await list_groups(client))[0] == NONE

@@ -8,7 +8,6 @@ follow, and the coordinators' hooks are called as the cluster glue will call the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from sluice.protocol import messages as m
@@ -17,22 +16,14 @@ from sluice.server.core.server import Server
 from sluice.server.group.coordinator import GroupCoordinator
 from sluice.server.group.offsets_store import OFFSETS_TOPIC, OffsetRecord
 from tests.broker.test_server import create_topic
-from tests.broker_util import WireClient
 from tests.group.test_groups import commit, connect, join_new, start, sync
+from tests.group.test_ownership import fetch, until
 
 LEADER, FOLLOWER = 0, 1
 NONE, NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 WAIT_S = 15.0
 TIMEOUT_MS = 400  # offsets.commit.timeout.ms
 KEY = (OFFSETS_TOPIC, 0)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), WAIT_S)
 
 
 def coordinator_of(server: Server) -> GroupCoordinator:
@@ -48,13 +39,6 @@ def committed_in_log(server: Server, group: str) -> list[int]:
         for r in chunk
         if isinstance(r, OffsetRecord) and r.group == group and r.value is not None
     ]
-
-
-async def fetch(c: WireClient, group: str) -> tuple[int, dict[tuple[str, int], int]]:
-    resp = await c.request(m.OffsetFetch.key, 5, m.OffsetFetchRequest(group_id=group, topics=None))
-    found = {(t.name, p.partition_index): p.committed_offset for t in resp.topics
-             for p in t.partitions}  # fmt: skip
-    return resp.error_code, found
 
 
 def set_state(servers: list[Server], leader: int, epoch: int) -> None:

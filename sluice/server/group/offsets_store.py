@@ -240,7 +240,7 @@ class AppendOutcome(NamedTuple):
 #: watermark is already past the batch, e.g. a single replica), else a future of it that
 #: completes when it is replicated, fails, or ``offsets.commit.timeout.ms`` passes. It never
 #: raises for a Kafka error: the code is in the outcome.
-Appender = Callable[[int, bytes, int], "AppendOutcome | asyncio.Future[AppendOutcome]"]
+Appender = Callable[[int, bytes, int], AppendOutcome | asyncio.Future[AppendOutcome]]
 
 #: Kafka's ``offsets.load.buffer.size`` default: bytes read per step when loading a partition.
 DEFAULT_LOAD_BUFFER_BYTES = 5 * 1024 * 1024

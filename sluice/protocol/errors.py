@@ -125,6 +125,7 @@ OutOfOrderSequenceNumber = _define(
 )
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
 InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+KafkaStorageError = _define("KafkaStorageError", 56, True, "disk error accessing the log")
 TopicDeletionDisabled = _define("TopicDeletionDisabled", 73, False, "topic deletion is disabled")
 FencedLeaderEpoch = _define("FencedLeaderEpoch", 74, True, "leader epoch older than the broker's")
 UnknownLeaderEpoch = _define("UnknownLeaderEpoch", 75, True, "leader epoch newer than the broker's")

@@ -244,7 +244,24 @@ DECLARED = {
         "partitions of an auto-created topic or CreateTopics with num_partitions -1",
     ),
     "offset.metadata.max.bytes": ("4096", "largest commit metadata string"),
+    "offsets.commit.required.acks": (
+        "-1",
+        "acks of the coordinator's writes to the offsets topic (keep -1)",
+    ),
+    "offsets.commit.timeout.ms": (
+        "5000",
+        "an offset commit or group write waits this long for the offsets topic's replicas",
+    ),
+    "offsets.load.buffer.size": (
+        "5242880",
+        "bytes read per step when loading an offsets partition",
+    ),
     "offsets.retention.check.interval.ms": ("600000", "how often expired offsets are removed"),
+    "offsets.topic.replication.factor": (
+        "3",
+        "replicas of __consumer_offsets in a cluster (standalone: 1); created when that many "
+        "brokers live",
+    ),
     "offsets.retention.minutes": (
         "10080",
         "committed offsets of an empty group expire after this long",

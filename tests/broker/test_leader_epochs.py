@@ -487,20 +487,32 @@ async def test_parked_produce_answers_not_leader_when_leadership_moves(
 
 
 async def test_committed_offsets_are_stamped_with_the_offsets_partitions_epoch(
-    server: Server,
+    server: Server, client: WireClient
 ) -> None:
-    """The group coordinator appends to ``__consumer_offsets`` itself (below the core): its
-    batches must carry the partition's current epoch, or the append would rewind the epoch
-    cache to epoch 0 after an epoch change."""
+    """The group coordinator writes ``__consumer_offsets`` through the partition's leader append:
+    its batches carry the partition's current epoch (a fixed 0 would rewind the epoch cache to
+    epoch 0 after an epoch change)."""
     coordinator = server.group_coordinator
     assert coordinator is not None
+    assert await create_topic(client, "t") == 0
     store = coordinator.store
     store.ensure_topic()
     partition = store.partition_for("g")
-    first = store.append("g", [(b"k0", b"v0")])
+
+    def commit(offset: int) -> None:
+        codes = coordinator.commit_offsets(
+            group_id="g", generation_id=-1, member_id="", group_instance_id=None,
+            offsets=[("t", 0, offset, -1, "")],
+        )  # fmt: skip
+        assert codes == [0]
+
+    server_log = store.log(partition)
+    first = server_log.log_end_offset
+    commit(1)
     assert replicas(server).make_leader("__consumer_offsets", partition, 3)
-    second = store.append("g", [(b"k1", b"v1")])
-    log_ = store.log(partition)
-    assert log_.latest_epoch == 3
-    assert (log_.epoch_for_offset(first), log_.epoch_for_offset(second)) == (0, 3)
-    assert log_.end_offset_for_epoch(0) == (0, second)
+    second = server_log.log_end_offset
+    commit(2)
+    assert server_log.log_end_offset == second + 1
+    assert server_log.latest_epoch == 3
+    assert (server_log.epoch_for_offset(first), server_log.epoch_for_offset(second)) == (0, 3)
+    assert server_log.end_offset_for_epoch(0) == (0, second)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from sluice.protocol.errors import ProtocolError
+from sluice.server.core.offsets_appender import ReplicaAppender
+from sluice.server.core.replica_manager import ReplicaManager
 from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
 from sluice.server.group.offsets_store import (
     OFFSETS_TOPIC,
@@ -140,23 +142,34 @@ def open_manager(tmp_path: Path) -> LogManager:
     return manager
 
 
+def store_for(manager: LogManager, partitions: int) -> OffsetsStore:
+    """A store writing through a standalone ReplicaManager (the broker's wiring)."""
+    return OffsetsStore(manager, partitions, ReplicaAppender(ReplicaManager(manager, 0), 5000))
+
+
 def test_store_is_lazy_and_replays_with_tombstones(tmp_path: Path) -> None:
     manager = open_manager(tmp_path)
     try:
-        store = OffsetsStore(manager, 3)
+        store = store_for(manager, 3)
         assert store.open() is False and list(store.replay()) == []
         assert OFFSETS_TOPIC not in manager.topics()
-        store.append("g", [offset_commit_record("g", "t", 0, OffsetAndMetadata(1, -1, "", 5))])
+        home = partition_for("g", 3)
+        first = store.write(
+            home, [offset_commit_record("g", "t", 0, OffsetAndMetadata(1, -1, "", 5))], -1
+        )
+        assert first == (0, 0)  # settled at once: one replica
         assert manager.topics()[OFFSETS_TOPIC] == 3
         assert manager.topic_config(OFFSETS_TOPIC).retention_ms == -1
-        store.append(
-            "g",
+        second = store.write(
+            home,
             [
                 offset_commit_record("g", "t", 0, OffsetAndMetadata(2, -1, "", 6)),
                 offset_commit_record("g", "t", 1, OffsetAndMetadata(3, -1, "", 6)),
             ],
+            -1,
         )
-        store.append("g", [offset_commit_record("g", "t", 1, None)])
+        assert second == (0, 1)
+        assert store.write(home, [offset_commit_record("g", "t", 1, None)], 1) == (0, 3)
         got = [(r.partition, r.value.offset if r.value else None) for r in store.replay()
                if isinstance(r, OffsetRecord)]  # fmt: skip
         assert got == [(0, 1), (0, 2), (1, 3), (1, None)]
@@ -167,7 +180,7 @@ def test_store_is_lazy_and_replays_with_tombstones(tmp_path: Path) -> None:
         manager.close()
     manager = open_manager(tmp_path)
     try:
-        store = OffsetsStore(manager, 50)  # an existing topic's partition count wins
+        store = store_for(manager, 50)  # an existing topic's partition count wins
         assert store.open() is True and store.num_partitions == 3
         assert len(list(store.replay())) == 4
     finally:
@@ -179,7 +192,7 @@ async def test_expiry_of_empty_and_standalone_groups(tmp_path: Path) -> None:
     now = [1_000_000]
     try:
         config = GroupConfig(offsets_retention_ms=1000, offsets_retention_check_interval_ms=10**9)
-        coordinator = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        coordinator = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
         coordinator.load()
         codes = coordinator.commit_offsets(
             group_id="solo",
@@ -203,7 +216,7 @@ async def test_expiry_of_empty_and_standalone_groups(tmp_path: Path) -> None:
         assert "solo" not in coordinator.groups
         coordinator.shutdown()
         # The tombstones are durable: a fresh coordinator sees nothing.
-        again = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        again = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
         again.load()
         assert again.fetch_offsets("solo", None) == []
         again.shutdown()
@@ -230,7 +243,7 @@ async def test_compaction_restates_live_values_and_moves_the_log_start(tmp_path:
     now = [5_000_000]
     config = GroupConfig(offsets_compaction_min_records=50)
     try:
-        coordinator = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        coordinator = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
         coordinator.load()
         for i in range(100):  # 100 commits of the same 3 partitions: 300 records, 3 live keys
             now[0] += 1
@@ -253,7 +266,7 @@ async def test_compaction_restates_live_values_and_moves_the_log_start(tmp_path:
         manager.close()
     manager = open_manager(tmp_path)
     try:
-        again = GroupCoordinator(OffsetsStore(manager, 1), config, clock=lambda: now[0])
+        again = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
         again.load()
         after = again.fetch_offsets("busy", None) + again.fetch_offsets("quiet", None)
         assert after == before  # offsets, metadata, epochs and commit timestamps

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import acl, errors
@@ -884,9 +884,12 @@ class Handlers:
     def find_coordinator(
         self, header: RequestHeader, body: m.FindCoordinatorRequest
     ) -> m.FindCoordinatorResponse:
-        """This broker coordinates every group (key type 0); transactions (1) are not served."""
+        """Standalone this broker coordinates every group (key type 0); in a cluster the leader
+        of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
         cls = m.FindCoordinatorResponse
         host, port = self._advertised
+        if self.cluster is not None and body.key_type == 0:
+            return self._cluster_coordinator(self.cluster, body.key)
         if body.key_type == 0:
             code = self.groups.ensure_ready()
         else:
@@ -897,6 +900,66 @@ class Handlers:
                        host="", port=-1)  # fmt: skip
         return cls(throttle_time_ms=0, error_code=0, error_message=None,
                    node_id=self.config.node_id, host=host, port=port)  # fmt: skip
+
+    def _cluster_coordinator(self, cluster: ClusterMember, group: str) -> m.FindCoordinatorResponse:
+        """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets
+        topic has no live leader there, or does not exist yet (then it is created, with
+        ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
+        Kafka's ``createInternalTopic``)."""
+        cls = m.FindCoordinatorResponse
+        cache = cluster.cache
+        assignment = cache.assignments.get(OFFSETS_TOPIC)
+        unavailable = cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
+                          error_message=None, node_id=-1, host="", port=-1)  # fmt: skip
+        if assignment is None:
+            self._create_offsets_topic(cluster)
+            return unavailable
+        from sluice.server.group.offsets_store import partition_for
+
+        partition = partition_for(group, len(assignment.partitions))
+        leader = cache.leader(OFFSETS_TOPIC, partition)
+        address = cache.address(leader) if leader >= 0 else None
+        if address is None:
+            return unavailable
+        return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader,
+                   host=address[0], port=address[1])  # fmt: skip
+
+    def _create_offsets_topic(self, cluster: ClusterMember) -> None:
+        from sluice.server.group.offsets_store import OFFSETS_TOPIC_CONFIG
+
+        if OFFSETS_TOPIC in self._auto_creating:
+            return
+        group_config = self.groups.config
+        rf = group_config.offsets_topic_replication_factor
+        if len(cluster.cache.brokers) < rf:
+            log.warning(
+                "cannot create the offsets topic yet",
+                live_brokers=len(cluster.cache.brokers),
+                replication_factor=rf,
+            )
+            return
+        try:
+            assignment = cluster.validate_new_topic(
+                OFFSETS_TOPIC, group_config.offsets_topic_num_partitions, rf, None,
+                OFFSETS_TOPIC_CONFIG,
+            )  # fmt: skip
+        except errors.TopicAlreadyExists:
+            return
+        self._auto_creating.add(OFFSETS_TOPIC)
+
+        async def create() -> None:
+            try:
+                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
+            except errors.TopicAlreadyExists:
+                pass
+            except Exception as exc:
+                log.warning("creating the offsets topic failed", error=repr(exc))
+            finally:
+                self._auto_creating.discard(OFFSETS_TOPIC)
+
+        task = asyncio.get_running_loop().create_task(create())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def join_group(
         self, header: RequestHeader, body: m.JoinGroupRequest
@@ -971,10 +1034,7 @@ class Handlers:
 
     def offset_commit(
         self, header: RequestHeader, body: m.OffsetCommitRequest
-    ) -> m.OffsetCommitResponse:
-        cls = m.OffsetCommitResponse
-        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
-        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
+    ) -> m.OffsetCommitResponse | Awaitable[m.OffsetCommitResponse]:
         wanted = [
             (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
              p.committed_metadata)
@@ -989,6 +1049,21 @@ class Handlers:
             offsets=wanted,
         )
         self.metrics.inc("groups.offset_commits")
+        if not isinstance(codes, list):  # answered once the offsets topic's replicas have it
+            return self._offset_commit_later(wanted, codes)
+        return self._offset_commit_response(wanted, codes)
+
+    async def _offset_commit_later(
+        self, wanted: list[Any], codes: Awaitable[list[int]]
+    ) -> m.OffsetCommitResponse:
+        return self._offset_commit_response(wanted, await codes)
+
+    def _offset_commit_response(
+        self, wanted: list[Any], codes: list[int]
+    ) -> m.OffsetCommitResponse:
+        cls = m.OffsetCommitResponse
+        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
+        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
         topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
         for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
             topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
@@ -1034,7 +1109,8 @@ class Handlers:
         group_cls = m.ListGroupsResponse.ListedGroup
         return cls(
             throttle_time_ms=0,
-            error_code=0,
+            # Kafka: the groups it has, and this error while some offsets partition loads.
+            error_code=errors.CoordinatorLoadInProgress.code if self.groups.loading else 0,
             groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
         )
 
@@ -1047,7 +1123,12 @@ class Handlers:
         described = []
         ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
         for group_id in body.groups:
-            group = self.groups.describe_group(group_id)
+            try:
+                group = self.groups.describe_group(group_id)
+            except errors.KafkaError as exc:  # not the coordinator (now) of this group
+                described.append(group_cls(error_code=exc.code, group_id=group_id, group_state="",
+                                           members=[], authorized_operations=ops))  # fmt: skip
+                continue
             if group is None:
                 # Kafka (v0-5): an unknown group is described as Dead, without an error.
                 described.append(group_cls(error_code=0, group_id=group_id, group_state="Dead",

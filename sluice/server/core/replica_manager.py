@@ -38,9 +38,8 @@ and an ``acks=-1`` produce never waits. The code is written for the replicated c
 * Follower LEOs and caught-up times: only the leader's follower-fetch path
   (:meth:`Partition.update_follower_end_offset`).
 * HW: only :meth:`Partition.maybe_increment_high_watermark`, on the leader, after a local
-  append, a follower LEO update or a leadership change. (Exception kept from before this module:
-  the group coordinator's offsets store, which sits below the core, appends to
-  ``__consumer_offsets`` and advances that HW itself.)
+  append, a follower LEO update or a leadership change. (The group coordinator writes
+  ``__consumer_offsets`` through :meth:`append_records` too: ``offsets_appender``.)
 * The partition table: only :class:`ReplicaManager` (lazily, and
   :meth:`ReplicaManager.delete_topic`); topics are deleted only through it, so a
   :class:`Partition` never outlives its log.

@@ -36,6 +36,7 @@ from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
     from sluice.server.core.cluster import ClusterMember
+    from sluice.server.core.replica_manager import Partition
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log_manager import LogManager
 
@@ -98,7 +99,7 @@ class Server:
         self.replica_manager = replicas
         await manager.start()
         advertised = config.advertised_listener
-        self.group_coordinator = self._group_coordinator(manager)
+        self.group_coordinator = self._group_coordinator(manager, replicas)
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
@@ -141,9 +142,12 @@ class Server:
         from sluice.server.core.cluster import ClusterMember
 
         cluster = ClusterMember(self.config, replicas, handlers.advertised)
+        cluster.leadership_listeners.append(self._offsets_leadership)
+        self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
         except BaseException:
+            self.cluster = None
             await cluster.stop()
             if self._server is not None:
                 self._server.close()
@@ -152,24 +156,55 @@ class Server:
             self.log_manager.close()
             self.log_manager = None
             raise
-        self.cluster = cluster
         handlers.cluster = cluster
         handlers.config_resources.cluster = cluster
 
-    def _group_coordinator(self, manager: LogManager) -> GroupCoordinator:
-        """Consumer groups and committed offsets: loads ``__consumer_offsets`` now, so it is
-        built on the running loop."""
+    def _offsets_leadership(self, partition: Partition) -> None:
+        """Cluster mode: the group coordinator serves the groups of the offsets partitions this
+        broker leads (Kafka's onElection / onResignation)."""
+        from sluice.server.group.offsets_store import OFFSETS_TOPIC
+
+        coordinator = self.group_coordinator
+        if partition.topic != OFFSETS_TOPIC or coordinator is None:
+            return
+        if self.cluster is not None:  # the cluster's partition count places the groups
+            count = self.cluster.cache.topics().get(OFFSETS_TOPIC)
+            if count:
+                coordinator.store.num_partitions = count
+        if partition.is_leader:
+            coordinator.on_elected(partition.index, partition.leader_epoch)
+        else:
+            coordinator.on_resigned(partition.index, partition.leader_epoch)
+
+    def _group_coordinator(self, manager: LogManager, replicas: ReplicaManager) -> GroupCoordinator:
+        """Consumer groups and committed offsets: writes through the replica layer. Standalone
+        it loads (owns) every ``__consumer_offsets`` partition now, so it is built on the running
+        loop; in a cluster it owns those this broker leads, as their states arrive."""
+        from sluice.server.core.offsets_appender import ReplicaAppender
         from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
         from sluice.server.group.offsets_store import OffsetsStore
 
         group_config = GroupConfig.from_properties(self.config.properties)
         coordinator = GroupCoordinator(
-            OffsetsStore(manager, group_config.offsets_topic_num_partitions),
+            OffsetsStore(
+                manager,
+                group_config.offsets_topic_num_partitions,
+                ReplicaAppender(replicas, group_config.offsets_commit_timeout_ms),
+                load_buffer_bytes=group_config.offsets_load_buffer_size,
+            ),
             group_config,
-            topic_exists=lambda t, p: manager.get_log(t, p) is not None,
+            topic_exists=self._topic_exists,
         )
-        coordinator.load()
+        if not self.config.cluster_mode:
+            coordinator.load()
         return coordinator
+
+    def _topic_exists(self, topic: str, partition: int) -> bool:
+        """OffsetCommit's check: the partition exists (anywhere in a cluster)."""
+        if self.cluster is not None:
+            return self.cluster.cache.has_partition(topic, partition)
+        assert self.log_manager is not None
+        return self.log_manager.get_log(topic, partition) is not None
 
     def _make_connection(self) -> Connection:
         assert self.handlers is not None

@@ -1,6 +1,7 @@
 """The classic consumer-group coordinator: membership, rebalances, committed offsets.
 
-This broker coordinates every group (single node). The protocol is Kafka's classic one
+This broker coordinates the groups of the ``__consumer_offsets`` partitions it leads (see
+*Ownership* below; standalone: all of them). The protocol is Kafka's classic one
 (JoinGroup / SyncGroup / Heartbeat / LeaveGroup): the broker never looks inside the protocol
 metadata or assignments -- range, roundrobin, cooperative-sticky... are the clients' business and
 pass through as opaque bytes. The leader (a member) computes the assignment.
@@ -31,17 +32,57 @@ pass through as opaque bytes. The leader (a member) computes the assignment.
   removed and the group rebalances.
 
 **Committed offsets** live in memory (group -> partition -> :class:`OffsetAndMetadata`) and in
-``__consumer_offsets`` (:mod:`sluice.server.group.offsets_store`), replayed at start-up together
-with the last
-group metadata (members come back with fresh session timers, so consumers that keep heartbeating
-across a broker restart keep their generation). An OffsetCommit is answered after its record is
-appended. Offsets of a group expire ``offsets.retention.minutes`` after the group became Empty
-(or, for a group that only stores offsets, after the commit) -- Kafka's KIP-211 rule; expiry
-writes tombstones.
+``__consumer_offsets`` (:mod:`sluice.server.group.offsets_store`), loaded together with the last
+group metadata when this broker takes a partition over (members come back with fresh session
+timers, so consumers that keep heartbeating across a coordinator move keep their generation).
+Offsets of a group expire ``offsets.retention.minutes`` after the group became Empty (or, for a
+group that only stores offsets, after the commit) -- Kafka's KIP-211 rule; expiry writes
+tombstones.
 
-**Concurrency**: everything runs on the event-loop thread; handlers call the public ``async``
-methods, timers are ``loop.call_later`` callbacks. No locks are needed because no method awaits
-between reading and updating a group (the awaits only wait for a future this module completes).
+**Ownership** (Kafka's ``GroupMetadataManager``: ``ownedPartitions``, ``loadingPartitions``,
+``epochForPartitionId``). A group belongs to offsets partition ``partition_for(group)``; this
+coordinator serves it only while it *owns* that partition:
+
+* :meth:`GroupCoordinator.on_elected` (this broker became the partition's leader at
+  ``leader_epoch``) marks the partition *loading* and reads it in a background task, chunk by
+  chunk (``offsets.load.buffer.size``), yielding to the loop between chunks; when the read
+  reaches the log end offset the groups are installed and the partition is *owned*. Like Kafka
+  2.6's ``doLoadGroupsAndOffsets`` the read goes to the leader's LEO, not to its high watermark:
+  the records above HW were written in earlier terms and the new leader's log is the one its
+  followers will converge to, so they are the state to serve. A load that fails (I/O error) is
+  logged and the partition is owned with what was read, as Kafka does.
+* :meth:`GroupCoordinator.on_resigned` (it stopped leading) drops the partition's groups: timers
+  cancelled, waiting JoinGroup/SyncGroup requests answer NOT_COORDINATOR; a load in progress is
+  cancelled.
+* Both carry the partition's leader epoch; one older than the last applied for that partition is
+  ignored (a late call from an earlier term). Kafka accepts an equal epoch, and so does this.
+* Requests for a group whose partition is loading get COORDINATOR_LOAD_IN_PROGRESS (Kafka's
+  exceptions: SyncGroup gets REBALANCE_IN_PROGRESS -- older clients do not expect the loading
+  error and the rebalance state is lost anyway -- and Heartbeat gets NONE, "respond blindly");
+  for a partition not owned NOT_COORDINATOR.
+* Invariant: :attr:`GroupCoordinator.groups` holds only groups of owned partitions, so a request
+  naming a cached group needs no ownership check (no hashing on the hot path).
+* Standalone, :meth:`GroupCoordinator.load` owns every partition at once (loaded synchronously at
+  start-up, before the broker listens), which is today's single-broker behaviour.
+
+**Writes** go through the replica layer (:data:`sluice.server.group.offsets_store.Appender`,
+Kafka's ``appendForGroup``): OffsetCommit and the group metadata written by SyncGroup (and by a
+static member's rejoin) use ``offsets.commit.required.acks`` (-1) and are answered when the
+partition's high watermark passed the record, or at ``offsets.commit.timeout.ms``. The cache
+changes only when the write succeeded (Kafka's ``pendingOffsetCommits``: an OffsetFetch meanwhile
+sees the old offset; of two commits of one partition in flight, the one later in the log wins
+whichever completes first). Append errors are translated as Kafka's ``storeOffsets`` /
+``storeGroup`` do (:func:`commit_error`, :func:`group_write_error`). Tombstones (expiry,
+DeleteGroups, OffsetDelete) are written with ``acks=1`` and not waited for: Kafka's
+``cleanupGroupMetadata`` does not require acks either (a lost tombstone is written again by the
+next expiry pass, or the deletion is retried). Compaction waits for its restated records to be
+replicated before it moves the log start offset. Every write happens only while the partition is
+owned.
+
+**Concurrency**: everything runs on the event-loop thread; handlers call the public methods,
+timers are ``loop.call_later`` callbacks, a write's completion is a future callback (never code
+after an ``await`` in a request, so a client that goes away cannot leave a group half-updated).
+No locks are needed because no method awaits between reading and updating a group.
 """
 
 from __future__ import annotations
@@ -50,14 +91,15 @@ import asyncio
 import enum
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol.config_def import ConfigKey, int_in
 from sluice.protocol.consumer_protocol import decode_subscription
 from sluice.server.group.offsets_store import (
+    AppendOutcome,
     GroupMetadataValue,
     GroupRecord,
     MemberMetadata,
@@ -105,6 +147,13 @@ GROUP_OPTIONS: tuple[ConfigKey, ...] = (
         "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
     ),
     ConfigKey(
+        "offsets.topic.replication.factor",
+        int_in(1),
+        "3",
+        "replicas of __consumer_offsets in a cluster (standalone: 1); created when that many "
+        "brokers live",
+    ),
+    ConfigKey(
         "offsets.retention.minutes",
         int_in(1),
         "10080",
@@ -117,6 +166,24 @@ GROUP_OPTIONS: tuple[ConfigKey, ...] = (
         "how often expired offsets are removed",
     ),
     ConfigKey("offset.metadata.max.bytes", int_in(0), "4096", "largest commit metadata string"),
+    ConfigKey(
+        "offsets.commit.timeout.ms",
+        int_in(1),
+        "5000",
+        "an offset commit or group write waits this long for the offsets topic's replicas",
+    ),
+    ConfigKey(
+        "offsets.commit.required.acks",
+        int_in(-1, 1),
+        "-1",
+        "acks of the coordinator's writes to the offsets topic (keep -1)",
+    ),
+    ConfigKey(
+        "offsets.load.buffer.size",
+        int_in(1),
+        "5242880",
+        "bytes read per step when loading an offsets partition",
+    ),
     ConfigKey(
         "sluice.offsets.compaction.min.records",
         int_in(1),
@@ -135,6 +202,9 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
     offsets_topic_num_partitions: int = 1
+    #: Cluster mode: replicas of ``__consumer_offsets``; FindCoordinator answers
+    #: COORDINATOR_NOT_AVAILABLE until that many brokers are alive to create it (Kafka's rule).
+    offsets_topic_replication_factor: int = 3
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
@@ -142,16 +212,23 @@ class GroupConfig:
     #: compaction (see GroupCoordinator.compact) runs when a partition holds this many more
     #: records than live keys; checked at start-up and every retention check interval
     offsets_compaction_min_records: int = 10000
+    offsets_commit_timeout_ms: int = 5000
+    offsets_commit_required_acks: int = -1
+    offsets_load_buffer_size: int = 5242880
 
     KEYS: ClassVar[dict[str, str]] = {
         "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
         "group.min.session.timeout.ms": "min_session_timeout_ms",
         "group.max.session.timeout.ms": "max_session_timeout_ms",
         "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+        "offsets.topic.replication.factor": "offsets_topic_replication_factor",
         "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         "offset.metadata.max.bytes": "offset_metadata_max_bytes",
         "group.max.size": "max_size",
         "sluice.offsets.compaction.min.records": "offsets_compaction_min_records",
+        "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+        "offsets.commit.required.acks": "offsets_commit_required_acks",
+        "offsets.load.buffer.size": "offsets_load_buffer_size",
     }
 
     @classmethod
@@ -169,6 +246,8 @@ class GroupConfig:
         config = cls(**values)
         if config.offsets_topic_num_partitions < 1:
             raise ValueError("offsets.topic.num.partitions must be >= 1")
+        if config.offsets_topic_replication_factor < 1:
+            raise ValueError("offsets.topic.replication.factor must be >= 1")
         if config.initial_rebalance_delay_ms < 0:
             raise ValueError("group.initial.rebalance.delay.ms must be >= 0")
         return config
@@ -184,6 +263,81 @@ class GroupError(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+_WRITE_FAILED = AppendOutcome(errors.UnknownServerError.code, -1)
+
+
+def commit_error(append_error: int) -> int:
+    """The OffsetCommit code for an append error (Kafka's ``storeOffsets``). REQUEST_TIMED_OUT
+    (``offsets.commit.timeout.ms`` passed) is COORDINATOR_NOT_AVAILABLE as in Kafka's newer
+    coordinator (``GroupCoordinatorService``); 2.6 passed it through."""
+    if append_error in _UNAVAILABLE or append_error == errors.RequestTimedOut.code:
+        return errors.CoordinatorNotAvailable.code
+    if append_error in _MOVED:
+        return errors.NotCoordinator.code
+    if append_error in _TOO_LARGE:
+        return errors.InvalidCommitOffsetSize.code
+    return append_error
+
+
+def group_write_error(append_error: int) -> int:
+    """The SyncGroup/JoinGroup code for a failed group-metadata write (Kafka 2.6's
+    ``storeGroup``): a timeout is REBALANCE_IN_PROGRESS (the group rebalances after a failed
+    write, so its members rejoin), a size error UNKNOWN_SERVER_ERROR."""
+    if append_error in _UNAVAILABLE:
+        return errors.CoordinatorNotAvailable.code
+    if append_error in _MOVED:
+        return errors.NotCoordinator.code
+    if append_error == errors.RequestTimedOut.code:
+        return errors.RebalanceInProgress.code
+    if append_error in _TOO_LARGE:
+        return errors.UnknownServerError.code
+    return append_error
+
+
+_UNAVAILABLE = frozenset(
+    c.code
+    for c in (
+        errors.UnknownTopicOrPartition,
+        errors.NotEnoughReplicas,
+        errors.NotEnoughReplicasAfterAppend,
+    )
+)
+_MOVED = frozenset(c.code for c in (errors.NotLeaderOrFollower, errors.KafkaStorageError))
+_TOO_LARGE = frozenset(
+    c.code for c in (errors.MessageTooLarge, errors.RecordListTooLarge, errors.InvalidFetchSize)
+)
+
+
+async def _yield_to_loop(_partition: int) -> None:
+    await asyncio.sleep(0)
+
+
+class _LoadedPartition:
+    """What a load read from one offsets partition so far: the last offsets and group metadata
+    per group (a tombstone removes)."""
+
+    __slots__ = ("metadata", "offsets", "records")
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self.metadata: dict[str, Any] = {}
+        self.records = 0
+
+    def add(self, records: list[OffsetRecord | GroupRecord]) -> None:
+        self.records += len(records)
+        for rec in records:
+            if isinstance(rec, OffsetRecord):
+                group_offsets = self.offsets.setdefault(rec.group, {})
+                if rec.value is None:
+                    group_offsets.pop((rec.topic, rec.partition), None)
+                else:
+                    group_offsets[(rec.topic, rec.partition)] = rec.value
+            else:
+                self.metadata[rec.group] = rec.value
 
 
 @dataclass
@@ -239,6 +393,14 @@ class Group:
     rebalance_deadline: float = 0.0  # loop time by which the (initial) delay must end
     in_initial_delay: bool = False
     persisted: Any = None  # the last GroupMetadataValue written (or loaded): compaction restates it
+    persisted_position: int = -1  # log offset of ``persisted`` if written since the load
+    #: commits written but not yet settled, the latest per partition (Kafka's
+    #: pendingOffsetCommits): a settled write updates ``offsets`` only while its partition is
+    #: still pending here (a deletion in between removes it)
+    pending_commits: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    #: log offset of the batch that holds each cached offset written since the load: of two
+    #: writes settling out of order, the later one in the log wins
+    commit_positions: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def all_joined(self) -> bool:
         return not self.pending_members and all(
@@ -248,13 +410,37 @@ class Group:
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
+    def on_commit_written(
+        self, key: tuple[str, int], value: OffsetAndMetadata, position: int
+    ) -> None:
+        """A commit of ``key`` settled successfully at log offset ``position`` (Kafka's
+        ``onOffsetCommitAppend``)."""
+        if key in self.pending_commits and self.commit_positions.get(key, -1) < position:
+            self.offsets[key] = value
+            self.commit_positions[key] = position
+        if self.pending_commits.get(key) is value:
+            del self.pending_commits[key]
+
+    def on_commit_failed(self, key: tuple[str, int], value: OffsetAndMetadata) -> None:
+        if self.pending_commits.get(key) is value:
+            del self.pending_commits[key]
+
+    def remove_offsets(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Forget ``keys``' offsets, including commits still in flight (they will not land)."""
+        for key in keys:
+            self.offsets.pop(key, None)
+            self.pending_commits.pop(key, None)
+            self.commit_positions.pop(key, None)
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class GroupCoordinator:
-    """Every consumer group of this broker. Create, :meth:`load`, serve, :meth:`shutdown`.
+    """The consumer groups of the offsets partitions this broker owns. Create, then either
+    :meth:`load` (standalone: own them all) or let the cluster call :meth:`on_elected` /
+    :meth:`on_resigned`; serve; :meth:`shutdown`.
 
     Must be created and used on the running event loop (it schedules timers on it).
     """
@@ -275,36 +461,154 @@ class GroupCoordinator:
         self._loop = asyncio.get_running_loop()
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._stopped = False
+        # Ownership (module docstring). A partition is in at most one of _owned / _loading; the
+        # token identifies one term of ownership, so that a write settling after a resignation
+        # (and maybe a re-election) knows it belongs to an older term.
+        self._epochs: dict[int, int] = {}
+        self._owned: dict[int, object] = {}
+        self._loading: dict[int, asyncio.Task[None]] = {}
+        self._compacting: set[int] = set()
+        #: Awaited before each chunk a background load reads (with the partition): a seam for
+        #: tests to hold a load open; the default just yields to the loop.
+        self.load_pause: Callable[[int], Awaitable[None]] = _yield_to_loop
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ ownership
 
     def load(self) -> None:
-        """Replay ``__consumer_offsets`` (if it exists): offsets, then each group's metadata."""
-        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
-        metadata: dict[str, Any] = {}
-        count = 0
-        for rec in self.store.replay():
-            count += 1
-            if isinstance(rec, OffsetRecord):
-                group_offsets = offsets.setdefault(rec.group, {})
-                if rec.value is None:
-                    group_offsets.pop((rec.topic, rec.partition), None)
-                else:
-                    group_offsets[(rec.topic, rec.partition)] = rec.value
-            elif isinstance(rec, GroupRecord):
-                metadata[rec.group] = rec.value
-        for group_id in set(offsets) | set(metadata):
-            value = metadata.get(group_id)
-            group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
+        """Standalone: own every offsets partition now, each loaded synchronously from its log
+        (the topic's partition count if it exists, else ``offsets.topic.num.partitions``; a
+        partition without a log yet is owned empty). No epochs are recorded, so any later
+        :meth:`on_elected` / :meth:`on_resigned` applies."""
+        self.store.open()
+        for partition in range(self.store.num_partitions):
+            if partition in self._owned or partition in self._loading:
                 continue
-            group = Group(group_id, offsets=dict(group_offsets), state_timestamp=self._clock())
+            loaded = _LoadedPartition()
+            for chunk in self.store.read_partition(partition):
+                loaded.add(chunk)
+            self._take_ownership(partition, loaded)
+
+    def on_elected(self, partition: int, leader_epoch: int) -> bool:
+        """This broker became the leader of offsets partition ``partition`` at ``leader_epoch``
+        (Kafka's ``onElection``): load its groups in the background, then serve them.
+
+        Returns False if ignored: an epoch older than the last applied for the partition, or
+        after shutdown. Already owned or loading: nothing more to do (Kafka: "already loading").
+        """
+        if self._stopped or not self._apply_epoch(partition, leader_epoch, "elected"):
+            return False
+        if partition in self._owned or partition in self._loading:
+            return True
+        log.info("loading offsets partition", partition=partition, leader_epoch=leader_epoch)
+        self._loading[partition] = self._loop.create_task(self._load(partition, leader_epoch))
+        return True
+
+    def on_resigned(self, partition: int, leader_epoch: int | None) -> bool:
+        """This broker stopped leading offsets partition ``partition`` at ``leader_epoch``
+        (Kafka's ``onResignation``; ``None``: unconditionally, e.g. the partition is gone):
+        forget its groups. Members waiting in JoinGroup/SyncGroup get NOT_COORDINATOR; writes
+        still in flight settle with the replica layer's answer (NOT_LEADER_OR_FOLLOWER ->
+        NOT_COORDINATOR) and change nothing here. Returns False if the epoch is stale."""
+        if leader_epoch is not None and not self._apply_epoch(partition, leader_epoch, "resigned"):
+            return False
+        task = self._loading.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self._owned.pop(partition, None)
+        self._compacting.discard(partition)
+        dropped = [
+            g for gid, g in self.groups.items() if self.store.partition_for(gid) == partition
+        ]
+        for group in dropped:
+            self._unload(group)
+            self._set_state(group, GroupState.DEAD)
+            del self.groups[group.group_id]
+        log.info("offsets partition resigned", partition=partition, leader_epoch=leader_epoch,
+                 groups=len(dropped))  # fmt: skip
+        return True
+
+    @property
+    def owned_partitions(self) -> frozenset[int]:
+        """Offsets partitions whose groups this coordinator serves now."""
+        return frozenset(self._owned)
+
+    @property
+    def loading_partitions(self) -> frozenset[int]:
+        return frozenset(self._loading)
+
+    @property
+    def loading(self) -> bool:
+        """Whether some partition is loading (ListGroups then answers
+        COORDINATOR_LOAD_IN_PROGRESS with the groups it has, as Kafka does)."""
+        return bool(self._loading)
+
+    def _apply_epoch(self, partition: int, leader_epoch: int, what: str) -> bool:
+        """Kafka's ``maybeUpdateCoordinatorEpoch``: an epoch at least the one held wins."""
+        held = self._epochs.get(partition)
+        if held is not None and leader_epoch < held:
+            log.info("stale offsets partition event ignored", partition=partition, hook=what,
+                     leader_epoch=leader_epoch, held_epoch=held)  # fmt: skip
+            return False
+        self._epochs[partition] = leader_epoch
+        return True
+
+    async def _load(self, partition: int, leader_epoch: int) -> None:
+        """Background load of one partition (see the module docstring); cancelled by
+        :meth:`on_resigned` and :meth:`shutdown`."""
+        started = time.monotonic()
+        loaded = _LoadedPartition()
+        try:
+            chunks = self.store.read_partition(partition)
+            while True:
+                await self.load_pause(partition)
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                loaded.add(chunk)
+        except Exception:
+            log.exception("loading offsets partition failed", partition=partition)
+        if self._loading.get(partition) is not asyncio.current_task():
+            return
+        del self._loading[partition]
+        self._take_ownership(partition, loaded)
+        log.info("offsets partition loaded", partition=partition, leader_epoch=leader_epoch,
+                 ms=round((time.monotonic() - started) * 1000))  # fmt: skip
+
+    def _take_ownership(self, partition: int, loaded: _LoadedPartition) -> None:
+        """Install a partition's loaded groups and serve them (Kafka's ``loadGroup`` +
+        ``onGroupLoaded``: members get fresh session timers). A group already cached (cannot
+        happen while the invariant holds) is kept, as Kafka's ``addGroup`` does."""
+        now = self._clock()
+        installed = 0
+        for group_id in set(loaded.offsets) | set(loaded.metadata):
+            value = loaded.metadata.get(group_id)
+            group_offsets = loaded.offsets.get(group_id, {})
+            if (value is None and not group_offsets) or group_id in self.groups:
+                continue
+            group = Group(group_id, offsets=dict(group_offsets), state_timestamp=now)
             if value is not None:
                 self._restore(group, value)
             self.groups[group_id] = group
-        log.info("groups loaded", groups=len(self.groups), records=count)
-        self.compact()
-        self._schedule_expiry()
+            installed += 1
+        self._owned[partition] = object()
+        log.info("groups loaded", partition=partition, groups=installed, records=loaded.records)
+        self._compact_partition(partition, self.config.offsets_compaction_min_records)
+        if self._expiry_handle is None:
+            self._schedule_expiry()
+
+    def _status(self, group_id: str) -> int:
+        """Kafka's ``validateGroupStatus`` (after the group id check): may this coordinator
+        serve ``group_id`` now? NONE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR."""
+        if self._stopped:
+            return errors.NotCoordinator.code
+        if group_id in self.groups:
+            return NONE  # cached groups belong to owned partitions (the invariant)
+        partition = self.store.partition_for(group_id)
+        if partition in self._loading:
+            return errors.CoordinatorLoadInProgress.code
+        if partition not in self._owned:
+            return errors.NotCoordinator.code
+        return NONE
 
     def ensure_ready(self) -> int:
         """FindCoordinator: create the internal topic if needed; an error code (0 = ready)."""
@@ -344,26 +648,95 @@ class GroupCoordinator:
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
     def shutdown(self) -> None:
-        """Cancel timers; waiting JoinGroup/SyncGroup requests answer NOT_COORDINATOR."""
+        """Cancel timers and loads; waiting JoinGroup/SyncGroup requests answer NOT_COORDINATOR."""
         self._stopped = True
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
+        for task in self._loading.values():
+            task.cancel()
+        self._loading.clear()
         for group in self.groups.values():
-            if group.rebalance_handle is not None:
-                group.rebalance_handle.cancel()
-            for handle in group.pending_members.values():
-                handle.cancel()
-            for member in group.members.values():
-                if member.heartbeat_handle is not None:
-                    member.heartbeat_handle.cancel()
-                self._complete_join(member, JoinResult(errors.NotCoordinator.code))
-                self._complete_sync(member, errors.NotCoordinator.code, b"")
+            self._unload(group)
+
+    def _unload(self, group: Group) -> None:
+        """Cancel a group's timers; members waiting in JoinGroup/SyncGroup get NOT_COORDINATOR
+        (Kafka's ``onGroupUnloaded``)."""
+        if group.rebalance_handle is not None:
+            group.rebalance_handle.cancel()
+            group.rebalance_handle = None
+        for handle in group.pending_members.values():
+            handle.cancel()
+        group.pending_members.clear()
+        for member in group.members.values():
+            if member.heartbeat_handle is not None:
+                member.heartbeat_handle.cancel()
+                member.heartbeat_handle = None
+            self._complete_join(member, JoinResult(errors.NotCoordinator.code))
+            self._complete_sync(member, errors.NotCoordinator.code, b"")
+
+    # ------------------------------------------------------------------ writes
+
+    def _write(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]], acks: int
+    ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
+        """Append ``records`` to ``group_id``'s partition, only while owning it (else
+        NOT_LEADER_OR_FOLLOWER, which callers translate to NOT_COORDINATOR)."""
+        partition = self.store.partition_for(group_id)
+        if partition not in self._owned:
+            return AppendOutcome(errors.NotLeaderOrFollower.code, -1)
+        return self._write_to(partition, records, acks)
+
+    def _write_to(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], acks: int
+    ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
+        try:
+            return self.store.write(partition, records, acks)
+        except errors.KafkaError as exc:
+            return AppendOutcome(exc.code, -1)
+        except Exception:
+            log.exception("offsets partition write failed", partition=partition)
+            return AppendOutcome(errors.UnknownServerError.code, -1)
+
+    def _write_tombstones(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Cleanup writes (expiry, deletions): ``acks=1``, settled at once (module docstring);
+        returns the append's error code."""
+        outcome = self._write(group_id, records, acks=1)
+        assert isinstance(outcome, AppendOutcome), "an acks=1 append settles at once"
+        return outcome.error
+
+    def _then(
+        self,
+        settled: _U | asyncio.Future[_U],
+        then: Callable[[_U], _T],
+        failed: _U,
+    ) -> _T | asyncio.Future[_T]:
+        """``then(value)`` now if the write is settled (standalone: always), else a future of
+        it, run as the write's completion callback whether or not anybody awaits it.
+        ``failed`` stands for the value of a future that was cancelled or failed."""
+        if not isinstance(settled, asyncio.Future):
+            return then(settled)
+        result: asyncio.Future[_T] = self._loop.create_future()
+
+        def done(future: asyncio.Future[_U]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                log.error("offsets partition write did not settle", error=repr(future))
+                value = failed
+            else:
+                value = future.result()
+            try:
+                out = then(value)
+            except Exception as exc:
+                log.exception("applying an offsets partition write failed")
+                if not result.done():
+                    result.set_exception(exc)
+                return
+            if not result.done():
+                result.set_result(out)
+
+        settled.add_done_callback(done)
+        return result
 
     # ------------------------------------------------------------------ helpers
-
-    def _check_running(self) -> None:
-        if self._stopped:
-            raise GroupError(errors.NotCoordinator.code)
 
     @staticmethod
     def _complete_join(member: Member, result: JoinResult) -> None:
@@ -581,10 +954,11 @@ class GroupCoordinator:
         require_known_member_id: bool,
     ) -> JoinResult:
         """JoinGroup: returns when the join phase completes (or at once for an error)."""
-        if self._stopped:
-            return JoinResult(errors.NotCoordinator.code, member_id=member_id)
         if not group_id:
             return JoinResult(errors.InvalidGroupId.code, member_id=member_id)
+        status = self._status(group_id)
+        if status:
+            return JoinResult(status, member_id=member_id)
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(errors.InvalidSessionTimeout.code, member_id=member_id)
@@ -710,14 +1084,24 @@ class GroupCoordinator:
         log.info("static member rejoined", group=group.group_id, instance=instance_id)
         if group.state is GroupState.STABLE:
             if self._select_protocol(group) == group.protocol_name:
-                error = self._write_group_metadata(group)
-                if error:
-                    # Not persisted: the old incarnation stays the member (Kafka's rollback).
-                    self._replace_member(group, member, old)
-                    return JoinResult(error, group.generation, group.protocol_name or "",
-                                      current_leader or "", "")  # fmt: skip
-                return JoinResult(NONE, group.generation, group.protocol_name or "",
-                                  current_leader or "", member.member_id)  # fmt: skip
+
+                def written(error: int) -> JoinResult:
+                    if error:
+                        if self.groups.get(group.group_id) is group and (
+                            group.members.get(member.member_id) is member
+                        ):
+                            # Not persisted: the old incarnation stays the member (Kafka's
+                            # rollback).
+                            self._replace_member(group, member, old)
+                        return JoinResult(error, group.generation, group.protocol_name or "",
+                                          current_leader or "", "")  # fmt: skip
+                    return JoinResult(NONE, group.generation, group.protocol_name or "",
+                                      current_leader or "", member.member_id)  # fmt: skip
+
+                answer = self._then(
+                    self._write_group_metadata(group), written, errors.UnknownServerError.code
+                )
+                return await answer if isinstance(answer, asyncio.Future) else answer
             self._prepare_rebalance(group, f"static member {instance_id} changed the protocol")
         elif group.state is GroupState.COMPLETING_REBALANCE:
             self._prepare_rebalance(group, f"static member {instance_id} rejoined")
@@ -771,7 +1155,6 @@ class GroupCoordinator:
     def _member_for(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
     ) -> tuple[Group, Member]:
-        self._check_running()
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             raise GroupError(errors.UnknownMemberId.code)
@@ -795,7 +1178,16 @@ class GroupCoordinator:
         group_instance_id: str | None,
         assignments: list[tuple[str, bytes]],
     ) -> tuple[int, bytes]:
-        """SyncGroup: (error code, this member's assignment); followers wait for the leader."""
+        """SyncGroup: (error code, this member's assignment); followers wait for the leader.
+
+        The leader's assignment is written to the offsets topic first; everyone is answered when
+        that write settles (:meth:`_assignment_written`)."""
+        status = self._status(group_id)
+        if status:
+            # Kafka: while loading, the rebalance state is lost: rejoin (older clients do not
+            # expect COORDINATOR_LOAD_IN_PROGRESS here).
+            load = errors.CoordinatorLoadInProgress.code
+            return (errors.RebalanceInProgress.code if status == load else status), b""
         try:
             group, member = self._member_for(group_id, member_id, group_instance_id, generation_id)
         except GroupError as exc:
@@ -816,22 +1208,41 @@ class GroupCoordinator:
             given = {mid: bytes(a) for mid, a in assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            error = self._write_group_metadata(group)
-            if error:
-                for m in group.members.values():
-                    m.assignment = b""
-                    self._complete_sync(m, error, b"")
-                self._prepare_rebalance(group, "group metadata write failed")
-            else:
-                self._set_state(group, GroupState.STABLE)
-                for m in group.members.values():
-                    self._complete_sync(m, NONE, m.assignment)
-                log.info("group stable", group=group.group_id, generation=group.generation)
+            generation = group.generation
+            self._then(
+                self._write_group_metadata(group),
+                lambda error: self._assignment_written(group, generation, error),
+                errors.UnknownServerError.code,
+            )
         return await fut
+
+    def _assignment_written(self, group: Group, generation: int, error: int) -> None:
+        """The leader's assignment settled (Kafka's ``doSyncGroup`` callback): applied only if
+        the group is still this one, CompletingRebalance, at the same generation."""
+        if (
+            self.groups.get(group.group_id) is not group
+            or group.state is not GroupState.COMPLETING_REBALANCE
+            or group.generation != generation
+        ):
+            return
+        if error:
+            for m in group.members.values():
+                m.assignment = b""
+                self._complete_sync(m, error, b"")
+            self._prepare_rebalance(group, "group metadata write failed")
+        else:
+            self._set_state(group, GroupState.STABLE)
+            for m in group.members.values():
+                self._complete_sync(m, NONE, m.assignment)
+            log.info("group stable", group=group.group_id, generation=group.generation)
 
     def heartbeat(
         self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> int:
+        status = self._status(group_id)
+        if status:
+            # Kafka: a loading coordinator "responds blindly" NONE to a heartbeat.
+            return NONE if status == errors.CoordinatorLoadInProgress.code else status
         try:
             group, member = self._member_for(group_id, member_id, group_instance_id, generation_id)
         except GroupError as exc:
@@ -847,8 +1258,9 @@ class GroupCoordinator:
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[int, list[int]]:
         """LeaveGroup: (top-level error, per-member errors) for (member_id, instance_id) pairs."""
-        if self._stopped:
-            return errors.NotCoordinator.code, []
+        status = self._status(group_id)
+        if status:
+            return status, []
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return errors.UnknownMemberId.code, [errors.UnknownMemberId.code for _ in members]
@@ -886,8 +1298,11 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: list[tuple[str, int, int, int, str | None]],
-    ) -> list[int]:
-        """OffsetCommit of (topic, partition, offset, leader_epoch, metadata); per-partition codes.
+    ) -> list[int] | asyncio.Future[list[int]]:
+        """OffsetCommit of (topic, partition, offset, leader_epoch, metadata); per-partition
+        codes, at once when the write settled at once (standalone), else a future of them that
+        completes when the write is replicated, fails or times out (module docstring: the cache
+        changes only on success; errors by :func:`commit_error`).
 
         Validated in Kafka's order (``GroupCoordinator.handleCommitOffsets``): the member and
         generation first (:meth:`_validate_commit`), the group state after. So a stale
@@ -899,10 +1314,11 @@ class GroupCoordinator:
         the group has no members; for a group that does not exist it creates one (any
         generation >= 0 there is ILLEGAL_GENERATION).
         """
-        if self._stopped:
-            return [errors.NotCoordinator.code] * len(offsets)
         if not group_id:
             return [errors.InvalidGroupId.code] * len(offsets)
+        status = self._status(group_id)
+        if status:
+            return [status] * len(offsets)
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             if generation_id >= 0:
@@ -936,17 +1352,38 @@ class GroupCoordinator:
             records.append(offset_commit_record(group_id, topic, partition, value))
             accepted.append(((topic, partition), value))
             results.append(NONE)
-        if records:
-            try:
-                self.store.append(group_id, records)
-            except Exception as exc:
-                if not isinstance(exc, errors.KafkaError):
-                    log.exception("offset commit write failed", group=group_id)
-                failed = errors.CoordinatorNotAvailable.code
-                return [failed if r == NONE else r for r in results]
-            for key, value in accepted:
-                group.offsets[key] = value
-        return results
+        if not records:
+            return results
+        for key, value in accepted:
+            group.pending_commits[key] = value
+        outcome = self._write(group_id, records, self.config.offsets_commit_required_acks)
+        return self._then(
+            outcome, lambda o: self._commit_written(group, accepted, results, o), _WRITE_FAILED
+        )
+
+    def _commit_written(
+        self,
+        group: Group,
+        accepted: list[tuple[tuple[str, int], OffsetAndMetadata]],
+        results: list[int],
+        outcome: AppendOutcome,
+    ) -> list[int]:
+        """A commit's write settled (Kafka's ``storeOffsets`` callback): cache it on success
+        (if the group is still this one), answer each partition."""
+        current = self.groups.get(group.group_id) is group
+        for key, value in accepted:
+            if not current:
+                break
+            if outcome.error:
+                group.on_commit_failed(key, value)
+            else:
+                group.on_commit_written(key, value, outcome.first_offset)
+        if not outcome.error:
+            return results
+        code = commit_error(outcome.error)
+        log.info("offset commit write failed", group=group.group_id,
+                 append_error=outcome.error, error=code)  # fmt: skip
+        return [code if r == NONE else r for r in results]
 
     @staticmethod
     def _validate_commit(
@@ -979,8 +1416,12 @@ class GroupCoordinator:
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> list[tuple[str, int, OffsetAndMetadata | None]]:
-        """OffsetFetch: the committed offset of each partition (None: none); None = all."""
-        self._check_running()
+        """OffsetFetch: the committed offset of each partition (None: none); None = all.
+        Raises NotCoordinator / CoordinatorLoadInProgress when this coordinator may not answer
+        for the group. Commits still being written are not visible (Kafka's getOffsets)."""
+        status = self._status(group_id)
+        if status:
+            raise errors.for_code(status)(f"group {group_id!r}")
         group = self.groups.get(group_id)
         offsets = group.offsets if group is not None else {}
         if partitions is None:
@@ -1000,10 +1441,11 @@ class GroupCoordinator:
         Tombstones are written before memory changes; an Empty group left without offsets is
         forgotten (its metadata tombstoned), as Kafka turns it Dead.
         """
-        if self._stopped:
-            return errors.NotCoordinator.code, {}
         if not group_id:
             return errors.InvalidGroupId.code, {}
+        status = self._status(group_id)
+        if status:
+            return status, {}
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return errors.GroupIdNotFound.code, {}
@@ -1026,16 +1468,14 @@ class GroupCoordinator:
             records = [offset_commit_record(group_id, t, p, None) for t, p in removed]
             if drop_group:
                 records.append(group_metadata_record(group_id, None))
-            try:
-                self.store.append(group_id, records)
-            except Exception:
-                log.exception("offset delete write failed", group=group_id)
-                return errors.CoordinatorNotAvailable.code, {}
-            for tp in removed:
-                del group.offsets[tp]
+            error = self._write_tombstones(group_id, records)
+            if error:
+                log.warning("offset delete write failed", group=group_id, append_error=error)
+                return commit_error(error), {}
             if drop_group:
                 del self.groups[group_id]
             log.info("offsets deleted", group=group_id, count=len(removed))
+        group.remove_offsets(eligible)  # commits in flight for them do not land either
         results.update((tp, NONE) for tp in eligible)
         return NONE, results
 
@@ -1055,8 +1495,10 @@ class GroupCoordinator:
                 return None
         return topics
 
-    def _write_group_metadata(self, group: Group) -> int:
-        """Persist the group's membership and assignment; returns an error code (0 = ok)."""
+    def _write_group_metadata(self, group: Group) -> int | asyncio.Future[int]:
+        """Persist the group's membership and assignment (Kafka's ``storeGroup``): an error
+        code (0 = ok, else by :func:`group_write_error`), at once or as a future (see
+        :meth:`commit_offsets`)."""
         protocol = group.protocol_name
         value = GroupMetadataValue.cls(
             protocol_type=group.protocol_type or "",
@@ -1078,13 +1520,24 @@ class GroupCoordinator:
                 for m in group.members.values()
             ],
         )
-        try:
-            self.store.append(group.group_id, [group_metadata_record(group.group_id, value)])
-        except Exception:
-            log.exception("group metadata write failed", group=group.group_id)
-            return errors.CoordinatorNotAvailable.code
-        group.persisted = value
-        return NONE
+        outcome = self._write(
+            group.group_id,
+            [group_metadata_record(group.group_id, value)],
+            self.config.offsets_commit_required_acks,
+        )
+
+        def written(outcome: AppendOutcome) -> int:
+            if outcome.error:
+                code = group_write_error(outcome.error)
+                log.warning("group metadata write failed", group=group.group_id,
+                            append_error=outcome.error, error=code)  # fmt: skip
+                return code
+            if group.persisted_position < outcome.first_offset:
+                group.persisted = value
+                group.persisted_position = outcome.first_offset
+            return NONE
+
+        return self._then(outcome, written, _WRITE_FAILED)
 
     # ------------------------------------------------------------------ admin
 
@@ -1096,14 +1549,20 @@ class GroupCoordinator:
         ]
 
     def describe_group(self, group_id: str) -> Group | None:
+        """The group (None: unknown or Dead). Raises NotCoordinator /
+        CoordinatorLoadInProgress when this coordinator may not answer for it."""
+        status = self._status(group_id)
+        if status:
+            raise errors.for_code(status)(f"group {group_id!r}")
         group = self.groups.get(group_id)
         return None if group is None or group.state is GroupState.DEAD else group
 
     def delete_groups(self, group_ids: list[str]) -> list[int]:
         results = []
         for group_id in group_ids:
-            if self._stopped:
-                results.append(errors.NotCoordinator.code)
+            status = self._status(group_id)
+            if status:
+                results.append(status)
                 continue
             group = self.groups.get(group_id)
             if group is None or group.state is GroupState.DEAD:
@@ -1114,11 +1573,10 @@ class GroupCoordinator:
                 continue
             records = [offset_commit_record(group_id, t, p, None) for t, p in group.offsets]
             records.append(group_metadata_record(group_id, None))
-            try:
-                self.store.append(group_id, records)
-            except Exception:
-                log.exception("group delete write failed", group=group_id)
-                results.append(errors.CoordinatorNotAvailable.code)
+            error = self._write_tombstones(group_id, records)
+            if error:
+                log.warning("group delete write failed", group=group_id, append_error=error)
+                results.append(commit_error(error))
                 continue
             self._set_state(group, GroupState.DEAD)
             del self.groups[group_id]
@@ -1147,45 +1605,74 @@ class GroupCoordinator:
 
     def compact(self, min_records: int | None = None) -> int:
         """Minimal compaction of ``__consumer_offsets`` (Kafka compacts it with its log cleaner,
-        which Sluice does not have). Per partition, when the records since the log start
-        offset outnumber the live keys by ``min_records`` and by 2x: append every live value of
-        the partition's groups again (their offsets and last persisted group metadata, original
-        timestamps kept), then move the log start offset to the first restated record
-        (``Log.delete_records``). Replay then starts there; the retention pass deletes the
-        segments wholly below it (disk is reclaimed once the active segment has rolled).
-
-        Crash-safe at every step: the restated records carry the same values, so a replay
-        that sees old records, some or all restated ones, or only the restated ones rebuilds
-        the same state. Returns the number of partitions compacted.
-        """
+        which Sluice does not have), of every owned partition (:meth:`_compact_partition`).
+        Returns the number of partitions whose compaction started (standalone: finished)."""
         threshold = (
             self.config.offsets_compaction_min_records if min_records is None else min_records
         )
         if self._stopped or not self.store.open():
             return 0
-        by_partition: dict[int, list[Group]] = {}
+        return sum(self._compact_partition(p, threshold) for p in list(self._owned))
+
+    def _compact_partition(self, partition: int, threshold: int) -> bool:
+        """When the records since the log start offset outnumber the partition's live keys by
+        ``threshold`` and by 2x: append every live value of the partition's groups again (their
+        offsets and last persisted group metadata, original timestamps kept), and once those
+        records are replicated (the write settled, HW past them) move the log start offset to
+        the first restated record (``Log.delete_records``), if this broker still owns the
+        partition in the same term. Replay then starts there; the retention pass deletes the
+        segments wholly below it (disk is reclaimed once the active segment has rolled).
+        Waiting for replication keeps a follower that is behind from being sent past records
+        that only the leader has (a follower below the leader's log start starts over there).
+
+        Crash-safe at every step: the restated records carry the same values, so a replay
+        that sees old records, some or all restated ones, or only the restated ones rebuilds
+        the same state. Returns whether a compaction started. One at a time per partition.
+        """
+        token = self._owned.get(partition)
+        log_ = self.store.log_if_open(partition)
+        if token is None or log_ is None or partition in self._compacting:
+            return False
+        records: list[tuple[bytes, bytes | None]] = []
         for group in self.groups.values():
-            by_partition.setdefault(self.store.partition_for(group.group_id), []).append(group)
-        compacted = 0
-        for partition in range(self.store.num_partitions):
-            log_ = self.store.log(partition)
-            records: list[tuple[bytes, bytes | None]] = []
-            for group in by_partition.get(partition, ()):
-                for (topic, part), value in sorted(group.offsets.items()):
-                    records.append(offset_commit_record(group.group_id, topic, part, value))
-                if group.persisted is not None:
-                    records.append(group_metadata_record(group.group_id, group.persisted))
-            span = log_.log_end_offset - log_.log_start_offset
-            if span < threshold + len(records) or span < 2 * len(records):
+            if self.store.partition_for(group.group_id) != partition:
                 continue
-            start = log_.log_end_offset
-            for i in range(0, len(records), _COMPACTION_CHUNK):
-                self.store.append_to(partition, records[i : i + _COMPACTION_CHUNK])
-            log_.delete_records(start)
-            compacted += 1
+            for (topic, part), value in sorted(group.offsets.items()):
+                records.append(offset_commit_record(group.group_id, topic, part, value))
+            if group.persisted is not None:
+                records.append(group_metadata_record(group.group_id, group.persisted))
+        span = log_.log_end_offset - log_.log_start_offset
+        if span < threshold + len(records) or span < 2 * len(records):
+            return False
+        start = log_.log_end_offset
+        outcome: AppendOutcome | asyncio.Future[AppendOutcome] = AppendOutcome(NONE, start)
+        acks = self.config.offsets_commit_required_acks
+        for i in range(0, len(records), _COMPACTION_CHUNK):
+            outcome = self._write_to(partition, records[i : i + _COMPACTION_CHUNK], acks)
+            if isinstance(outcome, AppendOutcome) and outcome.error:
+                break
+        # The last chunk settling means HW passed every chunk (HW only moves forward).
+        self._compacting.add(partition)
+
+        def restated(outcome: AppendOutcome) -> None:
+            if self._owned.get(partition) is not token:
+                return  # resigned meanwhile (and maybe elected again: a new term)
+            self._compacting.discard(partition)
+            if outcome.error:
+                log.warning("offsets partition compaction not completed", partition=partition,
+                            append_error=outcome.error)  # fmt: skip
+                return
+            try:
+                log_.delete_records(start)
+            except Exception:
+                log.exception("offsets partition compaction: moving the log start failed",
+                              partition=partition, log_start_offset=start)  # fmt: skip
+                return
             log.info("offsets partition compacted", partition=partition, records_before=span,
                      live=len(records), log_start_offset=start)  # fmt: skip
-        return compacted
+
+        self._then(outcome, restated, _WRITE_FAILED)
+        return True
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Remove offsets past ``offsets.retention.minutes`` (KIP-211); returns how many.
@@ -1207,17 +1694,20 @@ class GroupCoordinator:
                 ]
             if not expired:
                 continue
+            # Commits in flight are not expired (Kafka's removeExpiredOffsets).
+            expired = [k for k in expired if k not in group.pending_commits]
+            if not expired:
+                continue
             records = [offset_commit_record(group.group_id, t, p, None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets)
+            drop_group = len(expired) == len(group.offsets) and not group.pending_commits
             if drop_group:
                 records.append(group_metadata_record(group.group_id, None))
-            try:
-                self.store.append(group.group_id, records)
-            except Exception:
-                log.exception("offset expiry write failed", group=group.group_id)
+            error = self._write_tombstones(group.group_id, records)
+            if error:
+                log.warning("offset expiry write failed", group=group.group_id,
+                            append_error=error)  # fmt: skip
                 continue
-            for key in expired:
-                del group.offsets[key]
+            group.remove_offsets(expired)
             removed += len(expired)
             if drop_group:
                 del self.groups[group.group_id]

@@ -25,17 +25,25 @@ removes anything, so replaying the log from its start offset restores the latest
 key. Instead of Kafka's cleaner, :meth:`sluice.server.group.coordinator.GroupCoordinator.compact`
 restates the live values and moves the log start offset past the superseded records.
 
-**Concurrency**: called only from the event-loop thread (the group coordinator); appends are
-synchronous like every other Log append.
+**Writes go through the replica layer** (Kafka's ``appendForGroup``): the store builds one batch
+and hands it to an injected :data:`Appender` -- in the broker the ReplicaManager's leader append
+(so the batch carries the partition's leader epoch and is refused by a non-leader) that answers
+once the partition's high watermark passed the batch for ``acks=-1``. This room sits below the
+core and does not import it; the broker core supplies the appender.
+
+**Concurrency**: called only from the event-loop thread (the group coordinator). Reads are
+synchronous Log reads; :meth:`OffsetsStore.read_partition` reads a partition chunk by chunk so
+that a caller can yield to the loop between chunks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.records import RecordBatchBuilder, iter_records
@@ -218,8 +226,29 @@ def partition_for(group: str, num_partitions: int) -> int:
     return (java_string_hash(group) & 0x7FFFFFFF) % num_partitions
 
 
+class AppendOutcome(NamedTuple):
+    """How an append to ``__consumer_offsets`` ended: the append's Kafka error code (0: written
+    and, for ``acks=-1``, replicated to the ISR) and the batch's first offset (-1 on error)."""
+
+    error: int
+    first_offset: int
+
+
+#: Appends one batch (``records``, v2 batch bytes) to ``__consumer_offsets-<partition>`` as its
+#: leader with ``acks`` (-1 or 1). Answers an :class:`AppendOutcome` at once when the append is
+#: settled by the time it returns (always for ``acks=1``; for ``acks=-1`` when the high
+#: watermark is already past the batch, e.g. a single replica), else a future of it that
+#: completes when it is replicated, fails, or ``offsets.commit.timeout.ms`` passes. It never
+#: raises for a Kafka error: the code is in the outcome.
+Appender = Callable[[int, bytes, int], AppendOutcome | asyncio.Future[AppendOutcome]]
+
+#: Kafka's ``offsets.load.buffer.size`` default: bytes read per step when loading a partition.
+DEFAULT_LOAD_BUFFER_BYTES = 5 * 1024 * 1024
+
+
 class OffsetsStore:
-    """The ``__consumer_offsets`` topic: open or create it, append records, replay it.
+    """The ``__consumer_offsets`` topic: open or create it, write batches through the
+    :data:`Appender`, read partitions back.
 
     Only the group coordinator calls this, from the event-loop thread.
     """
@@ -228,13 +257,17 @@ class OffsetsStore:
         self,
         log_manager: LogManager,
         num_partitions: int,
+        appender: Appender,
         *,
         clock: Any = None,
+        load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
     ) -> None:
         self._logs = log_manager
         self._wanted_partitions = num_partitions
         self.num_partitions = num_partitions
+        self._appender = appender
         self._clock = clock or (lambda: int(time.time() * 1000))
+        self._load_buffer_bytes = load_buffer_bytes
 
     def open(self) -> bool:
         """Adopt an existing topic (its partition count wins); False if there is none yet.
@@ -263,59 +296,61 @@ class OffsetsStore:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} is not open")
         return log_
 
-    def append(self, group: str, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append ``records`` as one batch to ``group``'s partition; returns the first offset.
+    def log_if_open(self, partition: int) -> Log | None:
+        return self._logs.get_log(OFFSETS_TOPIC, partition)
 
-        Raises the Log's KafkaError subclasses (or OSError) on failure; nothing is written then.
-        """
-        if not records:
-            return -1
+    def write(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], acks: int
+    ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
+        """Append ``records`` as one batch to ``partition`` through the appender (see
+        :data:`Appender` for when it answers). Creates the topic first if it does not exist."""
         self.ensure_topic()
-        return self.append_to(self.partition_for(group), records)
-
-    def append_to(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append ``records`` as one batch to ``partition`` (which must exist)."""
         now = self._clock()
         builder = RecordBatchBuilder()
         for key, value in records:
             builder.append(now, key, value)
-        log_ = self.log(partition)
-        # Written as the partition's leader, in its current term: the log's latest epoch (the
-        # ReplicaManager assigns it when this broker becomes leader). A fixed 0 would rewind
-        # the epoch cache after an epoch change.
-        epoch = log_.latest_epoch
-        info = log_.append_as_leader(builder.build(), leader_epoch=0 if epoch is None else epoch)
-        # Single replica: committed as soon as it is in the log.
-        log_.maybe_increment_high_watermark(log_.log_end_offset)
-        return int(info.first_offset)
+        return self._appender(partition, builder.build(), acks)
 
-    def replay(self) -> Iterator[OffsetRecord | GroupRecord]:
-        """Every record of every partition, in log order (the last value of a key wins).
+    def read_partition(self, partition: int) -> Iterator[list[OffsetRecord | GroupRecord]]:
+        """The records of ``partition`` from its log start to its log end offset (LEO, as
+        Kafka's loader reads: FetchLogEnd), one list per read of ``offsets.load.buffer.size``
+        bytes, in log order (the last value of a key wins). Nothing if the partition's log is
+        not open here.
 
         Undecodable records (a newer Kafka's consumer-group records, damage) are skipped.
         """
         from sluice.server.storage.log import Isolation
 
+        log_ = self.log_if_open(partition)
+        if log_ is None:
+            return
+        offset = log_.log_start_offset
+        while offset < log_.log_end_offset:
+            info = log_.read(
+                offset, self._load_buffer_bytes, Isolation.LOG_END, min_one_message=True
+            )
+            if info.slice is None or info.slice.size == 0:
+                break
+            data = info.slice.read_bytes()
+            next_offset = offset
+            chunk: list[OffsetRecord | GroupRecord] = []
+            for header, record in iter_records(data):
+                next_offset = header.next_offset
+                if header.is_control or record.key is None or record.offset < offset:
+                    continue
+                try:
+                    chunk.append(decode_record(record.key, record.value))
+                except ProtocolError:
+                    continue
+            if next_offset <= offset:
+                break
+            offset = next_offset
+            yield chunk
+
+    def replay(self) -> Iterator[OffsetRecord | GroupRecord]:
+        """Every record of every partition, in log order (see :meth:`read_partition`)."""
         if not self.open():
             return
         for partition in range(self.num_partitions):
-            log_ = self.log(partition)
-            offset = log_.log_start_offset
-            end = log_.log_end_offset
-            while offset < end:
-                info = log_.read(offset, 1 << 22, Isolation.LOG_END, min_one_message=True)
-                if info.slice is None or info.slice.size == 0:
-                    break
-                data = info.slice.read_bytes()
-                next_offset = offset
-                for header, record in iter_records(data):
-                    next_offset = header.next_offset
-                    if header.is_control or record.key is None or record.offset < offset:
-                        continue
-                    try:
-                        yield decode_record(record.key, record.value)
-                    except ProtocolError:
-                        continue
-                if next_offset <= offset:
-                    break
-                offset = next_offset
+            for chunk in self.read_partition(partition):
+                yield from chunk

@@ -589,3 +589,61 @@ async def test_an_idempotent_retry_after_a_leader_change_is_written_once(
     finally:
         await c1.close()
         await c2.close()
+
+
+async def test_the_group_coordinator_is_the_offsets_partitions_leader(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """FindCoordinator creates __consumer_offsets once enough brokers live (RF from
+    offsets.topic.replication.factor) and answers its leader; committed offsets survive a
+    coordinator move (the new leader loads them from its replica)."""
+    from tests.group.test_groups import commit, fetch_offsets
+
+    for broker_id in (1, 2):
+        await cluster.start(broker_id, "offsets.topic.replication.factor=2")
+    c1 = await cluster.client(1)
+    kzk, fence = controller
+    offsets = "__consumer_offsets"
+
+    async def find() -> Any:
+        return await c1.request(
+            m.FindCoordinator.key, 2, m.FindCoordinatorRequest(key="g", key_type=0)
+        )
+
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "data", 1, 2, timeout_ms=0)).error_code == 0
+        await elect(controller, "data", {0: (1, [1, 2])})
+        assert (await find()).error_code == errors.CoordinatorNotAvailable.code
+        await until(lambda: offsets in cluster.servers[1].cluster.cache.assignments, "created")  # type: ignore[union-attr]
+        assignment = await kzk.get_topic_assignment(offsets)
+        assert assignment is not None and list(assignment.partitions) == [0]
+        assert sorted(assignment.replicas(0)) == [1, 2]
+        assert dict((await kzk.get_topic_config(offsets)).config)["cleanup.policy"] == "delete"
+        await elect(controller, offsets, {0: (1, [1, 2])})
+        await applied(cluster, offsets, (1, 2), leader=1)
+        resp = await find()
+        assert (resp.error_code, resp.node_id, resp.port) == (0, 1, cluster.servers[1].port)
+
+        await until(lambda: 0 in cluster.servers[1].group_coordinator.owned_partitions, "owned")  # type: ignore[union-attr]
+        codes = await commit(c1, -1, "", {("data", 0): 42})
+        assert codes == {("data", 0): 0}
+
+        # The controller moves the offsets partition's leadership to broker 2.
+        state = await kzk.get_partition_state(TopicPartition(offsets, 0))
+        assert state is not None
+        new = PartitionState(2, state.leader_epoch + 1, (2, 1), fence.epoch, state.zk_version)
+        await kzk.set_partition_states(offsets, {0: new}, fence)
+        await applied(cluster, offsets, (1, 2), leader=2)
+        resp = await find()
+        assert (resp.error_code, resp.node_id) == (0, 2)
+        await until(lambda: 0 in cluster.servers[2].group_coordinator.owned_partitions, "2 owns")  # type: ignore[union-attr]
+        assert 0 not in cluster.servers[1].group_coordinator.owned_partitions  # type: ignore[union-attr]
+        c2 = await cluster.client(2)
+        try:
+            fetched = await fetch_offsets(c2)
+            assert fetched[("data", 0)][0] == 42
+        finally:
+            await c2.close()
+    finally:
+        await c1.close()

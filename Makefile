@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: setup run test lint typecheck bench clean
+.PHONY: setup run cluster test lint typecheck bench clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ setup: $(TEST_STAMP)
 
 run: $(RUNTIME_STAMP)
 	$(BIN)/sluice-server --override log.dirs=./data
+
+# A local 3-broker cluster with its own ZooKeeper on 127.0.0.1:9092-9094 (data in ./cluster-data).
+cluster: $(RUNTIME_STAMP)
+	@bash scripts/install-system-deps.sh
+	$(BIN)/python -m sluice.testing.cluster --brokers 3 --port 9092 --data ./cluster-data
 
 test: setup
 	$(BIN)/ruff check .

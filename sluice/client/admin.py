@@ -103,8 +103,10 @@ class Admin:
         topics: Mapping[str, tuple[int, Mapping[str, str]]],
         *,
         validate_only: bool = False,
+        replication_factor: int = -1,
     ) -> dict[str, KafkaError | None]:
-        """Create ``{name: (partitions, configs)}`` (partitions -1: the broker default).
+        """Create ``{name: (partitions, configs)}`` (partitions -1: the broker default) with
+        ``replication_factor`` replicas each (-1: the broker's default.replication.factor).
         Returns each topic's error (None on success)."""
         req = messages.CreateTopicsRequest
         body = req(
@@ -112,7 +114,7 @@ class Admin:
                 req.CreatableTopic(
                     name=name,
                     num_partitions=n,
-                    replication_factor=-1,
+                    replication_factor=replication_factor,
                     assignments=[],
                     configs=[
                         req.CreatableTopic.CreatableTopicConfig(name=k, value=v)
@@ -132,10 +134,15 @@ class Admin:
         }
 
     async def create_topic(
-        self, name: str, partitions: int = -1, configs: Mapping[str, str] | None = None
+        self,
+        name: str,
+        partitions: int = -1,
+        configs: Mapping[str, str] | None = None,
+        replication_factor: int = -1,
     ) -> None:
         """Create one topic; raises its error (e.g. ``TopicAlreadyExists``)."""
-        error = (await self.create_topics({name: (partitions, dict(configs or {}))}))[name]
+        wanted = {name: (partitions, dict(configs or {}))}
+        error = (await self.create_topics(wanted, replication_factor=replication_factor))[name]
         if error is not None:
             raise error
 

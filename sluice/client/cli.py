@@ -302,7 +302,12 @@ async def topics_list(bootstrap: str) -> None:
 @bootstrap_option
 @click.option("--topic", required=True)
 @click.option("--partitions", type=int, default=-1, help="Default: the broker's num.partitions.")
-@click.option("--replication-factor", type=int, default=-1, help="Sluice: 1 (or -1).")
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=-1,
+    help="Replicas per partition (default: the broker's default.replication.factor).",
+)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config.")
 @click.option("--if-not-exists", is_flag=True)
 @async_command
@@ -317,11 +322,11 @@ async def topics_create(
     """Create a topic with configs (e.g. --config retention.ms=3600000)."""
     from sluice.protocol.errors import TopicAlreadyExists
 
-    if replication_factor not in (-1, 1):
-        raise click.BadParameter("a single Sluice broker has replication factor 1")
     async with Admin(bootstrap) as admin:
         try:
-            await admin.create_topic(topic, partitions, dict(_pairs(configs, "--config")))
+            await admin.create_topic(
+                topic, partitions, dict(_pairs(configs, "--config")), replication_factor
+            )
         except TopicAlreadyExists:
             if not if_not_exists:
                 raise
@@ -332,22 +337,42 @@ async def topics_create(
 @topics.command("describe")
 @bootstrap_option
 @click.option("--topic", help="Only this topic (all when omitted).")
+@click.option(
+    "--under-replicated-partitions",
+    "under_replicated",
+    is_flag=True,
+    help="Only partitions whose ISR is smaller than their replica set.",
+)
+@click.option(
+    "--unavailable-partitions",
+    "unavailable",
+    is_flag=True,
+    help="Only partitions without a leader.",
+)
 @async_command
-async def topics_describe(bootstrap: str, topic: str | None) -> None:
-    """Partitions, leaders, replicas and ISR of topics."""
+async def topics_describe(
+    bootstrap: str, topic: str | None, under_replicated: bool, unavailable: bool
+) -> None:
+    """Partitions, leaders, replicas, ISR and offline replicas of topics (kafka-topics'
+    --describe, with its --under-replicated-partitions and --unavailable-partitions)."""
     async with Admin(bootstrap) as admin:
         described = await admin.describe_topics([topic] if topic else None)
-    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr")
+    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr", "Offline")
     for d in described:
         if d.error is not None:
             raise click.ClickException(f"{d.name}: {d.error}")
         for p in d.partitions:
+            if under_replicated and len(p.isr) >= len(p.replicas):
+                continue
+            if unavailable and p.leader >= 0:
+                continue
             table.add_row(
                 d.name,
                 str(p.partition),
-                str(p.leader),
+                str(p.leader) if p.leader >= 0 else "none",
                 ",".join(map(str, p.replicas)),
                 ",".join(map(str, p.isr)),
+                ",".join(map(str, p.offline)),
             )
     Console(width=120).print(table)
 

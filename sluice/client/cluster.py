@@ -46,6 +46,8 @@ class PartitionInfo:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     error_code: int = 0
+    #: Replicas on brokers that are not alive (Metadata v5+).
+    offline: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -224,6 +226,7 @@ class Cluster:
                     tuple(p.replica_nodes),
                     tuple(p.isr_nodes),
                     p.error_code,
+                    tuple(getattr(p, "offline_replicas", None) or ()),
                 )
             fresh[t.name] = meta
         if replace_all:

@@ -34,7 +34,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -85,11 +85,15 @@ class EmbeddedCluster:
         zookeeper_connect: str | None = None,
         mode: Mode = "subprocess",
         properties: Mapping[str, str] | None = None,
+        data_root: str | Path | None = None,
+        ports: Sequence[int] | None = None,
         startup_timeout: float = 60.0,
         shutdown_timeout: float = 30.0,
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one broker, not {size}")
+        if ports is not None and len(ports) != size:
+            raise ValueError(f"{size} brokers need {size} ports, not {list(ports)}")
         self.size = size
         self.mode: Mode = mode
         self.properties = {**TEST_PROPERTIES, **(properties or {})}
@@ -98,7 +102,10 @@ class EmbeddedCluster:
         self._connect = zookeeper_connect
         self.zookeeper: ZooKeeperServer | None = None
         self.brokers: dict[int, EmbeddedBroker] = {}
-        self._ports: dict[int, int] = {}
+        self._ports: dict[int, int] = dict(zip(self.ids, ports, strict=True)) if ports else {}
+        #: Kept after stop when given (with ZooKeeper's data in it when the cluster starts
+        #: its own); a temporary directory otherwise.
+        self._given_root = Path(data_root) if data_root is not None else None
         self._root: Path | None = None
         self._lock = threading.Lock()
         self._state = "new"
@@ -222,12 +229,17 @@ class EmbeddedCluster:
         if self._state != "new":
             raise RuntimeError(f"an EmbeddedCluster cannot be started twice (it is {self._state})")
         self._state = "running"
-        self._root = Path(tempfile.mkdtemp(prefix="sluice-cluster-"))
+        if self._given_root is not None:
+            self._given_root.mkdir(parents=True, exist_ok=True)
+            self._root = self._given_root
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="sluice-cluster-"))
         try:
             if self._connect is None:
                 from sluice.testing.zookeeper import ZooKeeperServer
 
-                self.zookeeper = ZooKeeperServer()
+                zk_data = self._root / "zookeeper" if self._given_root is not None else None
+                self.zookeeper = ZooKeeperServer(zk_data)
                 self.zookeeper.start()
                 self._connect = self.zookeeper.connect_string("/sluice")
             with concurrent.futures.ThreadPoolExecutor(self.size) as pool:
@@ -264,7 +276,7 @@ class EmbeddedCluster:
                     broker.process.wait(10)
         if self.zookeeper is not None:
             self.zookeeper.stop()
-        if self._root is not None:
+        if self._root is not None and self._given_root is None:
             shutil.rmtree(self._root, ignore_errors=True)
         if errors:
             raise errors[0]
@@ -328,3 +340,41 @@ async def _request(port: int, api_key: int, body: Any) -> Any:
         return await conn.request(api_key, body, timeout_ms=10_000)
     finally:
         conn.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sluice.testing.cluster``: a local replicated cluster until Ctrl-C."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sluice.testing.cluster",
+        description="Run N Sluice brokers and a ZooKeeper on 127.0.0.1 until interrupted.",
+    )
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--port", type=int, default=9092, help="first broker's port (then +1...)")
+    parser.add_argument("--data", default="./cluster-data", help="data root (kept)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker config key for every broker")  # fmt: skip
+    args = parser.parse_args(argv)
+    props = dict(item.split("=", 1) for item in args.override)
+    # A local cluster to try things with: Kafka's production timings, not the test ones.
+    defaults = {"zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "10000"}
+    cluster = EmbeddedCluster(
+        args.brokers,
+        properties={**defaults, **props},
+        data_root=args.data,
+        ports=[args.port + i for i in range(args.brokers)],
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with cluster:
+        print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+        print(f"zookeeper.connect={cluster.zookeeper_connect}", flush=True)
+        print(f"data: {Path(args.data).resolve()}  (Ctrl-C stops the cluster)", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -33,6 +33,9 @@ ZooKeeper, for cluster tests (:mod:`sluice.testing.zookeeper`)::
 * ``sluice_zookeeper_connect`` -- a ``zookeeper.connect`` string with a chroot of its own per
   test, so tests share the server but never each other's znodes; the chroot is deleted after
   the test;
+* ``sluice_cluster`` -- a real replicated cluster
+  (:class:`~sluice.testing.cluster.EmbeddedCluster`: three broker processes on the session's
+  ZooKeeper, in the test's chroot), with kill -9 / pause / restart for fault tests;
 * ``sluice_zookeeper_factory`` -- ``factory(**kwargs)`` starts a private
   :class:`~sluice.testing.zookeeper.ZooKeeperServer` (for tests that pause, kill or restart it),
   stopped after the test.
@@ -55,11 +58,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from sluice.testing.cluster import EmbeddedCluster
     from sluice.testing.embedded import EmbeddedBroker
     from sluice.testing.zookeeper import ZooKeeperServer
 
 __all__ = [
     "sluice_broker",
+    "sluice_cluster",
     "sluice_zookeeper",
     "sluice_zookeeper_connect",
     "sluice_zookeeper_factory",
@@ -74,6 +79,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "sluice_broker(properties=None, mode='inprocess'): configure the sluice_broker fixture "
         "(broker config keys; 'subprocess' runs python -m sluice.server)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "sluice_cluster(size=3, properties=None, mode='subprocess'): configure the "
+        "sluice_cluster fixture",
     )
 
 
@@ -143,3 +153,27 @@ def sluice_zookeeper_factory() -> Iterator[Callable[..., ZooKeeperServer]]:
     finally:
         for server in reversed(started):
             server.stop()
+
+
+@pytest.fixture
+def sluice_cluster(
+    request: pytest.FixtureRequest, sluice_zookeeper_connect: str
+) -> Iterator[EmbeddedCluster]:
+    """A running replicated cluster (3 broker processes, ids 1-3) on the session's ZooKeeper,
+    in a chroot of its own; ``sluice_cluster.bootstrap_servers`` lists every broker. Configure
+    it with ``@pytest.mark.sluice_cluster(size=..., properties=..., mode=...)``; faults with
+    ``sluice_cluster.kill(id)`` / ``pause`` / ``resume`` / ``restart``."""
+    from sluice.testing.cluster import EmbeddedCluster
+
+    marker = request.node.get_closest_marker("sluice_cluster")
+    kwargs: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    cluster = EmbeddedCluster(
+        kwargs.pop("size", 3),
+        zookeeper_connect=sluice_zookeeper_connect,
+        properties=kwargs.pop("properties", None),
+        mode=kwargs.pop("mode", "subprocess"),
+    )
+    if kwargs:
+        raise pytest.UsageError(f"unknown sluice_cluster marker arguments: {sorted(kwargs)}")
+    with cluster:
+        yield cluster

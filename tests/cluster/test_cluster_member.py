@@ -245,6 +245,16 @@ async def test_followers_replicate_and_acks_all_waits_for_the_isr(
         await c2.close()
 
 
+async def applied(cluster: Cluster, topic: str, brokers: tuple[int, ...], leader: int) -> None:
+    """Wait until every one of ``brokers`` has applied a state with ``leader`` for partition 0."""
+
+    def done() -> bool:
+        parts = [cluster.partition(b, topic) for b in brokers]
+        return all(p is not None and p.leader_id == leader for p in parts)
+
+    await until(done, f"{topic}-0 led by {leader} on {brokers}")
+
+
 def segment_bytes(cluster: Cluster, broker_id: int, topic: str) -> bytes:
     partition = cluster.partition(broker_id, topic)
     return b"".join(s.log_path.read_bytes() for s in partition.log.segments)
@@ -262,12 +272,7 @@ async def test_a_new_leader_takes_over_and_the_old_one_follows(
         await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
         assert (await create(c1, "f", 1, 2, timeout_ms=0)).error_code == 0
         await elect(controller, "f", {0: (1, [1, 2])})
-        await until(
-            lambda: (
-                cluster.partition(2, "f") is not None and cluster.partition(2, "f").leader_id == 1
-            ),
-            "2 follows",
-        )
+        await applied(cluster, "f", (1, 2), leader=1)
         resp = await c1.request(PRODUCE, 8, produce_request("f", batch(4), acks=-1))
         assert resp.responses[0].partition_responses[0].error_code == 0
         # The controller moves leadership to 2 at epoch 1.
@@ -497,12 +502,7 @@ async def test_delete_records_on_the_leader_and_the_follower_follows(
         await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
         assert (await create(c1, "dr", 1, 2, timeout_ms=0)).error_code == 0
         await elect(controller, "dr", {0: (1, [1, 2])})
-        await until(
-            lambda: (
-                cluster.partition(2, "dr") is not None and cluster.partition(2, "dr").leader_id == 1
-            ),
-            "2 follows",
-        )
+        await applied(cluster, "dr", (1, 2), leader=1)
         resp = await c1.request(PRODUCE, 8, produce_request("dr", batch(10), acks=-1))
         assert resp.responses[0].partition_responses[0].error_code == 0
 
@@ -526,6 +526,66 @@ async def test_delete_records_on_the_leader_and_the_follower_follows(
         await until(
             lambda: cluster.partition(2, "dr").log.log_start_offset == 4, "follower's log start"
         )
+    finally:
+        await c1.close()
+        await c2.close()
+
+
+async def test_an_idempotent_retry_after_a_leader_change_is_written_once(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """Redpanda's Jepsen finding: the batch reached the old leader and its follower but the ack
+    was lost; the producer retries at the new leader, which knows the sequence from replication
+    and answers with the batch's own offset, writing nothing."""
+    from sluice.protocol.records import build_batch
+
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    kzk, fence = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        assert (await create(c1, "idem", 1, 2, timeout_ms=0)).error_code == 0
+        await elect(controller, "idem", {0: (1, [1, 2])})
+        await applied(cluster, "idem", (1, 2), leader=1)
+        resp = await c1.request(
+            m.InitProducerId.key,
+            1,
+            m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000),
+        )
+        pid = resp.producer_id
+
+        def idempotent(seq: int, n: int) -> bytes:
+            return build_batch(
+                [(1_700_000_000_000 + i, None, b"x%d" % (seq + i)) for i in range(n)],
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq,
+            )
+
+        first, second = idempotent(0, 3), idempotent(3, 2)
+        for records, base in ((first, 0), (second, 3)):
+            resp = await c1.request(PRODUCE, 8, produce_request("idem", records, acks=-1))
+            result = resp.responses[0].partition_responses[0]
+            assert (result.error_code, result.base_offset) == (0, base)
+        state = await kzk.get_partition_state(TopicPartition("idem", 0))
+        assert state is not None
+        new = PartitionState(2, state.leader_epoch + 1, (2, 1), fence.epoch, state.zk_version)
+        await kzk.set_partition_states("idem", {0: new}, fence)
+        await applied(cluster, "idem", (1, 2), leader=2)
+        leo = cluster.partition(2, "idem").log.log_end_offset
+        assert leo == 5
+        # Both retried batches: acknowledged with their own offsets, nothing written.
+        for records, base in ((first, 0), (second, 3)):
+            resp = await c2.request(PRODUCE, 8, produce_request("idem", records, acks=-1))
+            result = resp.responses[0].partition_responses[0]
+            assert (result.error_code, result.base_offset) == (0, base)
+        assert cluster.partition(2, "idem").log.log_end_offset == leo
+        # The next sequence continues at the new leader.
+        resp = await c2.request(PRODUCE, 8, produce_request("idem", idempotent(5, 1), acks=-1))
+        result = resp.responses[0].partition_responses[0]
+        assert (result.error_code, result.base_offset) == (0, 5)
     finally:
         await c1.close()
         await c2.close()

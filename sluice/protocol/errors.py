@@ -79,6 +79,7 @@ InvalidFetchSize = _define("InvalidFetchSize", 4, False, "invalid fetch size")
 LeaderNotAvailable = _define("LeaderNotAvailable", 5, True, "leader not available")
 NotLeaderOrFollower = _define("NotLeaderOrFollower", 6, True, "not leader or follower")
 RequestTimedOut = _define("RequestTimedOut", 7, True, "request timed out")
+BrokerNotAvailable = _define("BrokerNotAvailable", 8, False, "broker not available")
 MessageTooLarge = _define("MessageTooLarge", 10, False, "message larger than max.message.bytes")
 OffsetMetadataTooLarge = _define(
     "OffsetMetadataTooLarge", 12, False, "offset metadata larger than allowed"
@@ -115,6 +116,7 @@ InvalidReplicaAssignment = _define(
     "InvalidReplicaAssignment", 39, False, "invalid replica assignment"
 )
 InvalidConfig = _define("InvalidConfig", 40, False, "invalid configuration")
+NotController = _define("NotController", 41, True, "this is not the correct controller")
 InvalidRequest = _define("InvalidRequest", 42, False, "invalid request")
 UnsupportedForMessageFormat = _define(
     "UnsupportedForMessageFormat", 43, False, "unsupported for message format"
@@ -131,6 +133,9 @@ FencedLeaderEpoch = _define("FencedLeaderEpoch", 74, True, "leader epoch older t
 UnknownLeaderEpoch = _define("UnknownLeaderEpoch", 75, True, "leader epoch newer than the broker's")
 UnsupportedCompressionType = _define(
     "UnsupportedCompressionType", 76, False, "unsupported compression type"
+)
+StaleBrokerEpoch = _define(
+    "StaleBrokerEpoch", 77, False, "broker epoch older than the registered one (KIP-380)"
 )
 OffsetNotAvailable = _define(
     "OffsetNotAvailable", 78, True, "leader's high watermark below its epoch start offset"

@@ -6,7 +6,8 @@ Wire format (both directions)::
 
 Request header v1: ``api_key int16, api_version int16, correlation_id int32, client_id
 nullable string (int16 length)``; v2 (when the API version is flexible) appends a tagged-field
-section. Response header v0: ``correlation_id int32``; v1 (flexible versions) appends tagged
+section; v0, used only by ControlledShutdown v0 (a broker-to-controller request), has no
+client_id. Response header v0: ``correlation_id int32``; v1 (flexible versions) appends tagged
 fields -- except ApiVersions responses, which always use v0 so that a client that does not know
 the broker's versions can still read them.
 
@@ -202,6 +203,8 @@ def _header_versions(api: Api | None, api_version: int) -> tuple[int, bool]:
     # open-ended), so the header of e.g. ApiVersions v4 parses as v2 and can be answered.
     if api is not None and api.is_flexible(api_version):
         return 2, True
+    if api is messages.ControlledShutdown and api_version == 0:
+        return 0, False  # Kafka's only request header v0: no client_id
     return 1, False
 
 

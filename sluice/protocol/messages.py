@@ -191,6 +191,24 @@ Metadata = api(
     ],
 )
 
+ControlledShutdown = api(
+    # Broker -> controller (cluster mode), not a client API: no handler serves it on a standalone
+    # broker, so ApiVersions never advertises it there. v0's request header has no client_id
+    # (Kafka's non-standard header v0; framing knows). v1 = v0; v2 adds the broker epoch.
+    7, "ControlledShutdown", versions="0-3", flexible="3+",
+    request=[
+        F("broker_id", "int32"),
+        F("broker_epoch", "int64", "2+", default=-1),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("remaining_partitions", "[]RemainingPartition", fields=[
+            F("topic_name", "string"),
+            F("partition_index", "int32"),
+        ]),
+    ],
+)
+
 OffsetCommit = api(
     8, "OffsetCommit", versions="2-7", flexible="8+",
     request=[
@@ -678,11 +696,11 @@ DescribeCluster = api(
 APIS: dict[int, Api] = {
     a.key: a
     for a in (
-        Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
-        JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, ApiVersions,
-        CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, OffsetForLeaderEpoch,
-        DescribeConfigs, AlterConfigs, DeleteGroups, IncrementalAlterConfigs, OffsetDelete,
-        DescribeCluster,
+        Produce, Fetch, ListOffsets, Metadata, ControlledShutdown, OffsetCommit, OffsetFetch,
+        FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups,
+        ApiVersions, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId,
+        OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DeleteGroups,
+        IncrementalAlterConfigs, OffsetDelete, DescribeCluster,
     )
 }  # fmt: skip
 
@@ -698,6 +716,8 @@ ListOffsetsRequest = ListOffsets.request.cls
 ListOffsetsResponse = ListOffsets.response.cls
 MetadataRequest = Metadata.request.cls
 MetadataResponse = Metadata.response.cls
+ControlledShutdownRequest = ControlledShutdown.request.cls
+ControlledShutdownResponse = ControlledShutdown.response.cls
 OffsetCommitRequest = OffsetCommit.request.cls
 OffsetCommitResponse = OffsetCommit.response.cls
 OffsetFetchRequest = OffsetFetch.request.cls

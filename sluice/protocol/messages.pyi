@@ -345,6 +345,23 @@ class MetadataResponse(ResponseMessage):
         cluster_authorized_operations: int = ...,
     ) -> None: ...
 
+class ControlledShutdownRequest(RequestMessage[ControlledShutdownResponse]):
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, *, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+
+class ControlledShutdownResponse(ResponseMessage):
+    class RemainingPartition(Message):
+        topic_name: str
+        partition_index: int
+        def __init__(self, *, topic_name: str = ..., partition_index: int = ...) -> None: ...
+
+    error_code: int
+    remaining_partitions: list[RemainingPartition]
+    def __init__(
+        self, *, error_code: int = ..., remaining_partitions: list[RemainingPartition] = ...
+    ) -> None: ...
+
 class OffsetCommitRequest(RequestMessage[OffsetCommitResponse]):
     class OffsetCommitRequestTopic(Message):
         class OffsetCommitRequestPartition(Message):
@@ -1216,6 +1233,7 @@ Produce: Api[ProduceRequest, ProduceResponse]
 Fetch: Api[FetchRequest, FetchResponse]
 ListOffsets: Api[ListOffsetsRequest, ListOffsetsResponse]
 Metadata: Api[MetadataRequest, MetadataResponse]
+ControlledShutdown: Api[ControlledShutdownRequest, ControlledShutdownResponse]
 OffsetCommit: Api[OffsetCommitRequest, OffsetCommitResponse]
 OffsetFetch: Api[OffsetFetchRequest, OffsetFetchResponse]
 FindCoordinator: Api[FindCoordinatorRequest, FindCoordinatorResponse]

@@ -237,6 +237,10 @@ DECLARED = {
     ),
     "message.max.bytes": ("1048588", "largest record batch accepted"),
     "min.insync.replicas": ("1", "ISR size an acks=all produce needs"),
+    "unclean.leader.election.enable": (
+        "false",
+        "cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)",
+    ),
     "compression.type": ("producer", "codec batches are stored in (producer: as sent)"),
     "node.id": ("0", "this broker's id (in Metadata)"),
     "num.partitions": (
@@ -336,6 +340,10 @@ DECLARED = {
     "leader.imbalance.check.interval.seconds": (
         "300",
         "how often the controller checks for non-preferred leaders",
+    ),
+    "leader.imbalance.per.broker.percentage": (
+        "10",
+        "rebalance a broker's partitions when more than this % of those it should lead it does not",
     ),
     "controlled.shutdown.enable": ("true", "on SIGTERM, move leadership away before stopping"),
     "controlled.shutdown.max.retries": ("3", "controlled shutdown attempts before stopping anyway"),

@@ -13,6 +13,7 @@ from sluice.server.controller.election import (
     elect_offline,
     elect_preferred,
     remove_replica,
+    remove_replicas,
 )
 
 ASSIGNMENT = (1, 2, 3)
@@ -65,6 +66,30 @@ def test_remove_replica_keeps_the_last_isr_member() -> None:
     assert remove_replica(LeaderAndIsr(1, 3, (1, 2)), 1) == LeaderAndIsr(NO_LEADER, 4, (2,))
     assert remove_replica(LeaderAndIsr(1, 3, (1,)), 1) == LeaderAndIsr(NO_LEADER, 4, (1,))
     assert remove_replica(LeaderAndIsr(1, 3, (1, 2)), 3) is None
+
+
+def test_remove_replicas_is_removing_them_one_by_one_in_one_epoch() -> None:
+    # Two dead followers leave together: one epoch bump, not two.
+    assert remove_replicas(LeaderAndIsr(1, 3, (1, 2, 3)), [2, 3]) == LeaderAndIsr(1, 4, (1,))
+    # All ISR members gone: the last one in removal order stays (Kafka, replica by replica).
+    assert remove_replicas(LeaderAndIsr(1, 3, (1, 2)), [1, 2]) == LeaderAndIsr(NO_LEADER, 4, (2,))
+    assert remove_replicas(LeaderAndIsr(1, 3, (1, 2)), []) is None
+    assert remove_replicas(LeaderAndIsr(1, 3, (1, 2)), [4]) is None
+    # The same result as applying remove_replica in turn, epochs aside.
+    for isr in itertools.chain.from_iterable(
+        itertools.permutations(ASSIGNMENT, n) for n in range(1, 4)
+    ):
+        for gone in itertools.chain.from_iterable(
+            itertools.permutations(ASSIGNMENT, n) for n in range(0, 4)
+        ):
+            state = LeaderAndIsr(isr[0], 0, tuple(isr))
+            stepwise = state
+            for replica in gone:
+                stepwise = remove_replica(stepwise, replica) or stepwise
+            together = remove_replicas(state, gone)
+            expected = None if stepwise == state else (stepwise.leader, stepwise.isr)
+            assert (together and (together.leader, together.isr)) == expected
+            assert together is None or together.leader_epoch == 1
 
 
 STATES = [

@@ -17,31 +17,15 @@ The layouts, field by field (all big-endian, classic encoding, no tagged fields 
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
 from sluice.protocol import framing
 from sluice.protocol import messages as m
 
+from .wire import i16, i32, i64, s16
+
 Req = m.OffsetForLeaderEpochRequest
 Resp = m.OffsetForLeaderEpochResponse
-
-
-def i16(v: int) -> bytes:
-    return struct.pack(">h", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack(">q", v)
-
-
-def s16(s: str) -> bytes:
-    return i16(len(s)) + s.encode()
 
 
 def request(version: int) -> m.OffsetForLeaderEpochRequest:

@@ -5,6 +5,8 @@ writes each partition's state znode (leader, leader epoch, ISR) when a topic is 
 dies or comes back, a broker shuts down in a controlled way, or the preferred leader should take
 over again; brokers watch those znodes and apply a state only if it is newer than the one they hold.
 
+* :mod:`.controller` -- :class:`~.controller.Controller`, the elected actor: one event queue,
+  reads the znodes, decides with the functions below, writes fenced and conditional.
 * :mod:`.assignment` -- where a new topic's replicas go (Kafka's rack-unaware spread).
 * :mod:`.election` -- who leads a partition after a change (Kafka's leader election algorithms).
 

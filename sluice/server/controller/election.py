@@ -12,7 +12,8 @@ replica state machines (ZooKeeper mode, 2.6), as pure functions of a partition's
   down; the shutting-down brokers leave the ISR.
 * **preferred**: the first replica of the assignment, if it is alive and in the ISR.
 * **replica offline** (a follower died): it leaves the ISR, unless it is the last member (Kafka
-  keeps the last ISR member, so the partition remembers who has every acknowledged record).
+  keeps the last ISR member, so the partition remembers who has every acknowledged record);
+  several at once leave in one epoch bump.
 
 Every result that changes leader or ISR bumps the leader epoch by one (Kafka's
 ``LeaderAndIsr.newLeaderAndIsr``): followers truncate by epoch, clients drop older metadata.
@@ -96,10 +97,18 @@ def elect_preferred(
 def remove_replica(state: LeaderAndIsr, replica: int) -> LeaderAndIsr | None:
     """A replica went offline: drop it from the ISR (and from leadership); ``None`` if it was
     in neither. The last ISR member stays in the ISR (Kafka's rule)."""
-    if replica not in state.isr and replica != state.leader:
-        return None
-    isr = state.isr if len(state.isr) == 1 else tuple(r for r in state.isr if r != replica)
-    leader = NO_LEADER if state.leader == replica else state.leader
-    if leader == state.leader and isr == state.isr:
+    return remove_replicas(state, (replica,))
+
+
+def remove_replicas(state: LeaderAndIsr, replicas: Collection[int]) -> LeaderAndIsr | None:
+    """:func:`remove_replica` for several replicas at once, in one epoch bump: they leave the
+    ISR in order until one member would be left (that last member stays, as when Kafka removes
+    them one by one); a removed leader leaves leadership."""
+    isr = list(state.isr)
+    for replica in replicas:
+        if replica in isr and len(isr) > 1:
+            isr.remove(replica)
+    leader = NO_LEADER if state.leader in replicas else state.leader
+    if leader == state.leader and tuple(isr) == state.isr:
         return None
     return state.next(leader, isr)

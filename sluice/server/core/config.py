@@ -291,6 +291,13 @@ OPTIONS: tuple[Option, ...] = (
         "how often the controller checks for non-preferred leaders",
     ),
     Option(
+        "leader.imbalance.per.broker.percentage",
+        "leader_imbalance_per_broker_percentage",
+        int_in(0, 100),
+        "10",
+        "rebalance a broker's partitions when more than this % of those it should lead it does not",
+    ),
+    Option(
         "controlled.shutdown.enable",
         "controlled_shutdown_enable",
         boolean,
@@ -376,6 +383,7 @@ class Config:
     replica_fetch_backoff_ms: int = 1000
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sluice.protocol.config_def import ConfigKey, int_in, one_of, string
+from sluice.protocol.config_def import ConfigKey, boolean, int_in, one_of, string
 from sluice.protocol.errors import InvalidConfig
 
 LONG_MAX = 2**63 - 1
@@ -109,7 +109,8 @@ TOPIC_DOCS: dict[str, str] = {
     "min.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
     "max.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
     "min.cleanable.dirty.ratio": "compaction setting (no effect with cleanup.policy=delete)",
-    "unclean.leader.election.enable": "accepted; one replica per partition: never unclean",
+    "unclean.leader.election.enable": "with no live in-sync replica, an out-of-sync one may lead "
+    "(the controller's choice; acknowledged records may be lost)",
     "min.insync.replicas": "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size",
     "compression.type": "producer keeps batches as sent; a codec makes the broker store it",
     "compression.gzip.level": "gzip level when the broker compresses (-1: default)",
@@ -182,6 +183,7 @@ BROKER_KEYS: dict[str, str] = {
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
 #: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
@@ -222,6 +224,12 @@ BROKER_OPTIONS: tuple[ConfigKey, ...] = (
         "delay between renaming a segment to .deleted and removing it",
     ),
     ConfigKey("min.insync.replicas", int_in(1), "1", "ISR size an acks=all produce needs"),
+    ConfigKey(
+        "unclean.leader.election.enable",
+        boolean,
+        "false",
+        "cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)",
+    ),
     ConfigKey(
         "compression.type",
         one_of(*COMPRESSION_TYPES),

@@ -1,0 +1,924 @@
+"""The controller: Kafka's ``KafkaController`` (ZooKeeper mode, 2.6) as a pure ZooKeeper actor.
+
+One broker at a time is the controller (elected through ``/controller``, fenced by
+``/controller_epoch``). It decides every partition's leader, leader epoch and ISR and writes them
+to the state znodes; brokers watch those znodes (there are no LeaderAndIsr requests in Sluice) and
+apply a state only if it is newer than the one they hold. The controller reads and writes znodes,
+nothing else.
+
+**One event queue, one task.** Everything the controller does is an event processed in order by
+one task (Kafka's ``ControllerEventManager``): becoming controller or re-checking the election
+(``Reelect``), the session's loss (``Expire``), a change of the live brokers (``BrokerChange``),
+of the topic list (``TopicChange``), of a topic's partitions (``PartitionModifications``), a
+deletion request (``TopicDeletion``), a controlled shutdown, a preferred-leader election. ZooKeeper
+watches are one-shot and only enqueue an event; the event's handler re-reads what it needs and
+re-arms the watch. So two decisions never interleave, and a burst of watch events is just a burst
+of idempotent re-reads.
+
+**No cached partition state.** What the controller keeps across events is membership: the live
+brokers with their broker epochs (to tell a bounced broker, KIP-380), the brokers shutting down,
+the known topics. Partition states are read from ZooKeeper in every event, with their zkVersion;
+the new state is computed by the pure functions of :mod:`.election`; the write is conditional on
+that zkVersion and fenced by the controller epoch (:meth:`KafkaZkClient.set_partition_states`).
+A BADVERSION means the leader changed its ISR meanwhile: re-read and decide again, at most
+:data:`MAX_WRITE_ATTEMPTS` times (Kafka's ``partitionsToRetry``). A stale fence
+(:class:`ControllerMovedError`: another controller was elected) resigns at once and campaigns
+again; so does the session's loss, which also drops ``/controller``.
+
+Who is alive, in the elections (Kafka's ``isReplicaOnline``): a broker is *registered* while its
+``/brokers/ids/<id>`` exists; a registered broker that asked for a controlled shutdown stays
+registered (it may keep leading what cannot move) but is never *chosen* as a leader or added,
+until it leaves. A partition needs a new leader when its leader is not registered.
+
+What each event does:
+
+* **Becoming controller** (``onControllerFailover``): read the live brokers, process pending
+  deletions, then reconcile every partition: a partition without a state znode gets its first
+  state (leader = first live replica in assignment order, ISR = the live replicas in assignment
+  order, leader epoch 0; none live: no state yet, as Kafka's ``NewPartition`` that fails to go
+  online, retried at the next broker change); a partition whose leader is not registered gets the
+  offline election; unregistered replicas leave the ISRs of the others (Kafka's replica state
+  machine start-up moves them to ``OfflineReplica``).
+* **Broker change**: dead brokers -> the same reconcile (offline election with
+  ``unclean.leader.election.enable`` per topic, falling back to the broker default; dead followers
+  leave the ISR, never the last member). A bounced broker (same id, larger broker epoch) is
+  treated as dead, then alive: its partitions first move away (or go offline), then it may lead
+  again at a new epoch -- its new incarnation must not inherit the old one's leadership. New
+  brokers -> offline partitions they are a replica of get elected again.
+* **Topic change / partition modifications**: first states for new partitions.
+* **Topic deletion**: the topic's znodes and the request go in one fenced multi; brokers see the
+  topic gone and delete their logs.
+* **Preferred-leader election**: every ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable``, per broker: if more than
+  ``leader.imbalance.per.broker.percentage`` % of the partitions whose preferred (first) replica
+  it is are led by another broker, give those back where it is live and in the ISR. Also on
+  demand: :meth:`Controller.elect_preferred_leaders`.
+* **Controlled shutdown** (``doControlledShutdown``): see :meth:`Controller.controlled_shutdown`.
+
+Every decision is logged (logger ``sluice.controller``): partition, old and new leader, leader
+epoch and ISR, and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from sluice.protocol import errors
+from sluice.protocol.config_def import boolean
+from sluice.protocol.structs import TopicPartition
+from sluice.server.logging import get_logger
+from sluice.server.zk.client import SessionEvent, SessionState, WatchCallback, WatchEvent
+from sluice.server.zk.data import PartitionState, TopicAssignment
+from sluice.server.zk.errors import (
+    BadVersionError,
+    ClientClosedError,
+    ControllerMovedError,
+    NodeExistsError,
+    SessionExpiredError,
+    ZkConnectionError,
+    ZkError,
+)
+from sluice.server.zk.kafka_zk import ControllerEpoch, KafkaZkClient
+
+from .election import (
+    NO_LEADER,
+    LeaderAndIsr,
+    elect_controlled_shutdown,
+    elect_offline,
+    elect_preferred,
+    remove_replica,
+    remove_replicas,
+)
+
+__all__ = [
+    "MAX_WRITE_ATTEMPTS",
+    "BrokerConfigLike",
+    "Controller",
+    "ControllerSettings",
+    "imbalanced_partitions",
+]
+
+log = get_logger("sluice.controller")
+
+#: Read-decide-write rounds for partitions whose conditional write met a BADVERSION.
+MAX_WRITE_ATTEMPTS = 10
+#: Attempts at one event when the ZooKeeper connection fails under it (each after reconnecting).
+MAX_EVENT_ATTEMPTS = 5
+#: The topic-level key overriding the broker's default for unclean elections.
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+class _LogConfigLike(Protocol):
+    @property
+    def unclean_leader_election_enable(self) -> bool: ...
+
+
+class BrokerConfigLike(Protocol):
+    """What :meth:`ControllerSettings.from_config` reads of the broker's ``Config`` (the
+    controller room does not import the core)."""
+
+    @property
+    def auto_leader_rebalance_enable(self) -> bool: ...
+    @property
+    def leader_imbalance_check_interval_seconds(self) -> int: ...
+    @property
+    def leader_imbalance_per_broker_percentage(self) -> int: ...
+    def log_config(self) -> _LogConfigLike: ...
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The broker keys the controller acts on (Kafka's names in the comments)."""
+
+    #: ``unclean.leader.election.enable``: the broker default; ``/config/topics/<t>`` overrides.
+    unclean_leader_election_enable: bool = False
+    #: ``auto.leader.rebalance.enable``
+    auto_leader_rebalance_enable: bool = True
+    #: ``leader.imbalance.check.interval.seconds``
+    leader_imbalance_check_interval_s: float = 300.0
+    #: ``leader.imbalance.per.broker.percentage``
+    leader_imbalance_per_broker_percentage: int = 10
+
+    @classmethod
+    def from_config(cls, config: BrokerConfigLike) -> ControllerSettings:
+        return cls(
+            unclean_leader_election_enable=config.log_config().unclean_leader_election_enable,
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_s=float(config.leader_imbalance_check_interval_seconds),
+            leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
+        )
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Event:
+    #: Set for events a caller awaits (controlled shutdown, preferred election).
+    result: asyncio.Future[Any] | None = field(default=None, kw_only=True)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.result is not None and not self.result.done():
+            self.result.set_exception(exc)
+
+    def succeed(self, value: Any) -> None:
+        if self.result is not None and not self.result.done():
+            self.result.set_result(value)
+
+
+@dataclass
+class _Reelect(_Event):
+    """Check ``/controller``: resign if it is no longer ours, campaign if it is empty."""
+
+
+@dataclass
+class _Expire(_Event):
+    """The session is gone (and ``/controller`` with it): resign."""
+
+
+@dataclass
+class _BrokerChange(_Event):
+    pass
+
+
+@dataclass
+class _TopicChange(_Event):
+    pass
+
+
+@dataclass
+class _PartitionModifications(_Event):
+    topic: str
+
+
+@dataclass
+class _TopicDeletion(_Event):
+    pass
+
+
+@dataclass
+class _ControlledShutdown(_Event):
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass
+class _PreferredElection(_Event):
+    partitions: frozenset[TopicPartition] | None
+    auto: bool
+
+
+class _Inactive(Exception):
+    """Raised inside a handler that finds the controller no longer active: the event ends."""
+
+
+Decide = Callable[[TopicPartition, PartitionState], Awaitable[LeaderAndIsr | None]]
+
+
+def _leader_and_isr(state: PartitionState) -> LeaderAndIsr:
+    return LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr))
+
+
+class Controller:
+    """The controller of one broker: campaigns while started, acts while elected.
+
+    Call every method from the event loop. Only the controller writes partition states other than
+    the leader's own ISR changes; only while :attr:`is_active`, and every write is fenced by
+    :attr:`epoch`.
+    """
+
+    def __init__(self, zk: KafkaZkClient, broker_id: int, settings: ControllerSettings) -> None:
+        self.kzk = zk
+        self.broker_id = broker_id
+        self.settings = settings
+        self._fence: ControllerEpoch | None = None
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._rebalance_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        #: live brokers as of the last broker change handled: id -> broker epoch (czxid)
+        self._live: dict[int, int] = {}
+        self._shutting_down: set[int] = set()
+        self._topics: set[str] = set()
+        #: one-shot watches set and not yet fired (so a re-read does not stack another)
+        self._armed: set[str] = set()
+
+    # --- public API ---------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        """True while this broker is the controller (elected, not resigned)."""
+        return self._fence is not None
+
+    @property
+    def epoch(self) -> ControllerEpoch | None:
+        """The controller epoch (and ``/controller_epoch`` zkVersion) fencing our writes."""
+        return self._fence
+
+    @property
+    def shutting_down(self) -> frozenset[int]:
+        """Brokers that asked for a controlled shutdown and are still registered."""
+        return frozenset(self._shutting_down)
+
+    async def start(self) -> None:
+        """Start the event task and campaign (now, and whenever ``/controller`` disappears)."""
+        if self._task is not None:
+            raise RuntimeError("a Controller is started once")
+        self.kzk.zk.add_session_listener(self._on_session)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"controller-{self.broker_id}"
+        )
+        self._enqueue(_Reelect())
+
+    async def stop(self) -> None:
+        """Stop campaigning; if active, resign (delete ``/controller`` so another broker takes
+        over at once instead of after our session timeout). Queued requests fail with
+        NOT_CONTROLLER."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.kzk.zk.remove_session_listener(self._on_session)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        fence = self._fence
+        self._deactivate("stopped")
+        if fence is not None and not self.kzk.zk.closed:
+            with contextlib.suppress(ZkError):
+                await self.kzk.resign_controller(fence)
+        while not self._queue.empty():
+            event = self._queue.get_nowait()
+            event.fail(errors.NotController("the controller stopped"))
+            self._queue.task_done()
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Return once every event queued so far is processed (tests); TimeoutError after
+        ``timeout`` seconds. Watch events still on their way from ZooKeeper are not waited for."""
+        async with asyncio.timeout(timeout):
+            await self._queue.join()
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        """Move leadership off ``broker_id`` before it stops (Kafka's ``doControlledShutdown``).
+
+        Raises ``NotController`` if this broker is not the controller, ``BrokerNotAvailable`` if
+        ``broker_id`` is not registered, ``StaleBrokerEpoch`` if ``broker_epoch`` is older than
+        the registered one (a request from a previous incarnation; -1 = unknown, not checked, as
+        for ControlledShutdown v0-1). Otherwise the broker is remembered as shutting down (no
+        election picks it until it leaves); every replicated partition it leads gets the
+        controlled-shutdown election (first live ISR member in assignment order that is not
+        shutting down), and it leaves the ISR of the replicated partitions it follows (never
+        as the last member).
+
+        Returns the replicated partitions it still leads (no other live ISR member), sorted; the
+        broker may retry later. Partitions with one replica are not in it: nothing can ever
+        move them (Kafka's ``replicatedPartitionsBrokerLeads``).
+        """
+        return cast(
+            list[TopicPartition], await self._call(_ControlledShutdown(broker_id, broker_epoch))
+        )
+
+    async def elect_preferred_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> list[TopicPartition]:
+        """Give leadership back to the preferred (first assigned) replica of ``partitions`` (all
+        when None) where it is live, not shutting down and in the ISR. Returns the partitions
+        whose leader changed, sorted. ``NotController`` if not active."""
+        wanted = None if partitions is None else frozenset(partitions)
+        return cast(list[TopicPartition], await self._call(_PreferredElection(wanted, auto=False)))
+
+    # --- the event task -----------------------------------------------------------------------
+
+    def _enqueue(self, event: _Event) -> None:
+        if self._stopped:
+            event.fail(errors.NotController("the controller stopped"))
+            return
+        self._queue.put_nowait(event)
+
+    async def _call(self, event: _Event) -> Any:
+        if not self.is_active:
+            raise errors.NotController(f"broker {self.broker_id} is not the controller")
+        event.result = asyncio.get_running_loop().create_future()
+        self._enqueue(event)
+        return await event.result
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            try:
+                await self._process(event)
+            except Exception as exc:  # a bug: log it, fail the caller, keep the controller alive
+                log.exception("controller event failed", event=type(event).__name__)
+                event.fail(exc)
+            finally:
+                event.fail(errors.NotController("the event was not completed"))
+                self._queue.task_done()
+
+    async def _process(self, event: _Event) -> None:
+        """Handle one event; connection trouble retries it after reconnecting (handlers re-read
+        everything, so a retry is safe), a stale fence or a lost session resigns."""
+        for attempt in range(1, MAX_EVENT_ATTEMPTS + 1):
+            try:
+                event.succeed(await self._handle(event))
+                return
+            except _Inactive:
+                event.fail(errors.NotController(f"broker {self.broker_id} is not the controller"))
+                return
+            except errors.KafkaError as exc:  # a refusal with a Kafka error code: the caller's
+                event.fail(exc)
+                return
+            except ControllerMovedError as exc:
+                log.warning("fenced: another controller was elected", error=str(exc))
+                await self._resign("fenced by a newer controller epoch", delete=False)
+                event.fail(errors.NotController("the controller moved"))
+                self._enqueue(_Reelect())
+                return
+            except ClientClosedError:
+                event.fail(errors.NotController("the ZooKeeper client is closed"))
+                return
+            except SessionExpiredError:
+                await self._resign("ZooKeeper session expired", delete=False)
+                event.fail(errors.NotController("the ZooKeeper session expired"))
+                return  # the new session's CONNECTED enqueues a Reelect
+            except ZkConnectionError as exc:
+                if attempt == MAX_EVENT_ATTEMPTS:
+                    log.error(
+                        "controller event abandoned after connection failures",
+                        event=type(event).__name__,
+                        error=str(exc),
+                    )
+                    event.fail(errors.RequestTimedOut(str(exc)))
+                    if self.is_active:
+                        # What it left undone (and the watches it did not re-arm) is redone by a
+                        # fresh failover, here or on another broker.
+                        await self._resign("an event could not be completed", delete=True)
+                        self._enqueue(_Reelect())
+                    return
+                log.info("connection trouble; retrying the event", event=type(event).__name__)
+                await self.kzk.zk.wait_connected()
+
+    async def _handle(self, event: _Event) -> Any:
+        if isinstance(event, _Reelect):
+            return await self._on_reelect()
+        if isinstance(event, _Expire):
+            return await self._resign("ZooKeeper session lost", delete=False)
+        if not self.is_active:  # watch events after a resignation: nothing to do
+            raise _Inactive
+        if isinstance(event, _BrokerChange):
+            return await self._on_broker_change()
+        if isinstance(event, _TopicChange):
+            return await self._on_topic_change()
+        if isinstance(event, _PartitionModifications):
+            return await self._on_partition_modifications(event.topic)
+        if isinstance(event, _TopicDeletion):
+            return await self._on_topic_deletion()
+        if isinstance(event, _ControlledShutdown):
+            return await self._on_controlled_shutdown(event.broker_id, event.broker_epoch)
+        if isinstance(event, _PreferredElection):
+            return await self._on_preferred_election(event.partitions, event.auto)
+        raise TypeError(f"unknown controller event {event!r}")
+
+    # --- watches and session ------------------------------------------------------------------
+
+    def _arm(self, key: str, make_event: Callable[[], _Event]) -> WatchCallback | None:
+        """A one-shot watch that enqueues ``make_event()`` when it fires (any event, including
+        the connection drop, after which the handler re-reads and re-arms); None if the watch
+        ``key`` is already set."""
+        if key in self._armed:
+            return None
+        self._armed.add(key)
+
+        def fired(_: WatchEvent) -> None:
+            self._armed.discard(key)
+            self._enqueue(make_event())
+
+        return fired
+
+    async def _read_armed(
+        self,
+        key: str,
+        make_event: Callable[[], _Event],
+        read: Callable[[WatchCallback | None], Any],
+    ) -> Any:
+        watch = self._arm(key, make_event)
+        try:
+            return await read(watch)
+        except BaseException:
+            if watch is not None:
+                self._armed.discard(key)
+            raise
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event.state is SessionState.LOST:
+            # Give up at once (ephemeral /controller is gone); the queued event cleans up.
+            if self.is_active:
+                self._deactivate("ZooKeeper session lost")
+            self._enqueue(_Expire())
+        elif event.state is SessionState.CONNECTED:
+            self._enqueue(_Reelect())  # re-arms the /controller watch dropped with the connection
+
+    # --- election -----------------------------------------------------------------------------
+
+    async def _on_reelect(self) -> None:
+        """Kafka's ``Reelect``/``elect``: stay, resign or campaign after reading ``/controller``."""
+        if self._stopped:
+            return
+        info = await self._read_armed("controller", _Reelect, self.kzk.get_controller)
+        if self._fence is not None:
+            current = await self.kzk.get_controller_epoch()
+            if info is not None and info.broker_id == self.broker_id and current == self._fence:
+                return
+            await self._resign("another broker is controller", delete=False)
+        if info is not None:
+            return
+        fence = await self.kzk.elect_controller(self.broker_id)
+        if fence is None:
+            return  # lost the race; the armed watch reports the winner's node going away
+        try:
+            await self._on_failover(fence)
+        except BaseException:
+            # A half-done failover must not stay in charge: resign so a retry (or another
+            # broker) starts over from ZooKeeper.
+            await self._resign("failover did not complete", delete=True, fence=fence)
+            raise
+
+    async def _on_failover(self, fence: ControllerEpoch) -> None:
+        """Kafka's ``onControllerFailover``."""
+        self._fence = fence
+        self._armed.clear()  # watches of an earlier term may be gone with an old session
+        self._shutting_down.clear()
+        log.info("became controller", broker_id=self.broker_id, controller_epoch=fence.epoch)
+        await self.kzk.create_top_level_paths()
+        brokers = await self._read_brokers()
+        self._live = brokers
+        await self._on_topic_deletion()
+        topics = await self._read_armed("topics", _TopicChange, self.kzk.get_topics)
+        self._topics = set(topics)
+        await self._reconcile(topics, set(brokers), "controller failover")
+        if self.settings.auto_leader_rebalance_enable:
+            self._rebalance_task = asyncio.get_running_loop().create_task(
+                self._rebalance_timer(), name=f"controller-{self.broker_id}-rebalance"
+            )
+        log.info(
+            "controller failover done",
+            controller_epoch=fence.epoch,
+            live_brokers=sorted(brokers),
+            topics=len(topics),
+        )
+
+    def _deactivate(self, reason: str) -> None:
+        if self._fence is not None:
+            log.info("resigned as controller", controller_epoch=self._fence.epoch, reason=reason)
+        self._fence = None
+        self._shutting_down.clear()
+        self._live = {}
+        self._topics = set()
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
+
+    async def _resign(
+        self, reason: str, *, delete: bool, fence: ControllerEpoch | None = None
+    ) -> None:
+        """Kafka's ``onControllerResignation`` (+ deleting ``/controller`` when we still own it,
+        so the next controller need not wait for our session to expire)."""
+        fence = fence or self._fence
+        self._deactivate(reason)
+        if delete and fence is not None:
+            with contextlib.suppress(ZkError):
+                await self.kzk.resign_controller(fence)
+
+    def _active_fence(self) -> ControllerEpoch:
+        if self._fence is None:
+            raise _Inactive
+        return self._fence
+
+    async def _rebalance_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.leader_imbalance_check_interval_s)
+            self._enqueue(_PreferredElection(None, auto=True))
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def _read_brokers(self) -> dict[int, int]:
+        """The registered brokers and their broker epochs; arms the broker-change watch."""
+        infos = await self._read_armed("brokers", _BrokerChange, self.kzk.get_all_brokers)
+        return {broker_id: info.epoch for broker_id, info in infos.items()}
+
+    async def _assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
+        """Assignments of ``topics`` (those that exist), arming each topic's modification watch."""
+
+        async def one(topic: str) -> TopicAssignment | None:
+            key = f"topic:{topic}"
+            found: TopicAssignment | None = await self._read_armed(
+                key,
+                lambda: _PartitionModifications(topic),
+                lambda watch: self.kzk.get_topic_assignment(topic, watch),
+            )
+            if found is None:
+                self._armed.discard(key)  # no node, no watch set
+            return found
+
+        names = sorted(set(topics))
+        found = await asyncio.gather(*(one(t) for t in names))
+        return {t: a for t, a in zip(names, found, strict=True) if a is not None}
+
+    async def _unclean_allowed(self, topic: str) -> bool:
+        """``unclean.leader.election.enable`` of ``topic``: its override, else the broker's."""
+        config = (await self.kzk.get_topic_config(topic)).config
+        raw = config.get(UNCLEAN_KEY)
+        if raw is None:
+            return self.settings.unclean_leader_election_enable
+        try:
+            return boolean(raw)
+        except ValueError:
+            log.warning("unreadable topic config; using the broker default", topic=topic, value=raw)
+            return self.settings.unclean_leader_election_enable
+
+    # --- writing ------------------------------------------------------------------------------
+
+    async def _transition(
+        self, partitions: Collection[TopicPartition], decide: Decide, reason: str
+    ) -> dict[TopicPartition, tuple[PartitionState, PartitionState]]:
+        """Read each partition's state, ``decide`` its next leader/ISR (None: leave it), write
+        conditionally on the zkVersion read and fenced; partitions whose write met a BADVERSION
+        go round again (at most :data:`MAX_WRITE_ATTEMPTS` rounds). Returns ``{tp: (old, new)}``
+        of the states written."""
+        written: dict[TopicPartition, tuple[PartitionState, PartitionState]] = {}
+        pending = sorted(set(partitions))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if not pending:
+                break
+            fence = self._active_fence()
+            states = await self.kzk.get_partition_states(pending)
+            proposals: dict[str, dict[int, PartitionState]] = defaultdict(dict)
+            before: dict[TopicPartition, PartitionState] = {}
+            for tp in pending:
+                state = states.get(tp)
+                if state is None:
+                    continue  # deleted meanwhile (or never created: not ours to elect)
+                if state.controller_epoch > fence.epoch:
+                    log.warning(
+                        "state written by a newer controller; not touching it",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        state_controller_epoch=state.controller_epoch,
+                        controller_epoch=fence.epoch,
+                    )
+                    continue
+                new = await decide(tp, state)
+                if new is None:
+                    continue
+                before[tp] = state
+                proposals[tp.topic][tp.partition] = PartitionState(
+                    leader=new.leader,
+                    leader_epoch=new.leader_epoch,
+                    isr=tuple(new.isr),
+                    controller_epoch=fence.epoch,
+                    zk_version=state.zk_version,
+                )
+            pending = []
+            for topic, states_of_topic in sorted(proposals.items()):
+                results = await self.kzk.set_partition_states(
+                    topic, states_of_topic, self._active_fence()
+                )
+                for partition, result in results.items():
+                    tp = TopicPartition(topic, partition)
+                    old = before[tp]
+                    if isinstance(result, PartitionState):
+                        written[tp] = (old, result)
+                        _log_change(tp, old, result, reason)
+                    elif isinstance(result, BadVersionError):
+                        log.info(
+                            "partition state changed under us; deciding again",
+                            topic=topic,
+                            partition=partition,
+                            read_zk_version=old.zk_version,
+                            reason=reason,
+                        )
+                        pending.append(tp)
+                    else:
+                        log.info("partition state gone", topic=topic, partition=partition)
+        if pending:
+            log.error(
+                "gave up on partition state writes after repeated version conflicts",
+                partitions=[f"{tp.topic}-{tp.partition}" for tp in pending],
+                attempts=MAX_WRITE_ATTEMPTS,
+                reason=reason,
+            )
+        return written
+
+    async def _create_initial_states(
+        self,
+        assignment: TopicAssignment,
+        partitions: Iterable[int],
+        candidates: Collection[int],
+    ) -> None:
+        """First states of new partitions (Kafka's ``initializeLeaderAndIsrForPartitions``)."""
+        fence = self._active_fence()
+        topic = assignment.topic
+        states: dict[int, PartitionState] = {}
+        for partition in sorted(partitions):
+            replicas = assignment.replicas(partition)
+            live = [r for r in replicas if r in candidates]
+            if not live:
+                log.warning(
+                    "new partition has no live replica; it stays without a leader",
+                    topic=topic,
+                    partition=partition,
+                    replicas=list(replicas),
+                    live_brokers=sorted(candidates),
+                )
+                continue
+            states[partition] = PartitionState(live[0], 0, tuple(live), fence.epoch)
+        if not states:
+            return
+        results = await self.kzk.create_partition_states(topic, states, fence)
+        for partition, result in sorted(results.items()):
+            if isinstance(result, PartitionState):
+                log.info(
+                    "partition state created",
+                    topic=topic,
+                    partition=partition,
+                    leader=result.leader,
+                    leader_epoch=result.leader_epoch,
+                    isr=list(result.isr),
+                    controller_epoch=fence.epoch,
+                    reason="new partition",
+                )
+            elif isinstance(result, NodeExistsError):
+                log.info("partition state already exists", topic=topic, partition=partition)
+
+    async def _reconcile(self, topics: Iterable[str], registered: set[int], reason: str) -> None:
+        """Bring every partition of ``topics`` in line with the brokers ``registered``: first
+        states for partitions without one, the offline election where the leader is not
+        registered, unregistered replicas out of the ISRs. Idempotent."""
+        fence = self._active_fence()
+        candidates = registered - self._shutting_down
+        assignments = await self._assignments(topics)
+        tps = [TopicPartition(t, p) for t, a in assignments.items() for p in a.partitions]
+        states = await self.kzk.get_partition_states(tps)
+        for topic, assignment in sorted(assignments.items()):
+            missing = [p for p in assignment.partitions if TopicPartition(topic, p) not in states]
+            if missing:
+                await self._create_initial_states(assignment, missing, candidates)
+        self._active_fence()
+        unclean: dict[str, bool] = {}
+
+        async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            replicas = assignments[tp.topic].replicas(tp.partition)
+            current = _leader_and_isr(state)
+            if state.leader not in registered:
+                allow = False
+                if not any(r in candidates for r in state.isr):
+                    if tp.topic not in unclean:
+                        unclean[tp.topic] = await self._unclean_allowed(tp.topic)
+                    allow = unclean[tp.topic]
+                return elect_offline(current, replicas, candidates, unclean=allow)
+            return remove_replicas(current, [r for r in current.isr if r not in registered])
+
+        needs = [
+            tp
+            for tp, s in states.items()
+            if s.controller_epoch <= fence.epoch
+            and (s.leader not in registered or any(r not in registered for r in s.isr))
+        ]
+        if needs:
+            await self._transition(needs, decide, reason)
+
+    # --- handlers -----------------------------------------------------------------------------
+
+    async def _on_broker_change(self) -> None:
+        """Kafka's ``processBrokerChange``: dead, new and bounced brokers (KIP-380)."""
+        current = await self._read_brokers()
+        previous = self._live
+        dead = sorted(previous.keys() - current.keys())
+        new = sorted(current.keys() - previous.keys())
+        bounced = sorted(b for b in current.keys() & previous.keys() if current[b] != previous[b])
+        if not (dead or new or bounced):
+            return
+        log.info(
+            "live brokers changed",
+            live=sorted(current),
+            dead=dead,
+            new=new,
+            bounced=bounced,
+        )
+        self._shutting_down -= set(dead) | set(bounced)
+        self._live = current
+        topics = await self.kzk.get_topics()
+        if bounced:
+            # A bounced broker is first dead: what it led moves (or goes offline), it leaves
+            # the ISRs -- its new incarnation must not inherit the old one's leadership.
+            registered = set(current) - set(bounced)
+            await self._reconcile(topics, registered, f"brokers gone: {sorted(dead + bounced)}")
+        why = f"brokers gone: {dead}" if dead and not new else f"live brokers: {sorted(current)}"
+        await self._reconcile(topics, set(current), why)
+
+    async def _on_topic_change(self) -> None:
+        topics = set(await self._read_armed("topics", _TopicChange, self.kzk.get_topics))
+        added = topics - self._topics
+        removed = self._topics - topics
+        self._topics = topics
+        if removed:
+            log.info("topics gone", topics=sorted(removed))
+        if added:
+            log.info("new topics", topics=sorted(added))
+            await self._reconcile(added, set(self._live), "new topic")
+
+    async def _on_partition_modifications(self, topic: str) -> None:
+        if topic in self._topics:
+            await self._reconcile([topic], set(self._live), "partitions added")
+
+    async def _on_topic_deletion(self) -> None:
+        """Kafka's ``TopicDeletion``, reduced to ZooKeeper: the topic's znodes and its request
+        go in one fenced multi; brokers notice the topic gone and delete their logs."""
+        topics = await self._read_armed("deletions", _TopicDeletion, self.kzk.get_topic_deletions)
+        for topic in topics:
+            await self.kzk.delete_topic(topic, self._active_fence())
+            self._topics.discard(topic)
+            log.info("topic deleted", topic=topic, controller_epoch=self._active_fence().epoch)
+
+    async def _on_controlled_shutdown(
+        self, broker_id: int, broker_epoch: int
+    ) -> list[TopicPartition]:
+        info = await self.kzk.get_broker(broker_id)
+        if info is None:
+            raise errors.BrokerNotAvailable(f"broker {broker_id} is not registered")
+        if broker_epoch != -1 and broker_epoch < info.epoch:
+            log.info(
+                "controlled shutdown refused: stale broker epoch",
+                broker_id=broker_id,
+                broker_epoch=broker_epoch,
+                registered_epoch=info.epoch,
+            )
+            raise errors.StaleBrokerEpoch(
+                f"broker {broker_id} epoch {broker_epoch} < registered {info.epoch}"
+            )
+        self._shutting_down.add(broker_id)
+        registered = set(self._live) | {broker_id}
+        log.info("controlled shutdown", broker_id=broker_id, broker_epoch=info.epoch)
+        topics = await self.kzk.get_topics()
+        assignments = await self._assignments(topics)
+        replicated = [
+            TopicPartition(t, p)
+            for t, a in assignments.items()
+            for p, r in a.partitions.items()
+            if broker_id in r.replicas and len(r.replicas) > 1
+        ]
+
+        async def move_leader(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            if state.leader != broker_id:
+                return None
+            replicas = assignments[tp.topic].replicas(tp.partition)
+            return elect_controlled_shutdown(
+                _leader_and_isr(state), replicas, registered, self._shutting_down
+            )
+
+        async def leave_isr(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            if state.leader == broker_id or broker_id not in state.isr:
+                return None
+            return remove_replica(_leader_and_isr(state), broker_id)
+
+        reason = f"controlled shutdown of broker {broker_id}"
+        await self._transition(replicated, move_leader, reason)
+        await self._transition(replicated, leave_isr, reason)
+        final = await self.kzk.get_partition_states(replicated)
+        remaining = sorted(tp for tp, s in final.items() if s.leader == broker_id)
+        log.info(
+            "controlled shutdown done",
+            broker_id=broker_id,
+            still_leads=[f"{tp.topic}-{tp.partition}" for tp in remaining],
+        )
+        return remaining
+
+    async def _on_preferred_election(
+        self, partitions: frozenset[TopicPartition] | None, auto: bool
+    ) -> list[TopicPartition]:
+        topics = await self.kzk.get_topics()
+        if partitions is not None:
+            topics = [t for t in topics if t in {tp.topic for tp in partitions}]
+        assignments = await self._assignments(topics)
+        candidates = set(self._live) - self._shutting_down
+        tps = [
+            TopicPartition(t, p)
+            for t, a in assignments.items()
+            for p in a.partitions
+            if partitions is None or TopicPartition(t, p) in partitions
+        ]
+        if auto:
+            states = await self.kzk.get_partition_states(tps)
+            tps = imbalanced_partitions(
+                assignments,
+                states,
+                candidates,
+                self.settings.leader_imbalance_per_broker_percentage,
+            )
+            if not tps:
+                return []
+
+        async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            replicas = assignments[tp.topic].replicas(tp.partition)
+            return elect_preferred(_leader_and_isr(state), replicas, candidates)
+
+        reason = "preferred leader (auto rebalance)" if auto else "preferred leader election"
+        return sorted(await self._transition(tps, decide, reason))
+
+
+def imbalanced_partitions(
+    assignments: Mapping[str, TopicAssignment],
+    states: Mapping[TopicPartition, PartitionState],
+    candidates: Collection[int],
+    percentage: int,
+) -> list[TopicPartition]:
+    """Kafka's ``checkAndTriggerAutoLeaderRebalance``: for each broker, the share of the
+    partitions whose preferred (first) replica it is that another broker leads; above
+    ``percentage`` % (``leader.imbalance.per.broker.percentage``), the partitions it can take
+    back now (it is a candidate -- live, not shutting down -- and in their ISR). Partitions
+    without a state are not counted."""
+    by_preferred: dict[int, list[TopicPartition]] = defaultdict(list)
+    for topic, assignment in sorted(assignments.items()):
+        for partition, replicas in sorted(assignment.partitions.items()):
+            tp = TopicPartition(topic, partition)
+            if replicas.replicas and tp in states:
+                by_preferred[replicas.replicas[0]].append(tp)
+    targets: list[TopicPartition] = []
+    for broker, tps in sorted(by_preferred.items()):
+        not_led = [tp for tp in tps if states[tp].leader != broker]
+        ratio = len(not_led) / len(tps)
+        if ratio * 100 <= percentage:
+            continue
+        movable = [tp for tp in not_led if broker in candidates and broker in states[tp].isr]
+        log.info(
+            "leader imbalance",
+            broker_id=broker,
+            imbalance_percentage=round(ratio * 100, 1),
+            threshold=percentage,
+            movable=len(movable),
+        )
+        targets += movable
+    return targets
+
+
+def _log_change(tp: TopicPartition, old: PartitionState, new: PartitionState, reason: str) -> None:
+    log.info(
+        "partition leader and ISR changed"
+        if new.leader != NO_LEADER
+        else "partition offline: no eligible leader",
+        topic=tp.topic,
+        partition=tp.partition,
+        old_leader=old.leader,
+        new_leader=new.leader,
+        old_leader_epoch=old.leader_epoch,
+        new_leader_epoch=new.leader_epoch,
+        old_isr=list(old.isr),
+        new_isr=list(new.isr),
+        zk_version=new.zk_version,
+        controller_epoch=new.controller_epoch,
+        reason=reason,
+    )

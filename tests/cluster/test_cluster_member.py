@@ -50,6 +50,8 @@ class Cluster:
             "replica.fetch.wait.max.ms=100",
             "replica.fetch.backoff.ms=50",
             "replica.lag.time.max.ms=1000",
+            # The test plays the controller (id 99, no listener): no one to ask at shutdown.
+            "controlled.shutdown.enable=false",
             *extra,
         )
         self.servers[broker_id] = server

@@ -48,6 +48,7 @@ from sluice.server.core.replica_manager import IsrUpdate
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.controller.controller import Controller
     from sluice.server.core.config import Config
     from sluice.server.core.replica_manager import Partition, ReplicaManager
     from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZnodeStat
@@ -175,6 +176,8 @@ class ClusterMember:
         self.producer_ids = BlockProducerIdManager(self._allocate_producer_ids)
         self.zk: ZkClient | None = None
         self.kzk: KafkaZkClient | None = None
+        #: Every broker campaigns; the elected one acts (sluice.server.controller).
+        self.controller: Controller | None = None
         self.broker_epoch = -1
         self._watchers: list[Watcher] = []
         self._topic_watchers: dict[str, list[Watcher]] = {}
@@ -182,6 +185,7 @@ class ClusterMember:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._topics_seen = asyncio.Event()
         self._stopping = False
+        self._leaving = False  # controlled shutdown: no more fetching
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -208,6 +212,10 @@ class ClusterMember:
         self._watchers.append(zk.watch_data(CONTROLLER_PATH, self._on_controller))
         self._watchers.append(zk.watch_children(TOPICS_PATH, self._on_topics))
         self._spawn(self._shrink_loop(), "isr-shrink")
+        from sluice.server.controller.controller import Controller, ControllerSettings
+
+        self.controller = Controller(kzk, self.local_id, ControllerSettings.from_config(config))
+        await self.controller.start()
         # Serve Metadata with the cluster's topics and this broker from the first request on
         # (bounded: the watches deliver asynchronously).
         with contextlib.suppress(TimeoutError):
@@ -224,6 +232,8 @@ class ClusterMember:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self.controller is not None:
+            await self.controller.stop()  # resigns at once: another broker takes over
         for watcher in self._all_watchers():
             watcher.cancel()
         for task in list(self._tasks):
@@ -232,6 +242,65 @@ class ClusterMember:
         await self.fetchers.shutdown()
         if self.zk is not None:
             await self.zk.close()
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leadership elsewhere before it stops
+        (Kafka's ``KafkaServer.controlledShutdown``): ControlledShutdown (API 7) to the
+        controller, up to ``controlled.shutdown.max.retries`` times,
+        ``controlled.shutdown.retry.backoff.ms`` apart, until nothing replicated is left led
+        here; then wait (bounded by the backoff) for the new states to arrive, so this broker
+        stops answering as a leader before it closes. Returns whether it succeeded; a failure
+        is logged and the broker stops anyway (as Kafka does)."""
+        from sluice.client.connection import Connection
+        from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError
+        from sluice.protocol import messages as m
+
+        config = self.config
+        backoff = config.controlled_shutdown_retry_backoff_ms / 1000
+        # Stop following first (Kafka's controller sends StopReplica): a follower that kept
+        # fetching could be taken back into an ISR the controller just removed it from.
+        self._leaving = True
+        await self.fetchers.shutdown()
+        for attempt in range(1, config.controlled_shutdown_max_retries + 1):
+            controller = self.cache.controller_id
+            address = self.cache.address(controller) if controller >= 0 else None
+            outcome = "no controller"
+            if address is not None:
+                try:
+                    conn = await Connection.open(
+                        *address, client_id=f"broker-{self.local_id}", request_timeout_ms=10_000
+                    )
+                    try:
+                        request = m.ControlledShutdownRequest(
+                            broker_id=self.local_id, broker_epoch=self.broker_epoch
+                        )
+                        resp = await conn.request(m.ControlledShutdown.key, request)
+                    finally:
+                        conn.close()
+                except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                    outcome = repr(exc)
+                else:
+                    remaining = [
+                        f"{p.topic_name}-{p.partition_index}" for p in resp.remaining_partitions
+                    ]
+                    if resp.error_code == 0 and not remaining:
+                        await self.cache.wait_for(self._leads_nothing_replicated, backoff)
+                        log.info("controlled shutdown done", attempt=attempt, controller=controller)
+                        return True
+                    outcome = f"error {resp.error_code}, still leading {remaining}"
+            log.warning(
+                "controlled shutdown not done yet",
+                attempt=attempt,
+                controller=controller,
+                outcome=outcome,
+            )
+            if attempt < config.controlled_shutdown_max_retries:
+                await asyncio.sleep(backoff)
+        log.error("controlled shutdown failed: stopping anyway (clients see a failover)")
+        return False
+
+    def _leads_nothing_replicated(self) -> bool:
+        return not any(p.is_leader and len(p.replicas) > 1 for p in self.replicas.partitions())
 
     def _all_watchers(self) -> list[Watcher]:
         out = list(self._watchers) + list(self._state_watchers.values())
@@ -381,8 +450,8 @@ class ClusterMember:
             held.zk_version,
         ):
             self.cache.states[key] = state
-        self.cache.changed()
         await self._apply(key, state)
+        self.cache.changed()
 
     async def _apply(self, key: tuple[str, int], state: PartitionState) -> None:
         topic, index = key
@@ -417,7 +486,7 @@ class ClusterMember:
 
     def _after_state(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
-        if partition.is_leader or partition.leader_id < 0:
+        if partition.is_leader or partition.leader_id < 0 or self._leaving:
             self.fetchers.unfollow([key])
         else:
             self.fetchers.follow(key, partition.leader_id, partition.leader_epoch)

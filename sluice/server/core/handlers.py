@@ -128,6 +128,14 @@ class Handlers:
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)
 
+    def join_cluster(self, cluster: ClusterMember) -> None:
+        """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
+        broker-to-controller API, never advertised by a standalone broker) is served."""
+        self.cluster = cluster
+        self.config_resources.cluster = cluster
+        self._dispatch[m.ControlledShutdown.key] = self.controlled_shutdown
+        self._request_metric[m.ControlledShutdown.key] = f"requests.{m.ControlledShutdown.key}"
+
     def advertised(self) -> tuple[str, int]:
         """Where clients reach this broker (host, port)."""
         return self._advertised
@@ -1215,6 +1223,30 @@ class Handlers:
         self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
     ) -> Any:
         return self.config_resources.incremental_alter(body)
+
+    # --- ControlledShutdown (7): broker -> controller ----------------------------------------
+
+    async def controlled_shutdown(
+        self, header: RequestHeader, body: m.ControlledShutdownRequest
+    ) -> m.ControlledShutdownResponse:
+        """A broker stopping gracefully asks the controller to move its leadership first
+        (Kafka's ``KafkaApis.handleControlledShutdownRequest``); NOT_CONTROLLER here unless this
+        broker is the controller. ``remaining_partitions``: what it still leads."""
+        cls = m.ControlledShutdownResponse
+        controller = self.cluster.controller if self.cluster is not None else None
+        if controller is None or not controller.is_active:
+            return cls(error_code=errors.NotController.code, remaining_partitions=[])
+        try:
+            remaining = await controller.controlled_shutdown(body.broker_id, body.broker_epoch)
+        except errors.KafkaError as exc:
+            return cls(error_code=exc.code, remaining_partitions=[])
+        part_cls = cls.RemainingPartition
+        return cls(
+            error_code=0,
+            remaining_partitions=[
+                part_cls(topic_name=tp.topic, partition_index=tp.partition) for tp in remaining
+            ],
+        )
 
     # --- DescribeCluster (60) --------------------------------------------------------------------
 

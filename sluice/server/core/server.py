@@ -156,8 +156,7 @@ class Server:
             self.log_manager.close()
             self.log_manager = None
             raise
-        handlers.cluster = cluster
-        handlers.config_resources.cluster = cluster
+        handlers.join_cluster(cluster)
 
     def _offsets_leadership(self, partition: Partition) -> None:
         """Cluster mode: the group coordinator serves the groups of the offsets partitions this
@@ -254,6 +253,10 @@ class Server:
 
     async def _shutdown(self) -> None:
         self._should_exit.set()
+        # 0. a cluster member first hands its leadership over (still serving meanwhile).
+        cluster = self.cluster
+        if cluster is not None and self.config.controlled_shutdown_enable and not self._force_exit:
+            await cluster.controlled_shutdown()
         # 1. stop accepting.
         if self._server is not None:
             self._server.close()

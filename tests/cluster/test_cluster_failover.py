@@ -1,0 +1,190 @@
+"""Real Kafka clients against a real 3-broker cluster (subprocesses, a real ZooKeeper): acks=all
+to RF=3 topics while the leader is killed (-9) or stopped gracefully; every acknowledged record is
+read back exactly once, in order; the replicas are byte-identical below HW afterwards.
+
+The producers run in a thread while the test injects the fault; every send's outcome is recorded
+(Jepsen's discipline, ``tests/jepsen/checker.py``), and the final read uses a fresh consumer from
+offset 0 after the cluster healed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sluice.testing.cluster import EmbeddedCluster
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 60.0
+RF3 = {"min.insync.replicas": "2", "auto.leader.rebalance.enable": "false"}
+
+
+def create_topic(cluster: EmbeddedCluster, name: str, partitions: int = 1, rf: int = 3) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=30)
+    futures[name].result(30)
+    for p in range(partitions):
+        cluster.wait_for_leader(name, p)
+
+
+class ConfluentWriter:
+    """confluent-kafka producing unique values in a thread, acks=all, recording outcomes."""
+
+    def __init__(self, cluster: EmbeddedCluster, topic: str, idempotent: bool) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.failed: list[bytes] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "enable.idempotence": idempotent,
+                "linger.ms": 2,
+                "message.timeout.ms": 45_000,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 500,
+            }
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.value()] = (msg.partition(), msg.offset())
+        else:
+            self.failed.append(msg.value())
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            value = b"v-%06d" % i
+            i += 1
+            while True:
+                try:
+                    self._producer.produce(self.topic, value, on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self.sent = i
+            self._producer.poll(0)
+            time.sleep(0.002)
+        self._producer.flush(60)
+
+    def start(self) -> ConfluentWriter:
+        self._thread.start()
+        return self
+
+    def wait_acked(self, count: int) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(self.acked) < count:
+            assert time.monotonic() < deadline, f"only {len(self.acked)} acked"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(DEADLINE_S + 30)
+        assert not self._thread.is_alive()
+
+
+def read_all(cluster: EmbeddedCluster, topic: str, partitions: int = 1) -> dict[int, list[Any]]:
+    """Every record of every partition from offset 0 to its end, with a fresh consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        ends = {}
+        for p in range(partitions):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: dict[int, list[Any]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + DEADLINE_S
+        while any(len(out[p]) < ends[p] for p in out):
+            assert time.monotonic() < deadline, {p: (len(out[p]), ends[p]) for p in out}
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out[msg.partition()].append((msg.offset(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def check(writer: ConfluentWriter, records: dict[int, list[Any]]) -> None:
+    values = [v for part in records.values() for _, v in part]
+    for part in records.values():
+        offsets = [o for o, _ in part]
+        assert offsets == list(range(len(offsets))), "offsets not contiguous from 0"
+    lost = [v for v in writer.acked if v not in set(values)]
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+    assert len(values) == len(set(values)), "duplicates"
+    where = {v: (p, o) for p, part in records.items() for o, v in part}
+    wrong = {v: (at, where[v]) for v, at in writer.acked.items() if where[v] != at}
+    assert not wrong, f"acknowledged at one offset, read at another: {list(wrong.items())[:5]}"
+
+
+def replicas_identical(cluster: EmbeddedCluster, topic: str) -> None:
+    """Each live replica's segment bytes agree below the smallest LEO (HW after a quiet spell)."""
+
+    def data(broker_id: int) -> bytes:
+        d = cluster.data_dir(broker_id) / f"{topic}-0"
+        return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+
+    logs = {b: data(b) for b in cluster.ids}
+    shortest = min(len(v) for v in logs.values())
+    first = logs[cluster.ids[0]][:shortest]
+    assert shortest > 0
+    assert all(v[:shortest] == first for v in logs.values())
+
+
+@pytest.mark.sluice_cluster(properties=RF3)
+@pytest.mark.parametrize("fault", ["kill", "graceful"])
+def test_confluent_acks_all_survives_losing_the_leader(
+    sluice_cluster: EmbeddedCluster, fault: str
+) -> None:
+    cluster = sluice_cluster
+    create_topic(cluster, "orders")
+    writer = ConfluentWriter(cluster, "orders", idempotent=True).start()
+    try:
+        writer.wait_acked(200)
+        leader = cluster.wait_for_leader("orders")
+        if fault == "kill":
+            cluster.kill(leader)
+        else:
+            cluster.stop_broker(leader)
+        acked_before = len(writer.acked)
+        writer.wait_acked(acked_before + 300)  # the new leader takes writes
+        new_leader = cluster.wait_for_leader("orders")
+        assert new_leader != leader
+        cluster.restart(leader)
+    finally:
+        writer.stop()
+    assert not writer.failed
+    records = read_all(cluster, "orders")
+    check(writer, records)
+    # The restarted broker catches up; then the replicas agree byte for byte.
+    end = len(records[0])
+
+    def caught_up() -> bool:
+        meta = cluster.metadata(["orders"])
+        return len(meta.topics[0].partitions[0].isr_nodes) == 3
+
+    cluster.wait_for(caught_up, "the restarted replica back in the ISR")
+    assert end >= len(writer.acked)
+    replicas_identical(cluster, "orders")

@@ -188,3 +188,43 @@ def test_confluent_acks_all_survives_losing_the_leader(
     cluster.wait_for(caught_up, "the restarted replica back in the ISR")
     assert end >= len(writer.acked)
     replicas_identical(cluster, "orders")
+
+
+@pytest.mark.sluice_cluster(properties=RF3)
+def test_our_own_client_follows_the_leader_through_a_kill(sluice_cluster: EmbeddedCluster) -> None:
+    """sluice.client: the producer refreshes metadata on NOT_LEADER_OR_FOLLOWER / a dead
+    connection and retries at the new leader (idempotent: written once); the consumer reads
+    everything back from the new leader."""
+    import asyncio
+
+    from sluice import Consumer, Producer, TopicPartition
+
+    cluster = sluice_cluster
+    create_topic(cluster, "ours")
+
+    async def run() -> tuple[list[tuple[bytes, int]], list[tuple[int, bytes]]]:
+        acked: list[tuple[bytes, int]] = []
+        async with Producer(
+            cluster.bootstrap_servers, enable_idempotence=True, retry_backoff_ms=50,
+            delivery_timeout_ms=60_000,
+        ) as producer:  # fmt: skip
+            for i in range(300):
+                if i == 100:
+                    await asyncio.to_thread(cluster.kill, cluster.wait_for_leader("ours"))
+                value = b"o-%04d" % i
+                meta = await (await producer.send("ours", value, partition=0))
+                acked.append((value, meta.offset))
+        read: list[tuple[int, bytes]] = []
+        async with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("ours", 0)])
+            async with asyncio.timeout(DEADLINE_S):
+                async for record in consumer:
+                    read.append((record.offset, record.value))
+                    if len(read) == len(acked):
+                        break
+        return acked, read
+
+    acked, read = asyncio.run(run())
+    assert [v for _, v in read] == [v for v, _ in acked]  # each once, in order
+    assert [o for o, _ in read] == list(range(len(acked)))
+    assert all(offset == i for i, (_, offset) in enumerate(acked))

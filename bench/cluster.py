@@ -15,7 +15,8 @@ Every figure is taken in the same run, on the same machine, as a ratio to a base
   shutdown < 0.5 s of errors.
 
 The brokers are subprocesses (:class:`sluice.testing.cluster.EmbeddedCluster`) with their own
-ZooKeeper; the load generator is this process (raw frames, as ``bench broker``).
+ZooKeeper; the load generator is this process (raw frames, as ``bench broker``). Where the CPU
+goes, and what was tried: ``bench/NOTES.md``.
 """
 
 from __future__ import annotations

@@ -649,3 +649,37 @@ async def test_the_group_coordinator_is_the_offsets_partitions_leader(
             await c2.close()
     finally:
         await c1.close()
+
+
+async def test_one_cluster_id_and_auto_creation_with_the_default_replication_factor(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2):
+        await cluster.start(broker_id, "default.replication.factor=2", "num.partitions=2")
+    c1 = await cluster.client(1)
+    c2 = await cluster.client(2)
+    kzk, _ = controller
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        ids = {(await metadata(c)).cluster_id for c in (c1, c2)}
+        assert len(ids) == 1
+        (cluster_id,) = ids
+        assert len(cluster_id) == 22 and cluster_id != "sluice-single-node"  # Kafka's Uuid form
+        data, _ = await kzk.zk.get("/cluster/id")
+        assert cluster_id in data.decode()
+        # Auto-creation on Metadata: LEADER_NOT_AVAILABLE now, the topic in ZooKeeper with the
+        # broker defaults (Kafka's behaviour).
+        req = m.MetadataRequest(
+            topics=[m.MetadataRequest.MetadataRequestTopic(name="auto")],
+            allow_auto_topic_creation=True,
+        )
+        resp = await c2.request(METADATA, 9, req)
+        assert resp.topics[0].error_code == errors.LeaderNotAvailable.code
+        async with asyncio.timeout(WAIT_S):
+            while (assignment := await kzk.get_topic_assignment("auto")) is None:
+                await asyncio.sleep(0.02)
+        assert sorted(assignment.partitions) == [0, 1]
+        assert all(len(a.replicas) == 2 for a in assignment.partitions.values())
+    finally:
+        await c1.close()
+        await c2.close()

@@ -179,6 +179,8 @@ class ClusterMember:
         #: Every broker campaigns; the elected one acts (sluice.server.controller).
         self.controller: Controller | None = None
         self.broker_epoch = -1
+        #: ``/cluster/id``, shared by every broker of the cluster (Metadata's cluster_id).
+        self.cluster_id = ""
         self._watchers: list[Watcher] = []
         self._topic_watchers: dict[str, list[Watcher]] = {}
         self._state_watchers: dict[tuple[str, int], Watcher] = {}
@@ -203,6 +205,7 @@ class ClusterMember:
         await zk.start()
         self.kzk = kzk = KafkaZkClient(zk)
         await kzk.create_top_level_paths()
+        self.cluster_id = await kzk.get_or_create_cluster_id()
         self.broker_epoch = await kzk.register_broker(self._broker_info())
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)

@@ -136,6 +136,9 @@ class Handlers:
         self._dispatch[m.ControlledShutdown.key] = self.controlled_shutdown
         self._request_metric[m.ControlledShutdown.key] = f"requests.{m.ControlledShutdown.key}"
 
+    def _cluster_id(self) -> str:
+        return CLUSTER_ID if self.cluster is None else self.cluster.cluster_id
+
     def advertised(self) -> tuple[str, int]:
         """Where clients reach this broker (host, port)."""
         return self._advertised
@@ -257,7 +260,7 @@ class Handlers:
         return cls(
             throttle_time_ms=0,
             brokers=[broker_cls(node_id=node, host=host, port=port, rack=None)],
-            cluster_id=CLUSTER_ID,
+            cluster_id=self._cluster_id(),
             controller_id=node,
             topics=topics,
             cluster_authorized_operations=cluster_ops,
@@ -323,7 +326,7 @@ class Handlers:
         return cls(
             throttle_time_ms=0,
             brokers=[broker_cls(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
-            cluster_id=CLUSTER_ID,
+            cluster_id=self._cluster_id(),
             controller_id=controller,
             topics=topics,
             cluster_authorized_operations=cluster_ops,
@@ -1258,7 +1261,7 @@ class Handlers:
         cls = m.DescribeClusterResponse
         if body.endpoint_type != 1:
             return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
-                       error_message="this is a broker endpoint", cluster_id=CLUSTER_ID,
+                       error_message="this is a broker endpoint", cluster_id=self._cluster_id(),
                        controller_id=-1, brokers=[])  # fmt: skip
         ops = (
             acl.CLUSTER_AUTHORIZED
@@ -1270,7 +1273,7 @@ class Handlers:
             throttle_time_ms=0,
             error_code=0,
             error_message=None,
-            cluster_id=CLUSTER_ID,
+            cluster_id=self._cluster_id(),
             controller_id=controller,
             brokers=[
                 cls.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)

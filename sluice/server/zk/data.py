@@ -91,6 +91,7 @@ CONFIG_TOPICS_PATH = "/config/topics"
 ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+CLUSTER_ID_PATH = "/cluster/id"
 
 #: The persistent znodes a broker makes sure exist at start-up (Kafka's
 #: ``ZkData.PersistentZkPaths``, the subset Sluice uses).
@@ -376,6 +377,15 @@ def decode_controller_epoch(data: bytes) -> int:
 def encode_topic_id(topic_id: uuid.UUID) -> str:
     """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding (22 chars)."""
     return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """``/cluster/id`` (Kafka's ``ClusterIdZNode``): ``{"version":"1","id":"<id>"}``."""
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return _str(_loads(data, CLUSTER_ID_PATH), "id", CLUSTER_ID_PATH)
 
 
 def decode_topic_id(text: str) -> uuid.UUID:

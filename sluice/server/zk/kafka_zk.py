@@ -51,6 +51,7 @@ from .client import (
 )
 from .data import (
     BROKER_IDS_PATH,
+    CLUSTER_ID_PATH,
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
@@ -65,9 +66,12 @@ from .data import (
     TopicAssignment,
     TopicConfig,
     broker_path,
+    decode_cluster_id,
     decode_controller_epoch,
     delete_topic_path,
+    encode_cluster_id,
     encode_controller_epoch,
+    encode_topic_id,
     is_decimal,
     partition_path,
     partition_state_path,
@@ -115,6 +119,29 @@ class KafkaZkClient:
 
     def __init__(self, zk: ZkClient) -> None:
         self.zk = zk
+
+    async def get_or_create_cluster_id(self) -> str:
+        """The cluster's id (``/cluster/id``), created by the first broker that asks (Kafka's
+        ``getOrGenerateClusterId``: a random UUID in Kafka's base64 form); every broker of
+        the cluster reads the same one and Metadata reports it."""
+        import uuid
+
+        for _ in range(3):
+            try:
+                data, _ = await self.zk.get(CLUSTER_ID_PATH)
+                return decode_cluster_id(data)
+            except NoNodeError:
+                pass
+            proposed = encode_topic_id(uuid.uuid4())
+            try:
+                await self.zk.create(
+                    CLUSTER_ID_PATH, encode_cluster_id(proposed), make_parents=True
+                )
+                log.info("cluster id created", cluster_id=proposed)
+                return proposed
+            except NodeExistsError:
+                continue  # another broker won: read theirs
+        raise ZkError("no cluster id after 3 attempts")
 
     async def create_top_level_paths(self) -> None:
         """Make sure the persistent parents exist (Kafka's ``createTopLevelPaths``)."""

@@ -228,3 +228,44 @@ def test_our_own_client_follows_the_leader_through_a_kill(sluice_cluster: Embedd
     assert [v for _, v in read] == [v for v, _ in acked]  # each once, in order
     assert [o for o, _ in read] == list(range(len(acked)))
     assert all(offset == i for i, (_, offset) in enumerate(acked))
+
+
+@pytest.mark.sluice_cluster(properties=RF3)
+def test_cli_creates_replicated_topics_and_shows_under_replicated_partitions(
+    sluice_cluster: EmbeddedCluster,
+) -> None:
+    import re
+    import subprocess
+
+    from tests.client.test_cli import COMMAND
+
+    cluster = sluice_cluster
+
+    def sluice(*args: str) -> str:
+        result = subprocess.run(
+            [*COMMAND, *args, "--bootstrap-server", cluster.bootstrap_servers],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def rows(text: str) -> list[list[str]]:
+        return [re.findall(r"\S+", line.replace("│", " ")) for line in text.splitlines()
+                if line.replace("│", " ").split()[:1] == ["cli"]]  # fmt: skip
+
+    sluice("topics", "create", "--topic", "cli", "--partitions", "3", "--replication-factor", "3")
+    for p in range(3):
+        cluster.wait_for_leader("cli", p)
+    described = rows(sluice("topics", "describe", "--topic", "cli"))
+    assert [r[1] for r in described] == ["0", "1", "2"]
+    assert all(sorted(r[3].split(",")) == ["1", "2", "3"] for r in described)
+    assert rows(sluice("topics", "describe", "--under-replicated-partitions")) == []
+    cluster.kill(3)
+    cluster.wait_for(
+        lambda: all(3 not in p.isr_nodes for p in cluster.metadata(["cli"]).topics[0].partitions),
+        "broker 3 out of every ISR",
+    )
+    under = rows(sluice("topics", "describe", "--under-replicated-partitions"))
+    assert [r[1] for r in under] == ["0", "1", "2"]
+    assert all(r[5] == "3" for r in under)  # the Offline column names the dead broker
+    assert all(r[2] != "3" for r in under)  # and it leads nothing

@@ -683,3 +683,39 @@ async def test_one_cluster_id_and_auto_creation_with_the_default_replication_fac
     finally:
         await c1.close()
         await c2.close()
+
+
+async def test_create_topics_with_explicit_assignments(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    for broker_id in (1, 2, 3):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    kzk, _ = controller
+
+    async def create_assigned(name: str, assignment: dict[int, list[int]]) -> Any:
+        topic_cls = m.CreateTopicsRequest.CreatableTopic
+        req = m.CreateTopicsRequest(
+            topics=[topic_cls(
+                name=name, num_partitions=-1, replication_factor=-1, configs=[],
+                assignments=[topic_cls.CreatableReplicaAssignment(partition_index=p, broker_ids=b)
+                             for p, b in assignment.items()],
+            )],
+            timeout_ms=0,
+            validate_only=False,
+        )  # fmt: skip
+        return (await c1.request(CREATE_TOPICS, 4, req)).topics[0]
+
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 3, "three brokers")  # type: ignore[union-attr]
+        assert (await create_assigned("placed", {0: [3, 1], 1: [2, 3]})).error_code == 0
+        assignment = await kzk.get_topic_assignment("placed")
+        assert assignment is not None
+        assert {p: a.replicas for p, a in assignment.partitions.items()} == {0: (3, 1), 1: (2, 3)}
+        # Kafka's checks: an unknown broker, a repeated one, uneven replication factors.
+        for bad in ({0: [1, 9]}, {0: [1, 1]}, {0: [1, 2], 1: [3]}):
+            result = await create_assigned("bad", bad)
+            assert result.error_code == errors.InvalidReplicaAssignment.code, (bad, result)
+        assert await kzk.get_topic_assignment("bad") is None
+    finally:
+        await c1.close()

@@ -1,0 +1,99 @@
+"""``make cluster`` (``python -m sluice.testing.cluster``): three brokers and a ZooKeeper on fixed
+local ports until interrupted, data kept; a second start finds its topics again."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.testing.cluster import EmbeddedCluster
+from tests.broker_util import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def start(data: Path, port: int) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice.testing.cluster", "--brokers", "3",
+         "--port", str(port), "--data", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
+    while len(lines) < 3 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+    assert len(lines) == 3, lines
+    return proc, lines
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        assert proc.wait(90) == 0
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def three_free_ports() -> int:
+    """A port p with p, p+1 and p+2 free a moment ago."""
+    for _ in range(50):
+        port = free_port()
+        socks = []
+        try:
+            for i in range(3):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port + i))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no three consecutive free ports")
+
+
+def test_local_cluster_runs_until_interrupted_and_keeps_its_data(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    port = three_free_ports()
+    data = tmp_path / "cluster-data"
+    proc, lines = start(data, port)
+    try:
+        servers = ",".join(f"127.0.0.1:{port + i}" for i in range(3))
+        assert lines[0] == f"bootstrap.servers={servers}"
+        admin = AdminClient({"bootstrap.servers": servers})
+        admin.create_topics([NewTopic("kept", 2, 3)])["kept"].result(30)
+        meta = admin.list_topics(timeout=30)
+        assert sorted(meta.brokers) == [1, 2, 3]
+    finally:
+        stop(proc)
+    assert sorted(p.name for p in data.iterdir()) == [
+        "broker-1",
+        "broker-2",
+        "broker-3",
+        "zookeeper",
+    ]
+    proc, _ = start(data, port)
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        topics = admin.list_topics(timeout=30).topics
+        assert "kept" in topics and len(topics["kept"].partitions) == 2
+    finally:
+        stop(proc)
+
+
+def test_ports_must_match_the_size() -> None:
+    with pytest.raises(ValueError, match="3 brokers need 3 ports"):
+        EmbeddedCluster(3, ports=[1, 2])

@@ -269,3 +269,70 @@ def test_cli_creates_replicated_topics_and_shows_under_replicated_partitions(
     assert [r[1] for r in under] == ["0", "1", "2"]
     assert all(r[5] == "3" for r in under)  # the Offline column names the dead broker
     assert all(r[2] != "3" for r in under)  # and it leads nothing
+
+
+@pytest.mark.sluice_cluster(properties=RF3)
+def test_a_consumer_group_keeps_its_offsets_across_a_coordinator_kill(
+    sluice_cluster: EmbeddedCluster,
+) -> None:
+    """confluent-kafka group: offsets committed, the coordinator (leader of the group's
+    __consumer_offsets partition) killed -9; the group finds the new coordinator, commits there,
+    and a new member resumes exactly after the last committed offset."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    from sluice.server.group.offsets_store import partition_for
+
+    cluster = sluice_cluster
+    create_topic(cluster, "events")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(300):
+        producer.produce("events", b"e-%03d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    def consumer() -> Any:
+        c = Consumer({
+            "bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+        })  # fmt: skip
+        c.subscribe(["events"])
+        return c
+
+    def take(c: Any, n: int) -> list[int]:
+        offsets: list[int] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(offsets) < n:
+            assert time.monotonic() < deadline, offsets[-3:]
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                offsets.append(msg.offset())
+        return offsets
+
+    def commit(c: Any) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                c.commit(asynchronous=False)
+                return
+            except KafkaException:  # coordinator moving: retriable for the application
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+
+    first = consumer()
+    try:
+        assert take(first, 100) == list(range(100))
+        commit(first)
+        offsets_partitions = len(cluster.metadata(["__consumer_offsets"]).topics[0].partitions)
+        coordinator = cluster.wait_for_leader(
+            "__consumer_offsets", partition_for("g", offsets_partitions)
+        )
+        cluster.kill(coordinator)
+        assert take(first, 100) == list(range(100, 200))
+        commit(first)
+    finally:
+        first.close()
+    second = consumer()
+    try:
+        assert take(second, 50) == list(range(200, 250))
+    finally:
+        second.close()

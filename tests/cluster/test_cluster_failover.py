@@ -447,3 +447,32 @@ def test_python_clients_acks_all_survive_a_leader_kill(
     at = dict(records)
     assert all(at.get(offset) == value for value, offset in acked.items()), "lost or moved"
     assert [o for o, _ in records] == list(range(len(records)))
+
+
+@pytest.mark.sluice_cluster(properties=RF3)
+def test_kcat_lists_the_cluster(sluice_cluster: EmbeddedCluster) -> None:
+    import json
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat")
+    assert kcat is not None, "make setup installs kcat"
+    cluster = sluice_cluster
+    create_topic(cluster, "listed", partitions=3)
+    listing = json.loads(
+        subprocess.run(
+            [kcat, "-L", "-J", "-b", cluster.bootstrap_servers, "-t", "listed"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert sorted(b["id"] for b in listing["brokers"]) == [1, 2, 3]
+    (topic,) = listing["topics"]
+    assert topic["topic"] == "listed"
+    for p in topic["partitions"]:
+        assert sorted(r["id"] for r in p["replicas"]) == [1, 2, 3]
+        assert sorted(r["id"] for r in p["isrs"]) == [1, 2, 3]
+        assert p["leader"] == cluster.leader_of("listed", p["partition"])
+    assert sorted(p["leader"] for p in topic["partitions"]) == [1, 2, 3]  # Kafka's spread

@@ -60,6 +60,7 @@ class Member:
         self.client.await_ready(NODE, timeout_ms=15_000)
         self.member_id = ""
         self.generation = -1
+        self.leader_id = ""
 
     def send(self, request: Any) -> Any:
         return self.client.send(NODE, request)
@@ -79,6 +80,7 @@ class Member:
         resp = self.wait(future)
         assert resp.error_code == NONE, resp
         self.member_id, self.generation = resp.member_id, resp.generation_id
+        self.leader_id = resp.leader
         return resp
 
     def sync(self, assignments: list[tuple[str, bytes]]) -> None:
@@ -146,8 +148,8 @@ def test_commit_checks_member_and_generation_before_the_group_state(
         assert a.commit(2) == REBALANCE_IN_PROGRESS
         assert a.commit(2, member_id="nobody") == UNKNOWN_MEMBER_ID
 
-        leader, follower = (a, b) if a.member_id < b.member_id else (b, a)
-        del follower  # the leader's SyncGroup completes the round for both
+        # The leader's SyncGroup (with every assignment) completes the round for both.
+        leader = a if a.leader_id == a.member_id else b
         leader.sync([(a.member_id, b""), (b.member_id, b"")])
         until_state(broker, "Stable")
         assert a.commit(1) == ILLEGAL_GENERATION

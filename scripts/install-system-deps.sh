@@ -10,8 +10,10 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]} (Debian packages)"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Wait for another apt-get (a second checkout's `make setup`) instead of failing on its lock.
+    lock=(-o DPkg::Lock::Timeout=600)
+    apt-get "${lock[@]}" update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "warning: ${missing[*]} not installed and cannot be installed here (need root and apt-get);" \
       "the interop (kcat) / ZooKeeper tests will skip" >&2

@@ -16,8 +16,9 @@ default: a ``python -m sluice.server`` process of its own, which is what kill -9
 SIGSTOP need; ``mode="inprocess"`` runs each on a thread of this process) with ``node.id`` 1..N,
 its own data directory under one temporary root, and cluster settings short enough for tests
 (``zookeeper.session.timeout.ms`` 2000, ``replica.lag.time.max.ms`` 2000, fetch waits 100 ms);
-``properties`` override them. Without ``zookeeper_connect`` the cluster starts (and stops) a
-ZooKeeper of its own (:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
+``properties`` override them, and ``broker_properties[id]`` override those for one broker.
+Without ``zookeeper_connect`` the cluster starts (and stops) a ZooKeeper of its own
+(:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
 
 :meth:`start` returns when every broker has registered, a controller is elected and every
 broker's Metadata lists all of them. Faults: :meth:`kill` (SIGKILL), :meth:`pause` /
@@ -85,6 +86,7 @@ class EmbeddedCluster:
         zookeeper_connect: str | None = None,
         mode: Mode = "subprocess",
         properties: Mapping[str, str] | None = None,
+        broker_properties: Mapping[int, Mapping[str, str]] | None = None,
         data_root: str | Path | None = None,
         ports: Sequence[int] | None = None,
         startup_timeout: float = 60.0,
@@ -97,6 +99,11 @@ class EmbeddedCluster:
         self.size = size
         self.mode: Mode = mode
         self.properties = {**TEST_PROPERTIES, **(properties or {})}
+        #: Per broker id, applied last (over ``zookeeper.connect`` too): e.g. a broker's
+        #: ``advertised.listeners`` and ``zookeeper.connect`` through fault proxies.
+        self.broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
+        if unknown := set(self.broker_properties) - set(self.ids):
+            raise ValueError(f"broker_properties for unknown broker ids {sorted(unknown)}")
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self._connect = zookeeper_connect
@@ -300,6 +307,7 @@ class EmbeddedCluster:
             **self.properties,
             "node.id": str(broker_id),
             "zookeeper.connect": self.zookeeper_connect,
+            **self.broker_properties.get(broker_id, {}),
         }
         broker = EmbeddedBroker(
             self.data_dir(broker_id),

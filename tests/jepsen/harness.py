@@ -1,0 +1,215 @@
+"""A cluster wired for faults: three broker processes, each behind a :class:`FaultProxy` on its
+listener and another on its ZooKeeper connection.
+
+Every broker advertises its listener proxy's port (``advertised.listeners``), so clients *and*
+the other brokers' replica fetchers reach it through that proxy, and it reaches ZooKeeper
+through its own ZooKeeper proxy (``zookeeper.connect``). The harness itself observes the
+brokers on their real ports (``EmbeddedCluster.metadata``), around the proxies. Faults, each on
+one broker and each undone by :meth:`FaultCluster.heal`:
+
+* ``kill`` (SIGKILL; the page cache survives) and ``restart`` on the same data dir and port;
+* ``pause`` / ``resume`` (SIGSTOP / SIGCONT: a process stall, GC-pause style);
+* ``isolate`` -- the listener proxy black-holes: nobody reaches the broker (clients, followers
+  fetching from it), while its own outgoing fetches and its ZooKeeper session go on;
+* ``isolate_zk`` -- the ZooKeeper proxy black-holes: its session expires after the timeout while
+  clients and followers still reach it (the zombie leader of spec §6);
+* ``reset`` -- every connection to the broker is aborted with an RST (the link stays usable).
+
+Ports are chosen up front (bind to 0, close, reuse) so a restarted broker comes back on the
+same port behind the same proxy.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.testing.cluster import EmbeddedCluster
+from sluice.testing.zookeeper import ZooKeeperServer
+from tests.jepsen.proxy import FaultProxy, Mode
+
+#: RF 3, min ISR 2, unclean election off: the configuration whose promise the suite checks.
+SAFE_TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+
+#: Broker settings for fault runs: the test timings, no preferred-leader moves of our own.
+FAULT_PROPERTIES = {
+    "auto.leader.rebalance.enable": "false",
+    "unclean.leader.election.enable": "false",
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+    "auto.create.topics.enable": "false",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class FaultCluster:
+    """An :class:`EmbeddedCluster` of ``size`` brokers behind proxies, in ``chroot`` of ``zk``."""
+
+    zookeeper: ZooKeeperServer
+    size: int = 3
+    properties: Mapping[str, str] = field(default_factory=dict)
+    chroot: str = field(default_factory=lambda: f"/jepsen/{uuid.uuid4().hex}")
+    cluster: EmbeddedCluster = field(init=False)
+    listener: dict[int, FaultProxy] = field(init=False, default_factory=dict)
+    zk: dict[int, FaultProxy] = field(init=False, default_factory=dict)
+    killed: set[int] = field(init=False, default_factory=set)
+    paused: set[int] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        ids = list(range(1, self.size + 1))
+        ports = [free_port() for _ in ids]
+        zk_host, zk_port = self.zookeeper.hosts.rsplit(":", 1)
+        per_broker: dict[int, dict[str, str]] = {}
+        try:
+            for broker_id, port in zip(ids, ports, strict=True):
+                self.listener[broker_id] = FaultProxy("127.0.0.1", port)
+                self.zk[broker_id] = FaultProxy(zk_host, int(zk_port))
+                per_broker[broker_id] = {
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.listener[broker_id].port}",
+                    "zookeeper.connect": f"127.0.0.1:{self.zk[broker_id].port}{self.chroot}",
+                }
+        except BaseException:
+            self._close_proxies()
+            raise
+        self.cluster = EmbeddedCluster(
+            self.size,
+            zookeeper_connect=self.zookeeper.connect_string(self.chroot),
+            properties={**FAULT_PROPERTIES, **self.properties},
+            broker_properties=per_broker,
+            ports=ports,
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> FaultCluster:
+        try:
+            self.cluster.start_sync()
+        except BaseException:
+            self._close_proxies()
+            raise
+        return self
+
+    def stop(self) -> None:
+        try:
+            for broker_id in self.paused:
+                self.cluster.resume(broker_id)
+            self.paused.clear()
+            for proxy in [*self.listener.values(), *self.zk.values()]:
+                proxy.set_mode(Mode.PASS)  # a controlled shutdown needs the controller
+            self.cluster.stop_sync()
+        finally:
+            self._close_proxies()
+            self.zookeeper.delete_tree(self.chroot)
+
+    def __enter__(self) -> FaultCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _close_proxies(self) -> None:
+        for proxy in [*self.listener.values(), *self.zk.values()]:
+            proxy.close()
+
+    # --- what clients use ----------------------------------------------------------------------
+
+    @property
+    def ids(self) -> list[int]:
+        return self.cluster.ids
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The proxies: a client's every connection goes through a link the faults can cut."""
+        return ",".join(f"127.0.0.1:{self.listener[b].port}" for b in self.ids)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def apply(self, fault: str, broker_id: int) -> None:
+        """Start ``fault`` on ``broker_id`` (names as in the module docstring)."""
+        if fault == "kill":
+            self.cluster.kill(broker_id)
+            self.killed.add(broker_id)
+        elif fault == "pause":
+            self.cluster.pause(broker_id)
+            self.paused.add(broker_id)
+        elif fault == "isolate":
+            self.listener[broker_id].set_mode(Mode.BLACKHOLE)
+        elif fault == "isolate_zk":
+            self.zk[broker_id].set_mode(Mode.BLACKHOLE)
+        elif fault == "reset":
+            self.listener[broker_id].set_mode(Mode.RESET)
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+
+    def undo(self, fault: str, broker_id: int) -> None:
+        """End ``fault`` on ``broker_id``: restart, resume or pass again."""
+        if fault == "kill":
+            self.cluster.restart(broker_id)
+            self.killed.discard(broker_id)
+        elif fault == "pause":
+            self.cluster.resume(broker_id)
+            self.paused.discard(broker_id)
+        elif fault in ("isolate", "reset"):
+            self.listener[broker_id].set_mode(Mode.PASS)
+        elif fault == "isolate_zk":
+            self.zk[broker_id].set_mode(Mode.PASS)
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+
+    def heal(self) -> None:
+        """Undo every fault: every proxy passes, paused brokers resume, killed ones restart."""
+        for proxy in [*self.listener.values(), *self.zk.values()]:
+            proxy.set_mode(Mode.PASS)
+        for broker_id in sorted(self.paused):
+            self.cluster.resume(broker_id)
+        self.paused.clear()
+        for broker_id in sorted(self.killed):
+            self.cluster.restart(broker_id)
+        self.killed.clear()
+
+    # --- observation (around the proxies) ------------------------------------------------------
+
+    def partitions(self, topic: str) -> dict[int, Any]:
+        """Partition index -> the Metadata partition entry, as the controller's broker sees it."""
+        meta = self.cluster.metadata([topic], via=self._observer())
+        return {int(p.partition_index): p for t in meta.topics for p in t.partitions}
+
+    def wait_fully_replicated(self, topic: str, timeout: float = 60.0) -> None:
+        """Every partition led by a live broker with every replica in the ISR, as every broker
+        sees it."""
+
+        def full() -> bool:
+            for via in self.ids:
+                meta = self.cluster.metadata([topic], via=via)
+                for t in meta.topics:
+                    if t.error_code:
+                        return False
+                    for p in t.partitions:
+                        if p.error_code or p.leader_id < 0 or sorted(p.isr_nodes) != self.ids:
+                            return False
+            return True
+
+        self.cluster.wait_for(full, f"{topic} fully replicated", timeout)
+
+    def _observer(self) -> int:
+        for broker_id in self.ids:
+            if self.cluster.running(broker_id) and broker_id not in self.paused:
+                return broker_id
+        raise RuntimeError("no broker can answer")
+
+    def log_bytes(self, broker_id: int, topic: str, partition: int) -> bytes:
+        d = self.cluster.data_dir(broker_id) / f"{topic}-{partition}"
+        return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+
+    def epoch_checkpoint(self, broker_id: int, topic: str, partition: int) -> str:
+        path = self.cluster.data_dir(broker_id) / f"{topic}-{partition}" / "leader-epoch-checkpoint"
+        return path.read_text() if path.exists() else ""

@@ -1,0 +1,399 @@
+"""Random-fault trials: a seeded schedule of faults against a producing cluster, then a check.
+
+One trial (:func:`run_trial`) is Jepsen's queue workload on a :class:`FaultCluster`:
+
+1. a topic of 3 partitions, RF 3, min ISR 2, unclean election off;
+2. a confluent-kafka producer (``acks`` and ``enable.idempotence`` as configured) sends unique
+   values at a steady pace for ``duration`` seconds, every send recorded ok (with the partition
+   and offset of its delivery report) or unknown (any error: librdkafka does not tell a
+   definitely-failed send from a possibly-written one);
+3. meanwhile a nemesis thread plays the schedule (:func:`make_schedule`, a pure function of the
+   seed): one fault at a time on one broker -- the leader of a partition, the controller or a
+   broker chosen by the seed -- held for a while and undone;
+4. then everything is healed, the producer flushed (every send resolves within
+   ``message.timeout.ms``), the cluster waited on until every partition has its full ISR, every
+   partition read from offset 0 to its high watermark with a confluent-kafka consumer, and the
+   three replicas of each partition compared byte for byte;
+5. :func:`tests.jepsen.checker.check` judges the history.
+
+The schedule's targets are resolved when a step runs (who leads then), so a replay with the same
+seed plays the same faults in the same order against the same roles; the resolved broker ids are
+in the trial's record. Every wait is bounded; every broker is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import statistics
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sluice.testing.zookeeper import ZooKeeperServer
+from tests.jepsen.checker import Observation, Report, Send, check
+from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
+
+FAULTS = ("kill", "pause", "isolate", "isolate_zk", "reset")
+TARGETS = ("leader", "controller", "random")
+PARTITIONS = 3
+#: A partition that acknowledged nothing for longer than this while values were being sent to it
+#: is counted as an unavailability window.
+GAP = 0.5
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float  # seconds after the workload starts
+    fault: str
+    target: str  # "leader" (of ``partition``), "controller" or "random" (then ``broker``)
+    hold: float  # seconds before it is undone
+    partition: int = 0
+    broker: int = 0
+
+
+@dataclass
+class TrialConfig:
+    seed: int
+    acks: str = "all"
+    idempotence: bool = True
+    duration: float = 10.0
+    interval: float = 0.002  # seconds between sends
+
+
+@dataclass
+class TrialResult:
+    config: TrialConfig
+    schedule: list[Step]
+    played: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, int] = field(default_factory=dict)
+    windows: list[float] = field(default_factory=list)
+    replica_mismatch: list[int] = field(default_factory=list)
+    epoch_cache_mismatch: list[int] = field(default_factory=list)
+    producer_errors: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+    seconds: float = 0.0
+    report: Report | None = None
+
+    @property
+    def valid(self) -> bool:
+        """The promise for this configuration held (acks=1 may lose; offsets never disagree)."""
+        if self.error or self.report is None or self.replica_mismatch:
+            return False
+        r = self.report
+        if r.inconsistent_offsets or r.nonmonotonic or r.g1a:
+            return False
+        if self.config.acks == "all" and r.lost:
+            return False
+        return not (self.config.idempotence and r.duplicate)
+
+    def record(self) -> dict[str, Any]:
+        out = {
+            "config": asdict(self.config),
+            "valid": self.valid,
+            "summary": self.summary,
+            "windows": [round(w, 3) for w in self.windows],
+            "replica_mismatch": self.replica_mismatch,
+            "epoch_cache_mismatch": self.epoch_cache_mismatch,
+            "producer_errors": self.producer_errors,
+            "schedule": [asdict(s) for s in self.schedule],
+            "played": self.played,
+            "error": self.error,
+            "seconds": round(self.seconds, 1),
+        }
+        if self.report is not None and not self.valid:
+            r = self.report
+            out["evidence"] = {
+                "lost": r.lost[:20],
+                "duplicate": dict(list(r.duplicate.items())[:20]),
+                "inconsistent_offsets": {
+                    f"{p}@{o}": v for (p, o), v in list(r.inconsistent_offsets.items())[:20]
+                },
+                "nonmonotonic": r.nonmonotonic[:20],
+                "g1a": r.g1a[:20],
+            }
+        return out
+
+
+def make_schedule(seed: int, duration: float, size: int = 3) -> list[Step]:
+    """The faults of a trial: a pure function of the seed (one fault at a time)."""
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    t = rng.uniform(0.5, 1.5)
+    while t < duration - 1.0:
+        fault = rng.choice(FAULTS)
+        hold = 0.0 if fault == "reset" else rng.uniform(0.5, 5.0)
+        steps.append(Step(
+            at=round(t, 3),
+            fault=fault,
+            target=rng.choice(TARGETS),
+            hold=round(hold, 3),
+            partition=rng.randrange(PARTITIONS),
+            broker=rng.randint(1, size),
+        ))  # fmt: skip
+        t += hold + rng.uniform(0.5, 2.5)
+    return steps
+
+
+class _Nemesis(threading.Thread):
+    """Plays a schedule against the cluster; records what it did and when."""
+
+    def __init__(self, cluster: FaultCluster, topic: str, steps: list[Step], t0: float) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.cluster, self.topic, self.steps, self.t0 = cluster, topic, steps, t0
+        self.played: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for step in self.steps:
+                delay = self.t0 + step.at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # the schedule's own clock, not synchronisation
+                broker = self._resolve(step)
+                started = time.monotonic() - self.t0
+                self.cluster.apply(step.fault, broker)
+                if step.hold:
+                    time.sleep(step.hold)
+                self.cluster.undo(step.fault, broker)
+                self.played.append({
+                    "fault": step.fault, "target": step.target, "broker": broker,
+                    "from": round(started, 3), "to": round(time.monotonic() - self.t0, 3),
+                })  # fmt: skip
+        except BaseException as exc:  # reported by the trial
+            self.error = exc
+
+    def _resolve(self, step: Step) -> int:
+        if step.target == "random":
+            return step.broker
+        try:
+            if step.target == "controller":
+                meta = self.cluster.cluster.metadata(via=self.cluster._observer())
+                if meta.controller_id > 0:
+                    return int(meta.controller_id)
+            else:
+                leader = self.cluster.partitions(self.topic)[step.partition].leader_id
+                if leader > 0:
+                    return int(leader)
+        except (OSError, ConnectionError, TimeoutError, RuntimeError, KeyError):
+            pass
+        return step.broker  # nobody leads right now: the seed's broker
+
+
+def _producer_config(config: TrialConfig, bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": config.acks,
+        "enable.idempotence": config.idempotence,
+        "message.timeout.ms": 10_000,
+        "request.timeout.ms": 4_000,
+        "retry.backoff.ms": 100,
+        "linger.ms": 2,
+        "topic.metadata.refresh.interval.ms": 1_000,
+        "socket.connection.setup.timeout.ms": 2_000,
+        "reconnect.backoff.max.ms": 500,
+        "log_level": 3,  # errors only: disconnects are what the faults are for
+    }
+
+
+def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[Observation]:
+    """Every record of every partition from offset 0 to its high watermark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "group.id": f"jepsen-reader-{topic}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "log_level": 3,
+    })  # fmt: skip
+    try:
+        high = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        observations: list[Observation] = []
+        position = dict.fromkeys(range(PARTITIONS), 0)
+        deadline = time.monotonic() + timeout
+        while any(position[p] < high[p] for p in position):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {position} of {high} in {timeout}s")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            observations.append(Observation(msg.partition(), msg.offset(), msg.value().decode()))
+            position[msg.partition()] = msg.offset() + 1
+        return observations
+    finally:
+        consumer.close()
+
+
+def _compare_replicas(cluster: FaultCluster, topic: str, result: TrialResult) -> None:
+    """Wait (bounded) for the replicas of each partition to hold identical bytes."""
+    for p in range(PARTITIONS):
+        try:
+            cluster.cluster.wait_for(
+                lambda p=p: len({cluster.log_bytes(b, topic, p) for b in cluster.ids}) == 1,
+                f"{topic}-{p} replicas identical", 20.0,
+            )  # fmt: skip
+        except TimeoutError:
+            result.replica_mismatch.append(p)
+        if len({cluster.epoch_checkpoint(b, topic, p) for b in cluster.ids}) != 1:
+            result.epoch_cache_mismatch.append(p)
+
+
+def _windows(acked_at: dict[int, list[float]], duration: float) -> list[float]:
+    """Per partition, the stretches longer than :data:`GAP` with no acknowledgement, from the
+    start of the workload to its end (values were being sent to every partition throughout)."""
+    out: list[float] = []
+    for times in acked_at.values():
+        marks = [0.0, *sorted(t for t in times if t <= duration), duration]
+        out.extend(b - a for a, b in itertools.pairwise(marks) if b - a > GAP)
+    return out
+
+
+def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
+    """One trial (module docstring); never raises for what it finds, only records it."""
+    started = time.monotonic()
+    schedule = make_schedule(config.seed, config.duration)
+    result = TrialResult(config, schedule)
+    topic = f"jepsen-{config.seed}"
+    try:
+        with FaultCluster(zookeeper) as cluster:
+            _create_topic(cluster, topic)
+            t0 = time.monotonic()
+            nemesis = _Nemesis(cluster, topic, schedule, t0)
+            nemesis.start()
+            try:
+                history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
+            finally:
+                nemesis.join(60)
+            result.played = nemesis.played
+            if nemesis.error is not None:
+                raise nemesis.error
+            cluster.wait_fully_replicated(topic)
+            observations = _read(cluster, topic)
+            _compare_replicas(cluster, topic, result)
+        result.report = check(history, [observations])
+        result.summary = result.report.summary()
+        result.windows = _windows(acked_at, config.duration)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        result.error = "".join(traceback.format_exception(exc))[-3000:]
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _produce_and_heal(
+    config: TrialConfig,
+    cluster: FaultCluster,
+    topic: str,
+    t0: float,
+    nemesis: _Nemesis,
+    result: TrialResult,
+) -> tuple[list[Send], dict[int, list[float]]]:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    outcomes: dict[str, Send] = {}
+    acked_at: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}
+    errors: dict[str, int] = {}
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        value = msg.value().decode()
+        if err is None:
+            outcomes[value] = Send(value, "ok", msg.partition(), msg.offset())
+            acked_at[msg.partition()].append(time.monotonic() - t0)
+        else:
+            outcomes[value] = Send(value, "unknown")
+            errors[err.name()] = errors.get(err.name(), 0) + 1
+
+    producer = Producer(_producer_config(config, cluster.bootstrap_servers))
+    sent: list[str] = []
+    i = 0
+    next_at = time.monotonic()
+    end = t0 + config.duration
+    while time.monotonic() < end:
+        value = f"{config.seed}-{i}"
+        try:
+            # Explicit round robin: every partition sees a steady stream, so a gap in its
+            # acknowledgements is a window without a writable leader.
+            producer.produce(topic, value.encode(), partition=i % PARTITIONS, on_delivery=delivered)
+            sent.append(value)
+            i += 1
+        except BufferError:
+            pass  # the local queue is full (a long outage): try again after polling
+        except KafkaException as exc:
+            name = exc.args[0].name()
+            errors[name] = errors.get(name, 0) + 1
+        next_at += config.interval
+        producer.poll(max(0.0, next_at - time.monotonic()))
+    nemesis.join(60)  # let the last fault be undone on its own schedule
+    cluster.heal()
+    producer.flush(30)  # message.timeout.ms bounds every send
+    result.producer_errors = errors
+    history = [outcomes.get(v, Send(v, "unknown")) for v in sent]
+    return history, acked_at
+
+
+def _create_topic(cluster: FaultCluster, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics([NewTopic(topic, PARTITIONS, 3, config=SAFE_TOPIC_CONFIG)])
+    futures[topic].result(30)
+    cluster.wait_fully_replicated(topic)
+
+
+# --- many trials ------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def aggregate(results: list[TrialResult]) -> dict[str, Any]:
+    totals: dict[str, int] = {}
+    for r in results:
+        for k, v in r.summary.items():
+            totals[k] = totals.get(k, 0) + v
+    windows = [w for r in results for w in r.windows]
+    return {
+        "trials": len(results),
+        "invalid": [r.config.seed for r in results if not r.valid],
+        "errors": [r.config.seed for r in results if r.error],
+        "replica_mismatch_trials": sum(1 for r in results if r.replica_mismatch),
+        "epoch_cache_mismatch_trials": sum(1 for r in results if r.epoch_cache_mismatch),
+        **totals,
+        "faults": sum(len(r.played) for r in results),
+        "windows": len(windows),
+        "window_p50_s": round(statistics.median(windows), 2) if windows else 0.0,
+        "window_p99_s": round(percentile(windows, 0.99), 2),
+        "window_max_s": round(max(windows), 2) if windows else 0.0,
+        "seconds": round(sum(r.seconds for r in results), 1),
+    }
+
+
+def format_line(result: TrialResult) -> str:
+    s = result.summary
+    verdict = "ok" if result.valid else "INVALID"
+    played = " ".join(f"{p['fault']}@{p['broker']}" for p in result.played)
+    if result.error:
+        return f"seed {result.config.seed}: ERROR {result.error.strip().splitlines()[-1]}"
+    return (
+        f"seed {result.config.seed}: {verdict} acked={s.get('acknowledged', 0)} "
+        f"unknown={s.get('unknown', 0)} lost={s.get('lost', 0)} dup={s.get('duplicate', 0)} "
+        f"inconsistent={s.get('inconsistent_offsets', 0)} mismatch={result.replica_mismatch} "
+        f"[{played}] {result.seconds:.0f}s"
+    )
+
+
+def dumps(result: TrialResult) -> str:
+    return json.dumps(result.record(), sort_keys=True)

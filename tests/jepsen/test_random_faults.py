@@ -1,0 +1,92 @@
+"""The random-fault runner: its schedules, its verdicts, and a few real trials (CI's bounded share
+of ``python -m tests.jepsen``; the figures come from hundreds of trials run by hand)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from sluice.testing.zookeeper import ZooKeeperServer
+from tests.jepsen.checker import Observation, Send, check
+from tests.jepsen.runner import (
+    FAULTS,
+    TrialConfig,
+    TrialResult,
+    _windows,
+    format_line,
+    make_schedule,
+    run_trial,
+)
+
+
+def test_a_schedule_is_a_pure_function_of_its_seed() -> None:
+    assert make_schedule(5, 10.0) == make_schedule(5, 10.0)
+    assert make_schedule(5, 10.0) != make_schedule(6, 10.0)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_a_schedule_has_one_fault_at_a_time_within_the_workload(seed: int) -> None:
+    steps = make_schedule(seed, 10.0)
+    assert steps
+    for step in steps:
+        assert step.fault in FAULTS
+        assert 0 < step.at < 9.0
+        assert 1 <= step.broker <= 3
+    for a, b in itertools.pairwise(steps):
+        assert b.at >= a.at + a.hold + 0.5  # the next starts after the previous was undone
+
+
+def test_unavailability_windows_are_the_gaps_between_acknowledgements() -> None:
+    acked = {0: [0.1, 0.2, 1.5, 1.6], 1: [0.1, 4.0], 2: []}
+    windows = sorted(round(w, 2) for w in _windows(acked, 5.0))
+    # partition 0: 0.2 -> 1.5 and 1.6 -> 5.0; partition 1: 0.1 -> 4.0, 4.0 -> 5.0;
+    # partition 2 acknowledged nothing at all: the whole run.
+    assert windows == [1.0, 1.3, 3.4, 3.9, 5.0]
+
+
+def _result(config: TrialConfig, sends: list[Send], read: list[Observation]) -> TrialResult:
+    result = TrialResult(config, make_schedule(config.seed, config.duration))
+    result.report = check(sends, [read])
+    result.summary = result.report.summary()
+    return result
+
+
+def test_each_configuration_is_held_to_its_own_promise() -> None:
+    sends = [Send("a", "ok", 0, 0), Send("b", "ok", 0, 1)]
+    lost_b = [Observation(0, 0, "a")]
+    dup_a = [Observation(0, 0, "a"), Observation(0, 1, "b"), Observation(0, 2, "a")]
+    assert not _result(TrialConfig(1), sends, lost_b).valid  # acks=all loses nothing
+    assert _result(TrialConfig(1, acks="1"), sends, lost_b).valid  # acks=1 may
+    assert not _result(TrialConfig(1), sends, dup_a).valid  # idempotence: no duplicate
+    assert _result(TrialConfig(1, idempotence=False), sends, dup_a).valid
+    moved = [Observation(0, 0, "b"), Observation(0, 1, "a")]  # offsets disagree: never allowed
+    assert not _result(TrialConfig(1, acks="1", idempotence=False), sends, moved).valid
+
+
+def test_an_invalid_trial_prints_its_seed_schedule_and_evidence() -> None:
+    result = _result(TrialConfig(4242), [Send("a", "ok", 0, 0)], [])
+    assert format_line(result).startswith("seed 4242: INVALID")
+    record = json.loads(json.dumps(result.record()))
+    assert record["config"]["seed"] == 4242
+    assert record["schedule"] == [
+        {k: getattr(s, k) for k in ("at", "fault", "target", "hold", "partition", "broker")}
+        for s in make_schedule(4242, 10.0)
+    ]
+    assert record["evidence"]["lost"] == ["a"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_random_faults_lose_nothing_acknowledged(
+    sluice_zookeeper: ZooKeeperServer, seed: int
+) -> None:
+    """acks=all, idempotence on: nothing lost, duplicated or disagreeing, replicas identical."""
+    result = run_trial(sluice_zookeeper, TrialConfig(seed=seed, duration=8.0))
+    print(format_line(result))
+    assert not result.error, result.error
+    assert result.played, "the schedule played no fault"
+    assert result.summary["acknowledged"] > 100
+    assert result.valid, json.dumps(result.record(), indent=1)
+    assert result.summary["read"] >= result.summary["acknowledged"]

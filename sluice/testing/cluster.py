@@ -15,7 +15,8 @@ Each broker is an :class:`~sluice.testing.embedded.EmbeddedBroker` (``mode="subp
 default: a ``python -m sluice.server`` process of its own, which is what kill -9 and
 SIGSTOP need; ``mode="inprocess"`` runs each on a thread of this process) with ``node.id`` 1..N,
 its own data directory under one temporary root, and cluster settings short enough for tests
-(``zookeeper.session.timeout.ms`` 2000, ``replica.lag.time.max.ms`` 2000, fetch waits 100 ms);
+(``zookeeper.session.timeout.ms`` 2000, ``replica.lag.time.max.ms`` 2000, fetch waits 100 ms,
+``replica.socket.timeout.ms`` 3000);
 ``properties`` override them, and ``broker_properties[id]`` override those for one broker.
 Without ``zookeeper_connect`` the cluster starts (and stops) a ZooKeeper of its own
 (:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
@@ -55,6 +56,8 @@ TEST_PROPERTIES = {
     "replica.lag.time.max.ms": "2000",
     "replica.fetch.wait.max.ms": "100",
     "replica.fetch.backoff.ms": "100",
+    # A fetch whose answer was lost (a black-holed link) is given up after 3 s, not 30.
+    "replica.socket.timeout.ms": "3000",
     "leader.imbalance.check.interval.seconds": "5",
     "offsets.topic.replication.factor": "3",
     "group.initial.rebalance.delay.ms": "0",

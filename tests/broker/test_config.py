@@ -333,6 +333,10 @@ DECLARED = {
         "bytes per follower fetch response (at least one batch)",
     ),
     "replica.fetch.backoff.ms": ("1000", "pause before a follower retries after a fetch error"),
+    "replica.socket.timeout.ms": (
+        "30000",
+        "how long a follower waits for a fetch answer before reconnecting",
+    ),
     "auto.leader.rebalance.enable": (
         "true",
         "the controller moves leadership back to preferred replicas",
@@ -409,3 +413,9 @@ def test_replication_factor_above_one_needs_a_cluster() -> None:
         Config.load(None, ["default.replication.factor=3"])
     config = Config.load(None, ["default.replication.factor=3", "zookeeper.connect=127.0.0.1:2181"])
     assert config.default_replication_factor == 3
+
+
+def test_replica_socket_timeout_must_cover_the_fetch_wait() -> None:
+    with pytest.raises(ConfigError, match=r"replica\.socket\.timeout\.ms \(400\) must be at least"):
+        Config.load(None, ["replica.socket.timeout.ms=400", "replica.fetch.wait.max.ms=500"])
+    assert Config.load(None, ["replica.socket.timeout.ms=3000"]).replica_socket_timeout_ms == 3000

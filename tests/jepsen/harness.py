@@ -206,6 +206,18 @@ class FaultCluster:
                 return broker_id
         raise RuntimeError("no broker can answer")
 
+    def zookeeper_children(self, path: str) -> list[str]:
+        """The children of ``path`` in the cluster's chroot (absent: none), read directly."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zookeeper.connect_string(self.chroot))
+        client.start(timeout=10)
+        try:
+            return list(client.get_children(path)) if client.exists(path) else []
+        finally:
+            client.stop()
+            client.close()
+
     def log_bytes(self, broker_id: int, topic: str, partition: int) -> bytes:
         d = self.cluster.data_dir(broker_id) / f"{topic}-{partition}"
         return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))

@@ -317,7 +317,11 @@ def _produce_and_heal(
     i = 0
     next_at = time.monotonic()
     end = t0 + config.duration
-    while time.monotonic() < end:
+    while (now := time.monotonic()) < end:
+        if now < next_at:
+            producer.poll(next_at - now)  # serves delivery reports; may return early
+            continue
+        next_at += config.interval
         value = f"{config.seed}-{i}"
         try:
             # Explicit round robin: every partition sees a steady stream, so a gap in its
@@ -330,8 +334,7 @@ def _produce_and_heal(
         except KafkaException as exc:
             name = exc.args[0].name()
             errors[name] = errors.get(name, 0) + 1
-        next_at += config.interval
-        producer.poll(max(0.0, next_at - time.monotonic()))
+        producer.poll(0)
     nemesis.join(60)  # let the last fault be undone on its own schedule
     cluster.heal()
     producer.flush(30)  # message.timeout.ms bounds every send

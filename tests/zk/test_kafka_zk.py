@@ -478,3 +478,41 @@ async def test_reading_missing_things(make_client: MakeClient) -> None:
     assert await kzk.get_partition_state(TP0) is None
     with pytest.raises(NoNodeError):
         await kzk.zk.get(broker_path(1))
+
+
+def drop_requests(zk: ZkClient, method: str, times: int = 1) -> list[int]:
+    """Make ``zk.<method>`` raise ConnectionLossError without sending, ``times`` times: the
+    connection dropped under the request (a ping missed on a loaded machine)."""
+    real = getattr(zk, method)
+    dropped: list[int] = []
+
+    async def dropped_then_real(*args: Any, **kwargs: Any) -> Any:
+        if len(dropped) < times:
+            dropped.append(1)
+            raise ConnectionLossError("injected: connection dropped")
+        return await real(*args, **kwargs)
+
+    setattr(zk, method, dropped_then_real)
+    return dropped
+
+
+async def test_start_up_requests_survive_a_dropped_connection(make_client: MakeClient) -> None:
+    """A broker starting on a loaded machine: its first requests meet a dropped connection and
+    are sent again once connected, instead of failing the start (seen in the fault suite)."""
+    kzk = KafkaZkClient(await make_client())
+    dropped = drop_requests(kzk.zk, "ensure_path", times=2)
+    await kzk.create_top_level_paths()
+    assert dropped == [1, 1]
+    for path in PERSISTENT_PATHS:
+        assert await kzk.zk.exists(path) is not None
+    dropped = drop_requests(kzk.zk, "get", times=2)
+    first = await kzk.get_or_create_cluster_id()
+    assert dropped == [1, 1]
+    assert await kzk.get_or_create_cluster_id() == first
+
+
+async def test_until_connected_gives_up_after_its_budget(make_client: MakeClient) -> None:
+    kzk = KafkaZkClient(await make_client())
+    drop_requests(kzk.zk, "ensure_path", times=10**6)
+    with pytest.raises(ConnectionLossError):
+        await kzk.until_connected(lambda: kzk.zk.ensure_path("/x"), budget=0.2)

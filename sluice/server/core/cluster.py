@@ -170,6 +170,7 @@ class ClusterMember:
                 max_bytes=config.replica_fetch_max_bytes,
                 response_max_bytes=config.replica_fetch_response_max_bytes,
                 backoff_ms=config.replica_fetch_backoff_ms,
+                request_timeout_ms=config.replica_socket_timeout_ms,
             ),
         )
         self.leadership_listeners: list[LeadershipListener] = []

@@ -277,6 +277,13 @@ OPTIONS: tuple[Option, ...] = (
         "pause before a follower retries after a fetch error",
     ),
     Option(
+        "replica.socket.timeout.ms",
+        "replica_socket_timeout_ms",
+        int_in(1),
+        "30000",
+        "how long a follower waits for a fetch answer before reconnecting",
+    ),
+    Option(
         "auto.leader.rebalance.enable",
         "auto_leader_rebalance_enable",
         boolean,
@@ -381,6 +388,7 @@ class Config:
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_response_max_bytes: int = 10485760
     replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
@@ -451,6 +459,11 @@ class Config:
         config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
         config._check_log_config()
         config._check_group_config()
+        if config.replica_socket_timeout_ms < config.replica_fetch_wait_max_ms:
+            raise ConfigError(  # Kafka's own check: a waiting fetch would always time out
+                f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at "
+                f"least replica.fetch.wait.max.ms ({config.replica_fetch_wait_max_ms})"
+            )
         if not config.cluster_mode and config.default_replication_factor != 1:
             raise ConfigError(
                 f"invalid value {config.default_replication_factor} for "

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from sluice.protocol.structs import TopicPartition
 from sluice.server.logging import get_logger
@@ -92,6 +94,7 @@ from .errors import (
 
 __all__ = ["ControllerEpoch", "KafkaZkClient"]
 
+T = TypeVar("T")
 log = get_logger("sluice.zk")
 
 
@@ -128,7 +131,7 @@ class KafkaZkClient:
 
         for _ in range(3):
             try:
-                data, _ = await self.zk.get(CLUSTER_ID_PATH)
+                data, _ = await self.until_connected(lambda: self.zk.get(CLUSTER_ID_PATH))
                 return decode_cluster_id(data)
             except NoNodeError:
                 pass
@@ -139,14 +142,33 @@ class KafkaZkClient:
                 )
                 log.info("cluster id created", cluster_id=proposed)
                 return proposed
-            except NodeExistsError:
-                continue  # another broker won: read theirs
+            except (NodeExistsError, ConnectionLossError):
+                continue  # another broker won, or our reply was lost: read what is there
         raise ZkError("no cluster id after 3 attempts")
 
     async def create_top_level_paths(self) -> None:
         """Make sure the persistent parents exist (Kafka's ``createTopLevelPaths``)."""
         for path in PERSISTENT_PATHS:
-            await self.zk.ensure_path(path)
+            await self.until_connected(functools.partial(self.zk.ensure_path, path))
+
+    async def until_connected(
+        self, request: Callable[[], Awaitable[T]], budget: float | None = None
+    ) -> T:
+        """Send an **idempotent** request again after a lost connection, once reconnected
+        (Kafka's ``retryRequestsUntilConnected``): a ping missed on a loaded machine drops the
+        connection but not the session, and a broker starting up then must not give up.
+        Bounded by ``budget`` seconds (default: twice the session timeout)."""
+        budget = budget if budget is not None else 2 * self.zk.session_timeout + 1.0
+        deadline = time.monotonic() + budget
+        while True:
+            try:
+                return await request()
+            except ConnectionLossError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                log.info("zookeeper connection lost: request sent again once reconnected")
+                await self.zk.wait_connected(remaining)
 
     # --- brokers ----------------------------------------------------------------------------
 

@@ -90,6 +90,7 @@ class EmbeddedCluster:
         mode: Mode = "subprocess",
         properties: Mapping[str, str] | None = None,
         broker_properties: Mapping[int, Mapping[str, str]] | None = None,
+        broker_env: Mapping[int, Mapping[str, str]] | None = None,
         data_root: str | Path | None = None,
         ports: Sequence[int] | None = None,
         startup_timeout: float = 60.0,
@@ -105,8 +106,10 @@ class EmbeddedCluster:
         #: Per broker id, applied last (over ``zookeeper.connect`` too): e.g. a broker's
         #: ``advertised.listeners`` and ``zookeeper.connect`` through fault proxies.
         self.broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
-        if unknown := set(self.broker_properties) - set(self.ids):
-            raise ValueError(f"broker_properties for unknown broker ids {sorted(unknown)}")
+        #: Per broker id, extra environment of its process (subprocess mode).
+        self.broker_env = {b: dict(e) for b, e in (broker_env or {}).items()}
+        if unknown := (set(self.broker_properties) | set(self.broker_env)) - set(self.ids):
+            raise ValueError(f"broker settings for unknown broker ids {sorted(unknown)}")
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self._connect = zookeeper_connect
@@ -319,6 +322,7 @@ class EmbeddedCluster:
             properties=props,
             startup_timeout=self.startup_timeout,
             shutdown_timeout=self.shutdown_timeout,
+            env=self.broker_env.get(broker_id),
         )
         broker.start_sync()
         with self._lock:

@@ -76,6 +76,7 @@ class EmbeddedBroker:
         properties: Mapping[str, str] | None = None,
         startup_timeout: float = 30.0,
         shutdown_timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if mode not in ("inprocess", "subprocess"):
             raise ValueError(f"mode must be 'inprocess' or 'subprocess', not {mode!r}")
@@ -83,6 +84,11 @@ class EmbeddedBroker:
         self.host = host
         self.port = port
         self.properties = dict(properties or {})
+        #: Extra environment of a subprocess broker (its ``PYTHONPATH`` goes after this
+        #: checkout's); an in-process broker refuses it.
+        self.env = dict(env or {})
+        if self.env and mode != "subprocess":
+            raise ValueError("env is for mode='subprocess'")
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self._data_dir = Path(data_dir) if data_dir is not None else None
@@ -338,7 +344,7 @@ class EmbeddedBroker:
         for key, value in props.items():
             args += ["--override", f"{key}={value}"]
         repo = Path(__file__).resolve().parents[2]
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         # Run the same checkout as the caller even when Sluice is not installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as out:

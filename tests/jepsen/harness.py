@@ -13,7 +13,10 @@ one broker and each undone by :meth:`FaultCluster.heal`:
   fetching from it), while its own outgoing fetches and its ZooKeeper session go on;
 * ``isolate_zk`` -- the ZooKeeper proxy black-holes: its session expires after the timeout while
   clients and followers still reach it (the zombie leader of spec §6);
-* ``reset`` -- every connection to the broker is aborted with an RST (the link stays usable).
+* ``reset`` -- every connection to the broker is aborted with an RST (the link stays usable);
+* ``lose_unflushed`` -- a power loss: kill -9, then every segment file cut back to what was
+  fsynced (``tests/jepsen/powerloss/sitecustomize.py`` journals each broker's fsyncs through
+  the VFS seam); undone by a restart.
 
 Ports are chosen up front (bind to 0, close, reuse) so a restarted broker comes back on the
 same port behind the same proxy.
@@ -21,15 +24,21 @@ same port behind the same proxy.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sluice.testing.cluster import EmbeddedCluster
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.proxy import FaultProxy, Mode
+
+POWERLOSS_HOOK = Path(__file__).resolve().parent / "powerloss"
 
 #: RF 3, min ISR 2, unclean election off: the configuration whose promise the suite checks.
 SAFE_TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
@@ -63,9 +72,11 @@ class FaultCluster:
     zk: dict[int, FaultProxy] = field(init=False, default_factory=dict)
     killed: set[int] = field(init=False, default_factory=set)
     paused: set[int] = field(init=False, default_factory=set)
+    journals: Path = field(init=False)
 
     def __post_init__(self) -> None:
         ids = list(range(1, self.size + 1))
+        self.journals = Path(tempfile.mkdtemp(prefix="sluice-sync-journals-"))
         ports = [free_port() for _ in ids]
         zk_host, zk_port = self.zookeeper.hosts.rsplit(":", 1)
         per_broker: dict[int, dict[str, str]] = {}
@@ -85,6 +96,13 @@ class FaultCluster:
             zookeeper_connect=self.zookeeper.connect_string(self.chroot),
             properties={**FAULT_PROPERTIES, **self.properties},
             broker_properties=per_broker,
+            broker_env={
+                b: {
+                    "SLUICE_SYNC_JOURNAL": str(self.journals / f"broker-{b}.journal"),
+                    "PYTHONPATH": str(POWERLOSS_HOOK),
+                }
+                for b in ids
+            },
             ports=ports,
         )
 
@@ -108,6 +126,7 @@ class FaultCluster:
             self.cluster.stop_sync()
         finally:
             self._close_proxies()
+            shutil.rmtree(self.journals, ignore_errors=True)
             self.zookeeper.delete_tree(self.chroot)
 
     def __enter__(self) -> FaultCluster:
@@ -119,6 +138,8 @@ class FaultCluster:
     def _close_proxies(self) -> None:
         for proxy in [*self.listener.values(), *self.zk.values()]:
             proxy.close()
+        if getattr(self, "cluster", None) is None:  # __post_init__ failed before it existed
+            shutil.rmtree(self.journals, ignore_errors=True)
 
     # --- what clients use ----------------------------------------------------------------------
 
@@ -138,6 +159,10 @@ class FaultCluster:
         if fault == "kill":
             self.cluster.kill(broker_id)
             self.killed.add(broker_id)
+        elif fault == "lose_unflushed":
+            self.cluster.kill(broker_id)
+            self.killed.add(broker_id)
+            self.cut_to_durable(broker_id)
         elif fault == "pause":
             self.cluster.pause(broker_id)
             self.paused.add(broker_id)
@@ -152,7 +177,7 @@ class FaultCluster:
 
     def undo(self, fault: str, broker_id: int) -> None:
         """End ``fault`` on ``broker_id``: restart, resume or pass again."""
-        if fault == "kill":
+        if fault in ("kill", "lose_unflushed"):
             self.cluster.restart(broker_id)
             self.killed.discard(broker_id)
         elif fault == "pause":
@@ -175,6 +200,35 @@ class FaultCluster:
         for broker_id in sorted(self.killed):
             self.cluster.restart(broker_id)
         self.killed.clear()
+
+    def durable_sizes(self, broker_id: int) -> dict[str, int]:
+        """Path -> bytes made durable by an fsync, from the broker's journal (module docstring
+        of ``tests/jepsen/powerloss/sitecustomize.py``)."""
+        durable: dict[str, int] = {}
+        journal = self.journals / f"broker-{broker_id}.journal"
+        if not journal.exists():
+            return durable
+        for line in journal.read_text().splitlines():
+            kind, a, b = line.split("\t")
+            if kind == "sync":
+                durable[a] = int(b)
+            elif kind == "rename":
+                durable[b] = durable.pop(a, 0)
+        return durable
+
+    def cut_to_durable(self, broker_id: int) -> dict[str, tuple[int, int]]:
+        """Cut every segment file of a killed broker back to its durable size (never fsynced:
+        empty); returns path -> (size before, size after) for the files cut."""
+        assert not self.cluster.running(broker_id), "cut the files of a stopped broker only"
+        durable = self.durable_sizes(broker_id)
+        cut: dict[str, tuple[int, int]] = {}
+        for path in sorted(self.cluster.data_dir(broker_id).rglob("*.log")):
+            size = path.stat().st_size
+            keep = min(size, durable.get(str(path), 0))
+            if keep < size:
+                os.truncate(path, keep)
+                cut[str(path)] = (size, keep)
+        return cut
 
     # --- observation (around the proxies) ------------------------------------------------------
 

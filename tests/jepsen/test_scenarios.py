@@ -390,3 +390,71 @@ def test_a_coordinator_failover_during_a_rebalance_settles_the_group(
         if second is not None:
             second.close()
         cluster.heal()
+
+
+# --- unflushed writes lost (power loss) ----------------------------------------------------------
+
+
+def test_a_leader_that_loses_its_unflushed_writes_rejoins_without_losing_acked_ones(
+    fault_cluster: FaultCluster,
+) -> None:
+    """RF 3, min ISR 2, acks=all. The leader loses power: its segment files are cut back to
+    what it had fsynced (by default nothing: Kafka relies on replication, not fsync). A follower
+    takes over with every acknowledged record; the old leader restarts with a shorter log,
+    truncates by epoch and copies the rest back."""
+    cluster = fault_cluster
+    create(cluster, "power", config={"min.insync.replicas": "2"})
+    leader = wait_leader(cluster, "power", cluster.ids)
+    p = producer(cluster)
+    acked = [b"v%03d" % i for i in range(100)]
+    assert send(p, "power", acked) == list(range(100))
+    cluster.apply("lose_unflushed", leader)
+    assert cluster.log_bytes(leader, "power", 0) == b""  # nothing of it had been fsynced
+    others = [b for b in cluster.ids if b != leader]
+    wait_leader(cluster, "power", others)
+    more = [b"w%03d" % i for i in range(50)]
+    assert send(p, "power", more) == list(range(100, 150))
+    cluster.undo("lose_unflushed", leader)
+    cluster.wait_fully_replicated("power")
+    assert [v for _, v in read(cluster, "power")] == acked + more
+    replicas_converge(cluster, "power", cluster.ids)
+
+
+@pytest.mark.fault_cluster(properties={"unclean.leader.election.enable": "true"})
+def test_kip101_two_replicas_losing_unflushed_writes_never_disagree_at_an_offset(
+    fault_cluster: FaultCluster,
+) -> None:
+    """KIP-101 scenario 2: both replicas of a partition lose power (each keeps what it had
+    fsynced: the topic flushes every 10 messages, so each keeps a prefix of its own) and come
+    back in reverse order; the first one back leads (unclean election on: the point here is
+    divergence, not loss) and takes new writes at offsets the other may still hold. Whatever
+    each kept, the second one back truncates to the first's epoch boundary: the replicas never
+    hold different records at one offset."""
+    cluster = fault_cluster
+    create(cluster, "kip101b", assignment=[[1, 2]],
+           config={"min.insync.replicas": "1", "flush.messages": "10"})  # fmt: skip
+    leader = wait_leader(cluster, "kip101b", [1, 2])
+    follower = 3 - leader
+    p = producer(cluster, acks="1", **{"enable.idempotence": False})
+    send(p, "kip101b", [b"old-%02d" % i for i in range(25)])  # durable up to a multiple of 10
+    cluster.cluster.wait_for(
+        lambda: (
+            cluster.log_bytes(follower, "kip101b", 0) == cluster.log_bytes(leader, "kip101b", 0)
+        ),
+        "the follower caught up",
+    )
+    cluster.apply("lose_unflushed", follower)
+    cluster.apply("lose_unflushed", leader)
+    cluster.undo("lose_unflushed", follower)  # reverse order: the old follower first
+    assert wait_leader(cluster, "kip101b", [follower]) == follower
+    kept = len(read(cluster, "kip101b"))
+    send(p, "kip101b", [b"new-%02d" % i for i in range(10)])  # written over what the old
+    cluster.undo("lose_unflushed", leader)  # leader may still hold at those offsets
+    cluster.cluster.wait_for(
+        lambda: sorted(state(cluster, "kip101b", via=follower).isr_nodes) == [1, 2],
+        "the old leader back in the ISR",
+    )
+    replicas_converge(cluster, "kip101b", [1, 2])
+    records = read(cluster, "kip101b")
+    assert [o for o, _ in records] == list(range(len(records)))
+    assert [v for _, v in records][kept:] == [b"new-%02d" % i for i in range(10)]

@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: setup run cluster test lint typecheck bench clean
+.PHONY: setup run cluster test jepsen lint typecheck bench clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ typecheck: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m bench
+
+# Random-fault trials against a 3-broker cluster (tests/jepsen): `make jepsen TRIALS=100 SEED=1000`,
+# extra flags in JEPSEN_ARGS (--no-idempotence, --acks 1, --out results.jsonl).
+TRIALS ?= 10
+SEED ?= 1
+jepsen: setup
+	$(BIN)/python -m tests.jepsen --trials $(TRIALS) --seed $(SEED) $(JEPSEN_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -50,6 +50,8 @@ class FaultProxy:
         self._mode = Mode.PASS
         self._loop = asyncio.new_event_loop()
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        #: Connections (by their client-side writer) that had bytes black-holed.
+        self._starved: set[int] = set()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -66,6 +68,11 @@ class FaultProxy:
 
     def connections(self) -> int:
         return len(self._pairs)
+
+    def starved(self) -> int:
+        """How many connections had bytes dropped (BLACKHOLE), either way, since the last
+        :meth:`set_mode`: requests or answers that will never arrive."""
+        return len(self._starved)
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -106,6 +113,7 @@ class FaultProxy:
 
     async def _set_mode(self, mode: Mode) -> int:
         self._mode = mode
+        self._starved.clear()
         if mode is Mode.RESET:
             for client, upstream in list(self._pairs):
                 _abort(client)
@@ -144,6 +152,8 @@ class FaultProxy:
                 if self._mode is Mode.PASS:
                     writer.write(data)
                     await writer.drain()
+                else:
+                    self._starved.add(id(pair[0]))
                 # BLACKHOLE: read and drop, so neither side's buffers fill up and tell it.
         except (ConnectionError, OSError):
             pass

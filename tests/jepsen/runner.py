@@ -33,11 +33,12 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sluice.protocol.records import BatchHeader, iter_batches
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.checker import Observation, Report, Send, check
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 
-FAULTS = ("kill", "pause", "isolate", "isolate_zk", "reset")
+FAULTS = ("kill", "pause", "isolate", "isolate_zk", "reset", "lose_unflushed")
 TARGETS = ("leader", "controller", "random")
 PARTITIONS = 3
 #: A partition that acknowledged nothing for longer than this while values were being sent to it
@@ -73,6 +74,13 @@ class TrialResult:
     windows: list[float] = field(default_factory=list)
     replica_mismatch: list[int] = field(default_factory=list)
     epoch_cache_mismatch: list[int] = field(default_factory=list)
+    #: Duplicates whose copies carry one producer id, epoch and sequence: the broker wrote one
+    #: sequence twice (its idempotence failed).
+    duplicate_rewritten: list[str] = field(default_factory=list)
+    #: Duplicates whose copies carry different (producer id, epoch, sequence): the client sent
+    #: the value again as new data (a retry without idempotence, or librdkafka re-sequencing
+    #: possibly-persisted messages after an epoch bump; see :func:`_classify_duplicates`).
+    duplicate_resent: list[str] = field(default_factory=list)
     producer_errors: dict[str, int] = field(default_factory=dict)
     error: str = ""
     seconds: float = 0.0
@@ -88,7 +96,7 @@ class TrialResult:
             return False
         if self.config.acks == "all" and r.lost:
             return False
-        return not (self.config.idempotence and r.duplicate)
+        return not (self.config.idempotence and self.duplicate_rewritten)
 
     def record(self) -> dict[str, Any]:
         out = {
@@ -98,6 +106,8 @@ class TrialResult:
             "windows": [round(w, 3) for w in self.windows],
             "replica_mismatch": self.replica_mismatch,
             "epoch_cache_mismatch": self.epoch_cache_mismatch,
+            "duplicate_rewritten": len(self.duplicate_rewritten),
+            "duplicate_resent": len(self.duplicate_resent),
             "producer_errors": self.producer_errors,
             "schedule": [asdict(s) for s in self.schedule],
             "played": self.played,
@@ -188,7 +198,10 @@ def _producer_config(config: TrialConfig, bootstrap: str) -> dict[str, Any]:
         "bootstrap.servers": bootstrap,
         "acks": config.acks,
         "enable.idempotence": config.idempotence,
-        "message.timeout.ms": 10_000,
+        # librdkafka's advice: a message timeout longer than any outage, so that in-flight
+        # messages are retried under their own sequence rather than timed out (the epoch bump
+        # that follows a timeout may send possibly-written messages again as new ones).
+        "message.timeout.ms": 30_000,
         "request.timeout.ms": 4_000,
         "retry.backoff.ms": 100,
         "linger.ms": 2,
@@ -246,6 +259,40 @@ def _compare_replicas(cluster: FaultCluster, topic: str, result: TrialResult) ->
             result.epoch_cache_mismatch.append(p)
 
 
+def _batches(data: bytes) -> list[BatchHeader]:
+    return [header for _, header, _ in iter_batches(data)]
+
+
+def _classify_duplicates(
+    report: Report, headers: dict[int, list[BatchHeader]], result: TrialResult
+) -> None:
+    """Tell the broker's duplicates from the client's, by the batches holding each copy.
+
+    An idempotent producer's record is identified by (producer id, epoch, sequence). Two copies
+    under one identity mean the broker accepted a sequence twice -- its bug. Copies under
+    different identities were sent twice by the client: without idempotence any retry does
+    that; with it, librdkafka does it when messages time out (``message.timeout.ms``) after an
+    in-flight request failed as *possibly persisted*: it bumps the epoch, restarts the
+    sequence at the first message still queued, and that may be one the broker already wrote
+    (librdkafka's INTRODUCTION.md, "Message timeout considerations"; a broker cannot tell a
+    new epoch's sequence 0 from new data, Kafka's neither)."""
+
+    def identity(partition: int, offset: int) -> tuple[int, int, int] | None:
+        for h in headers.get(partition, []):
+            if h.base_offset <= offset <= h.base_offset + h.last_offset_delta:
+                if h.producer_id < 0:
+                    return None
+                return (h.producer_id, h.producer_epoch, h.base_sequence + offset - h.base_offset)
+        return None
+
+    for value, positions in report.duplicate.items():
+        ids = [identity(p, o) for p, o in positions]
+        if None not in ids and len(set(ids)) < len(ids):
+            result.duplicate_rewritten.append(value)
+        else:
+            result.duplicate_resent.append(value)
+
+
 def _windows(acked_at: dict[int, list[float]], duration: float) -> list[float]:
     """Per partition, the stretches longer than :data:`GAP` with no acknowledgement, from the
     start of the workload to its end (values were being sent to every partition throughout)."""
@@ -278,8 +325,10 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
             cluster.wait_fully_replicated(topic)
             observations = _read(cluster, topic)
             _compare_replicas(cluster, topic, result)
+            headers = {p: _batches(cluster.log_bytes(1, topic, p)) for p in range(PARTITIONS)}
         result.report = check(history, [observations])
         result.summary = result.report.summary()
+        _classify_duplicates(result.report, headers, result)
         result.windows = _windows(acked_at, config.duration)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -337,7 +386,7 @@ def _produce_and_heal(
         producer.poll(0)
     nemesis.join(60)  # let the last fault be undone on its own schedule
     cluster.heal()
-    producer.flush(30)  # message.timeout.ms bounds every send
+    producer.flush(60)  # message.timeout.ms bounds every send
     result.producer_errors = errors
     history = [outcomes.get(v, Send(v, "unknown")) for v in sent]
     return history, acked_at
@@ -373,6 +422,8 @@ def aggregate(results: list[TrialResult]) -> dict[str, Any]:
         "invalid": [r.config.seed for r in results if not r.valid],
         "errors": [r.config.seed for r in results if r.error],
         "replica_mismatch_trials": sum(1 for r in results if r.replica_mismatch),
+        "duplicate_rewritten": sum(len(r.duplicate_rewritten) for r in results),
+        "duplicate_resent": sum(len(r.duplicate_resent) for r in results),
         "epoch_cache_mismatch_trials": sum(1 for r in results if r.epoch_cache_mismatch),
         **totals,
         "faults": sum(len(r.played) for r in results),
@@ -393,6 +444,7 @@ def format_line(result: TrialResult) -> str:
     return (
         f"seed {result.config.seed}: {verdict} acked={s.get('acknowledged', 0)} "
         f"unknown={s.get('unknown', 0)} lost={s.get('lost', 0)} dup={s.get('duplicate', 0)} "
+        f"(rewritten={len(result.duplicate_rewritten)}) "
         f"inconsistent={s.get('inconsistent_offsets', 0)} mismatch={result.replica_mismatch} "
         f"[{played}] {result.seconds:.0f}s"
     )

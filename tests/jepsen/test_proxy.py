@@ -55,10 +55,12 @@ def test_pass_blackhole_heal_and_reset(echo_port: int) -> None:
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
             assert roundtrip(sock, b"x" * 100_000) == b"x" * 100_000
             proxy.set_mode(Mode.BLACKHOLE)
+            assert proxy.starved() == 0
             sock.settimeout(0.3)
             sock.sendall(b"lost")
             with pytest.raises(TimeoutError):
                 sock.recv(10)  # nothing comes back, and the connection stays open
+            assert proxy.starved() == 1  # its request was dropped
             proxy.set_mode(Mode.PASS)
             sock.settimeout(5)
             assert roundtrip(sock, b"healed") == b"healed"

@@ -8,12 +8,14 @@ import json
 
 import pytest
 
+from sluice.protocol.records import BatchHeader
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.checker import Observation, Send, check
 from tests.jepsen.runner import (
     FAULTS,
     TrialConfig,
     TrialResult,
+    _classify_duplicates,
     _windows,
     format_line,
     make_schedule,
@@ -46,10 +48,22 @@ def test_unavailability_windows_are_the_gaps_between_acknowledgements() -> None:
     assert windows == [1.0, 1.3, 3.4, 3.9, 5.0]
 
 
-def _result(config: TrialConfig, sends: list[Send], read: list[Observation]) -> TrialResult:
+def header(base_offset: int, count: int, producer_epoch: int, base_sequence: int) -> BatchHeader:
+    """A batch of ``count`` records of producer 7 (the fields the classification reads)."""
+    return BatchHeader(base_offset, 0, 0, 2, 0, 0, count - 1, 0, 0, 7, producer_epoch,
+                       base_sequence, count)  # fmt: skip
+
+
+def _result(
+    config: TrialConfig,
+    sends: list[Send],
+    read: list[Observation],
+    batches: list[BatchHeader] | None = None,
+) -> TrialResult:
     result = TrialResult(config, make_schedule(config.seed, config.duration))
     result.report = check(sends, [read])
     result.summary = result.report.summary()
+    _classify_duplicates(result.report, {0: batches or []}, result)
     return result
 
 
@@ -59,8 +73,14 @@ def test_each_configuration_is_held_to_its_own_promise() -> None:
     dup_a = [Observation(0, 0, "a"), Observation(0, 1, "b"), Observation(0, 2, "a")]
     assert not _result(TrialConfig(1), sends, lost_b).valid  # acks=all loses nothing
     assert _result(TrialConfig(1, acks="1"), sends, lost_b).valid  # acks=1 may
-    assert not _result(TrialConfig(1), sends, dup_a).valid  # idempotence: no duplicate
+    # "a" at offsets 0 and 2 under one (producer, epoch, sequence): the broker wrote it twice.
+    rewritten = [header(0, 2, 0, 0), header(2, 1, 0, 0)]
+    assert not _result(TrialConfig(1), sends, dup_a, rewritten).valid
     assert _result(TrialConfig(1, idempotence=False), sends, dup_a).valid
+    # The second copy under a bumped epoch at sequence 0: the client sent it again as new.
+    resent = _result(TrialConfig(1), sends, dup_a, [header(0, 2, 0, 0), header(2, 1, 1, 0)])
+    assert resent.valid
+    assert (resent.duplicate_resent, resent.duplicate_rewritten) == (["a"], [])
     moved = [Observation(0, 0, "b"), Observation(0, 1, "a")]  # offsets disagree: never allowed
     assert not _result(TrialConfig(1, acks="1", idempotence=False), sends, moved).valid
 

@@ -458,3 +458,27 @@ def test_kip101_two_replicas_losing_unflushed_writes_never_disagree_at_an_offset
     records = read(cluster, "kip101b")
     assert [o for o, _ in records] == list(range(len(records)))
     assert [v for _, v in records][kept:] == [b"new-%02d" % i for i in range(10)]
+
+
+# --- a healed partition -------------------------------------------------------------------------
+
+
+def test_followers_resume_soon_after_a_black_holed_leader_is_reachable_again(
+    fault_cluster: FaultCluster,
+) -> None:
+    """The leader's listener black-holed while its followers' fetches were in flight: those
+    requests are gone, and a follower waiting on them waited ``replica.socket.timeout.ms`` (it
+    was a fixed 30 s: acks=all stalled that long after the network healed, found by the random
+    trials). The fault cluster sets it to 3 s; an acks=all write sent once the link is back is
+    acknowledged well inside its 10 s delivery timeout."""
+    cluster = fault_cluster
+    create(cluster, "healed", config={"min.insync.replicas": "3"})
+    leader = wait_leader(cluster, "healed", cluster.ids)
+    p = producer(cluster, **{"message.timeout.ms": 10_000})
+    assert send(p, "healed", [b"before"]) == [0]
+    cluster.apply("isolate", leader)  # the followers' next fetches vanish
+    cluster.cluster.wait_for(
+        lambda: cluster.listener[leader].starved() >= 2, "both followers' fetches black-holed"
+    )
+    cluster.undo("isolate", leader)
+    assert send(p, "healed", [b"after"]) == [1]

@@ -18,6 +18,7 @@ readable on one of its partitions completes it, and the fetch reads again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 log = get_logger("sluice.handlers")
 
 CLUSTER_ID = "sluice-single-node"
+#: Kafka's ``GroupType.CLASSIC`` name: the JoinGroup/SyncGroup protocol, the only one served.
+GROUP_TYPE_CLASSIC = "classic"
 #: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
 CONSUMER_REPLICA_ID = -1
 #: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
@@ -53,6 +56,11 @@ DEBUGGING_REPLICA_ID = -2
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
+
+#: The client address of the request being handled, as Kafka writes it (``InetAddress.toString``:
+#: ``"/127.0.0.1"``); set once by each connection's worker task, whose context its handlers run
+#: in (JoinGroup records it; DescribeGroups reports it). Empty outside a connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 @functools.cache
@@ -982,7 +990,7 @@ class Handlers:
             member_id=body.member_id,
             group_instance_id=body.group_instance_id,
             client_id=header.client_id or "",
-            client_host="",
+            client_host=CLIENT_HOST.get(),
             session_timeout_ms=body.session_timeout_ms,
             rebalance_timeout_ms=body.rebalance_timeout_ms,
             protocol_type=body.protocol_type,
@@ -1116,13 +1124,24 @@ class Handlers:
         )
 
     def list_groups(self, header: RequestHeader, body: m.ListGroupsRequest) -> m.ListGroupsResponse:
+        """The groups this broker coordinates, with their state (v4+, KIP-518) and type (v5+,
+        KIP-848: every group here is a ``classic`` one). ``states_filter`` / ``types_filter``
+        keep the groups whose state / type is listed (case-insensitive, as Kafka compares);
+        empty means all."""
         cls = m.ListGroupsResponse
         group_cls = m.ListGroupsResponse.ListedGroup
+        listed = self.groups.list_groups(body.states_filter)
+        types = {t.lower() for t in body.types_filter}
+        if types and GROUP_TYPE_CLASSIC not in types:
+            listed = []
         return cls(
             throttle_time_ms=0,
             # Kafka: the groups it has, and this error while some offsets partition loads.
             error_code=errors.CoordinatorLoadInProgress.code if self.groups.loading else 0,
-            groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
+            groups=[
+                group_cls(group_id=g, protocol_type=t, group_state=s, group_type=GROUP_TYPE_CLASSIC)
+                for g, t, s in listed
+            ],
         )
 
     def describe_groups(

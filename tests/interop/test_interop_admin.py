@@ -1,0 +1,145 @@
+"""Interop: the admin APIs operators' tools call (issue 15), with confluent-kafka's AdminClient and
+kafka-python's KafkaAdminClient, each succeeding and failing.
+
+* ListGroups v4/v5 (KIP-518 states, KIP-848 types): ``list_consumer_groups`` /
+  ``list_groups`` show each group's real state, and a states filter keeps only the groups in
+  those states; DescribeGroups gives each member's client host (``/127.0.0.1``, Kafka's form).
+
+One broker process per module (``group.initial.rebalance.delay.ms=0``); every wait bounded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_util import BrokerProcess
+from tests.interop_helpers import DEADLINE_S, broker_fixture
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.admin import KafkaAdminClient
+
+pytestmark = pytest.mark.interop
+
+OVERRIDES = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=500")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from broker_fixture(tmp_path_factory, "admin", OVERRIDES)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
+    client = admin(broker)  # (kept referenced: a collected client fails its futures)
+    client.create_topics([NewTopic(name, partitions, 1)])[name].result(DEADLINE_S)
+
+
+# --------------------------------------------------------------- ListGroups / DescribeGroups
+
+
+@pytest.fixture(scope="module")
+def two_groups(broker: BrokerProcess) -> Iterator[tuple[str, str]]:
+    """``(stable, empty)``: a group with a member that owns its partition, and one whose only
+    member committed and left."""
+    from confluent_kafka import Consumer
+
+    topic, stable, empty = unique("lg"), unique("stable"), unique("empty")
+    create_topic(broker, topic, 1)
+
+    def member(group: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                      "enable.auto.commit": False, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 100})  # fmt: skip
+        c.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while not c.assignment():
+            assert time.monotonic() < deadline, f"{group}: no assignment"
+            c.poll(0.05)
+        return c
+
+    leaver = member(empty)
+    leaver.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    leaver.close()
+    owner = member(stable)
+    try:
+        yield stable, empty
+    finally:
+        owner.close()
+
+
+def test_confluent_lists_groups_with_their_states(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = admin(broker)
+    listed = client.list_consumer_groups().result(DEADLINE_S)
+    assert not listed.errors
+    states = {g.group_id: g.state for g in listed.valid}
+    assert states[stable] == ConsumerGroupState.STABLE
+    assert states[empty] == ConsumerGroupState.EMPTY
+    assert {g.type for g in listed.valid if g.group_id in two_groups} == {ConsumerGroupType.CLASSIC}
+    only_empty = client.list_consumer_groups(states={ConsumerGroupState.EMPTY})
+    ids = {g.group_id for g in only_empty.result(DEADLINE_S).valid}
+    assert empty in ids and stable not in ids
+    both = {ConsumerGroupState.EMPTY, ConsumerGroupState.STABLE}
+    ids = {g.group_id for g in client.list_consumer_groups(states=both).result(DEADLINE_S).valid}
+    assert {stable, empty} <= ids
+    dead = client.list_consumer_groups(states={ConsumerGroupState.DEAD}).result(DEADLINE_S)
+    assert not {g.group_id for g in dead.valid} & {stable, empty}
+    by_type = client.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(DEADLINE_S)
+    assert {stable, empty} <= {g.group_id for g in by_type.valid}
+    consumer_type = client.list_consumer_groups(types={ConsumerGroupType.CONSUMER})
+    assert not {g.group_id for g in consumer_type.result(DEADLINE_S).valid} & {stable, empty}
+
+
+def test_confluent_describes_members_with_their_host(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = admin(broker)
+    futures = client.describe_consumer_groups([stable, empty])
+    described = futures[stable].result(DEADLINE_S)
+    assert described.state == ConsumerGroupState.STABLE
+    (member,) = described.members
+    assert member.host == "/127.0.0.1"
+    assert futures[empty].result(DEADLINE_S).members == []
+
+
+def test_kafka_python_lists_groups_with_their_states(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        listed = {g["group_id"]: g for g in client.list_groups()}
+        assert listed[stable]["group_state"] == "Stable"
+        assert listed[empty]["group_state"] == "Empty"
+        assert listed[stable]["protocol_type"] == "consumer"
+        filtered = {g["group_id"] for g in client.list_groups(states_filter=["Stable"])}
+        assert stable in filtered and empty not in filtered
+        # Kafka compares the states case-insensitively
+        lower = {g["group_id"] for g in client.list_groups(states_filter=["empty"])}
+        assert empty in lower and stable not in lower
+        classic = client.list_groups(types_filter=["classic"])
+        assert {stable, empty} <= {g["group_id"] for g in classic}
+        assert {g["group_type"] for g in classic} == {"classic"}
+        described = client.describe_groups([stable])[stable]
+        (member,) = described["members"]
+        assert member["client_host"] == "/127.0.0.1"
+    finally:
+        client.close()

@@ -143,3 +143,76 @@ def test_kafka_python_lists_groups_with_their_states(
         assert member["client_host"] == "/127.0.0.1"
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------------------ CreatePartitions
+
+
+def partition_count(broker: BrokerProcess, topic: str) -> int:
+    client = admin(broker)
+    return len(client.list_topics(topic, timeout=DEADLINE_S).topics[topic].partitions)
+
+
+def test_confluent_create_partitions(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import NewPartitions
+
+    topic = unique("grow")
+    create_topic(broker, topic, 2)
+    client = admin(broker)
+    # validate_only: checked, nothing added
+    client.create_partitions([NewPartitions(topic, 3)], validate_only=True)[topic].result(
+        DEADLINE_S
+    )
+    assert partition_count(broker, topic) == 2
+    client.create_partitions([NewPartitions(topic, 5)])[topic].result(DEADLINE_S)
+    assert partition_count(broker, topic) == 5
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b"on a new partition", partition=4)
+    assert producer.flush(DEADLINE_S) == 0
+    failures = {
+        (topic, 5): KafkaError.INVALID_PARTITIONS,  # no growth
+        (topic, 3): KafkaError.INVALID_PARTITIONS,  # a shrink
+        (unique("missing"), 3): KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+    for (name, count), code in failures.items():
+        future = client.create_partitions([NewPartitions(name, count)])[name]
+        with pytest.raises(KafkaException) as info:
+            future.result(DEADLINE_S)
+        assert info.value.args[0].code() == code, (name, count, info.value)
+    # an assignment for a broker that does not exist
+    bad = NewPartitions(topic, 6, replica_assignment=[[7]])
+    with pytest.raises(KafkaException) as info:
+        client.create_partitions([bad])[topic].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    good = NewPartitions(topic, 6, replica_assignment=[[0]])
+    client.create_partitions([good])[topic].result(DEADLINE_S)
+    assert partition_count(broker, topic) == 6
+
+
+def test_kafka_python_create_partitions(broker: BrokerProcess) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import NewPartitions
+        from kafka.errors import (
+            InvalidPartitionsError,
+            InvalidRequestError,
+            UnknownTopicOrPartitionError,
+        )
+
+    topic = unique("kp-grow")
+    create_topic(broker, topic, 1)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.create_partitions({topic: NewPartitions(total_count=3)}, validate_only=True)
+        assert partition_count(broker, topic) == 1
+        client.create_partitions({topic: NewPartitions(total_count=3)})
+        assert partition_count(broker, topic) == 3
+        with pytest.raises(InvalidPartitionsError):
+            client.create_partitions({topic: NewPartitions(total_count=2)})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.create_partitions({unique("missing"): NewPartitions(total_count=2)})
+        with pytest.raises(InvalidRequestError):  # groups are placed by its partition count
+            client.create_partitions({"__consumer_offsets": NewPartitions(total_count=99)})
+    finally:
+        client.close()

@@ -129,6 +129,7 @@ class Handlers:
             m.AlterConfigs.key: self.alter_configs,
             m.IncrementalAlterConfigs.key: self.incremental_alter_configs,
             m.DescribeCluster.key: self.describe_cluster,
+            m.CreatePartitions.key: self.create_partitions,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
@@ -781,6 +782,106 @@ class Handlers:
         if n <= 0:
             raise errors.InvalidPartitions(f"number of partitions must be > 0, got {n}")
         return int(n)
+
+    # --- CreatePartitions (37) -------------------------------------------------------------------
+
+    def create_partitions(self, header: RequestHeader, body: m.CreatePartitionsRequest) -> Any:
+        """Grow topics (Kafka's ``ZkAdminManager.createPartitions`` checks and messages): a
+        count that does not grow the topic is INVALID_PARTITIONS, an unknown topic
+        UNKNOWN_TOPIC_OR_PARTITION, a topic named twice INVALID_REQUEST, ``assignments`` (one
+        replica list per new partition) that do not fit INVALID_REPLICA_ASSIGNMENT;
+        ``validate_only`` checks without adding. ``__consumer_offsets`` is refused
+        (INVALID_REQUEST): the group coordinator places groups by its partition count.
+        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster a
+        coroutine writes the grown assignment to ZooKeeper and waits for the new leaders."""
+        seen: dict[str, int] = {}
+        for t in body.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        cluster = self.cluster
+
+        async def in_cluster(
+            cluster: ClusterMember, t: m.CreatePartitionsRequest.CreatePartitionsTopic
+        ) -> tuple[int, str | None]:
+            try:
+                self._check_partitions_request(t, seen)
+                assignments = (
+                    None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+                )
+                await cluster.add_partitions(
+                    t.name, t.count, assignments, body.timeout_ms, body.validate_only
+                )
+            except errors.KafkaError as exc:
+                return exc.code, str(exc.args[0]) if exc.args else None
+            except Exception as exc:
+                log.exception("create partitions failed", topic=t.name)
+                return errors.UnknownServerError.code, type(exc).__name__
+            return 0, None
+
+        def standalone(
+            t: m.CreatePartitionsRequest.CreatePartitionsTopic,
+        ) -> tuple[int, str | None]:
+            try:
+                self._check_partitions_request(t, seen)
+                current = self.logs.validate_new_partition_count(t.name, t.count)
+                if t.assignments is not None:
+                    self._check_local_assignments(t, current)
+                if not body.validate_only:
+                    self.logs.add_partitions(t.name, t.count)
+                    log.info("partitions added", topic=t.name, partitions=t.count)
+            except errors.KafkaError as exc:
+                return exc.code, str(exc.args[0]) if exc.args else None
+            except Exception as exc:
+                log.exception("create partitions failed", topic=t.name)
+                return errors.UnknownServerError.code, type(exc).__name__
+            return 0, None
+
+        def response(outcomes: list[tuple[int, str | None]]) -> m.CreatePartitionsResponse:
+            result_cls = m.CreatePartitionsResponse.CreatePartitionsTopicResult
+            return m.CreatePartitionsResponse(
+                throttle_time_ms=0,
+                results=[
+                    result_cls(name=t.name, error_code=code, error_message=message)
+                    for t, (code, message) in zip(body.topics, outcomes, strict=True)
+                ],
+            )
+
+        if cluster is None:
+            return response([standalone(t) for t in body.topics])
+
+        async def gathered() -> m.CreatePartitionsResponse:
+            outcomes = await asyncio.gather(*(in_cluster(cluster, t) for t in body.topics))
+            return response(list(outcomes))
+
+        return gathered()
+
+    @staticmethod
+    def _check_partitions_request(
+        t: m.CreatePartitionsRequest.CreatePartitionsTopic, seen: dict[str, int]
+    ) -> None:
+        if seen[t.name] > 1:
+            raise errors.InvalidRequest("Duplicate topic in request.")
+        if t.name == OFFSETS_TOPIC:
+            raise errors.InvalidRequest(
+                f"cannot add partitions to {OFFSETS_TOPIC}: groups are placed by its "
+                "partition count (offsets.topic.num.partitions)"
+            )
+
+    def _check_local_assignments(
+        self, t: m.CreatePartitionsRequest.CreatePartitionsTopic, current: int
+    ) -> None:
+        assert t.assignments is not None
+        if len(t.assignments) != t.count - current:
+            raise errors.InvalidReplicaAssignment(
+                f"Increasing the number of partitions by {t.count - current} but "
+                f"{len(t.assignments)} assignments provided."
+            )
+        node = self.config.node_id
+        for a in t.assignments:
+            if list(a.broker_ids) != [node]:
+                raise errors.InvalidReplicaAssignment(
+                    f"single broker: every new partition's replicas must be [{node}], "
+                    f"not {list(a.broker_ids)}"
+                )
 
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 

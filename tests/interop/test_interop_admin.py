@@ -216,3 +216,43 @@ def test_kafka_python_create_partitions(broker: BrokerProcess) -> None:
             client.create_partitions({"__consumer_offsets": NewPartitions(total_count=99)})
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------------------ DescribeLogDirs
+
+
+def test_kafka_python_describe_log_dirs(broker: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+
+    from tests.interop_helpers import log_files
+
+    topic = unique("dirs")
+    create_topic(broker, topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(20):
+        producer.produce(topic, b"x" * 100 + b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    on_disk = sum(f.stat().st_size for f in log_files(broker, topic, 0))
+    assert on_disk > 2000
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = client.describe_log_dirs({topic: [0, 1, 7]})  # one broker
+        (log_dir,) = answer["log_dirs"]
+        assert log_dir["error_code"] == 0
+        assert log_dir["log_dir"] == str(broker.data_dir.resolve())
+        assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0  # v4: the volume
+        (described,) = log_dir["topics"]
+        assert described["name"] == topic
+        sizes = {p["partition_index"]: p["partition_size"] for p in described["partitions"]}
+        assert sizes == {0: on_disk, 1: 0}  # partition 7 does not exist: left out, as Kafka
+        assert all(p["offset_lag"] == 0 for p in described["partitions"])
+        assert not any(p["is_future_key"] for p in described["partitions"])
+        # No topics given: kafka-python names every topic it knows (the null request, every
+        # partition here, is tests/broker/test_server.py's)
+        (answer,) = client.describe_log_dirs()
+        assert topic in {t["name"] for t in answer["log_dirs"][0]["topics"]}
+        # An unknown topic: kafka-python asks for it by name and the broker has nothing
+        (answer,) = client.describe_log_dirs({unique("missing"): [0]})
+        assert answer["log_dirs"][0]["topics"] == []
+    finally:
+        client.close()

@@ -130,6 +130,7 @@ class Handlers:
             m.IncrementalAlterConfigs.key: self.incremental_alter_configs,
             m.DescribeCluster.key: self.describe_cluster,
             m.CreatePartitions.key: self.create_partitions,
+            m.DescribeLogDirs.key: self.describe_log_dirs,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
@@ -1346,6 +1347,51 @@ class Handlers:
         self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
     ) -> Any:
         return self.config_resources.incremental_alter(body)
+
+    # --- DescribeLogDirs (35) ---------------------------------------------------------------------
+
+    def describe_log_dirs(
+        self, header: RequestHeader, body: m.DescribeLogDirsRequest
+    ) -> m.DescribeLogDirsResponse:
+        """The one log dir (``log.dirs``, absolute) with the size of each partition hosted here
+        (``topics`` None: all; otherwise those asked for that exist here, as Kafka omits the
+        rest). ``offset_lag`` is Kafka's for a current log, ``max(HW - LEO, 0)``: 0 on a
+        leader and a follower alike; no future logs (no AlterReplicaLogDirs), so
+        ``is_future_key`` is false. v4: the volume's total and usable bytes (``statvfs``)."""
+        import os
+
+        cls = m.DescribeLogDirsResponse
+        part_cls = cls.DescribeLogDirsPartition
+        wanted: list[tuple[str, int]]
+        if body.topics is None:
+            wanted = sorted(self.logs.logs)
+        else:
+            wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+        topics: dict[str, list[m.DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
+        for topic, index in wanted:
+            log_ = self.logs.get_log(topic, index)
+            if log_ is None:
+                continue
+            lag = max(log_.high_watermark - log_.log_end_offset, 0)
+            size = log_.size_in_bytes
+            part = part_cls(partition_index=index, partition_size=size, offset_lag=lag,
+                            is_future_key=False)  # fmt: skip
+            topics.setdefault(topic, []).append(part)
+        log_dir = self.logs.log_dir.resolve()
+        total = usable = -1
+        try:
+            fs = os.statvfs(log_dir)
+            total, usable = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        except OSError as exc:
+            log.warning("statvfs of the log dir failed", log_dir=str(log_dir), error=str(exc))
+        result = cls.DescribeLogDirsResult(
+            error_code=0,
+            log_dir=str(log_dir),
+            topics=[cls.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in topics.items()],
+            total_bytes=total,
+            usable_bytes=usable,
+        )
+        return cls(throttle_time_ms=0, error_code=0, results=[result])
 
     # --- ControlledShutdown (7): broker -> controller ----------------------------------------
 

@@ -4,6 +4,13 @@ kafka-python's KafkaAdminClient, each succeeding and failing.
 * ListGroups v4/v5 (KIP-518 states, KIP-848 types): ``list_consumer_groups`` /
   ``list_groups`` show each group's real state, and a states filter keeps only the groups in
   those states; DescribeGroups gives each member's client host (``/127.0.0.1``, Kafka's form).
+* CreatePartitions: ``create_partitions`` grows a topic (``validate_only`` first); Kafka's
+  refusals (no growth, shrink, unknown topic, a replica on an unknown broker).
+* DescribeLogDirs: ``describe_log_dirs`` gives the log dir and each partition's size on disk.
+* DeleteRecords / DeleteTopics: the low watermark moves; an offset past the end and a topic
+  already deleted are refused.
+
+(Configs and DescribeCluster: ``test_interop_conformance.py``.)
 
 One broker process per module (``group.initial.rebalance.delay.ms=0``); every wait bounded.
 """
@@ -254,5 +261,55 @@ def test_kafka_python_describe_log_dirs(broker: BrokerProcess) -> None:
         # An unknown topic: kafka-python asks for it by name and the broker has nothing
         (answer,) = client.describe_log_dirs({unique("missing"): [0]})
         assert answer["log_dirs"][0]["topics"] == []
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------ DeleteRecords / DeleteTopics
+
+
+def test_confluent_delete_records_and_topics(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    topic = unique("del")
+    create_topic(broker, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    client = admin(broker)
+    (future,) = client.delete_records([TopicPartition(topic, 0, 4)]).values()
+    assert future.result(DEADLINE_S).low_watermark == 4
+    (future,) = client.delete_records([TopicPartition(topic, 0, 99)]).values()
+    with pytest.raises(KafkaException) as info:
+        future.result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    client.delete_topics([topic], operation_timeout=10)[topic].result(DEADLINE_S)
+    with pytest.raises(KafkaException) as info:
+        client.delete_topics([topic])[topic].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_kafka_python_delete_records_and_topics(broker: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.errors import UnknownTopicOrPartitionError
+        from kafka.structs import TopicPartition as KpTopicPartition
+
+    topic = unique("kp-del")
+    create_topic(broker, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        done = client.delete_records({KpTopicPartition(topic, 0): 6})
+        assert done[KpTopicPartition(topic, 0)]["low_watermark"] == 6
+        client.delete_topics([topic])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topics([topic])
     finally:
         client.close()

@@ -33,9 +33,12 @@ EXPOSE 9092
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-m", "sluice.server.core.healthcheck", "127.0.0.1:9092"]
 
-# Clients outside the container reach it as localhost:9092 (docker run -p 9092:9092); set
-# advertised.listeners to the name clients use otherwise.
-CMD ["sluice-server", "--config", "/opt/sluice/config/server.properties", \
-     "--override", "log.dirs=/var/lib/sluice", \
-     "--override", "listeners=PLAINTEXT://0.0.0.0:9092", \
-     "--override", "advertised.listeners=PLAINTEXT://localhost:9092"]
+# Every broker key can be set with an environment variable: SLUICE_ + the key in upper case with
+# '.' written '_' (a '_' of the key '__', a '-' '___'), e.g. docker run -e
+# SLUICE_ADVERTISED_LISTENERS=PLAINTEXT://broker.example:9092. These defaults serve clients on
+# the host as localhost:9092 (docker run -p 9092:9092).
+ENV SLUICE_LOG_DIRS=/var/lib/sluice \
+    SLUICE_LISTENERS=PLAINTEXT://0.0.0.0:9092 \
+    SLUICE_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092
+
+CMD ["sluice-server", "--config", "/opt/sluice/config/server.properties"]

@@ -4,6 +4,7 @@ Usage::
 
     async with Admin("127.0.0.1:9092") as admin:
         await admin.create_topic("events", partitions=3, configs={"retention.ms": "3600000"})
+        await admin.create_partitions({"events": 6})     # grow it to 6 partitions
         print(await admin.list_topics())                 # {"events": 3}
         print(await admin.describe_topics(["events"]))   # [TopicDescription(...)]
         print(await admin.list_offsets({TopicPartition("events", 0): LATEST}))
@@ -30,6 +31,7 @@ __all__ = ["EARLIEST", "LATEST", "Admin", "TopicDescription"]
 CREATE_TOPICS = messages.CreateTopics.key
 DELETE_TOPICS = messages.DeleteTopics.key
 DELETE_RECORDS = messages.DeleteRecords.key
+CREATE_PARTITIONS = messages.CreatePartitions.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,30 @@ class Admin:
         error = (await self.delete_topics([name]))[name]
         if error is not None:
             raise error
+
+    async def create_partitions(
+        self, counts: Mapping[str, int], *, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        """Grow each topic to ``counts[name]`` partitions (CreatePartitions; the broker places
+        the new replicas). Returns each topic's error (None on success), e.g.
+        ``InvalidPartitions`` when the count does not grow the topic."""
+        req = messages.CreatePartitionsRequest
+        body = req(
+            topics=[
+                req.CreatePartitionsTopic(name=name, count=count, assignments=None)
+                for name, count in counts.items()
+            ],
+            timeout_ms=self.request_timeout_ms,
+            validate_only=validate_only,
+        )
+        conn = await self._cluster.controller_connection()
+        response = await conn.request(CREATE_PARTITIONS, body)
+        for r in response.results:
+            self._cluster.forget(r.name)  # its partition count changed
+        return {
+            r.name: _error(r.error_code, r.error_message, f"create partitions of {r.name!r}")
+            for r in response.results
+        }
 
     # --- offsets -----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
     sluice consume  --bootstrap-server HOST:PORT --topic T [--from-beginning | --offset N
                     --partition P | --timestamp MS] [--max-messages N] [--format text|json]
     sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
+                    | alter --topic T --partitions N
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
@@ -375,6 +376,21 @@ async def topics_describe(
                 ",".join(map(str, p.offline)),
             )
     Console(width=120).print(table)
+
+
+@topics.command("alter")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partitions", type=int, required=True, help="The new (larger) partition count.")
+@async_command
+async def topics_alter(bootstrap: str, topic: str, partitions: int) -> None:
+    """Add partitions to a topic (kafka-topics --alter --partitions); existing records stay
+    where they are, so keys may map to other partitions from now on."""
+    async with Admin(bootstrap) as admin:
+        error = (await admin.create_partitions({topic: partitions}))[topic]
+    if error is not None:
+        raise error
+    click.echo(f"Topic {topic} now has {partitions} partitions.")
 
 
 @topics.command("delete")

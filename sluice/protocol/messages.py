@@ -391,14 +391,19 @@ DescribeGroups = api(
 )
 
 ListGroups = api(
-    16, "ListGroups", versions="0-2", flexible="3+",
-    request=[],
+    16, "ListGroups", versions="0-5", flexible="3+",
+    request=[
+        F("states_filter", "[]string", "4+"),
+        F("types_filter", "[]string", "5+"),
+    ],
     response=[
         F("throttle_time_ms", "int32", "1+"),
         F("error_code", "int16"),
         F("groups", "[]ListedGroup", fields=[
             F("group_id", "string"),
             F("protocol_type", "string"),
+            F("group_state", "string", "4+"),
+            F("group_type", "string", "5+"),
         ]),
     ],
 )
@@ -604,6 +609,58 @@ AlterConfigs = api(
     ],
 )
 
+DescribeLogDirs = api(
+    35, "DescribeLogDirs", versions="0-4", flexible="2+",
+    request=[
+        F("topics", "[]DescribableLogDirTopic", nullable="0+", fields=[
+            F("topic", "string"),
+            F("partitions", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16", "3+"),
+        F("results", "[]DescribeLogDirsResult", fields=[
+            F("error_code", "int16"),
+            F("log_dir", "string"),
+            F("topics", "[]DescribeLogDirsTopic", fields=[
+                F("name", "string"),
+                F("partitions", "[]DescribeLogDirsPartition", fields=[
+                    F("partition_index", "int32"),
+                    F("partition_size", "int64"),
+                    F("offset_lag", "int64"),
+                    F("is_future_key", "bool"),
+                ]),
+            ]),
+            F("total_bytes", "int64", "4+", default=-1),
+            F("usable_bytes", "int64", "4+", default=-1),
+        ]),
+    ],
+)
+
+CreatePartitions = api(
+    37, "CreatePartitions", versions="0-3", flexible="2+",
+    request=[
+        F("topics", "[]CreatePartitionsTopic", fields=[
+            F("name", "string"),
+            F("count", "int32"),
+            F("assignments", "[]CreatePartitionsAssignment", nullable="0+", fields=[
+                F("broker_ids", "[]int32"),
+            ]),
+        ]),
+        F("timeout_ms", "int32"),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]CreatePartitionsTopicResult", fields=[
+            F("name", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
 IncrementalAlterConfigs = api(
     44, "IncrementalAlterConfigs", versions="0-1", flexible="1+",
     request=[
@@ -699,8 +756,8 @@ APIS: dict[int, Api] = {
         Produce, Fetch, ListOffsets, Metadata, ControlledShutdown, OffsetCommit, OffsetFetch,
         FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups,
         ApiVersions, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId,
-        OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DeleteGroups,
-        IncrementalAlterConfigs, OffsetDelete, DescribeCluster,
+        OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
+        DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster,
     )
 }  # fmt: skip
 
@@ -748,6 +805,10 @@ InitProducerIdRequest = InitProducerId.request.cls
 InitProducerIdResponse = InitProducerId.response.cls
 OffsetForLeaderEpochRequest = OffsetForLeaderEpoch.request.cls
 OffsetForLeaderEpochResponse = OffsetForLeaderEpoch.response.cls
+DescribeLogDirsRequest = DescribeLogDirs.request.cls
+DescribeLogDirsResponse = DescribeLogDirs.response.cls
+CreatePartitionsRequest = CreatePartitions.request.cls
+CreatePartitionsResponse = CreatePartitions.response.cls
 DeleteGroupsRequest = DeleteGroups.request.cls
 DeleteGroupsResponse = DeleteGroups.response.cls
 DescribeConfigsRequest = DescribeConfigs.request.cls

@@ -693,13 +693,26 @@ class DescribeGroupsResponse(ResponseMessage):
     ) -> None: ...
 
 class ListGroupsRequest(RequestMessage[ListGroupsResponse]):
-    def __init__(self) -> None: ...
+    states_filter: list[str]
+    types_filter: list[str]
+    def __init__(
+        self, *, states_filter: list[str] = ..., types_filter: list[str] = ...
+    ) -> None: ...
 
 class ListGroupsResponse(ResponseMessage):
     class ListedGroup(Message):
         group_id: str
         protocol_type: str
-        def __init__(self, *, group_id: str = ..., protocol_type: str = ...) -> None: ...
+        group_state: str
+        group_type: str
+        def __init__(
+            self,
+            *,
+            group_id: str = ...,
+            protocol_type: str = ...,
+            group_state: str = ...,
+            group_type: str = ...,
+        ) -> None: ...
 
     throttle_time_ms: int
     error_code: int
@@ -949,6 +962,110 @@ class OffsetForLeaderEpochResponse(ResponseMessage):
     topics: list[OffsetForLeaderTopicResult]
     def __init__(
         self, *, throttle_time_ms: int = ..., topics: list[OffsetForLeaderTopicResult] = ...
+    ) -> None: ...
+
+class DescribeLogDirsRequest(RequestMessage[DescribeLogDirsResponse]):
+    class DescribableLogDirTopic(Message):
+        topic: str
+        partitions: list[int]
+        def __init__(self, *, topic: str = ..., partitions: list[int] = ...) -> None: ...
+
+    topics: list[DescribableLogDirTopic] | None
+    def __init__(self, *, topics: list[DescribableLogDirTopic] | None = ...) -> None: ...
+
+class DescribeLogDirsResponse(ResponseMessage):
+    class DescribeLogDirsResult(Message):
+        class DescribeLogDirsTopic(Message):
+            class DescribeLogDirsPartition(Message):
+                partition_index: int
+                partition_size: int
+                offset_lag: int
+                is_future_key: bool
+                def __init__(
+                    self,
+                    *,
+                    partition_index: int = ...,
+                    partition_size: int = ...,
+                    offset_lag: int = ...,
+                    is_future_key: bool = ...,
+                ) -> None: ...
+
+            name: str
+            partitions: list[DescribeLogDirsPartition]
+            def __init__(
+                self, *, name: str = ..., partitions: list[DescribeLogDirsPartition] = ...
+            ) -> None: ...
+
+        error_code: int
+        log_dir: str
+        topics: list[DescribeLogDirsTopic]
+        total_bytes: int
+        usable_bytes: int
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            log_dir: str = ...,
+            topics: list[DescribeLogDirsTopic] = ...,
+            total_bytes: int = ...,
+            usable_bytes: int = ...,
+        ) -> None: ...
+
+    DescribeLogDirsTopic: TypeAlias = DescribeLogDirsResult.DescribeLogDirsTopic
+    DescribeLogDirsPartition: TypeAlias = DescribeLogDirsTopic.DescribeLogDirsPartition
+    throttle_time_ms: int
+    error_code: int
+    results: list[DescribeLogDirsResult]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        results: list[DescribeLogDirsResult] = ...,
+    ) -> None: ...
+
+class CreatePartitionsRequest(RequestMessage[CreatePartitionsResponse]):
+    class CreatePartitionsTopic(Message):
+        class CreatePartitionsAssignment(Message):
+            broker_ids: list[int]
+            def __init__(self, *, broker_ids: list[int] = ...) -> None: ...
+
+        name: str
+        count: int
+        assignments: list[CreatePartitionsAssignment] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            count: int = ...,
+            assignments: list[CreatePartitionsAssignment] | None = ...,
+        ) -> None: ...
+
+    CreatePartitionsAssignment: TypeAlias = CreatePartitionsTopic.CreatePartitionsAssignment
+    topics: list[CreatePartitionsTopic]
+    timeout_ms: int
+    validate_only: bool
+    def __init__(
+        self,
+        *,
+        topics: list[CreatePartitionsTopic] = ...,
+        timeout_ms: int = ...,
+        validate_only: bool = ...,
+    ) -> None: ...
+
+class CreatePartitionsResponse(ResponseMessage):
+    class CreatePartitionsTopicResult(Message):
+        name: str
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self, *, name: str = ..., error_code: int = ..., error_message: str | None = ...
+        ) -> None: ...
+
+    throttle_time_ms: int
+    results: list[CreatePartitionsTopicResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., results: list[CreatePartitionsTopicResult] = ...
     ) -> None: ...
 
 class DeleteGroupsRequest(RequestMessage[DeleteGroupsResponse]):
@@ -1251,6 +1368,8 @@ InitProducerId: Api[InitProducerIdRequest, InitProducerIdResponse]
 OffsetForLeaderEpoch: Api[OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse]
 DescribeConfigs: Api[DescribeConfigsRequest, DescribeConfigsResponse]
 AlterConfigs: Api[AlterConfigsRequest, AlterConfigsResponse]
+DescribeLogDirs: Api[DescribeLogDirsRequest, DescribeLogDirsResponse]
+CreatePartitions: Api[CreatePartitionsRequest, CreatePartitionsResponse]
 IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse]
 DeleteGroups: Api[DeleteGroupsRequest, DeleteGroupsResponse]
 OffsetDelete: Api[OffsetDeleteRequest, OffsetDeleteResponse]

@@ -2,12 +2,15 @@
 
 Also ``python -m sluice.server``.
 
-Mirrors ``kafka-server-start.sh``: an optional properties file, then overrides. Loads the config
+Mirrors ``kafka-server-start.sh``: an optional properties file, then ``SLUICE_*`` environment
+variables (``SLUICE_ADVERTISED_LISTENERS`` sets ``advertised.listeners``: what a container image
+is configured with, see :mod:`sluice.server.core.config`), then overrides. Loads the config
 once, configures logging once, runs the Server on uvloop until SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -63,12 +66,16 @@ def cli(
     configure_logging(log_level, json=None if log_format == "auto" else log_format == "json")
     log = get_logger("sluice.main")
     try:
-        config = Config.load(config_file, overrides)
+        config = Config.load(config_file, overrides, environ=os.environ)
     except ConfigError as exc:
         log.error("invalid configuration", error=str(exc))
         raise SystemExit(2) from exc
     for key in config.ignored_keys:
         log.warning("unknown or unused config key ignored", key=key)
+    for name in config.ignored_environment:
+        log.warning("environment variable names no broker key: ignored", variable=name)
+    if config.environment_keys:
+        log.info("config keys from the environment", keys=list(config.environment_keys))
     import uvloop
 
     try:

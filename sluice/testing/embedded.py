@@ -30,6 +30,10 @@ benchmarks and
   "listening" log line.
 
 ``properties`` are broker config keys (``{"num.partitions": "3"}``), as in server.properties.
+Two defaults differ from a production broker's, both for tests' sake, and an explicit property
+overrides either: ``group.initial.rebalance.delay.ms=0`` (Kafka's 3 s wait for more members
+before a new group's first rebalance would cost every consumer-group test 3 s; testcontainers'
+Kafka modules set it to 0 too) and ``sluice.shutdown.timeout.ms=2000``.
 The embedded broker does not configure logging (that is the application's call, STYLE item 9):
 in-process, the server's structlog events go wherever the application configured structlog.
 
@@ -60,6 +64,14 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedBroker"]
 
 Mode = Literal["inprocess", "subprocess"]
+
+#: Broker properties an embedded broker starts with unless ``properties`` sets them.
+TEST_DEFAULTS: Mapping[str, str] = {
+    # A new group's first rebalance waits this long for more members (Kafka: 3 s).
+    "group.initial.rebalance.delay.ms": "0",
+    # A quick shutdown: a test's idle connections should not hold it up for 10 s.
+    "sluice.shutdown.timeout.ms": "2000",
+}
 T = TypeVar("T")
 
 
@@ -181,8 +193,7 @@ class EmbeddedBroker:
         if self._data_dir is None:
             self._data_dir = self._scratch / "data"
         props = {
-            # A quick shutdown: a test's idle connections should not hold it up for 10 s.
-            "sluice.shutdown.timeout.ms": "2000",
+            **TEST_DEFAULTS,
             **self.properties,
             "listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(self._data_dir),

@@ -21,7 +21,9 @@ clients, asyncio clients and blocking Kafka libraries can all use it. Start-up t
 milliseconds once the server modules are imported (see ``python -m bench embedded``).
 
 The marker ``sluice_broker(properties=..., mode=...)`` passes broker config keys
-(server.properties names) and ``mode="subprocess"`` for a separate broker process.
+(server.properties names) and ``mode="subprocess"`` for a separate broker process. The broker
+starts with ``group.initial.rebalance.delay.ms=0`` (consumer-group tests do not pay Kafka's 3 s
+first-rebalance wait) unless the marker's properties set it.
 
 ZooKeeper, for cluster tests (:mod:`sluice.testing.zookeeper`)::
 

@@ -50,6 +50,55 @@ def test_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert c.auto_create_topics_enable is False
 
 
+def test_environment_sits_between_the_file_and_the_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=3\nlog.retention.hours=1\nnode.id=1\n")
+    environ = {
+        "SLUICE_NUM_PARTITIONS": "4",  # beats the file
+        "SLUICE_NODE_ID": "2",  # loses to the override
+        "SLUICE_ADVERTISED_LISTENERS": "PLAINTEXT://broker.example:19092",
+        "SLUICE_SLUICE_SHUTDOWN_TIMEOUT_MS": "1500",  # a sluice.* key
+        "SLUICE_ADVERTISED_LISTENER": "PLAINTEXT://typo:1",  # no such key
+        "SLUICE_BOOTSTRAP_SERVER": "127.0.0.1:9092",  # the CLI's: not warned about
+        "KAFKA_NUM_PARTITIONS": "9",  # not ours
+        "PATH": "/usr/bin",
+    }
+    c = Config.load(path, ["node.id=5"], environ=environ)
+    assert (c.num_partitions, c.node_id) == (4, 5)
+    assert c.advertised_listener == Listener("PLAINTEXT", "broker.example", 19092)
+    assert c.properties["sluice.shutdown.timeout.ms"] == "1500"
+    assert c.properties["log.retention.hours"] == "1"  # the file's, untouched
+    assert c.ignored_environment == ("SLUICE_ADVERTISED_LISTENER",)
+    assert c.environment_keys == (
+        "advertised.listeners", "node.id", "num.partitions", "sluice.shutdown.timeout.ms",
+    )  # fmt: skip
+    assert Config.load(path).num_partitions == 3  # no environment unless given
+    with pytest.raises(ConfigError, match=r"num\.partitions"):
+        Config.load(None, environ={"SLUICE_NUM_PARTITIONS": "many"})
+
+
+def test_every_declared_key_has_an_environment_name() -> None:
+    names = {config_mod.env_name(o.key): o.key for o in config_mod.OPTIONS}
+    assert len(names) == len(config_mod.OPTIONS)  # no two keys share a variable
+    for name, key in names.items():
+        assert name.startswith("SLUICE_") and name == name.upper()
+        assert config_mod.key_from_env(name) == key
+        assert config_mod.properties_from_env({name: "v"}) == ({key: "v"}, ())
+    # The escapes: '_' in a key doubles, '-' triples (Apache's and Confluent's Kafka images)
+    examples = {
+        "advertised.listeners": "SLUICE_ADVERTISED_LISTENERS",
+        "log.dirs": "SLUICE_LOG_DIRS",
+        "a_b.c": "SLUICE_A__B_C",
+        "x-y.z": "SLUICE_X___Y_Z",
+        "a_b-c.d": "SLUICE_A__B___C_D",
+    }
+    for key, name in examples.items():
+        assert config_mod.env_name(key) == name
+        assert config_mod.key_from_env(name) == key
+    for bad in ("SLUICE_", "SLUICE__X", "SLUICE_X_", "SLUICE_A____B", "KAFKA_LOG_DIRS"):
+        assert config_mod.key_from_env(bad) is None
+
+
 def test_log_dir_alias_and_broker_id() -> None:
     c = Config.load(None, ["log.dir=/tmp/x", "broker.id=4"])
     assert c.log_dirs == "/tmp/x"

@@ -41,7 +41,7 @@ GROUP_APIS = {
     )
 }  # sluice.server.group.coordinator
 ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfigs.key,
-              m.DescribeCluster.key}  # fmt: skip
+              m.DescribeCluster.key, m.CreatePartitions.key, m.DescribeLogDirs.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
           *ADMIN_APIS}  # fmt: skip

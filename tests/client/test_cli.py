@@ -54,6 +54,18 @@ def test_topics_lifecycle(broker: EmbeddedBroker) -> None:
     assert "cli-t" not in sluice(broker, "topics", "list").stdout.splitlines()
 
 
+def test_topics_alter_adds_partitions(broker: EmbeddedBroker) -> None:
+    sluice(broker, "topics", "create", "--topic", "cli-grow", "--partitions", "2")
+    out = sluice(broker, "topics", "alter", "--topic", "cli-grow", "--partitions", "4").stdout
+    assert out == "Topic cli-grow now has 4 partitions.\n"
+    described = sluice(broker, "topics", "describe", "--topic", "cli-grow").stdout
+    assert len([line for line in described.splitlines() if "cli-grow" in line]) == 4
+    same = sluice(broker, "topics", "alter", "--topic", "cli-grow", "--partitions", "4", status=1)
+    assert "InvalidPartitions" in same.stderr and "already has 4 partitions" in same.stderr
+    missing = sluice(broker, "topics", "alter", "--topic", "nope", "--partitions", "4", status=1)
+    assert "UnknownTopicOrPartition" in missing.stderr
+
+
 def test_topic_configs_are_applied(broker: EmbeddedBroker) -> None:
     sluice(broker, "topics", "create", "--topic", "tiny", "--config", "max.message.bytes=200")
     sluice(broker, "produce", "--topic", "tiny", stdin="short\n")

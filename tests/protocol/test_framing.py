@@ -284,9 +284,9 @@ def test_client_side_errors() -> None:
 def test_supported_and_advertised_versions() -> None:
     assert framing.SUPPORTED_VERSIONS == {
         0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (1, 9), 7: (0, 3), 8: (2, 7), 9: (1, 5), 10: (0, 2),
-        11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2), 18: (0, 3),
+        11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 5), 18: (0, 3),
         19: (0, 4), 20: (0, 3), 21: (0, 1), 22: (0, 1), 23: (0, 3), 32: (0, 4), 33: (0, 2),
-        42: (0, 1), 44: (0, 1), 47: (0, 0), 60: (0, 1),
+        35: (0, 4), 37: (0, 3), 42: (0, 1), 44: (0, 1), 47: (0, 0), 60: (0, 1),
     }  # fmt: skip
     # Produce is advertised from v0 like Kafka 4 does (KAFKA-18659); everything else as is.
     assert framing.ADVERTISED_VERSIONS[0] == (0, 8)

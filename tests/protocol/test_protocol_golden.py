@@ -171,8 +171,13 @@ def _hand_written(pkg: Any) -> dict[tuple[int, int, str], Any]:
 _HAND = {"kafka.protocol.old": _hand_written(kafka.protocol.old)}
 _HAND["aiokafka.protocol"] = _hand_written(aiokafka.protocol)
 # Bugs in an oracle, not in us: aiokafka declares ListOffsets v4-5 current_leader_epoch as int64
-# (Kafka's ListOffsetsRequest.json and kafka-python say int32).
-_ORACLE_BUGS = {("aiokafka.protocol", 2, 4, "request"), ("aiokafka.protocol", 2, 5, "request")}
+# (Kafka's ListOffsetsRequest.json and kafka-python say int32); kafka-python 2's DescribeLogDirs
+# v0 request declares ``partitions`` as one int32 (Kafka's JSON and kafka-python 3: []int32).
+_ORACLE_BUGS = {
+    ("aiokafka.protocol", 2, 4, "request"),
+    ("aiokafka.protocol", 2, 5, "request"),
+    ("kafka.protocol.old", 35, 0, "request"),
+}
 _HAND_CASES = [
     (lib, key, version, kind)
     for lib, classes in _HAND.items()
@@ -357,6 +362,34 @@ def test_api_versions_v3_response_uses_header_v0_and_tagged_fields() -> None:
     # kafka-python reads it the same way.
     theirs = kafka.protocol.metadata.ApiVersionsResponse[3].decode(expected[4:])
     assert theirs.finalized_features_epoch == 5 and theirs.api_keys[0].max_version == 8
+
+
+def test_list_groups_v4_states_filter_frames() -> None:
+    # KIP-518: the v4 request carries a compact array of state names; the response one
+    # group_state per group. Flexible (v3+): header v2 / v1 with empty tag sections.
+    req = (
+        b"\x00\x10\x00\x04" + b"\x00\x00\x00\x05" + _str16("adm") + b"\x00"  # header v2
+        + b"\x02" + b"\x07Stable" + b"\x00"  # states_filter = ["Stable"]; body tags
+    )  # fmt: skip
+    decoded = framing.decode_request(req)
+    assert decoded.body == m.ListGroupsRequest(states_filter=["Stable"])
+    assert framing.encode_request(16, 4, 5, "adm", decoded.body)[4:] == req
+    group = m.ListGroupsResponse.ListedGroup
+    body = m.ListGroupsResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        groups=[group(group_id="g", protocol_type="consumer", group_state="Stable")],
+    )
+    (frame,) = framing.encode_response(decoded.header, body)
+    expected = (
+        b"\x00\x00\x00\x05" + b"\x00"  # correlation id; header v1 tag section
+        + b"\x00\x00\x00\x00" + b"\x00\x00"  # throttle_time_ms, error_code
+        + b"\x02" + b"\x02g" + b"\x09consumer" + b"\x07Stable" + b"\x00"  # one group, its tags
+        + b"\x00"  # body tags
+    )  # fmt: skip
+    assert frame == struct.pack(">i", len(expected)) + expected
+    theirs = kafka.protocol.admin.ListGroupsResponse[4].decode(expected[5:])
+    assert theirs.groups[0].group_state == "Stable"
 
 
 def test_produce_v3_request_frame() -> None:

@@ -1,13 +1,13 @@
 """Crashes in the middle of the LogManager's metadata writes: checkpoints, the clean-shutdown
 marker, producer snapshots and the topic metadata.
 
-Each test runs one operation (write the checkpoints, close, create/alter/delete a topic, open)
-on a data directory through :class:`tests.storage.crashfs.CrashVFS`, once to learn its steps,
-then once per step: crashed there (a ``pwrite`` torn at several byte counts), the disk taken
-as a killed process or a power loss leaves it, and reopened with the real OS VFS. Whatever the
-crash point, the broker starts, no flushed record is lost, the log start offset is never below
-the one a durable checkpoint holds, the topic metadata is the old or the new version (never
-garbage) and an idempotent producer's retry is still a duplicate.
+Each test runs one operation (write the checkpoints, close, create/alter/delete a topic, add
+partitions, open) on a data directory through :class:`tests.storage.crashfs.CrashVFS`, once to learn
+its steps, then once per step: crashed there (a ``pwrite`` torn at several byte counts), the disk
+taken as a killed process or a power loss leaves it, and reopened with the real OS VFS. Whatever the
+crash point, the broker starts, no flushed record is lost, the log start offset is never below the
+one a durable checkpoint holds, the topic metadata is the old or the new version (never garbage) and
+an idempotent producer's retry is still a duplicate.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ OPERATIONS: dict[str, Operation] = {
     "close": LogManager.close,
     "create_topic": lambda m: m.create_topic("v", 2, {"retention.ms": "1000"}),
     "alter_topic_config": lambda m: m.alter_topic_config("t", {"retention.ms": "5000"}),
+    "add_partitions": lambda m: m.add_partitions("t", 4),
     "delete_topic": lambda m: m.delete_topic("u"),
 }
 
@@ -132,6 +133,7 @@ NEW_TOPICS = {
     "open": OLD_TOPICS,
     "create_topic": {**OLD_TOPICS, "v": (2, {"retention.ms": "1000"})},
     "alter_topic_config": {**OLD_TOPICS, "t": (2, {"retention.ms": "5000"})},
+    "add_partitions": {**OLD_TOPICS, "t": (4, T_OVERRIDES)},
     "delete_topic": {"t": (2, T_OVERRIDES)},
 }
 

@@ -273,6 +273,34 @@ def test_alter_topic_config_applies_and_persists(tmp_path: Path) -> None:
     m2.close()
 
 
+def test_add_partitions_grows_the_topic_and_persists(tmp_path: Path) -> None:
+    m = opened(tmp_path)
+    m.create_topic("t", 2, {"retention.bytes": "100"})
+    old = m.get_log("t", 0)
+    assert old is not None
+    produce(old, b"kept")
+    added = m.add_partitions("t", 5)
+    assert len(added) == 3 and all(log.log_end_offset == 0 for log in added)
+    assert m.topics()["t"] == 5 and m.get_log("t", 0) is old
+    assert all(log.config.retention_bytes == 100 for log in added)  # the topic's own config
+    with pytest.raises(InvalidPartitions, match="already has 5 partitions"):
+        m.validate_new_partition_count("t", 5)
+    with pytest.raises(InvalidPartitions, match="higher than the requested 3"):
+        m.add_partitions("t", 3)
+    with pytest.raises(UnknownTopicOrPartition):
+        m.add_partitions("nope", 3)
+    with pytest.raises(InvalidPartitions):
+        m.add_partitions("t", 10_001)
+    assert m.topics()["t"] == 5  # the refused requests changed nothing
+    m.close()
+    m2 = opened(tmp_path)
+    assert m2.topics()["t"] == 5 and (tmp_path / "t-4").is_dir()
+    log0 = m2.get_log("t", 0)
+    assert log0 is not None and values_of(log0) == [b"kept"]
+    assert m2.topic_overrides("t") == {"retention.bytes": "100"}
+    m2.close()
+
+
 async def test_background_tasks_run_retention_flush_and_checkpoints(tmp_path: Path) -> None:
     now = [1_000_000]
     m = LogManager(

@@ -180,3 +180,37 @@ def test_set_leader_epoch_needs_a_running_in_process_broker() -> None:
     b = EmbeddedBroker(mode="subprocess")
     with pytest.raises(RuntimeError, match="in-process"):
         b.set_leader_epoch("t")
+
+
+def broker_config(bootstrap: str, key: str) -> tuple[str, bool]:
+    """``(value, is_default)`` of a broker key as the broker reports it (DescribeConfigs, by
+    confluent-kafka's AdminClient)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(BOUND)
+    entry = configs[key]
+    return entry.value, entry.is_default
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "subprocess"])
+def test_groups_rebalance_without_the_initial_delay(mode: str) -> None:
+    """A test's consumer group does not wait Kafka's 3 s for more members (the effective
+    value, as the broker reports it, in both forms)."""
+    with EmbeddedBroker(mode=mode) as b:  # type: ignore[arg-type]
+        value, _ = broker_config(b.bootstrap_servers, "group.initial.rebalance.delay.ms")
+        assert value == "0"
+        if mode == "inprocess":
+            coordinator = b.call(lambda server: server.group_coordinator)
+            assert coordinator is not None
+            assert coordinator.config.initial_rebalance_delay_ms == 0
+
+
+def test_an_explicit_rebalance_delay_wins() -> None:
+    props = {"group.initial.rebalance.delay.ms": "250"}
+    with EmbeddedBroker(properties=props) as b:
+        value, _ = broker_config(b.bootstrap_servers, "group.initial.rebalance.delay.ms")
+        assert value == "250"
+        coordinator = b.call(lambda server: server.group_coordinator)
+        assert coordinator is not None and coordinator.config.initial_rebalance_delay_ms == 250

@@ -55,6 +55,15 @@ def test_marker_configures_the_broker(sluice_broker):
 @pytest.mark.sluice_broker(mode="subprocess")
 def test_subprocess_mode(sluice_broker):
     assert sluice_broker.process is not None and sluice_broker.process.poll() is None
+
+
+def test_groups_start_without_the_initial_rebalance_delay(sluice_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": sluice_broker.bootstrap_servers})
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(20)
+    assert configs["group.initial.rebalance.delay.ms"].value == "0"
 """
 
 
@@ -72,7 +81,7 @@ def test_fixture_works_in_an_outside_project(tmp_path: Path) -> None:
     (tmp_path / "test_outside.py").write_text(textwrap.dedent(OUTSIDE_TESTS))
     result = run_pytest(tmp_path, "--strict-markers")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 passed" in result.stdout
+    assert "6 passed" in result.stdout
 
 
 def test_fixture_comes_from_the_entry_point(tmp_path: Path) -> None:

@@ -580,6 +580,100 @@ class ClusterMember:
                 f"{timeout_ms} ms"
             )
 
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """CreatePartitions in a cluster (Kafka's ``ZkAdminManager.createPartitions``): read
+        the topic's assignment from ZooKeeper, check ``count`` against it, place the new
+        partitions (``assignments``, else Kafka's placement continued from the existing
+        partitions at the topic's replication factor) and write the grown assignment,
+        conditional on the version read (:meth:`KafkaZk.add_partitions`; a concurrent change
+        is re-read and checked again). The controller then elects the new partitions' leaders;
+        the answer waits up to ``timeout_ms`` for them (REQUEST_TIMED_OUT if they did not)."""
+        from dataclasses import replace
+
+        from sluice.server.controller.assignment import assign_replicas, validate_assignment
+        from sluice.server.storage.log_manager import MAX_PARTITIONS
+        from sluice.server.zk.data import ReplicaAssignment
+        from sluice.server.zk.errors import BadVersionError
+
+        assert self.kzk is not None
+        for _ in range(5):
+            current = await self.kzk.get_topic_assignment(name)
+            if current is None:
+                raise errors.UnknownTopicOrPartition(f"The topic '{name}' does not exist.")
+            have = len(current.partitions)
+            if count < have:
+                raise errors.InvalidPartitions(
+                    f"Topic currently has {have} partitions, which is higher than the "
+                    f"requested {count}."
+                )
+            if count == have:
+                raise errors.InvalidPartitions(f"Topic already has {have} partitions.")
+            if count > MAX_PARTITIONS:
+                raise errors.InvalidPartitions(
+                    f"number of partitions must be in [1, {MAX_PARTITIONS}], not {count}"
+                )
+            rf = len(current.replicas(min(current.partitions)))
+            live = sorted(self.cache.brokers)
+            if assignments is not None:
+                if len(assignments) != count - have:
+                    raise errors.InvalidReplicaAssignment(
+                        f"Increasing the number of partitions by {count - have} but "
+                        f"{len(assignments)} assignments provided."
+                    )
+                added = {have + i: list(r) for i, r in enumerate(assignments)}
+                # Kafka checks the whole topic's assignment as one (same replication factor).
+                whole = {p: list(current.replicas(p)) for p in current.partitions}
+                validate_assignment({**whole, **added}, set(live) | _replica_ids(whole))
+                unknown = sorted(_replica_ids(added) - set(live))
+                if unknown:
+                    raise errors.InvalidReplicaAssignment(
+                        f"Unknown broker(s) in replica assignment: {unknown}."
+                    )
+            else:
+                added = assign_replicas(live, count - have, rf, start_partition=have)
+            if validate_only:
+                return
+            grown = replace(
+                current,
+                partitions={
+                    **current.partitions,
+                    **{p: ReplicaAssignment(tuple(r)) for p, r in added.items()},
+                },
+            )
+            try:
+                await self.kzk.add_partitions(grown)
+                break
+            except BadVersionError:
+                continue  # changed since read: check again against what is there now
+        else:
+            raise errors.RequestTimedOut(f"Topic '{name}' kept changing while adding partitions")
+        log.info(
+            "partitions added in the cluster",
+            topic=name,
+            partitions=count,
+            assignment={str(p): r for p, r in sorted(added.items())},
+        )
+        if timeout_ms <= 0:
+            return
+        cache = self.cache
+
+        def ready() -> bool:
+            held = cache.assignments.get(name)
+            return held is not None and len(held.partitions) >= count and cache.has_leaders(name)
+
+        if not await cache.wait_for(ready, timeout_ms / 1000):
+            raise errors.RequestTimedOut(
+                f"Partitions were added to '{name}' but not every one had a leader within "
+                f"{timeout_ms} ms"
+            )
+
     async def delete_topic(self, name: str) -> None:
         """Ask the controller to delete ``name`` (``/admin/delete_topics/<name>``), as
         Kafka's ZooKeeper-mode DeleteTopics does; UNKNOWN_TOPIC_OR_PARTITION if unknown."""
@@ -652,3 +746,7 @@ class ClusterMember:
             state = await self.kzk.get_partition_state(TopicPartition(*key))
             if state is not None:
                 await self._on_state(key, state)
+
+
+def _replica_ids(assignment: Mapping[int, list[int]]) -> set[int]:
+    return {b for replicas in assignment.values() for b in replicas}

@@ -11,7 +11,18 @@ Sources, later wins (like ``kafka-server-start.sh server.properties --override k
 2. a Java ``.properties`` file (parsed by the ``javaproperties`` package: comments, ``key=value``,
    ``key: value``, ``key value``, continuation lines and ``\\uXXXX`` escapes behave exactly as in
    Java's ``Properties.load``);
-3. ``--override key=value`` arguments.
+3. environment variables ``SLUICE_<KEY>`` (what a container is configured with; see
+   :func:`env_name`), when the caller passes the environment (the entrypoint does);
+4. ``--override key=value`` arguments.
+
+**Environment names** follow the convention of Apache's and Confluent's Kafka images (which use
+``KAFKA_``): ``SLUICE_`` + the key in upper case, ``.`` written ``_``; a ``_`` that is part of
+the key is written ``__`` and a ``-`` ``___``. So ``advertised.listeners`` is
+``SLUICE_ADVERTISED_LISTENERS``, ``sluice.shutdown.timeout.ms`` is
+``SLUICE_SLUICE_SHUTDOWN_TIMEOUT_MS``, and a key ``a_b.c`` would be ``SLUICE_A__B_C``. Only
+variables that name a declared key are read; other ``SLUICE_`` variables are listed in
+:attr:`Config.ignored_environment` for the entrypoint's warning, except those of Sluice's other
+tools (:data:`NON_BROKER_ENV`).
 
 Unknown keys (including Kafka keys Sluice does not use, such as ``num.network.threads``) are kept
 in :attr:`Config.ignored_keys` so the entrypoint can warn once; invalid values raise
@@ -25,6 +36,7 @@ A ``Config`` is immutable; ``Server`` and the handlers read it, nobody writes it
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,6 +372,47 @@ _LOG_KEYS = frozenset(k.key for k in BROKER_OPTIONS)
 
 OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 
+#: The prefix of the environment variables that set broker keys (module docstring).
+ENV_PREFIX = "SLUICE_"
+#: ``SLUICE_`` variables of Sluice's other tools, not broker keys: not warned about.
+NON_BROKER_ENV = frozenset({"SLUICE_BOOTSTRAP_SERVER", "SLUICE_ZOOKEEPER_CLASSPATH"})
+_ENV_SEPARATORS = {"_": ".", "__": "_", "___": "-"}
+
+
+def env_name(key: str) -> str:
+    """The environment variable that sets ``key``: ``advertised.listeners`` ->
+    ``SLUICE_ADVERTISED_LISTENERS`` (``_`` in a key doubles, ``-`` triples)."""
+    # Split at ``-`` first: its ``___`` must not be doubled like a key's own ``_``.
+    parts = key.split("-")
+    return ENV_PREFIX + "___".join(p.replace("_", "__").replace(".", "_") for p in parts).upper()
+
+
+def key_from_env(name: str) -> str | None:
+    """The key a ``SLUICE_`` variable names (the inverse of :func:`env_name`); None for a
+    variable without the prefix or with a run of more than three ``_``."""
+    if not name.startswith(ENV_PREFIX) or len(name) == len(ENV_PREFIX):
+        return None
+    rest = name[len(ENV_PREFIX) :]
+    if "____" in rest or rest.startswith("_") or rest.endswith("_"):
+        return None
+    return re.sub("_{1,3}", lambda run: _ENV_SEPARATORS[run.group()], rest).lower()
+
+
+def properties_from_env(environ: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``({key: value}, ignored variable names)`` from ``SLUICE_*`` variables: the declared keys
+    they name, and the variables that name none (those of :data:`NON_BROKER_ENV` left out)."""
+    props: dict[str, str] = {}
+    ignored: list[str] = []
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in NON_BROKER_ENV:
+            continue
+        key = key_from_env(name)
+        if key is not None and key in OPTIONS_BY_KEY:
+            props[key] = value
+        else:
+            ignored.append(name)
+    return props, tuple(sorted(ignored))
+
 
 @dataclass(frozen=True)
 class Config:
@@ -403,6 +456,10 @@ class Config:
     properties: Mapping[str, str] = field(default_factory=dict)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).
     ignored_keys: tuple[str, ...] = ()
+    #: ``SLUICE_`` environment variables that name no broker key (the entrypoint warns).
+    ignored_environment: tuple[str, ...] = ()
+    #: the keys set from the environment (logged by the entrypoint, without their values).
+    environment_keys: tuple[str, ...] = ()
 
     @property
     def listener(self) -> Listener:
@@ -491,8 +548,14 @@ class Config:
             raise ConfigError(str(exc.args[0]) if exc.args else str(exc)) from exc
 
     @classmethod
-    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-        """Defaults, then the properties file at ``path`` (if any), then ``key=value`` overrides."""
+    def load(
+        cls,
+        path: str | Path | None = None,
+        overrides: Iterable[str] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> Config:
+        """Defaults, then the properties file at ``path`` (if any), then the ``SLUICE_*``
+        variables of ``environ`` (if given), then ``key=value`` overrides."""
         props: dict[str, str] = {}
         if path is not None:
             try:
@@ -500,12 +563,17 @@ class Config:
                     props.update(javaproperties.load(fh))
             except OSError as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        from_env, ignored_env = properties_from_env(environ or {})
+        props.update(from_env)
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
                 raise ConfigError(f"override {item!r} is not key=value")
             props[key.strip()] = value
-        return cls.from_properties(props)
+        config = cls.from_properties(props)
+        return config.replace(
+            ignored_environment=ignored_env, environment_keys=tuple(sorted(from_env))
+        )
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

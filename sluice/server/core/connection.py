@@ -50,7 +50,7 @@ from sluice.protocol.framing import (
     decode_request,
     encode_response,
 )
-from sluice.server.core.handlers import CLOSE_CONNECTION
+from sluice.server.core.handlers import CLIENT_HOST, CLOSE_CONNECTION
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
@@ -229,6 +229,10 @@ class Connection(asyncio.Protocol):
             self._reading_paused = True
 
     async def _run(self) -> None:
+        # The worker task's own context: handlers of this connection's requests see its peer.
+        peer = self._peer
+        if isinstance(peer, tuple) and peer:
+            CLIENT_HOST.set(f"/{peer[0]}")
         try:
             while True:
                 while not self._frames:

@@ -18,6 +18,7 @@ readable on one of its partitions completes it, and the fetch reads again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 log = get_logger("sluice.handlers")
 
 CLUSTER_ID = "sluice-single-node"
+#: Kafka's ``GroupType.CLASSIC`` name: the JoinGroup/SyncGroup protocol, the only one served.
+GROUP_TYPE_CLASSIC = "classic"
 #: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
 CONSUMER_REPLICA_ID = -1
 #: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
@@ -53,6 +56,11 @@ DEBUGGING_REPLICA_ID = -2
 
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
+
+#: The client address of the request being handled, as Kafka writes it (``InetAddress.toString``:
+#: ``"/127.0.0.1"``); set once by each connection's worker task, whose context its handlers run
+#: in (JoinGroup records it; DescribeGroups reports it). Empty outside a connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 @functools.cache
@@ -121,6 +129,8 @@ class Handlers:
             m.AlterConfigs.key: self.alter_configs,
             m.IncrementalAlterConfigs.key: self.incremental_alter_configs,
             m.DescribeCluster.key: self.describe_cluster,
+            m.CreatePartitions.key: self.create_partitions,
+            m.DescribeLogDirs.key: self.describe_log_dirs,
         }
         # Counter names built once (one per request otherwise).
         self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
@@ -774,6 +784,106 @@ class Handlers:
             raise errors.InvalidPartitions(f"number of partitions must be > 0, got {n}")
         return int(n)
 
+    # --- CreatePartitions (37) -------------------------------------------------------------------
+
+    def create_partitions(self, header: RequestHeader, body: m.CreatePartitionsRequest) -> Any:
+        """Grow topics (Kafka's ``ZkAdminManager.createPartitions`` checks and messages): a
+        count that does not grow the topic is INVALID_PARTITIONS, an unknown topic
+        UNKNOWN_TOPIC_OR_PARTITION, a topic named twice INVALID_REQUEST, ``assignments`` (one
+        replica list per new partition) that do not fit INVALID_REPLICA_ASSIGNMENT;
+        ``validate_only`` checks without adding. ``__consumer_offsets`` is refused
+        (INVALID_REQUEST): the group coordinator places groups by its partition count.
+        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster a
+        coroutine writes the grown assignment to ZooKeeper and waits for the new leaders."""
+        seen: dict[str, int] = {}
+        for t in body.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        cluster = self.cluster
+
+        async def in_cluster(
+            cluster: ClusterMember, t: m.CreatePartitionsRequest.CreatePartitionsTopic
+        ) -> tuple[int, str | None]:
+            try:
+                self._check_partitions_request(t, seen)
+                assignments = (
+                    None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+                )
+                await cluster.add_partitions(
+                    t.name, t.count, assignments, body.timeout_ms, body.validate_only
+                )
+            except errors.KafkaError as exc:
+                return exc.code, str(exc.args[0]) if exc.args else None
+            except Exception as exc:
+                log.exception("create partitions failed", topic=t.name)
+                return errors.UnknownServerError.code, type(exc).__name__
+            return 0, None
+
+        def standalone(
+            t: m.CreatePartitionsRequest.CreatePartitionsTopic,
+        ) -> tuple[int, str | None]:
+            try:
+                self._check_partitions_request(t, seen)
+                current = self.logs.validate_new_partition_count(t.name, t.count)
+                if t.assignments is not None:
+                    self._check_local_assignments(t, current)
+                if not body.validate_only:
+                    self.logs.add_partitions(t.name, t.count)
+                    log.info("partitions added", topic=t.name, partitions=t.count)
+            except errors.KafkaError as exc:
+                return exc.code, str(exc.args[0]) if exc.args else None
+            except Exception as exc:
+                log.exception("create partitions failed", topic=t.name)
+                return errors.UnknownServerError.code, type(exc).__name__
+            return 0, None
+
+        def response(outcomes: list[tuple[int, str | None]]) -> m.CreatePartitionsResponse:
+            result_cls = m.CreatePartitionsResponse.CreatePartitionsTopicResult
+            return m.CreatePartitionsResponse(
+                throttle_time_ms=0,
+                results=[
+                    result_cls(name=t.name, error_code=code, error_message=message)
+                    for t, (code, message) in zip(body.topics, outcomes, strict=True)
+                ],
+            )
+
+        if cluster is None:
+            return response([standalone(t) for t in body.topics])
+
+        async def gathered() -> m.CreatePartitionsResponse:
+            outcomes = await asyncio.gather(*(in_cluster(cluster, t) for t in body.topics))
+            return response(list(outcomes))
+
+        return gathered()
+
+    @staticmethod
+    def _check_partitions_request(
+        t: m.CreatePartitionsRequest.CreatePartitionsTopic, seen: dict[str, int]
+    ) -> None:
+        if seen[t.name] > 1:
+            raise errors.InvalidRequest("Duplicate topic in request.")
+        if t.name == OFFSETS_TOPIC:
+            raise errors.InvalidRequest(
+                f"cannot add partitions to {OFFSETS_TOPIC}: groups are placed by its "
+                "partition count (offsets.topic.num.partitions)"
+            )
+
+    def _check_local_assignments(
+        self, t: m.CreatePartitionsRequest.CreatePartitionsTopic, current: int
+    ) -> None:
+        assert t.assignments is not None
+        if len(t.assignments) != t.count - current:
+            raise errors.InvalidReplicaAssignment(
+                f"Increasing the number of partitions by {t.count - current} but "
+                f"{len(t.assignments)} assignments provided."
+            )
+        node = self.config.node_id
+        for a in t.assignments:
+            if list(a.broker_ids) != [node]:
+                raise errors.InvalidReplicaAssignment(
+                    f"single broker: every new partition's replicas must be [{node}], "
+                    f"not {list(a.broker_ids)}"
+                )
+
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
     def delete_topics(self, header: RequestHeader, body: m.DeleteTopicsRequest) -> Any:
@@ -982,7 +1092,7 @@ class Handlers:
             member_id=body.member_id,
             group_instance_id=body.group_instance_id,
             client_id=header.client_id or "",
-            client_host="",
+            client_host=CLIENT_HOST.get(),
             session_timeout_ms=body.session_timeout_ms,
             rebalance_timeout_ms=body.rebalance_timeout_ms,
             protocol_type=body.protocol_type,
@@ -1116,13 +1226,24 @@ class Handlers:
         )
 
     def list_groups(self, header: RequestHeader, body: m.ListGroupsRequest) -> m.ListGroupsResponse:
+        """The groups this broker coordinates, with their state (v4+, KIP-518) and type (v5+,
+        KIP-848: every group here is a ``classic`` one). ``states_filter`` / ``types_filter``
+        keep the groups whose state / type is listed (case-insensitive, as Kafka compares);
+        empty means all."""
         cls = m.ListGroupsResponse
         group_cls = m.ListGroupsResponse.ListedGroup
+        listed = self.groups.list_groups(body.states_filter)
+        types = {t.lower() for t in body.types_filter}
+        if types and GROUP_TYPE_CLASSIC not in types:
+            listed = []
         return cls(
             throttle_time_ms=0,
             # Kafka: the groups it has, and this error while some offsets partition loads.
             error_code=errors.CoordinatorLoadInProgress.code if self.groups.loading else 0,
-            groups=[group_cls(group_id=g, protocol_type=t) for g, t in self.groups.list_groups()],
+            groups=[
+                group_cls(group_id=g, protocol_type=t, group_state=s, group_type=GROUP_TYPE_CLASSIC)
+                for g, t, s in listed
+            ],
         )
 
     def describe_groups(
@@ -1226,6 +1347,51 @@ class Handlers:
         self, header: RequestHeader, body: m.IncrementalAlterConfigsRequest
     ) -> Any:
         return self.config_resources.incremental_alter(body)
+
+    # --- DescribeLogDirs (35) ---------------------------------------------------------------------
+
+    def describe_log_dirs(
+        self, header: RequestHeader, body: m.DescribeLogDirsRequest
+    ) -> m.DescribeLogDirsResponse:
+        """The one log dir (``log.dirs``, absolute) with the size of each partition hosted here
+        (``topics`` None: all; otherwise those asked for that exist here, as Kafka omits the
+        rest). ``offset_lag`` is Kafka's for a current log, ``max(HW - LEO, 0)``: 0 on a
+        leader and a follower alike; no future logs (no AlterReplicaLogDirs), so
+        ``is_future_key`` is false. v4: the volume's total and usable bytes (``statvfs``)."""
+        import os
+
+        cls = m.DescribeLogDirsResponse
+        part_cls = cls.DescribeLogDirsPartition
+        wanted: list[tuple[str, int]]
+        if body.topics is None:
+            wanted = sorted(self.logs.logs)
+        else:
+            wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+        topics: dict[str, list[m.DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
+        for topic, index in wanted:
+            log_ = self.logs.get_log(topic, index)
+            if log_ is None:
+                continue
+            lag = max(log_.high_watermark - log_.log_end_offset, 0)
+            size = log_.size_in_bytes
+            part = part_cls(partition_index=index, partition_size=size, offset_lag=lag,
+                            is_future_key=False)  # fmt: skip
+            topics.setdefault(topic, []).append(part)
+        log_dir = self.logs.log_dir.resolve()
+        total = usable = -1
+        try:
+            fs = os.statvfs(log_dir)
+            total, usable = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        except OSError as exc:
+            log.warning("statvfs of the log dir failed", log_dir=str(log_dir), error=str(exc))
+        result = cls.DescribeLogDirsResult(
+            error_code=0,
+            log_dir=str(log_dir),
+            topics=[cls.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in topics.items()],
+            total_bytes=total,
+            usable_bytes=usable,
+        )
+        return cls(throttle_time_ms=0, error_code=0, results=[result])
 
     # --- ControlledShutdown (7): broker -> controller ----------------------------------------
 

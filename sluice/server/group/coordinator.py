@@ -1541,11 +1541,15 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def list_groups(self) -> list[tuple[str, str]]:
+    def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+        """``(group id, protocol type, state)`` of every group but Dead ones; with ``states``,
+        only those in one of them (ListGroups v4's filter: state names compared
+        case-insensitively, as Kafka's coordinator does)."""
+        wanted = {s.lower() for s in states}
         return [
-            (g.group_id, g.protocol_type or "")
+            (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if g.state is not GroupState.DEAD
+            if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
         ]
 
     def describe_group(self, group_id: str) -> Group | None:

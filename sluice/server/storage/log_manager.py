@@ -450,6 +450,52 @@ class LogManager:
         )
         return logs
 
+    def validate_new_partition_count(self, name: str, count: int) -> int:
+        """Every check :meth:`add_partitions` makes, without adding anything (CreatePartitions
+        with validateOnly; Kafka's messages). Returns the topic's current partition count."""
+        entry = self._topics.get(name)
+        if entry is None:
+            raise UnknownTopicOrPartition(f"The topic '{name}' does not exist.")
+        current = entry[0]
+        if count < current:
+            raise InvalidPartitions(
+                f"Topic currently has {current} partitions, which is higher than the requested "
+                f"{count}."
+            )
+        if count == current:
+            raise InvalidPartitions(f"Topic already has {current} partitions.")
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitions(
+                f"number of partitions must be in [1, {MAX_PARTITIONS}], not {count}"
+            )
+        return current
+
+    def add_partitions(self, name: str, count: int) -> list[Log]:
+        """Grow ``name`` to ``count`` partitions (standalone CreatePartitions); returns the new
+        logs, empty, with the topic's config. As :meth:`create_topic`: the metadata (the new
+        count) is persisted first, then the directories are created and made durable, so a
+        crash in between leaves the topic at its new count with the missing partitions created
+        empty at the next :meth:`open` (its step 4); a crash before the metadata rename leaves
+        the old count (no directory was made yet)."""
+        self._check_open()
+        current = self.validate_new_partition_count(name, count)
+        _, overrides = self._topics[name]
+        config = self._configs[name]
+        self._topics[name] = (count, overrides)
+        if name in self._hosted:  # a cluster's topic: never standalone; kept consistent anyway
+            self._hosted[name].update(range(current, count))
+        self._write_topics_file()
+        logs = []
+        for partition in range(current, count):
+            log = Log.open(
+                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
+            )
+            self._logs[TopicPartition(name, partition)] = log
+            logs.append(log)
+        self._vfs.fsync_dir(self.log_dir)
+        logger.info("partitions added", topic=name, partitions=count, previously=current)
+        return logs
+
     def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> LogConfig:
         """Replace ``name``'s overrides (validated) and apply them to its open logs."""
         self._check_open()

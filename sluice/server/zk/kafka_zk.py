@@ -404,6 +404,16 @@ class KafkaZkClient:
         found = await asyncio.gather(*(self.get_topic_assignment(t) for t in names))
         return {t: a for t, a in zip(names, found, strict=True) if a is not None}
 
+    async def add_partitions(self, assignment: TopicAssignment) -> TopicAssignment:
+        """Any broker (CreatePartitions) writes a topic's grown assignment, as Kafka's
+        ``AdminZkClient.addPartitions`` does -- not fenced (it is no controller decision), but
+        conditional on ``assignment.zk_version`` (:class:`BadVersionError` if the topic changed
+        since it was read). The controller's watch on the znode then creates the new
+        partitions' states."""
+        path = topic_path(assignment.topic)
+        stat = await self.zk.set(path, assignment.encode(), assignment.zk_version)
+        return replace(assignment, zk_version=stat.version)
+
     async def set_topic_assignment(
         self, assignment: TopicAssignment, fence: ControllerEpoch
     ) -> TopicAssignment:

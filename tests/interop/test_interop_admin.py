@@ -1,0 +1,315 @@
+"""Interop: the admin APIs operators' tools call (issue 15), with confluent-kafka's AdminClient and
+kafka-python's KafkaAdminClient, each succeeding and failing.
+
+* ListGroups v4/v5 (KIP-518 states, KIP-848 types): ``list_consumer_groups`` /
+  ``list_groups`` show each group's real state, and a states filter keeps only the groups in
+  those states; DescribeGroups gives each member's client host (``/127.0.0.1``, Kafka's form).
+* CreatePartitions: ``create_partitions`` grows a topic (``validate_only`` first); Kafka's
+  refusals (no growth, shrink, unknown topic, a replica on an unknown broker).
+* DescribeLogDirs: ``describe_log_dirs`` gives the log dir and each partition's size on disk.
+* DeleteRecords / DeleteTopics: the low watermark moves; an offset past the end and a topic
+  already deleted are refused.
+
+(Configs and DescribeCluster: ``test_interop_conformance.py``.)
+
+One broker process per module (``group.initial.rebalance.delay.ms=0``); every wait bounded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_util import BrokerProcess
+from tests.interop_helpers import DEADLINE_S, broker_fixture
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.admin import KafkaAdminClient
+
+pytestmark = pytest.mark.interop
+
+OVERRIDES = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=500")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from broker_fixture(tmp_path_factory, "admin", OVERRIDES)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
+    client = admin(broker)  # (kept referenced: a collected client fails its futures)
+    client.create_topics([NewTopic(name, partitions, 1)])[name].result(DEADLINE_S)
+
+
+# --------------------------------------------------------------- ListGroups / DescribeGroups
+
+
+@pytest.fixture(scope="module")
+def two_groups(broker: BrokerProcess) -> Iterator[tuple[str, str]]:
+    """``(stable, empty)``: a group with a member that owns its partition, and one whose only
+    member committed and left."""
+    from confluent_kafka import Consumer
+
+    topic, stable, empty = unique("lg"), unique("stable"), unique("empty")
+    create_topic(broker, topic, 1)
+
+    def member(group: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                      "enable.auto.commit": False, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 100})  # fmt: skip
+        c.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while not c.assignment():
+            assert time.monotonic() < deadline, f"{group}: no assignment"
+            c.poll(0.05)
+        return c
+
+    leaver = member(empty)
+    leaver.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    leaver.close()
+    owner = member(stable)
+    try:
+        yield stable, empty
+    finally:
+        owner.close()
+
+
+def test_confluent_lists_groups_with_their_states(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = admin(broker)
+    listed = client.list_consumer_groups().result(DEADLINE_S)
+    assert not listed.errors
+    states = {g.group_id: g.state for g in listed.valid}
+    assert states[stable] == ConsumerGroupState.STABLE
+    assert states[empty] == ConsumerGroupState.EMPTY
+    assert {g.type for g in listed.valid if g.group_id in two_groups} == {ConsumerGroupType.CLASSIC}
+    only_empty = client.list_consumer_groups(states={ConsumerGroupState.EMPTY})
+    ids = {g.group_id for g in only_empty.result(DEADLINE_S).valid}
+    assert empty in ids and stable not in ids
+    both = {ConsumerGroupState.EMPTY, ConsumerGroupState.STABLE}
+    ids = {g.group_id for g in client.list_consumer_groups(states=both).result(DEADLINE_S).valid}
+    assert {stable, empty} <= ids
+    dead = client.list_consumer_groups(states={ConsumerGroupState.DEAD}).result(DEADLINE_S)
+    assert not {g.group_id for g in dead.valid} & {stable, empty}
+    by_type = client.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(DEADLINE_S)
+    assert {stable, empty} <= {g.group_id for g in by_type.valid}
+    consumer_type = client.list_consumer_groups(types={ConsumerGroupType.CONSUMER})
+    assert not {g.group_id for g in consumer_type.result(DEADLINE_S).valid} & {stable, empty}
+
+
+def test_confluent_describes_members_with_their_host(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = admin(broker)
+    futures = client.describe_consumer_groups([stable, empty])
+    described = futures[stable].result(DEADLINE_S)
+    assert described.state == ConsumerGroupState.STABLE
+    (member,) = described.members
+    assert member.host == "/127.0.0.1"
+    assert futures[empty].result(DEADLINE_S).members == []
+
+
+def test_kafka_python_lists_groups_with_their_states(
+    broker: BrokerProcess, two_groups: tuple[str, str]
+) -> None:
+    stable, empty = two_groups
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        listed = {g["group_id"]: g for g in client.list_groups()}
+        assert listed[stable]["group_state"] == "Stable"
+        assert listed[empty]["group_state"] == "Empty"
+        assert listed[stable]["protocol_type"] == "consumer"
+        filtered = {g["group_id"] for g in client.list_groups(states_filter=["Stable"])}
+        assert stable in filtered and empty not in filtered
+        # Kafka compares the states case-insensitively
+        lower = {g["group_id"] for g in client.list_groups(states_filter=["empty"])}
+        assert empty in lower and stable not in lower
+        classic = client.list_groups(types_filter=["classic"])
+        assert {stable, empty} <= {g["group_id"] for g in classic}
+        assert {g["group_type"] for g in classic} == {"classic"}
+        described = client.describe_groups([stable])[stable]
+        (member,) = described["members"]
+        assert member["client_host"] == "/127.0.0.1"
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------ CreatePartitions
+
+
+def partition_count(broker: BrokerProcess, topic: str) -> int:
+    client = admin(broker)
+    return len(client.list_topics(topic, timeout=DEADLINE_S).topics[topic].partitions)
+
+
+def test_confluent_create_partitions(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import NewPartitions
+
+    topic = unique("grow")
+    create_topic(broker, topic, 2)
+    client = admin(broker)
+    # validate_only: checked, nothing added
+    client.create_partitions([NewPartitions(topic, 3)], validate_only=True)[topic].result(
+        DEADLINE_S
+    )
+    assert partition_count(broker, topic) == 2
+    client.create_partitions([NewPartitions(topic, 5)])[topic].result(DEADLINE_S)
+    assert partition_count(broker, topic) == 5
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b"on a new partition", partition=4)
+    assert producer.flush(DEADLINE_S) == 0
+    failures = {
+        (topic, 5): KafkaError.INVALID_PARTITIONS,  # no growth
+        (topic, 3): KafkaError.INVALID_PARTITIONS,  # a shrink
+        (unique("missing"), 3): KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+    for (name, count), code in failures.items():
+        future = client.create_partitions([NewPartitions(name, count)])[name]
+        with pytest.raises(KafkaException) as info:
+            future.result(DEADLINE_S)
+        assert info.value.args[0].code() == code, (name, count, info.value)
+    # an assignment for a broker that does not exist
+    bad = NewPartitions(topic, 6, replica_assignment=[[7]])
+    with pytest.raises(KafkaException) as info:
+        client.create_partitions([bad])[topic].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    good = NewPartitions(topic, 6, replica_assignment=[[0]])
+    client.create_partitions([good])[topic].result(DEADLINE_S)
+    assert partition_count(broker, topic) == 6
+
+
+def test_kafka_python_create_partitions(broker: BrokerProcess) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import NewPartitions
+        from kafka.errors import (
+            InvalidPartitionsError,
+            InvalidRequestError,
+            UnknownTopicOrPartitionError,
+        )
+
+    topic = unique("kp-grow")
+    create_topic(broker, topic, 1)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.create_partitions({topic: NewPartitions(total_count=3)}, validate_only=True)
+        assert partition_count(broker, topic) == 1
+        client.create_partitions({topic: NewPartitions(total_count=3)})
+        assert partition_count(broker, topic) == 3
+        with pytest.raises(InvalidPartitionsError):
+            client.create_partitions({topic: NewPartitions(total_count=2)})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.create_partitions({unique("missing"): NewPartitions(total_count=2)})
+        with pytest.raises(InvalidRequestError):  # groups are placed by its partition count
+            client.create_partitions({"__consumer_offsets": NewPartitions(total_count=99)})
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------ DescribeLogDirs
+
+
+def test_kafka_python_describe_log_dirs(broker: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+
+    from tests.interop_helpers import log_files
+
+    topic = unique("dirs")
+    create_topic(broker, topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(20):
+        producer.produce(topic, b"x" * 100 + b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    on_disk = sum(f.stat().st_size for f in log_files(broker, topic, 0))
+    assert on_disk > 2000
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = client.describe_log_dirs({topic: [0, 1, 7]})  # one broker
+        (log_dir,) = answer["log_dirs"]
+        assert log_dir["error_code"] == 0
+        assert log_dir["log_dir"] == str(broker.data_dir.resolve())
+        assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0  # v4: the volume
+        (described,) = log_dir["topics"]
+        assert described["name"] == topic
+        sizes = {p["partition_index"]: p["partition_size"] for p in described["partitions"]}
+        assert sizes == {0: on_disk, 1: 0}  # partition 7 does not exist: left out, as Kafka
+        assert all(p["offset_lag"] == 0 for p in described["partitions"])
+        assert not any(p["is_future_key"] for p in described["partitions"])
+        # No topics given: kafka-python names every topic it knows (the null request, every
+        # partition here, is tests/broker/test_server.py's)
+        (answer,) = client.describe_log_dirs()
+        assert topic in {t["name"] for t in answer["log_dirs"][0]["topics"]}
+        # An unknown topic: kafka-python asks for it by name and the broker has nothing
+        (answer,) = client.describe_log_dirs({unique("missing"): [0]})
+        assert answer["log_dirs"][0]["topics"] == []
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------ DeleteRecords / DeleteTopics
+
+
+def test_confluent_delete_records_and_topics(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    topic = unique("del")
+    create_topic(broker, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    client = admin(broker)
+    (future,) = client.delete_records([TopicPartition(topic, 0, 4)]).values()
+    assert future.result(DEADLINE_S).low_watermark == 4
+    (future,) = client.delete_records([TopicPartition(topic, 0, 99)]).values()
+    with pytest.raises(KafkaException) as info:
+        future.result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    client.delete_topics([topic], operation_timeout=10)[topic].result(DEADLINE_S)
+    with pytest.raises(KafkaException) as info:
+        client.delete_topics([topic])[topic].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_kafka_python_delete_records_and_topics(broker: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.errors import UnknownTopicOrPartitionError
+        from kafka.structs import TopicPartition as KpTopicPartition
+
+    topic = unique("kp-del")
+    create_topic(broker, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        done = client.delete_records({KpTopicPartition(topic, 0): 6})
+        assert done[KpTopicPartition(topic, 0)]["low_watermark"] == 6
+        client.delete_topics([topic])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topics([topic])
+    finally:
+        client.close()

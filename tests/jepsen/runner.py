@@ -203,6 +203,11 @@ def _producer_config(config: TrialConfig, bootstrap: str) -> dict[str, Any]:
         # that follows a timeout may send possibly-written messages again as new ones).
         "message.timeout.ms": 30_000,
         "request.timeout.ms": 4_000,
+        # How long a request in flight may go unanswered (librdkafka's default 60 s; Produce
+        # uses the lesser of it and the message's remaining timeout): a request lost in a
+        # black-holed link is only noticed this way. Without it, every send caught in a 4 s
+        # partition waited the full message.timeout.ms after the link came back, then failed.
+        "socket.timeout.ms": 5_000,
         "retry.backoff.ms": 100,
         "linger.ms": 2,
         "topic.metadata.refresh.interval.ms": 1_000,

@@ -362,9 +362,22 @@ async def test_session_loss_resigns_leadership_and_the_new_session_takes_it_back
         await asyncio.to_thread(sluice_zookeeper.expire_session, *client_id)
         async with asyncio.timeout(WAIT_S):
             await resigned.wait()
-        # Re-registered on a new session (new broker epoch), and leading again from the state
-        # re-read there.
+        # Re-registered on a new session (new broker epoch). The state it re-reads was written
+        # for its previous registration: it does not lead on it (an earlier incarnation's
+        # leadership; after a power loss its log may be shorter than the followers'), until
+        # the controller elects again.
         await until(lambda: member.broker_epoch != old_epoch, "re-registered")
+        old_state = member.cache.states[("s", 0)]
+        assert 0 <= old_state.mzxid < member.broker_epoch
+        await member._apply(("s", 0), old_state)
+        assert not cluster.partition(1, "s").is_leader
+        kzk, fence = controller
+        newer = PartitionState(
+            1, old_state.leader_epoch + 1, (1,), fence.epoch, old_state.zk_version
+        )
+        assert isinstance(
+            (await kzk.set_partition_states("s", {0: newer}, fence))[0], PartitionState
+        )
         await until(lambda: cluster.partition(1, "s").is_leader, "leads again")
         resp = await c1.request(PRODUCE, 8, produce_request("s", batch(1), acks=-1))
         assert resp.responses[0].partition_responses[0].error_code == 0

@@ -333,6 +333,35 @@ async def test_a_bounced_broker_loses_its_leadership_and_gets_a_new_epoch(h: Har
     await controller.wait_idle()
 
 
+async def test_a_new_controller_elects_again_where_the_leader_registered_after_its_state(
+    h: Harness,
+) -> None:
+    """The bounce no controller saw: broker 1 restarts while the controller is away, and the
+    next controller finds it registered and named leader -- by a state written for its previous
+    registration (found by the fault suite: a leader that lost its unflushed writes came back
+    as leader with an empty log, and its followers truncated to it). The state's mzxid is older
+    than broker 1's broker epoch: elect again. With another in-sync replica, that one leads and
+    broker 1 leaves the ISR; alone in the ISR, broker 1 leads at a new epoch."""
+    await h.broker(1)
+    await h.broker(2)
+    first = await h.active()
+    await h.topic("shared", {0: [1, 2]})
+    await h.topic("solo", {0: [1]})
+    await h.wait_state("shared", leader=1, isr=[1, 2])
+    await h.wait_state("solo", leader=1)
+    await first.stop()
+    await h.kill(1)
+    epoch = await h.broker(1)  # back, on a new registration, before any controller looked
+    state = await h.state("shared")
+    assert state is not None and 0 <= state.mzxid < epoch
+    second = await h.active()
+    shared = await h.wait_state("shared", leader=2)
+    assert (shared.isr, shared.leader_epoch) == ((2,), 1)
+    solo = await h.wait_state("solo", leader_epoch=1)
+    assert (solo.leader, solo.isr) == (1, (1,))
+    await second.wait_idle()
+
+
 # --- controller election and fencing --------------------------------------------------------
 
 

@@ -24,7 +24,9 @@ same port behind the same proxy.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
 import socket
 import tempfile
@@ -53,10 +55,24 @@ FAULT_PROPERTIES = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(rng: random.Random | None = None) -> int:
+    """A free port for a broker to keep across restarts, chosen **below** the kernel's
+    ephemeral range: a port from that range, free while its broker is down, can be taken by
+    any outgoing connection meanwhile (the proxies' own, ZooKeeper clients'), and the restart
+    then fails with EADDRINUSE (seen in the fault suite)."""
+    rng = rng or random.Random()
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(1000):
+        port = rng.randrange(10_000, max(low, 10_001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [10000, {low})")
 
 
 @dataclass

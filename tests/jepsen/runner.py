@@ -324,7 +324,7 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
                 history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
             finally:
                 nemesis.join(60)
-            result.played = nemesis.played
+                result.played = nemesis.played  # also when the trial fails: what led there
             if nemesis.error is not None:
                 raise nemesis.error
             cluster.wait_fully_replicated(topic)

@@ -482,3 +482,29 @@ def test_followers_resume_soon_after_a_black_holed_leader_is_reachable_again(
     )
     cluster.undo("isolate", leader)
     assert send(p, "healed", [b"after"]) == [1]
+
+
+def test_a_leader_back_from_a_power_loss_before_anyone_noticed_does_not_lead_on_it(
+    fault_cluster: FaultCluster,
+) -> None:
+    """The same power loss, but the leader restarts at once, before its old session is gone:
+    its new registration then meets states naming it leader, written for its previous
+    registration. Leading on them with an empty log made the followers truncate to it -- the
+    acknowledged records gone (found by the random trials, as librdkafka's fatal
+    OUT_OF_ORDER_SEQUENCE_NUMBER: the restarted leader had no producer state either). It waits
+    for the controller's new election instead. A race (the restart against the controller's
+    reaction): without the fix it failed two runs in three here; the deterministic tests are
+    ``test_controller``'s and ``test_cluster_member``'s."""
+    cluster = fault_cluster
+    create(cluster, "quick", config={"min.insync.replicas": "2"})
+    leader = wait_leader(cluster, "quick", cluster.ids)
+    p = producer(cluster)
+    acked = [b"v%03d" % i for i in range(100)]
+    assert send(p, "quick", acked) == list(range(100))
+    cluster.apply("lose_unflushed", leader)
+    cluster.undo("lose_unflushed", leader)
+    more = [b"w%03d" % i for i in range(50)]
+    send(p, "quick", more)
+    cluster.wait_fully_replicated("quick")
+    assert [v for _, v in read(cluster, "quick")] == acked + more
+    replicas_converge(cluster, "quick", cluster.ids)

@@ -713,6 +713,16 @@ class Controller:
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             replicas = assignments[tp.topic].replicas(tp.partition)
             current = _leader_and_isr(state)
+            live = candidates
+            if self._leader_registered_since(state):
+                # Its leader bounced after this state was written (KIP-380, also when this
+                # controller took over after the bounce and never saw the old epoch): treat it
+                # as gone -- another in-sync replica leads, and it leaves the ISR; alone in
+                # it, it leads again at a new epoch (what it kept is all there is).
+                others = candidates - {state.leader}
+                if any(r in others for r in state.isr):
+                    live = others
+                return elect_offline(current, replicas, live)
             if state.leader not in registered:
                 allow = False
                 if not any(r in candidates for r in state.isr):
@@ -726,10 +736,20 @@ class Controller:
             tp
             for tp, s in states.items()
             if s.controller_epoch <= fence.epoch
-            and (s.leader not in registered or any(r not in registered for r in s.isr))
+            and (
+                s.leader not in registered
+                or any(r not in registered for r in s.isr)
+                or self._leader_registered_since(s)
+            )
         ]
         if needs:
             await self._transition(needs, decide, reason)
+
+    def _leader_registered_since(self, state: PartitionState) -> bool:
+        """The state's leader registered (its broker epoch, a czxid) after the state was
+        written (its mzxid): the leadership was given to an earlier incarnation."""
+        epoch = self._live.get(state.leader)
+        return epoch is not None and 0 <= state.mzxid < epoch
 
     # --- handlers -----------------------------------------------------------------------------
 

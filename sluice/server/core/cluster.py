@@ -475,6 +475,20 @@ class ClusterMember:
                     topic, index, len(self.cache.assignments[topic].partitions), overrides
                 )
             partition = self.replicas.host(topic, index)
+        if state.leader == self.local_id and 0 <= state.mzxid < self.broker_epoch:
+            # Leadership given to an earlier incarnation of this broker (a restart faster than
+            # the controller, or a new session): that one's log may be gone (a power loss), and
+            # leading on it would make the followers truncate to it. The controller sees this
+            # broker re-registered and elects again (Controller._reconcile); wait for that.
+            log.info(
+                "leadership older than this broker's registration: waiting for the controller",
+                topic=topic,
+                partition=index,
+                leader_epoch=state.leader_epoch,
+                state_zxid=state.mzxid,
+                broker_epoch=self.broker_epoch,
+            )
+            return
         applied = self.replicas.apply_partition_state(
             topic,
             index,

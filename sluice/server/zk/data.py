@@ -484,6 +484,13 @@ class PartitionState:
     controller_epoch: int
     zk_version: int = -1
     leader_recovery_state: int = 0
+    #: The ZooKeeper transaction that last wrote the state znode (its ``mzxid``; -1 when not
+    #: read from ZooKeeper). Comparable with a broker epoch (the czxid of the broker's
+    #: registration): a state written *before* its leader registered was given to an earlier
+    #: incarnation of that broker, which may have lost data since (a power loss) -- the broker
+    #: does not lead on it and the controller elects again (see ``ClusterMember._apply``,
+    #: ``Controller._reconcile``). Not part of the JSON.
+    mzxid: int = field(default=-1, compare=False)
 
     NO_LEADER = -1
 

@@ -465,7 +465,7 @@ class KafkaZkClient:
             data, stat = await self.zk.get(path, watch=watch)
         except NoNodeError:
             return None
-        return PartitionState.decode(data, stat.version, what=path)
+        return replace(PartitionState.decode(data, stat.version, what=path), mzxid=stat.mzxid)
 
     async def get_partition_states(
         self, tps: Iterable[TopicPartition]
@@ -487,8 +487,12 @@ class KafkaZkClient:
         path = partition_state_path(tp)
 
         def decoded(value: tuple[bytes, ZnodeStat] | None) -> Awaitable[None] | None:
-            state = None if value is None else PartitionState.decode(value[0], value[1].version)
-            return callback(state)
+            if value is None:
+                return callback(None)
+            data, stat = value
+            return callback(
+                replace(PartitionState.decode(data, stat.version, what=path), mzxid=stat.mzxid)
+            )
 
         return self.zk.watch_data(path, decoded)
 

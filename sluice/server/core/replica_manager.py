@@ -617,11 +617,13 @@ class DelayedOperation:
     :meth:`force_complete` (shutdown). The waiting handler awaits :attr:`future`.
     """
 
-    __slots__ = ("future", "keys")
+    __slots__ = ("expired", "future", "keys")
 
     def __init__(self, keys: Iterable[PartitionKey]) -> None:
         self.keys = tuple(keys)
         self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Set by :meth:`DelayedOperationPurgatory.wait` when the wait timed out.
+        self.expired = False
 
     @property
     def completed(self) -> bool:
@@ -652,7 +654,7 @@ class DelayedOperationPurgatory(Generic[Op]):
     Whoever changes what an operation waits for (an append, an HW move, a deleted partition)
     calls :meth:`check_and_complete` for that partition; the waiting handler calls :meth:`wait`,
     which bounds the wait and unregisters the operation however it ends. Timeouts are the event
-    loop's timers (``asyncio.wait``), not a timing wheel: a few parked requests per connection.
+    loop's timers (one handle per wait), not a timing wheel: a few parked requests per connection.
     """
 
     def __init__(self, name: str) -> None:
@@ -695,15 +697,26 @@ class DelayedOperationPurgatory(Generic[Op]):
 
     async def wait(self, op: Op, timeout_s: float) -> bool:
         """Wait until ``op`` completes or ``timeout_s`` passes (then it expires). Returns whether
-        it completed before the timeout. ``op`` is unwatched afterwards in every case."""
+        it completed before the timeout. ``op`` is unwatched afterwards in every case.
+
+        The handler awaits the operation's own future and one timer handle expires it: no
+        ``asyncio.wait`` (a waiter future, a done callback and result sets per parked request).
+        Cancelling the waiting task cancels ``op.future``, which counts as complete from then on
+        (nothing reads its outcome)."""
+        timer = op.future.get_loop().call_later(max(timeout_s, 0), self._expire, op)
         try:
-            await asyncio.wait({op.future}, timeout=max(timeout_s, 0))
+            await op.future
         finally:
+            timer.cancel()
             self.remove(op)
+        return not op.expired
+
+    def _expire(self, op: Op) -> None:
         if op.completed:
-            return True
+            return
+        self.remove(op)
+        op.expired = True
         op.expire()
-        return False
 
     def drain(self) -> list[Op]:
         """Unwatch and return every parked operation not yet complete (shutdown)."""
@@ -1153,6 +1166,8 @@ class ReplicaManager:
                 code = errors.InvalidRecord.code
                 results.append(AppendResult(topic, index, code, "no records", None, -1))
                 continue
+            log_ = partition.log
+            hw_before = log_.high_watermark
             try:
                 info = partition.append_as_leader(records, acks)
             except errors.KafkaError as exc:
@@ -1164,8 +1179,15 @@ class ReplicaManager:
                 code = errors.UnknownServerError.code
                 results.append(AppendResult(topic, index, code, type(exc).__name__, None, -1))
                 continue
-            self.complete_delayed_requests((topic, index))
-            log_ = partition.log
+            key = (topic, index)
+            if log_.high_watermark != hw_before:
+                self.complete_delayed_requests(key)
+            else:
+                # Kafka's rule (ReplicaManager.appendToLocalLog): an append that did not move HW
+                # can only wake fetches (new data below LEO); parked produces wait for HW, the
+                # ISR or leadership, none of which an append changes. (With followers in the ISR
+                # HW never moves here: checking every parked produce cost O(parked) per append.)
+                self.fetch_purgatory.check_and_complete(key)
             if pending is not None and log_.high_watermark <= info.last_offset:
                 pending[len(results)] = (partition, info.last_offset + 1)
             results.append(AppendResult(topic, index, NONE, None, info, log_.log_start_offset))

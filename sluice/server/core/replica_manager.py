@@ -711,7 +711,7 @@ class DelayedOperationPurgatory(Generic[Op]):
         done callback and result sets per parked request). The deadline is rounded up to the
         next :data:`EXPIRY_TICK_S` and the operation joins that tick's set, which one loop timer
         expires: arming and cancelling a uvloop timer per parked request cost 2-3 us, a set
-        insertion 0.3 (``bench/NOTES.md`` § bench.cluster). Cancelling the waiting task cancels
+        insertion 0.3 (``bench/NOTES.md``). Cancelling the waiting task cancels
         ``op.future``, which counts as complete from then on (nothing reads its outcome)."""
         loop = op.future.get_loop()
         tick = math.ceil((loop.time() + max(timeout_s, 0)) / EXPIRY_TICK_S)

@@ -8,7 +8,9 @@ Every figure is taken in the same run, on the same machine, as a ratio to a base
   per connection at a time, so acks=all needs many) to a partition's leader, acks=all on an RF=3
   topic with
   ``min.insync.replicas=2``, as a ratio to acks=1 on an RF=1 topic (target >= 0.5; Kafka's 2014
-  figures give 0.51 on separate machines -- here all three brokers share one machine's cores);
+  figures give 0.51 on separate machines -- here all three brokers share one machine's cores),
+  in ``--rounds`` alternating acks=1 / acks=all rounds so that load from elsewhere on a shared
+  machine weighs on both sides alike;
 * **latency**: one acks=all batch at a time, p50 / p99 / max round trip, against acks=1 RF=1;
 * **failover**: a producer sends one acks=all batch at a time; the leader is killed (-9), or
   stopped gracefully (SIGTERM: a controlled shutdown moves leadership first); the time from the
@@ -105,11 +107,19 @@ async def create_topic(port: int, name: str, rf: int, configs: dict[str, str]) -
 
 async def throughput(port: int, topic: str, acks: int, args: argparse.Namespace) -> float:
     """Records per second through ``args.connections`` pipelined connections."""
+    elapsed, records = await timed_run(port, topic, acks, args, args.requests)
+    return records / elapsed
+
+
+async def timed_run(
+    port: int, topic: str, acks: int, args: argparse.Namespace, requests: int
+) -> tuple[float, int]:
+    """(seconds, records) for ``requests`` produce requests over ``args.connections``."""
     batch = build_batch(args.batch)
-    per = args.requests // args.connections
+    per = requests // args.connections
     frames = [[produce_frame(topic, batch, acks)] * per for _ in range(args.connections)]
     elapsed, _ = await run_pipelines("127.0.0.1", port, frames, args.window, _check_produce)
-    return per * args.connections * args.batch / elapsed
+    return elapsed, per * args.connections * args.batch
 
 
 async def latencies(port: int, topic: str, acks: int, count: int, batch: bytes) -> list[float]:
@@ -193,12 +203,25 @@ async def bench(args: argparse.Namespace) -> list[str]:
         def cpu() -> dict[int, float]:
             return {b: process_cpu_seconds(pid) for b, pid in pids.items()}
 
-        before = cpu()
-        base = await throughput(p1, "rf1", 1, args)
-        middle = cpu()
-        replicated = await throughput(p3, "rf3", -1, args)
-        after = cpu()
-        records = args.requests // args.connections * args.connections * args.batch
+        # Alternating rounds (acks=1, acks=all, acks=1, ...): the machine is shared, and load
+        # from elsewhere then weighs on both sides of the ratio alike.
+        zero = {b: 0.0 for b in cluster.ids}
+        spent = {1: dict(zero), -1: dict(zero)}
+        seconds = {1: 0.0, -1: 0.0}
+        records = 0
+        for _ in range(args.rounds):
+            for acks, port, topic in ((1, p1, "rf1"), (-1, p3, "rf3")):
+                start = cpu()
+                elapsed, records = await timed_run(
+                    port, topic, acks, args, args.requests // args.rounds
+                )
+                end = cpu()
+                seconds[acks] += elapsed
+                for b in cluster.ids:
+                    spent[acks][b] += end[b] - start[b]
+        records *= args.rounds
+        base, replicated = records / seconds[1], records / seconds[-1]
+        before, middle, after = zero, spent[1], {b: spent[1][b] + spent[-1][b] for b in zero}
         lines.append(f"throughput acks=1 RF=1   {base:12,.0f} records/s   (baseline)")
         lines.append(
             f"throughput acks=all RF=3 {replicated:12,.0f} records/s   "
@@ -245,6 +268,9 @@ def main(argv: list[str]) -> int:
     # leader busy (4 measured 0.25-0.35 x, latency-bound; 16: 0.37; 32 and 64: 0.39).
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--window", type=int, default=16, help="requests in flight per connection")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="alternating acks=1 / acks=all rounds"
+    )
     parser.add_argument("--latency-count", type=int, default=500)
     parser.add_argument("--failovers", type=int, default=3, help="trials of each failover kind")
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ with ISR [0, 1] and follower 1's LEO is fed by hand (what the follower fetch pat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch, decode_batch
 from sluice.server.core.producer_id_manager import ProducerIdManager
-from sluice.server.core.replica_manager import ReplicaManager
+from sluice.server.core.replica_manager import DelayedProduce, ReplicaManager
 from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
@@ -154,6 +155,49 @@ async def test_acks_all_waits_until_hw_passes_the_records(rm: ReplicaManager) ->
     assert [r.error for r in delayed.results] == [0, 0]
     assert delayed.results is results
     assert rm.produce_purgatory.watched() == 0
+
+
+async def test_parked_produces_are_checked_when_hw_moves_not_on_every_append(
+    rm: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kafka's rule: an append that leaves HW where it was only wakes fetches (each parked
+    # produce re-checked per append made the leader's cost grow with the parked count).
+    with_follower(rm)
+    checks = []
+    original = DelayedProduce.try_complete
+
+    def counting(self: DelayedProduce) -> bool:
+        checks.append(self)
+        return original(self)
+
+    monkeypatch.setattr(DelayedProduce, "try_complete", counting)
+    _, first = rm.append_records([("t", 0, batch(2))], -1, 1000)
+    assert first is not None and checks == [first]  # the check before parking
+    follower = rm.delayed_fetch([("t", 0)], Isolation.LOG_END)
+    _, second = rm.append_records([("t", 0, batch(1))], -1, 1000)
+    assert second is not None
+    assert follower.completed  # the append woke the follower's fetch...
+    assert checks == [first, second]  # ...and did not re-check the parked produce
+    rm.update_follower_end_offset("t", 0, FOLLOWER, 2)  # HW 2: the first one only
+    assert first.completed and not second.completed
+    rm.update_follower_end_offset("t", 0, FOLLOWER, 3)
+    assert await rm.produce_purgatory.wait(second, WAIT_S)
+    assert [r.error for r in first.results + second.results] == [0, 0]
+
+
+async def test_a_cancelled_wait_unwatches_its_operation(rm: ReplicaManager) -> None:
+    with_follower(rm)
+    _, delayed = rm.append_records([("t", 0, batch(1))], -1, 60_000)
+    assert delayed is not None
+    waiter = asyncio.get_running_loop().create_task(rm.produce_purgatory.wait(delayed, 60))
+    await asyncio.sleep(0)  # the task is parked on the operation
+    assert rm.produce_purgatory.watched() == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert rm.produce_purgatory.watched() == 0
+    assert not rm.update_follower_end_offset("t", 0, FOLLOWER, 0)  # HW stays; nothing breaks
+    assert rm.update_follower_end_offset("t", 0, FOLLOWER, 1)
 
 
 async def test_acks_one_does_not_wait_for_the_isr(rm: ReplicaManager) -> None:

@@ -82,6 +82,16 @@ class TrialResult:
     #: possibly-persisted messages after an epoch bump; see :func:`_classify_duplicates`).
     duplicate_resent: list[str] = field(default_factory=list)
     producer_errors: dict[str, int] = field(default_factory=dict)
+    #: librdkafka's fatal error, if the idempotent producer gave up (the trial goes on to heal
+    #: and check what was acknowledged until then).
+    producer_fatal: str = ""
+    #: Partitions whose only in-sync replica lost its unflushed writes (``lose_unflushed``
+    #: on the sole ISR member): KIP-966's "last replica standing" window, which ZooKeeper-mode
+    #: Kafka has too -- the replicas that left the ISR hold the acknowledged records, but only
+    #: the one that lost them may lead with unclean election off.
+    kip966_partitions: list[int] = field(default_factory=list)
+    #: Acknowledged values lost in those partitions (counted apart from ``lost``).
+    lost_in_kip966_window: list[str] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
     report: Report | None = None
@@ -94,7 +104,7 @@ class TrialResult:
         r = self.report
         if r.inconsistent_offsets or r.nonmonotonic or r.g1a:
             return False
-        if self.config.acks == "all" and r.lost:
+        if self.config.acks == "all" and set(r.lost) - set(self.lost_in_kip966_window):
             return False
         return not (self.config.idempotence and self.duplicate_rewritten)
 
@@ -108,6 +118,9 @@ class TrialResult:
             "epoch_cache_mismatch": self.epoch_cache_mismatch,
             "duplicate_rewritten": len(self.duplicate_rewritten),
             "duplicate_resent": len(self.duplicate_resent),
+            "producer_fatal": self.producer_fatal,
+            "kip966_partitions": self.kip966_partitions,
+            "lost_in_kip966_window": len(self.lost_in_kip966_window),
             "producer_errors": self.producer_errors,
             "schedule": [asdict(s) for s in self.schedule],
             "played": self.played,
@@ -164,6 +177,7 @@ class _Nemesis(threading.Thread):
                 if delay > 0:
                     time.sleep(delay)  # the schedule's own clock, not synchronisation
                 broker = self._resolve(step)
+                sole = self._sole_isr(broker) if step.fault == "lose_unflushed" else []
                 started = time.monotonic() - self.t0
                 self.cluster.apply(step.fault, broker)
                 if step.hold:
@@ -172,9 +186,20 @@ class _Nemesis(threading.Thread):
                 self.played.append({
                     "fault": step.fault, "target": step.target, "broker": broker,
                     "from": round(started, 3), "to": round(time.monotonic() - self.t0, 3),
+                    **({"sole_isr": sole} if sole else {}),
                 })  # fmt: skip
         except BaseException as exc:  # reported by the trial
             self.error = exc
+
+    def _sole_isr(self, broker: int) -> list[int]:
+        """Partitions ``broker`` leads with an ISR of itself alone, as its peers see it now."""
+        try:
+            states = self.cluster.partitions(self.topic)
+        except (OSError, ConnectionError, TimeoutError, RuntimeError):
+            return []
+        return sorted(
+            p for p, s in states.items() if s.leader_id == broker and list(s.isr_nodes) == [broker]
+        )
 
     def _resolve(self, step: Step) -> int:
         if step.target == "random":
@@ -298,6 +323,16 @@ def _classify_duplicates(
             result.duplicate_resent.append(value)
 
 
+def _classify_losses(report: Report, history: list[Send], result: TrialResult) -> None:
+    """Losses in a partition whose sole in-sync replica lost its unflushed writes (the
+    nemesis notes such partitions in ``played[...]["sole_isr"]``) are KIP-966's window."""
+    result.kip966_partitions = sorted({p for e in result.played for p in e.get("sole_isr", [])})
+    acked_in = {s.value: s.partition for s in history if s.outcome == "ok"}
+    result.lost_in_kip966_window = [
+        v for v in report.lost if acked_in.get(v) in result.kip966_partitions
+    ]
+
+
 def _windows(acked_at: dict[int, list[float]], duration: float) -> list[float]:
     """Per partition, the stretches longer than :data:`GAP` with no acknowledgement, from the
     start of the workload to its end (values were being sent to every partition throughout)."""
@@ -334,6 +369,7 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
         result.report = check(history, [observations])
         result.summary = result.report.summary()
         _classify_duplicates(result.report, headers, result)
+        _classify_losses(result.report, history, result)
         result.windows = _windows(acked_at, config.duration)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -371,27 +407,51 @@ def _produce_and_heal(
     i = 0
     next_at = time.monotonic()
     end = t0 + config.duration
-    while (now := time.monotonic()) < end:
-        if now < next_at:
-            producer.poll(next_at - now)  # serves delivery reports; may return early
-            continue
-        next_at += config.interval
-        value = f"{config.seed}-{i}"
-        try:
-            # Explicit round robin: every partition sees a steady stream, so a gap in its
-            # acknowledgements is a window without a writable leader.
-            producer.produce(topic, value.encode(), partition=i % PARTITIONS, on_delivery=delivered)
-            sent.append(value)
-            i += 1
-        except BufferError:
-            pass  # the local queue is full (a long outage): try again after polling
-        except KafkaException as exc:
-            name = exc.args[0].name()
-            errors[name] = errors.get(name, 0) + 1
-        producer.poll(0)
+
+    def fatal(exc: BaseException) -> bool:
+        """A fatal producer error (librdkafka's idempotence gave up): recorded, the producer
+        is done; whatever it had not reported stays unknown. (Raised from a callback, it can
+        surface as a SystemError chained to the KafkaException.)"""
+        cause = exc if isinstance(exc, KafkaException) else exc.__cause__
+        if not isinstance(cause, KafkaException) or not cause.args[0].fatal():
+            return False
+        result.producer_fatal = str(cause.args[0])
+        return True
+
+    try:
+        while (now := time.monotonic()) < end:
+            if now < next_at:
+                producer.poll(next_at - now)  # serves delivery reports; may return early
+                continue
+            next_at += config.interval
+            value = f"{config.seed}-{i}"
+            try:
+                # Explicit round robin: every partition sees a steady stream, so a gap in its
+                # acknowledgements is a window without a writable leader.
+                producer.produce(
+                    topic, value.encode(), partition=i % PARTITIONS, on_delivery=delivered
+                )
+                sent.append(value)
+                i += 1
+            except BufferError:
+                pass  # the local queue is full (a long outage): try again after polling
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise
+                name = exc.args[0].name()
+                errors[name] = errors.get(name, 0) + 1
+            producer.poll(0)
+    except (KafkaException, SystemError) as exc:
+        if not fatal(exc):
+            raise
     nemesis.join(60)  # let the last fault be undone on its own schedule
     cluster.heal()
-    producer.flush(60)  # message.timeout.ms bounds every send
+    if not result.producer_fatal:
+        try:
+            producer.flush(60)  # message.timeout.ms bounds every send
+        except (KafkaException, SystemError) as exc:
+            if not fatal(exc):
+                raise
     result.producer_errors = errors
     history = [outcomes.get(v, Send(v, "unknown")) for v in sent]
     return history, acked_at
@@ -427,6 +487,9 @@ def aggregate(results: list[TrialResult]) -> dict[str, Any]:
         "invalid": [r.config.seed for r in results if not r.valid],
         "errors": [r.config.seed for r in results if r.error],
         "replica_mismatch_trials": sum(1 for r in results if r.replica_mismatch),
+        "producer_fatal_trials": [r.config.seed for r in results if r.producer_fatal],
+        "kip966_window_trials": [r.config.seed for r in results if r.kip966_partitions],
+        "lost_in_kip966_window": sum(len(r.lost_in_kip966_window) for r in results),
         "duplicate_rewritten": sum(len(r.duplicate_rewritten) for r in results),
         "duplicate_resent": sum(len(r.duplicate_resent) for r in results),
         "epoch_cache_mismatch_trials": sum(1 for r in results if r.epoch_cache_mismatch),
@@ -450,6 +513,8 @@ def format_line(result: TrialResult) -> str:
         f"seed {result.config.seed}: {verdict} acked={s.get('acknowledged', 0)} "
         f"unknown={s.get('unknown', 0)} lost={s.get('lost', 0)} dup={s.get('duplicate', 0)} "
         f"(rewritten={len(result.duplicate_rewritten)}) "
+        f"{'kip966=' + str(result.kip966_partitions) + ' ' if result.kip966_partitions else ''}"
+        f"{'FATAL ' if result.producer_fatal else ''}"
         f"inconsistent={s.get('inconsistent_offsets', 0)} mismatch={result.replica_mismatch} "
         f"[{played}] {result.seconds:.0f}s"
     )

@@ -131,6 +131,7 @@ class Harness:
         leader: int | None = None,
         isr: list[int] | None = None,
         leader_epoch: int | None = None,
+        timeout: float = WAIT,
     ) -> PartitionState:
         """Wait for the state znode to show the given values; returns it."""
         found: list[PartitionState] = []
@@ -147,7 +148,7 @@ class Harness:
 
         want = f"{topic}-{partition}: leader={leader} isr={isr} epoch={leader_epoch}"
         try:
-            await until(matches, want)
+            await until(matches, want, timeout)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last state {found}") from None
         return found[0]
@@ -495,10 +496,12 @@ async def test_watches_are_set_again_after_zookeeper_restarts(
         await asyncio.to_thread(zookeeper.restart)
         await controller.kzk.zk.wait_connected(WAIT)
         await h.kill(1)
-        s = await h.wait_state("t", leader=2)
+        # (Longer waits: on a loaded machine the restarted server and the re-armed watches took
+        # more than the usual 10 s in a full run.)
+        s = await h.wait_state("t", leader=2, timeout=30)
         assert (s.isr, s.leader_epoch) == ((2,), 1)
         await h.topic("after", {0: [2]})
-        await h.wait_state("after", leader=2)
+        await h.wait_state("after", leader=2, timeout=30)
         assert controller.is_active and controller.epoch is not None
         assert controller.epoch.epoch == 1  # the same term throughout
     finally:

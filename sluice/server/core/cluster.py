@@ -189,6 +189,9 @@ class ClusterMember:
         self._topics_seen = asyncio.Event()
         self._stopping = False
         self._leaving = False  # controlled shutdown: no more fetching
+        #: ISR changes this broker stored as leader (Kafka's IsrShrinksPerSec/IsrExpandsPerSec).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -706,6 +709,14 @@ class ClusterMember:
             TopicPartition(update.topic, update.partition), state
         )
         if ok:
+            # Counted once stored, as Kafka's leader marks its rates after the ZooKeeper write;
+            # the partition still holds the ISR the update was computed from.
+            held = self.replicas.get_partition(update.topic, update.partition)
+            if held is not None:
+                if len(update.isr) < len(held.isr):
+                    self.isr_shrinks += 1
+                elif len(update.isr) > len(held.isr):
+                    self.isr_expands += 1
             log.info(
                 "ISR stored",
                 topic=update.topic,

@@ -240,12 +240,12 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "kafka_server_replicamanager_isrshrinks", "counter", (),
         "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec",
-        "ISR shrinks this broker stored as leader.",
+        "Shrinks of the ISR of partitions led here (lagging or dead followers removed).",
     ),
     MetricDef(
         "kafka_server_replicamanager_isrexpands", "counter", (),
         "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec",
-        "ISR expansions this broker stored as leader.",
+        "Expansions of the ISR of partitions led here (followers caught up again).",
     ),
     MetricDef(
         "kafka_controller_kafkacontroller_activecontrollercount", "gauge", (),

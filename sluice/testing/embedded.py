@@ -158,8 +158,9 @@ class EmbeddedBroker:
         return self.call(bump)
 
     def metrics(self) -> dict[str, int]:
-        """A snapshot of the broker's counters (``requests.<api key>`` counts the requests of
-        each API), taken on its event loop. In-process only."""
+        """A snapshot of the broker's counters (``requests.<API name>``, e.g.
+        ``requests.Produce``, counts the requests of each API), taken on its event loop.
+        In-process only. The Prometheus endpoint (``sluice.metrics.listener``) exports more."""
         return self.call(lambda server: server.metrics.snapshot())
 
     def call(self, fn: Callable[[Server], T]) -> T:

@@ -335,6 +335,10 @@ DECLARED = {
         "true",
         "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)",
     ),
+    "sluice.metrics.listener": (
+        None,
+        "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
+    ),
     "sluice.offsets.compaction.min.records": (
         "10000",
         "restate __consumer_offsets when it holds this many more records than live offsets",

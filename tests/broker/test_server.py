@@ -520,10 +520,10 @@ async def pipelined_mixed_responses(srv: Server, c: WireClient, topic: str) -> N
     meta = (METADATA, m.MetadataRequest(topics=None))
     n_meta = 1500  # ~3 MB of responses: more than the socket buffers hold, less than 4 MiB
     plan = [meta] * n_meta + [(FETCH, big)] + [meta] * 10 + [(FETCH, big)]
-    before = srv.metrics.get("requests.3")
+    before = srv.metrics.get("requests.Metadata")
     ids = [await c.send(k, 11 if k == FETCH else 8, body) for k, body in plan]
     for _ in range(3000):  # bounded: until the broker answered the first metadata requests
-        if srv.metrics.get("requests.3") - before >= n_meta:
+        if srv.metrics.get("requests.Metadata") - before >= n_meta:
             break
         await asyncio.sleep(0.005)
     if srv.config.fetch_zero_copy:
@@ -670,10 +670,10 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     response = handlers.fetch(None, body)
     assert not asyncio.iscoroutine(response)
     # The connection's per-request call: no coroutine either, and the request is counted.
-    before = server.metrics.get("requests.1")
+    before = server.metrics.get("requests.Fetch")
     dispatched = handlers.dispatch(SimpleNamespace(api_key=FETCH), body)
     assert not asyncio.iscoroutine(dispatched)
-    assert server.metrics.get("requests.1") == before + 1
+    assert server.metrics.get("requests.Fetch") == before + 1
     assert response.responses[0].partitions[0].records.size > 0
     waiting = handlers.fetch(None, fetch_request("sync", 3, max_wait_ms=20))
     assert asyncio.iscoroutine(waiting)

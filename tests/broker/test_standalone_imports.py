@@ -1,6 +1,7 @@
 """Standalone mode stays as it was: ``python -m sluice.server`` without ``zookeeper.connect``
 never imports kazoo or the ZooKeeper room (spec ``replication.md`` §1: the embedded default
-must stay as fast to start as it is)."""
+must stay as fast to start as it is); nor ``prometheus_client`` unless ``sluice.metrics.listener``
+asks for the endpoint."""
 
 from __future__ import annotations
 
@@ -24,3 +25,4 @@ def test_standalone_start_does_not_load_kazoo(monkeypatch: pytest.MonkeyPatch) -
     assert "sluice.server.core.server" in imported  # the importtime lines are really there
     assert not {m for m in imported if m.split(".")[0] == "kazoo"}
     assert not {m for m in imported if m.startswith("sluice.server.zk")}
+    assert not {m for m in imported if m.split(".")[0] == "prometheus_client"}

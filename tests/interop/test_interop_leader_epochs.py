@@ -44,7 +44,7 @@ with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use
 
 pytestmark = pytest.mark.interop
 
-OFFSET_FOR_LEADER_EPOCH = f"requests.{m.OffsetForLeaderEpoch.key}"
+OFFSET_FOR_LEADER_EPOCH = f"requests.{m.OffsetForLeaderEpoch.name}"
 ROUNDS = 3  # epoch bumps per test (each followed by more records)
 PER_ROUND = 25
 

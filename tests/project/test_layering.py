@@ -12,6 +12,8 @@
   dump-log tool and the pipeline jobs).
 * Nothing but ``sluice.testing`` and the core imports the broker core; nothing imports
   ``sluice.testing`` except itself.
+* Metrics registration lives in the core: only ``sluice.server.core`` imports
+  ``prometheus_client`` (and the HTTP server it brings).
 """
 
 from __future__ import annotations
@@ -131,6 +133,21 @@ def test_nothing_outside_testing_imports_testing() -> None:
         if not module_name(p).startswith("sluice.testing") and module_name(p) != "sluice"
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_only_the_core_imports_prometheus_client() -> None:
+    offenders = {
+        module_name(p): sorted(n for n in imported(p) if n.split(".")[0] == "prometheus_client")
+        for p in PACKAGE.rglob("*.py")
+        if not module_name(p).startswith("sluice.server.core")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    importers = {
+        module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        if any(n.split(".")[0] == "prometheus_client" for n in imported(p))
+    }
+    assert importers == {"sluice.server.core.prometheus"}
 
 
 def test_layering_check_detects_a_violation(tmp_path: Path) -> None:

@@ -189,6 +189,10 @@ class ClusterMember:
         self._topics_seen = asyncio.Event()
         self._stopping = False
         self._leaving = False  # controlled shutdown: no more fetching
+        #: Changes of the ISR of partitions led here, stored by this leader or applied from the
+        #: controller (a dead follower removed): Kafka's IsrShrinksPerSec / IsrExpandsPerSec.
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -489,6 +493,7 @@ class ClusterMember:
                 broker_epoch=self.broker_epoch,
             )
             return
+        was_leader, isr_size = partition.is_leader, len(partition.isr)
         applied = self.replicas.apply_partition_state(
             topic,
             index,
@@ -500,7 +505,17 @@ class ClusterMember:
             state.controller_epoch,
         )
         if applied:
+            if was_leader and partition.is_leader:
+                # The controller changed the ISR of a partition led here (a dead follower
+                # removed): a shrink or expansion of this leader's ISR as well.
+                self._count_isr_change(isr_size, len(partition.isr))
             self._after_state(partition)
+
+    def _count_isr_change(self, before: int, after: int) -> None:
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
 
     def _after_state(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -720,6 +735,11 @@ class ClusterMember:
             TopicPartition(update.topic, update.partition), state
         )
         if ok:
+            # Counted once stored, as Kafka's leader marks its rates after the ZooKeeper write;
+            # the partition still holds the ISR the update was computed from.
+            held = self.replicas.get_partition(update.topic, update.partition)
+            if held is not None:
+                self._count_isr_change(len(held.isr), len(update.isr))
             log.info(
                 "ISR stored",
                 topic=update.topic,

@@ -94,6 +94,41 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+@dataclass(frozen=True)
+class MetricsListener:
+    """Where the Prometheus endpoint serves: ``http://host:port[/path]`` (path ``/metrics``)."""
+
+    host: str
+    port: int
+    path: str = "/metrics"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.path}"
+
+
+def parse_metrics_listener(text: str) -> MetricsListener | None:
+    """``http://host:port[/path]`` (port 0 = any free port); empty = no endpoint."""
+    from urllib.parse import urlsplit
+
+    text = text.strip()
+    if not text:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme != "http":
+        raise ValueError(f"{text!r} is not http://host:port (only http is served)")
+    try:
+        port = parts.port
+    except ValueError as exc:  # not a number, or out of range
+        raise ValueError(f"{text!r}: bad port ({exc})") from None
+    if not parts.hostname or port is None:
+        raise ValueError(f"{text!r} is not http://host:port: host and port are required")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"{text!r}: only http://host:port[/path] is allowed")
+    path = parts.path or "/metrics"
+    return MetricsListener(parts.hostname, port, path)
+
+
 def _zookeeper_connect(text: str) -> str:
     """``host:port[,host:port...][/chroot]`` as Kafka takes it (checked, returned unchanged)."""
     text = text.strip()
@@ -197,6 +232,13 @@ OPTIONS: tuple[Option, ...] = (
         int_in(0),
         "10000",
         "graceful shutdown: how long in-flight requests may take before connections close",
+    ),
+    Option(
+        "sluice.metrics.listener",
+        "metrics_listener",
+        parse_metrics_listener,
+        None,
+        "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
     ),
     # --- broker identity and topics ------------------------------------------------------------
     Option("node.id", "node_id", int_in(0), "0", "this broker's id (in Metadata)"),
@@ -427,6 +469,7 @@ class Config:
     max_unsent_bytes: int = 4194304
     fetch_zero_copy: bool = True
     shutdown_timeout_ms: int = 10000
+    metrics_listener: MetricsListener | None = None
     node_id: int = 0
     num_partitions: int = 1
     default_replication_factor: int = 1

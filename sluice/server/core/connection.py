@@ -40,8 +40,10 @@ import collections
 import contextlib
 import os
 import socket
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
+from sluice.protocol import messages as m
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.framing import (
     FrameReader,
@@ -60,6 +62,9 @@ if TYPE_CHECKING:
 log = get_logger("sluice.connection")
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)  # a tuple: isinstance with a union is slower
+#: APIs whose handlers count their responses' error codes themselves, on paths they walk anyway
+#: (the others' responses are walked by ``Metrics.count_errors``).
+_COUNT_OWN_ERRORS = frozenset({m.Produce.key, m.Fetch.key})
 
 
 class Connection(asyncio.Protocol):
@@ -277,18 +282,27 @@ class Connection(asyncio.Protocol):
             # Declared in the codec but not advertised (no handler yet): like an unknown API.
             self._bad_input("unsupported_version", f"API {request.header.api_key} not served")
             return False
-        self._metrics.inc("requests")
+        metrics = self._metrics
+        metrics.inc("requests")
+        api_key = request.header.api_key
+        started = perf_counter()
         body = self._handlers.dispatch(request.header, request.body)
         if asyncio.iscoroutine(body):
             body = await body
         if body is None:  # e.g. Produce with acks=0: no response at all
+            metrics.request_latency[api_key].observe(perf_counter() - started)
             return True
         if body is CLOSE_CONNECTION:
-            self._metrics.inc("connections.closed.acks0_error")
+            metrics.inc("connections.closed.acks0_error")
             return False
+        if api_key not in _COUNT_OWN_ERRORS:
+            metrics.count_errors(api_key, body)
         if self._transport is None:
             return False
         await self._send(encode_response(request.header, body))
+        # Kafka's TotalTimeMs ends when the response is sent; ours when the transport (or
+        # sendfile) has it: a response parked behind a full write buffer counts its wait.
+        metrics.request_latency[api_key].observe(perf_counter() - started)
         return True
 
     async def _send(self, parts: list[Any]) -> None:

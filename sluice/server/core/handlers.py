@@ -74,6 +74,10 @@ def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
     return Isolation.TXN_COMMITTED if isolation_level == 1 else Isolation.HIGH_WATERMARK
 
 
+#: What :meth:`Handlers._read_fetch` returns.
+_FetchRead = tuple[Any, int, bool, list[tuple[str, int]]]
+
+
 def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
 
@@ -132,8 +136,8 @@ class Handlers:
             m.CreatePartitions.key: self.create_partitions,
             m.DescribeLogDirs.key: self.describe_log_dirs,
         }
-        # Counter names built once (one per request otherwise).
-        self._request_metric = {key: f"requests.{key}" for key in self._dispatch}
+        # Counter names built once (one per request otherwise), by the API's name.
+        self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
 
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)
@@ -144,7 +148,6 @@ class Handlers:
         self.cluster = cluster
         self.config_resources.cluster = cluster
         self._dispatch[m.ControlledShutdown.key] = self.controlled_shutdown
-        self._request_metric[m.ControlledShutdown.key] = f"requests.{m.ControlledShutdown.key}"
 
     def _cluster_id(self) -> str:
         return CLUSTER_ID if self.cluster is None else self.cluster.cluster_id
@@ -418,19 +421,27 @@ class Handlers:
         responses = []
         failed = 0
         records = 0
+        # Kafka's BrokerTopicMetrics: the request's (validated) batch bytes and records.
+        bytes_in = self.metrics.bytes_in
+        messages_in = self.metrics.messages_in
         it = iter(results)
         for topic in body.topic_data:
             parts = []
+            name = topic.name
             for _ in topic.partition_data:
                 r = next(it)
                 info = r.info
                 if r.error or info is None:
                     failed += 1
+                    if r.error:
+                        self.metrics.request_errors[(m.Produce.key, r.error)] += 1
                     parts.append(part_cls(index=r.partition, error_code=r.error, base_offset=-1,
                                           log_append_time_ms=-1, log_start_offset=-1,
                                           error_message=r.message))  # fmt: skip
                     continue
                 records += info.record_count
+                bytes_in[name] += info.valid_bytes
+                messages_in[name] += info.record_count
                 parts.append(
                     part_cls(
                         index=r.partition,
@@ -471,12 +482,28 @@ class Handlers:
             for p in t.partitions
         ]
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
-        response, size, had_error = self._read_fetch(body, wanted, isolation)
-        if size >= body.min_bytes or had_error or not wanted or self._stopping:
-            return response
+        read = self._read_fetch(body, wanted, isolation)
+        if read[1] >= body.min_bytes or read[2] or not wanted or self._stopping:
+            return self._fetch_answer(body, read)
         if time.monotonic() >= deadline:
-            return response
+            return self._fetch_answer(body, read)
         return self._fetch_wait(body, wanted, isolation, deadline)
+
+    def _fetch_answer(self, body: m.FetchRequest, read: _FetchRead) -> m.FetchResponse:
+        """The response of a read that is sent: count its bytes per topic (Kafka's
+        BytesOutPerSec; a follower's ReplicationBytesOutPerSec) and its errors."""
+        response, _size, had_error, sent = read
+        metrics = self.metrics
+        if sent:
+            if body.replica_id >= 0:
+                metrics.replication_bytes_out += sum(size for _, size in sent)
+            else:
+                bytes_out = metrics.bytes_out
+                for topic, size in sent:
+                    bytes_out[topic] += size
+        if had_error:
+            metrics.count_errors(m.Fetch.key, response)
+        return response
 
     async def _fetch_wait(
         self,
@@ -492,20 +519,19 @@ class Handlers:
             delayed = self.replicas.delayed_fetch(keys, isolation)
             if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
-                return self._read_fetch(body, wanted, isolation)[0]
+                return self._fetch_answer(body, self._read_fetch(body, wanted, isolation))
             self.metrics.inc("fetch.woken")
-            response, size, had_error = self._read_fetch(body, wanted, isolation)
-            if (
-                size >= body.min_bytes
-                or had_error
-                or self._stopping
-                or time.monotonic() >= deadline
-            ):
-                return response
+            read = self._read_fetch(body, wanted, isolation)
+            _, size, had_error, _ = read
+            done = size >= body.min_bytes or had_error or self._stopping
+            if done or time.monotonic() >= deadline:
+                return self._fetch_answer(body, read)
 
     def _read_fetch(
         self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int, int]], isolation: Any
-    ) -> tuple[m.FetchResponse, int, bool]:
+    ) -> _FetchRead:
+        """``(response, record bytes, whether a partition has an error, [(topic, record bytes)]
+        of the partitions with data)``."""
         # Hot path (every Fetch, every partition): classes resolved once, the partition looked
         # up through the replica manager's dict, one response object per partition.
         cls = m.FetchResponse
@@ -517,6 +543,7 @@ class Handlers:
         min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
         total = 0
         had_error = False
+        sent: list[tuple[str, int]] = []
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
         for topic, part, offset, part_max, current_epoch in wanted:
             partition = get_partition(topic, part)
@@ -566,6 +593,7 @@ class Handlers:
                     if size:
                         total += size
                         min_one = False
+                        sent.append((topic, size))
                     entry = part_cls(
                         partition_index=part,
                         error_code=0,
@@ -587,7 +615,7 @@ class Handlers:
             session_id=0,
             responses=[topic_cls(topic=name, partitions=parts) for name, parts in topics.items()],
         )
-        return response, total, had_error
+        return response, total, had_error, sent
 
     # --- ListOffsets (2) -------------------------------------------------------------------------
 

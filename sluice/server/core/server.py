@@ -6,8 +6,9 @@ ReplicaManager / GroupCoordinator -> LogManager.
 1. startup: open the LogManager on ``log.dirs`` (loads/recovers every partition, removes the
    clean-shutdown marker), start its background tasks, build the ReplicaManager (leader of every
    partition), the group coordinator (loads ``__consumer_offsets``) and the producer id
-   manager, then listen;
-2. shutdown (first SIGTERM/SIGINT, or :meth:`shutdown`): stop accepting connections -> stop
+   manager, then listen (and serve ``/metrics`` with ``sluice.metrics.listener``);
+2. shutdown (first SIGTERM/SIGINT, or :meth:`shutdown`): stop accepting connections (and
+   scrapes) -> stop
    reading new requests and complete parked fetches and produces, stop the group coordinator ->
    let in-flight requests finish, bounded by
    ``sluice.shutdown.timeout.ms`` -> close the connections -> stop the LogManager's tasks and
@@ -26,7 +27,7 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from sluice.server.core.config import Config
+from sluice.server.core.config import Config, MetricsListener
 from sluice.server.core.connection import Connection
 from sluice.server.core.handlers import Handlers
 from sluice.server.core.metrics import Metrics
@@ -36,6 +37,7 @@ from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
     from sluice.server.core.cluster import ClusterMember
+    from sluice.server.core.prometheus import MetricsEndpoint
     from sluice.server.core.replica_manager import Partition
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log_manager import LogManager
@@ -58,6 +60,8 @@ class Server:
         self.handlers: Handlers | None = None
         #: Cluster mode (``zookeeper.connect``): this broker's ZooKeeper side.
         self.cluster: ClusterMember | None = None
+        #: The Prometheus endpoint (``sluice.metrics.listener``), once started.
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._should_exit = asyncio.Event()
@@ -85,6 +89,7 @@ class Server:
             flush_check_interval_ms=flush_check_ms,
         )
         manager.open()
+        manager.flush_listener = self.metrics.log_flush.observe
         self.log_manager = manager
         # Standalone: leader of every partition (Kafka's makeLeader): HW = LEO, which matters
         # after an unclean stop, when the checkpointed HW lags the recovered log. In a cluster,
@@ -112,8 +117,12 @@ class Server:
                 reuse_address=True,
                 backlog=1024,
             )
+            if config.metrics_listener is not None:
+                await self._start_metrics(config.metrics_listener)
         except OSError:
             # e.g. address in use: leave the data dir as cleanly as we found it.
+            if self._server is not None:
+                self._server.close()
             await manager.stop()
             manager.close()
             self.log_manager = None
@@ -136,6 +145,18 @@ class Server:
             topics=len(manager.topics()),
         )
 
+    async def _start_metrics(self, listener: MetricsListener) -> None:
+        from sluice.server.core.prometheus import MetricsEndpoint
+
+        endpoint = MetricsEndpoint(listener, self)
+        endpoint.start()
+        self.metrics_endpoint = endpoint
+
+    @property
+    def connections(self) -> set[Connection]:
+        """The open client connections (read by the metrics collector)."""
+        return self._connections
+
     async def _join_cluster(self, replicas: ReplicaManager, handlers: Handlers) -> None:
         """Register in ZooKeeper and follow the cluster's state (after listening: the
         registration advertises the bound port). A failure leaves nothing running."""
@@ -151,6 +172,8 @@ class Server:
             await cluster.stop()
             if self._server is not None:
                 self._server.close()
+            if self.metrics_endpoint is not None:
+                await self.metrics_endpoint.stop()
             assert self.log_manager is not None
             await self.log_manager.stop()
             self.log_manager.close()
@@ -257,9 +280,11 @@ class Server:
         cluster = self.cluster
         if cluster is not None and self.config.controlled_shutdown_enable and not self._force_exit:
             await cluster.controlled_shutdown()
-        # 1. stop accepting.
+        # 1. stop accepting (and serving scrapes: they read state that is about to close).
         if self._server is not None:
             self._server.close()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         # 2. stop reading new requests; wake long-polls so they answer with what they have.
         connections = list(self._connections)
         for conn in connections:

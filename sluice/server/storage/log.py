@@ -210,6 +210,9 @@ class Log:
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
+        #: Told the duration (seconds) of every flush that fsynced something (the broker's
+        #: flush-latency histogram; set by the LogManager).
+        self.flush_listener: Callable[[float], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -1083,6 +1086,8 @@ class Log:
         """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)
         and the directory if segments were created; then recovery point := offset."""
         self._check_open()
+        started = time.perf_counter()
+        synced = False
         upto = self._leo if offset is None else min(offset, self._leo)
         if upto > self._recovery_point:
             for segment, end in self._segment_ranges():
@@ -1090,11 +1095,15 @@ class Log:
                     break
                 if end > self._recovery_point or segment is self.active_segment:
                     segment.flush()
+                    synced = True
         # The directory before the recovery point moves: fsynced bytes of a file whose entry
         # is not durable are lost in a crash, and a checkpoint must never claim them.
         if self._dir_dirty:
             self._vfs.fsync_dir(self.directory)
             self._dir_dirty = False
+            synced = True
+        if synced and self.flush_listener is not None:
+            self.flush_listener(time.perf_counter() - started)
         if upto > self._recovery_point:
             self._recovery_point = upto
         if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:

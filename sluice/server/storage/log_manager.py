@@ -108,6 +108,7 @@ class LogManager:
         self._hosted: dict[str, set[int]] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._flush_listener: Callable[[float], None] | None = None
         self._opened = False
         self._closed = False
         self._lock_fd: int | None = None
@@ -283,6 +284,7 @@ class LogManager:
                     clock=self._clock,
                     vfs=self._vfs,
                 )
+                self._logs[tp].flush_listener = self._flush_listener
         if created_dirs:
             # Partitions listed in the metadata but missing on disk were created: make their
             # directory entries durable before anything is appended to them (as create_topic).
@@ -332,6 +334,18 @@ class LogManager:
             raise InvalidTopic(
                 f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'"
             )
+
+    @property
+    def flush_listener(self) -> Callable[[float], None] | None:
+        """Told the duration (seconds) of every log flush that fsynced something (every log's
+        :attr:`Log.flush_listener`, those opened later included)."""
+        return self._flush_listener
+
+    @flush_listener.setter
+    def flush_listener(self, listener: Callable[[float], None] | None) -> None:
+        self._flush_listener = listener
+        for log in self._logs.values():
+            log.flush_listener = listener
 
     @property
     def logs(self) -> dict[TopicPartition, Log]:
@@ -389,6 +403,7 @@ class LogManager:
             self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
         )
         self._logs[tp] = log
+        log.flush_listener = self._flush_listener
         self._vfs.fsync_dir(self.log_dir)
         logger.info("partition log created", topic=topic, partition=partition)
         return log
@@ -443,6 +458,7 @@ class LogManager:
                 self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
             )
             self._logs[TopicPartition(name, partition)] = log
+            log.flush_listener = self._flush_listener
             logs.append(log)
         self._vfs.fsync_dir(self.log_dir)
         logger.info(
@@ -491,6 +507,7 @@ class LogManager:
                 self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
             )
             self._logs[TopicPartition(name, partition)] = log
+            log.flush_listener = self._flush_listener
             logs.append(log)
         self._vfs.fsync_dir(self.log_dir)
         logger.info("partitions added", topic=name, partitions=count, previously=current)

@@ -109,7 +109,11 @@ def read(cluster: FaultCluster, topic: str, partition: int = 0) -> list[tuple[in
 
 
 def state(cluster: FaultCluster, topic: str, via: int | None = None) -> Any:
+    """Partition 0 of ``topic`` as ``via`` sees it; RuntimeError (which ``wait_for`` retries)
+    while that broker does not know the partition yet."""
     meta = cluster.cluster.metadata([topic], via=via if via is not None else cluster._observer())
+    if not meta.topics or not meta.topics[0].partitions:
+        raise RuntimeError(f"broker {via} knows no partition of {topic} yet")
     return meta.topics[0].partitions[0]
 
 

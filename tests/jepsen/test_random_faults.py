@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sluice.protocol.records import BatchHeader
+from sluice.protocol.records import BatchHeader, build_batch
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.checker import Observation, Send, check
 from tests.jepsen.runner import (
@@ -17,6 +17,7 @@ from tests.jepsen.runner import (
     TrialResult,
     _classify_duplicates,
     _classify_losses,
+    _settled_epochs,
     _windows,
     format_line,
     make_schedule,
@@ -129,3 +130,11 @@ def test_losses_in_the_kip966_window_are_counted_apart() -> None:
     _classify_losses(result.report, sends, result)
     assert not result.valid  # "a" was lost outside the window
     assert json.loads(json.dumps(result.record()))["lost_in_kip966_window"] == 0
+
+
+def test_a_leaders_epoch_with_nothing_written_yet_is_no_disagreement() -> None:
+    log = build_batch([(0, None, b"x")])  # one record at offset 0: the log ends at 1
+    leader = "0\n2\n0 0\n1 1\n"  # elected at epoch 1 when the log ended at 1
+    follower = "0\n1\n0 0\n"
+    assert _settled_epochs(leader, log) == _settled_epochs(follower, log) == ((0, 0),)
+    assert _settled_epochs("0\n2\n0 0\n1 0\n", log) != _settled_epochs(follower, log)

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol.records import NO_TIMESTAMP
+from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 from sluice.server.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -1160,9 +1161,19 @@ class ReplicaManager:
     # --- produce ---------------------------------------------------------------------------------
 
     def append_records(
-        self, entries: Iterable[tuple[str, int, Any]], acks: int, timeout_ms: int
+        self,
+        entries: Iterable[tuple[str, int, Any]],
+        acks: int,
+        timeout_ms: int,
+        *,
+        internal_topics_allowed: bool = False,
     ) -> tuple[list[AppendResult], DelayedProduce | None]:
         """Leader append of each ``(topic, partition, records)``, in order.
+
+        An internal topic (``__consumer_offsets``) is appended to only with
+        ``internal_topics_allowed`` (the group coordinator's writes); a client's Produce gets
+        INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic", as from Kafka's
+        ``ReplicaManager.appendToLocalLog``.
 
         Returns one :class:`AppendResult` per entry and, for ``acks=-1`` when some partition's HW
         is not yet past its records, the :class:`DelayedProduce` to wait on (already parked; the
@@ -1175,6 +1186,11 @@ class ReplicaManager:
             return [AppendResult(t, i, code, None, None, -1) for t, i, _ in entries], None
         pending: dict[int, tuple[Partition, int]] | None = {} if acks == -1 else None
         for topic, index, records in entries:
+            if topic == OFFSETS_TOPIC and not internal_topics_allowed:
+                message = f"Cannot append to internal topic {topic}"
+                results.append(AppendResult(topic, index, errors.InvalidTopic.code, message,
+                                            None, -1))  # fmt: skip
+                continue
             partition = self.get_partition(topic, index)
             if partition is None:
                 code = self.missing_partition_code(topic, index)

@@ -302,18 +302,54 @@ class LogManager:
         )
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker.
+
+        A storage error (``OSError``: the disk full, an I/O error) never makes this raise,
+        and every file is closed and the lock released whatever fails; a broker stopped on a
+        full disk exits cleanly. What is written depends on what failed:
+
+        * every log flushed and closed: the marker is written, even if the checkpoints could
+          not be. They are hints (:meth:`open`): after a clean shutdown each log's recovery
+          point is its end, and the older checkpoints cost what a crash at their last write
+          would (a log start offset or HW that moved since then is restored lower). The marker
+          is an empty file, which a file system with no free blocks still takes;
+        * some log failed its flush (its tail may not be on disk): no marker, so the next
+          start recovers every log from its recovery point.
+
+        One log line per kind of failure, with the count of logs it hit.
+        """
         if self._closed or not self._opened:
             return
-        for log in self._logs.values():
-            log.close()  # flushes: recovery point = LEO
-        self.write_checkpoints()
-        self._run_dir_deletes(2**63 - 1)
-        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
-        atomic_write(marker, b"", self._vfs)
-        self._closed = True
-        self._unlock()
-        logger.info("logs closed cleanly", log_dir=str(self.log_dir))
+        try:
+            flush_failures: list[tuple[TopicPartition, OSError]] = []
+            for tp, log in self._logs.items():
+                try:
+                    log.close()  # flushes: recovery point = LEO
+                except OSError as exc:
+                    flush_failures.append((tp, exc))
+            if flush_failures:
+                first, error = flush_failures[0]
+                logger.error("logs not flushed at shutdown: the next start recovers them",
+                             logs=len(flush_failures), first=f"{first.topic}-{first.partition}",
+                             error=str(error))  # fmt: skip
+            try:
+                self.write_checkpoints()
+            except OSError as exc:
+                logger.error("checkpoints not written at shutdown: older ones stay",
+                             error=str(exc))  # fmt: skip
+            self._run_dir_deletes(2**63 - 1)
+            if flush_failures:
+                return
+            try:
+                atomic_write(self.log_dir / CLEAN_SHUTDOWN_MARKER, b"", self._vfs)
+            except OSError as exc:
+                logger.error("clean-shutdown marker not written: the next start recovers",
+                             error=str(exc))  # fmt: skip
+                return
+            logger.info("logs closed cleanly", log_dir=str(self.log_dir))
+        finally:
+            self._closed = True
+            self._unlock()
 
     # ------------------------------------------------------------------ topics
 
@@ -627,14 +663,27 @@ class LogManager:
             )
 
     async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        """Run ``job`` every ``interval_ms``. A failing pass must not kill the task: it is
+        logged and tried again next time. A storage error (``OSError``: the disk full) is
+        logged once per episode, without a traceback: when it starts and, with the count of
+        failed passes, when a pass succeeds again. Anything else is a bug: a traceback."""
         interval = max(interval_ms, 1) / 1000
+        failed = 0
         while True:
             await asyncio.sleep(interval)
             try:
                 job()
+            except OSError as exc:
+                if not failed:
+                    logger.error("background storage task failing", task=name, error=str(exc))
+                failed += 1
+                continue
             except Exception:
-                # A failing pass (disk full, I/O error) must not kill the task: log, retry later.
                 logger.exception("background storage task failed", task=name)
+                continue
+            if failed:
+                logger.warning("background storage task recovered", task=name, failed=failed)
+                failed = 0
 
     async def stop(self) -> None:
         """Cancel the background tasks, wait for them, then :meth:`close`."""

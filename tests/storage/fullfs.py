@@ -4,8 +4,10 @@ default; EIO, EDQUOT...), the way a full file system answers ``pwrite``.
 
 What needs no space still works, as on a real full disk: opening and creating files (the
 inodes are not exhausted), empty writes, growing a file with ``ftruncate`` (sparse), renames,
-removals, fsyncs (what was written is already allocated). ``fail_fsync`` also fails fsyncs (a
-file system that allocates at writeback, or EIO). ``failures`` counts the injected errors.
+removals, fsyncs (what was written is already allocated). ``allocate`` (``posix_fallocate``)
+fails while full. ``fail_fsync`` also fails fsyncs (a file system that allocates at writeback,
+or EIO); ``fail_allocate`` fails only allocations (the log's last page had room, an index page
+has none). ``failures`` counts the injected errors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class FullDiskVFS(OSVFS):
     def __init__(self, error: int = errno.ENOSPC) -> None:
         self.full = False
         self.fail_fsync = False
+        self.fail_allocate = False
         self.errno = error
         self.failures = 0
 
@@ -46,6 +49,11 @@ class FullDiskFile(OSFile):
         if self.vfs.full and len(memoryview(data)):
             raise self.vfs.fail(self.path)
         super().pwrite(data, offset)
+
+    def allocate(self, offset: int, length: int) -> None:
+        if self.vfs.full or self.vfs.fail_allocate:
+            raise self.vfs.fail(self.path)
+        super().allocate(offset, length)
 
     def fsync(self) -> None:
         if self.vfs.fail_fsync:

@@ -149,3 +149,74 @@ async def test_a_failing_background_task_logs_once_per_episode(tmp_path: Path) -
     (done,) = recovered()
     assert done["task"] == "checkpoint" and done["failed"] >= 5  # type: ignore[operator]
     assert not [e for e in captured if e["log_level"] == "error" and e not in failing]
+
+
+def test_index_pages_are_reserved_before_a_batch_is_written(tmp_path: Path) -> None:
+    """An append that needs an index page the disk cannot give fails with ENOSPC before the
+    batch is written (a store into the sparse page would be SIGBUS: the next test)."""
+    vfs = FullDiskVFS()
+    config = LogConfig(segment_index_bytes=1 << 20, index_interval_bytes=1)
+    log = Log.open(tmp_path / "t-0", config, vfs=vfs)
+    sizes: list[int] = []
+    for i in range(3000):  # entries cross many index pages
+        if i == 1500:
+            vfs.fail_allocate = True
+            with pytest.raises(OSError) as info:
+                for j in range(5000):
+                    sizes = log_bytes(log)
+                    log.append_as_leader(batch([b"%d" % (i + j)]))
+            assert info.value.errno == errno.ENOSPC
+            assert log_bytes(log) == sizes and log.log_end_offset == i + j
+            vfs.fail_allocate = False
+            break
+        log.append_as_leader(batch([b"%d" % i]))
+    log.close()
+
+
+SIGBUS_CHILD = """
+import errno, os, sys
+from pathlib import Path
+from sluice.server.storage.index import OffsetIndex
+mount = Path(sys.argv[1])
+index = OffsetIndex(mount / "00000000000000000000.index", 0, max_index_size=1 << 20)
+with open(mount / "ballast", "wb") as f:  # the disk full: nothing behind the sparse index
+    try:
+        while True:
+            f.write(bytes(1 << 16))
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+try:
+    for i in range(2000):
+        index.append(i, i * 100)
+except OSError as exc:
+    print("ENOSPC" if exc.errno == errno.ENOSPC else exc)
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def test_a_full_disk_fails_an_index_append_instead_of_killing_the_process(
+    tmp_path: Path,
+) -> None:
+    """Real pages on a real full file system (a small tmpfs, so root only): before index
+    pages were reserved, this store was SIGBUS."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                             capture_output=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        child = subprocess.run([sys.executable, "-c", SIGBUS_CHILD, str(mount)],
+                               capture_output=True, timeout=60, check=False)  # fmt: skip
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert child.returncode != -signal.SIGBUS, "killed by SIGBUS"
+    assert (child.returncode, child.stdout.strip()) == (0, b"ENOSPC"), child.stderr.decode()

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -39,6 +41,8 @@ from sluice.protocol.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
+    KafkaError,
+    KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -467,24 +471,82 @@ class LogManager:
         """Create ``name`` with ``num_partitions`` empty partitions and the given topic-level
         config overrides. The metadata is persisted before the directories are created, so a
         crash in between leaves a topic whose missing partitions are created at the next load.
+
+        All or nothing while the process lives: if creating a partition's files fails (an
+        ``OSError``: the open-file limit, the disk full) the logs made so far are closed and
+        removed, the metadata is written back without the topic, and KafkaStorageError says
+        what ran out (:meth:`_storage_error`). One request cannot leave a topic behind that
+        stops the next start.
         """
         self._check_open()
         config = self.validate_new_topic(name, num_partitions, overrides)
         self._topics[name] = (num_partitions, {str(k): str(v) for k, v in overrides.items()})
         self._configs[name] = config
-        self._write_topics_file()
-        logs = []
-        for partition in range(num_partitions):
-            log = Log.open(
-                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
-            )
-            self._logs[TopicPartition(name, partition)] = log
-            logs.append(log)
-        self._vfs.fsync_dir(self.log_dir)
+        try:
+            self._write_topics_file()
+            logs = self._open_new_logs(name, range(num_partitions), config)
+        except OSError as exc:
+            del self._topics[name], self._configs[name]
+            self._forget_in_metadata(name)
+            raise self._storage_error(name, num_partitions, exc) from exc
         logger.info(
             "topic created", topic=name, partitions=num_partitions, overrides=dict(overrides)
         )
         return logs
+
+    def _open_new_logs(self, topic: str, partitions: range, config: LogConfig) -> list[Log]:
+        """Open (create) the logs of ``partitions`` and make their directory entries durable;
+        if any of it fails, close and remove the ones made before raising."""
+        logs: list[Log] = []
+        try:
+            for partition in partitions:
+                log = Log.open(
+                    self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
+                )
+                self._logs[TopicPartition(topic, partition)] = log
+                logs.append(log)
+            self._vfs.fsync_dir(self.log_dir)
+        except OSError:
+            for partition in partitions:
+                made = self._logs.get(TopicPartition(topic, partition))
+                if made is not None:
+                    del self._logs[TopicPartition(topic, partition)]
+                    with contextlib.suppress(OSError):
+                        made.delete()
+                # A directory Log.open made before it failed (not in _logs yet).
+                shutil.rmtree(self._partition_dir(topic, partition), ignore_errors=True)
+            raise
+        return logs
+
+    def _forget_in_metadata(self, topic: str) -> None:
+        """Rollback of a failed create: the metadata without ``topic``. If even that cannot
+        be written, the topic stays listed and its partitions are created at the next start
+        (as after a crash at that point): say so."""
+        try:
+            self._write_topics_file()
+        except OSError as exc:
+            logger.error("failed topic still listed in the metadata: created at the next start",
+                         topic=topic, file=TOPICS_FILE, error=str(exc))  # fmt: skip
+
+    @staticmethod
+    def _storage_error(topic: str, partitions: int, exc: OSError) -> KafkaError:
+        """What ran out, as the client sees it (Kafka's ``LogManager.getOrCreateLog`` turns an
+        ``IOException`` into KafkaStorageException, "Error while creating log for ...")."""
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            reason += (
+                f": this broker may open {soft} files (ulimit -n) and each open partition "
+                "keeps its segment files open"
+            )
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            reason += ": the log directory's file system is full"
+        message = (
+            f"Error while creating the logs of {topic} ({partitions} partitions): {reason}; "
+            "nothing was created"
+        )
+        logger.error("topic creation failed and was undone", topic=topic, error=message)
+        return KafkaStorageError(message)
 
     def validate_new_partition_count(self, name: str, count: int) -> int:
         """Every check :meth:`add_partitions` makes, without adding anything (CreatePartitions
@@ -520,15 +582,15 @@ class LogManager:
         self._topics[name] = (count, overrides)
         if name in self._hosted:  # a cluster's topic: never standalone; kept consistent anyway
             self._hosted[name].update(range(current, count))
-        self._write_topics_file()
-        logs = []
-        for partition in range(current, count):
-            log = Log.open(
-                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
-            )
-            self._logs[TopicPartition(name, partition)] = log
-            logs.append(log)
-        self._vfs.fsync_dir(self.log_dir)
+        try:
+            self._write_topics_file()
+            logs = self._open_new_logs(name, range(current, count), config)
+        except OSError as exc:  # all or nothing, as create_topic
+            self._topics[name] = (current, overrides)
+            if name in self._hosted:
+                self._hosted[name].difference_update(range(current, count))
+            self._forget_in_metadata(name)
+            raise self._storage_error(name, count - current, exc) from exc
         logger.info("partitions added", topic=name, partitions=count, previously=current)
         return logs
 

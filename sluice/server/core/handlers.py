@@ -468,7 +468,17 @@ class Handlers:
 
         Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
         without creating and driving a coroutine; :meth:`handle` awaits what needs awaiting.
+
+        ``fetch.max.bytes`` caps what any request may ask for (``max_bytes``, and ``min_bytes``
+        below it), followers' too, as Kafka's ``KafkaApis.handleFetchRequest``: the bound on
+        what one response holds in memory (copy path) or in flight (zero copy), whatever a
+        client asks; the first batch may still exceed it (KIP-74).
         """
+        cap = self.config.fetch_max_bytes
+        if body.max_bytes > cap:
+            body.max_bytes = cap  # (the decoded request is this call's own)
+        if body.min_bytes > body.max_bytes:
+            body.min_bytes = body.max_bytes
         isolation = _fetch_isolation(body.isolation_level, body.replica_id)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)

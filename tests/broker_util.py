@@ -90,6 +90,7 @@ def start_broker(
     log_path: Path | None = None,
     python_args: Sequence[str] = (),
     source_tree: Path | None = None,
+    command_prefix: Sequence[str] = (),
 ) -> BrokerProcess:
     """Start ``python -m sluice.server`` on 127.0.0.1 and return once it accepts TCP connections.
 
@@ -97,13 +98,15 @@ def start_broker(
     runs
     the broker from another checkout (its working directory, so ``-m sluice.server`` imports it):
     the
-    benchmarks use both to profile and to A/B against another commit."""
+    benchmarks use both to profile and to A/B against another commit. ``command_prefix`` runs
+    the broker under another command (e.g. ``prlimit --nofile=N``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
     for _attempt in range(3):  # the free port may be taken between free_port() and bind
         chosen = port if port is not None else free_port()
         path = log_path or data_dir.parent / f"broker-{data_dir.name}-{chosen}-{time.time_ns()}.log"
         args = [
+            *command_prefix,
             sys.executable,
             *python_args,
             "-m",

@@ -103,6 +103,9 @@ UnknownMemberId = _define("UnknownMemberId", 25, False, "unknown member id")
 InvalidSessionTimeout = _define("InvalidSessionTimeout", 26, False, "invalid session timeout")
 RebalanceInProgress = _define("RebalanceInProgress", 27, False, "rebalance in progress")
 InvalidCommitOffsetSize = _define("InvalidCommitOffsetSize", 28, False, "invalid commit size")
+TopicAuthorizationFailed = _define(
+    "TopicAuthorizationFailed", 29, False, "not authorized to access or change the topic"
+)
 InvalidTimestamp = _define(
     "InvalidTimestamp", 32, False, "record timestamp out of the topic's accepted range"
 )

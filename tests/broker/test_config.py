@@ -327,6 +327,10 @@ DECLARED = {
         "500",
         "per connection: unanswered requests before the broker stops reading from it",
     ),
+    "fetch.max.bytes": (
+        "57671680",
+        "largest Fetch response; a request asking more gets this (its first batch may exceed it)",
+    ),
     "sluice.connection.max.unsent.bytes": (
         "4194304",
         "per connection: write-buffer high watermark; above it reading pauses",

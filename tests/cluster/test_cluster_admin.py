@@ -55,3 +55,41 @@ def test_create_partitions_in_a_cluster(sluice_cluster: EmbeddedCluster) -> None
     explicit = NewPartitions("grow", 5, replica_assignment=[[3, 1]])
     admin.create_partitions([explicit], operation_timeout=30)["grow"].result(DEADLINE_S)
     assert described()[4][1] == [3, 1]
+
+
+def test_internal_topic_is_protected_in_a_cluster(sluice_cluster: EmbeddedCluster) -> None:
+    """DeleteTopics, CreatePartitions and DeleteRecords on ``__consumer_offsets`` are refused
+    by whichever broker is asked (Kafka's codes; ``tests/broker/test_internal_topics.py``),
+    nothing is asked of the controller, and the group's commit survives."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    cluster = sluice_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("kept", 1, 3)], operation_timeout=30)["kept"].result(DEADLINE_S)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g"})
+    try:
+        consumer.commit(offsets=[TopicPartition("kept", 0, 3)], asynchronous=False)
+    finally:
+        consumer.close()
+    internal = "__consumer_offsets"
+    partitions = len(admin.list_topics(internal, timeout=DEADLINE_S).topics[internal].partitions)
+    for call, code in (
+        (lambda: admin.delete_topics([internal], operation_timeout=30)[internal],
+         KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        (lambda: admin.create_partitions([NewPartitions(internal, partitions + 1)])[internal],
+         KafkaError.INVALID_REQUEST),
+        (lambda: next(iter(admin.delete_records([TopicPartition(internal, 0, 1)]).values())),
+         KafkaError.TOPIC_EXCEPTION),
+    ):  # fmt: skip
+        with pytest.raises(KafkaException) as info:
+            call().result(DEADLINE_S)
+        assert info.value.args[0].code() == code, info.value
+    meta = admin.list_topics(internal, timeout=DEADLINE_S).topics[internal]
+    assert meta.error is None and len(meta.partitions) == partitions
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g"})
+    try:
+        (tp,) = consumer.committed([TopicPartition("kept", 0)], timeout=DEADLINE_S)
+        assert tp.offset == 3
+    finally:
+        consumer.close()

@@ -313,3 +313,77 @@ def test_kafka_python_delete_records_and_topics(broker: BrokerProcess) -> None:
             client.delete_topics([topic])
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------ internal topics (issue 13)
+
+
+def committed_group(broker: BrokerProcess) -> tuple[str, str]:
+    """``(group, topic)``: a group that committed offset 3 on ``topic``-0 (so
+    ``__consumer_offsets`` exists and holds something to lose)."""
+    from confluent_kafka import Consumer
+
+    group, topic = unique("keep"), unique("kept")
+    create_topic(broker, topic, 1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        c.close()
+    return group, topic
+
+
+def committed_offset(broker: BrokerProcess, group: str, topic: str) -> int:
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=DEADLINE_S)
+        return int(tp.offset)
+    finally:
+        c.close()
+
+
+def test_confluent_internal_topic_is_protected(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import NewPartitions
+
+    group, topic = committed_group(broker)
+    client = admin(broker)
+    internal = "__consumer_offsets"
+    for call, code in (
+        (lambda: client.delete_topics([internal])[internal],
+         KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        (lambda: client.create_partitions([NewPartitions(internal, 9)])[internal],
+         KafkaError.INVALID_REQUEST),
+        (lambda: next(iter(client.delete_records([TopicPartition(internal, 0, 1)]).values())),
+         KafkaError.TOPIC_EXCEPTION),
+    ):  # fmt: skip
+        with pytest.raises(KafkaException) as info:
+            call().result(DEADLINE_S)
+        assert info.value.args[0].code() == code, info.value
+    failures: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
+    producer.produce(internal, b"garbage", partition=0,
+                     on_delivery=lambda err, _msg: failures.append(err))  # fmt: skip
+    assert producer.flush(DEADLINE_S) == 0
+    assert [e.code() for e in failures] == [KafkaError.TOPIC_EXCEPTION]
+    assert committed_offset(broker, group, topic) == 3
+
+
+def test_kafka_python_internal_topic_is_protected(broker: BrokerProcess) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.errors import InvalidTopicError, TopicAuthorizationFailedError
+        from kafka.structs import TopicPartition as KpTopicPartition
+
+    group, topic = committed_group(broker)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            client.delete_topics(["__consumer_offsets"])
+        with pytest.raises(InvalidTopicError):
+            client.delete_records({KpTopicPartition("__consumer_offsets", 0): 1})
+    finally:
+        client.close()
+    assert committed_offset(broker, group, topic) == 3

@@ -220,6 +220,13 @@ OPTIONS: tuple[Option, ...] = (
         "per connection: write-buffer high watermark; above it reading pauses",
     ),
     Option(
+        "fetch.max.bytes",
+        "fetch_max_bytes",
+        int_in(1024),
+        "57671680",
+        "largest Fetch response; a request asking more gets this (its first batch may exceed it)",
+    ),
+    Option(
         "sluice.fetch.zero.copy",
         "fetch_zero_copy",
         boolean,
@@ -467,6 +474,7 @@ class Config:
     socket_receive_buffer_bytes: int = -1
     queued_max_requests: int = 500
     max_unsent_bytes: int = 4194304
+    fetch_max_bytes: int = 57671680
     fetch_zero_copy: bool = True
     shutdown_timeout_ms: int = 10000
     metrics_listener: MetricsListener | None = None

@@ -54,6 +54,10 @@ CONSUMER_REPLICA_ID = -1
 #: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
 DEBUGGING_REPLICA_ID = -2
 
+#: The one client id whose Produce may append to an internal topic (Kafka's
+#: ``AdminUtils.AdminClientId``, checked in ``KafkaApis.handleProduceRequest``): a repair tool.
+ADMIN_CLIENT_ID = "__admin_client"
+
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
 CLOSE_CONNECTION: Any = object()
 
@@ -400,6 +404,7 @@ class Handlers:
             [(t.name, pd.index, pd.records) for t in topic_data for pd in t.partition_data],
             body.acks,
             body.timeout_ms,
+            internal_topics_allowed=header.client_id == ADMIN_CLIENT_ID,
         )
         if delayed is None:
             return self._produce_response(body, results)
@@ -474,7 +479,17 @@ class Handlers:
 
         Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
         without creating and driving a coroutine; :meth:`handle` awaits what needs awaiting.
+
+        ``fetch.max.bytes`` caps what any request may ask for (``max_bytes``, and ``min_bytes``
+        below it), followers' too, as Kafka's ``KafkaApis.handleFetchRequest``: the bound on
+        what one response holds in memory (copy path) or in flight (zero copy), whatever a
+        client asks; the first batch may still exceed it (KIP-74).
         """
+        cap = self.config.fetch_max_bytes
+        if body.max_bytes > cap:
+            body.max_bytes = cap  # (the decoded request is this call's own)
+        if body.min_bytes > body.max_bytes:
+            body.min_bytes = body.max_bytes
         isolation = _fetch_isolation(body.isolation_level, body.replica_id)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
@@ -820,7 +835,10 @@ class Handlers:
         UNKNOWN_TOPIC_OR_PARTITION, a topic named twice INVALID_REQUEST, ``assignments`` (one
         replica list per new partition) that do not fit INVALID_REPLICA_ASSIGNMENT;
         ``validate_only`` checks without adding. ``__consumer_offsets`` is refused
-        (INVALID_REQUEST): the group coordinator places groups by its partition count.
+        (INVALID_REQUEST): the group coordinator places groups by its partition count. (Kafka's
+        broker does not check it, ``ZkAdminManager.createPartitions`` 2.8; ``kafka-topics.sh``
+        refuses it client-side, ``TopicCommand``: "The number of partitions for the internal
+        topic ... cannot be changed".)
         Standalone the logs are added now (``LogManager.add_partitions``); in a cluster a
         coroutine writes the grown assignment to ZooKeeper and waits for the new leaders."""
         seen: dict[str, int] = {}
@@ -915,6 +933,16 @@ class Handlers:
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
     def delete_topics(self, header: RequestHeader, body: m.DeleteTopicsRequest) -> Any:
+        """Delete topics (standalone now; in a cluster through the controller).
+
+        ``__consumer_offsets`` is refused with TOPIC_AUTHORIZATION_FAILED, the rest of the
+        request served. Kafka's broker has no internal-topic check of its own here
+        (``KafkaApis.handleDeleteTopicsRequest``, 2.8 and 3.x ``ControllerApis.deleteTopics``):
+        what refuses a deletion of an existing topic is the authorizer, with that code, and
+        ``kafka-topics.sh`` refuses internal topics client-side (``TopicCommand``: "is a kafka
+        internal topic and is not allowed to be marked for deletion"). Sluice has no ACLs, so
+        it answers what a Kafka cluster denying DELETE on internal topics answers: every
+        committed offset would otherwise be gone (and groups placed on a topic recreated)."""
         if self.cluster is not None and self.config.delete_topic_enable:
             return self._cluster_delete_topics(self.cluster, body)
         cls = m.DeleteTopicsResponse
@@ -924,6 +952,8 @@ class Handlers:
             code = 0
             if not self.config.delete_topic_enable:
                 code = errors.TopicDeletionDisabled.code
+            elif name == OFFSETS_TOPIC:
+                code = self._refuse_internal_deletion(name)
             else:
                 try:
                     self.replicas.delete_topic(name)  # parked fetches answer (with an error) now
@@ -943,6 +973,9 @@ class Handlers:
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
         codes: dict[str, int] = {}
         for name in body.topic_names:
+            if name == OFFSETS_TOPIC:
+                codes[name] = self._refuse_internal_deletion(name)
+                continue
             try:
                 await cluster.delete_topic(name)
                 codes[name] = 0
@@ -966,11 +999,21 @@ class Handlers:
             responses=[result_cls(name=n, error_code=codes[n]) for n in body.topic_names],
         )
 
+    @staticmethod
+    def _refuse_internal_deletion(name: str) -> int:
+        log.warning("refused to delete an internal topic", topic=name)
+        return errors.TopicAuthorizationFailed.code
+
     # --- DeleteRecords (21) ----------------------------------------------------------------------
 
     def delete_records(
         self, header: RequestHeader, body: m.DeleteRecordsRequest
     ) -> m.DeleteRecordsResponse:
+        """Move each partition's log start offset (on the leader; followers follow).
+
+        ``__consumer_offsets`` is refused with INVALID_TOPIC_EXCEPTION, "Cannot delete records
+        of internal topic", before the partition is looked up, as Kafka's
+        ``ReplicaManager.deleteRecords`` does (2.6 to 3.x)."""
         cls = m.DeleteRecordsResponse
         topic_cls = m.DeleteRecordsResponse.DeleteRecordsTopicResult
         part_cls = m.DeleteRecordsResponse.DeleteRecordsPartitionResult
@@ -980,7 +1023,11 @@ class Handlers:
             for p in topic.partitions:
                 partition = self.replicas.get_partition(topic.name, p.partition_index)
                 code, low = 0, -1
-                if partition is None:
+                if topic.name == OFFSETS_TOPIC:
+                    code = errors.InvalidTopic.code
+                    log.warning("refused to delete records of an internal topic",
+                                topic=topic.name)  # fmt: skip
+                elif partition is None:
                     code = self.replicas.missing_partition_code(topic.name, p.partition_index)
                 else:
                     try:

@@ -50,8 +50,9 @@ class ReplicaAppender:
         self, partition: int, records: bytes, acks: int
     ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
         results, delayed = self._replicas.append_records(
-            [(OFFSETS_TOPIC, partition, records)], acks, self._timeout_ms
-        )
+            [(OFFSETS_TOPIC, partition, records)], acks, self._timeout_ms,
+            internal_topics_allowed=True,
+        )  # fmt: skip
         if delayed is None:
             return _outcome(results[0])
         return self._settle_later(delayed)

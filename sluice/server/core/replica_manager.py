@@ -52,6 +52,7 @@ and its parking.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol.records import NO_TIMESTAMP
+from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 from sluice.server.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -790,6 +792,60 @@ class DelayedFetch(DelayedOperation):
         return False
 
 
+class DiskFaults:
+    """Appends failing on a storage error (``OSError`` from the log: ENOSPC, EIO, EDQUOT...),
+    logged once per partition per *episode* instead of once per request.
+
+    An episode starts with a partition's first failing append (one ERROR line naming the
+    errno) and ends with its next successful append (one WARNING line with how many appends
+    failed and for how long) or at shutdown (one ERROR line with the count). With the disk
+    full a client's retries fail hundreds of times a second; a traceback for each buries the
+    log (415 in 3 s were seen). The client gets KAFKA_STORAGE_ERROR (retriable) each time.
+
+    Kafka takes the whole log dir offline on an ``IOException`` (``LogDirFailureChannel``)
+    until a restart; Sluice keeps the partition: the storage layer leaves a failed append
+    without a trace (``LogSegment.append`` cuts a torn write back), so appends resume by
+    themselves when space returns. Only the append paths call this, on the event loop."""
+
+    __slots__ = ("_clock", "_open")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        #: partition -> [failed appends, first failure (clock), errno name]
+        self._open: dict[PartitionKey, list[Any]] = {}
+        self._clock = clock
+
+    def __bool__(self) -> bool:
+        return bool(self._open)
+
+    def failed(self, key: PartitionKey, exc: OSError) -> str:
+        """Count a failed append; returns the message for the client."""
+        reason = exc.strerror or str(exc)
+        episode = self._open.get(key)
+        if episode is not None:
+            episode[0] += 1
+            return reason
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self._open[key] = [1, self._clock(), name]
+        log.error("appends failing: storage error", topic=key[0], partition=key[1], errno=name,
+                  error=reason, file=exc.filename)  # fmt: skip
+        return reason
+
+    def succeeded(self, key: PartitionKey) -> None:
+        episode = self._open.pop(key, None)
+        if episode is not None:
+            log.warning("appends resumed", topic=key[0], partition=key[1], failed=episode[0],
+                        errno=episode[2],
+                        seconds=round(self._clock() - episode[1], 3))  # fmt: skip
+
+    def close(self) -> None:
+        """Shutdown: the episodes still open, with their counts."""
+        for (topic, index), (count, since, name) in sorted(self._open.items()):
+            log.error("appends still failing at shutdown", topic=topic, partition=index,
+                      failed=count, errno=name,
+                      seconds=round(self._clock() - since, 3))  # fmt: skip
+        self._open.clear()
+
+
 class AppendResult(NamedTuple):
     """One partition's outcome of :meth:`ReplicaManager.append_records` (``info`` None on
     error). A parked ``acks=-1`` produce rewrites ``error`` when it completes."""
@@ -880,6 +936,7 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
         self._isr_writer = isr_writer
         self._isr_writes: set[asyncio.Task[None]] = set()
+        self.disk_faults = DiskFaults()
         #: Whether the cluster has ``topic-index`` (the cluster's metadata cache replaces it).
         self.known_partition: Callable[[str, int], bool] = self._known_locally
         if isr_writer is not None:
@@ -907,6 +964,7 @@ class ReplicaManager:
             fetch.force_complete()
         for produce in self.produce_purgatory.drain():
             produce.expire()
+        self.disk_faults.close()
 
     # --- partition state -------------------------------------------------------------------------
 
@@ -1160,9 +1218,19 @@ class ReplicaManager:
     # --- produce ---------------------------------------------------------------------------------
 
     def append_records(
-        self, entries: Iterable[tuple[str, int, Any]], acks: int, timeout_ms: int
+        self,
+        entries: Iterable[tuple[str, int, Any]],
+        acks: int,
+        timeout_ms: int,
+        *,
+        internal_topics_allowed: bool = False,
     ) -> tuple[list[AppendResult], DelayedProduce | None]:
         """Leader append of each ``(topic, partition, records)``, in order.
+
+        An internal topic (``__consumer_offsets``) is appended to only with
+        ``internal_topics_allowed`` (the group coordinator's writes); a client's Produce gets
+        INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic", as from Kafka's
+        ``ReplicaManager.appendToLocalLog``.
 
         Returns one :class:`AppendResult` per entry and, for ``acks=-1`` when some partition's HW
         is not yet past its records, the :class:`DelayedProduce` to wait on (already parked; the
@@ -1175,6 +1243,11 @@ class ReplicaManager:
             return [AppendResult(t, i, code, None, None, -1) for t, i, _ in entries], None
         pending: dict[int, tuple[Partition, int]] | None = {} if acks == -1 else None
         for topic, index, records in entries:
+            if topic == OFFSETS_TOPIC and not internal_topics_allowed:
+                message = f"Cannot append to internal topic {topic}"
+                results.append(AppendResult(topic, index, errors.InvalidTopic.code, message,
+                                            None, -1))  # fmt: skip
+                continue
             partition = self.get_partition(topic, index)
             if partition is None:
                 code = self.missing_partition_code(topic, index)
@@ -1192,12 +1265,19 @@ class ReplicaManager:
                 log.info("produce rejected", topic=topic, partition=index, error=str(exc))
                 results.append(AppendResult(topic, index, exc.code, str(exc), None, -1))
                 continue
+            except OSError as exc:  # disk full, I/O error: nothing of it is in the log
+                message = self.disk_faults.failed((topic, index), exc)
+                code = errors.KafkaStorageError.code
+                results.append(AppendResult(topic, index, code, message, None, -1))
+                continue
             except Exception as exc:
                 log.exception("append failed", topic=topic, partition=index)
                 code = errors.UnknownServerError.code
                 results.append(AppendResult(topic, index, code, type(exc).__name__, None, -1))
                 continue
             key = (topic, index)
+            if self.disk_faults:
+                self.disk_faults.succeeded(key)
             if log_.high_watermark != hw_before:
                 self.complete_delayed_requests(key)
             else:

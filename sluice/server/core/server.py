@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from sluice.server.core.replica_manager import Partition
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.storage.log_manager import LogManager
+    from sluice.server.storage.vfs import VFS
 
 log = get_logger("sluice.server")
 
@@ -51,8 +52,11 @@ class Server:
     ``port`` is the bound port after :meth:`start` (useful with ``listeners=...:0``).
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, vfs: VFS | None = None) -> None:
+        """``vfs``: the storage layer's file system (default: the OS); tests pass one that
+        fails writes (a full disk)."""
         self.config = config
+        self._vfs = vfs
         self.metrics = Metrics()
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
@@ -73,6 +77,7 @@ class Server:
 
     async def start(self) -> None:
         from sluice.server.storage.log_manager import LogManager
+        from sluice.server.storage.vfs import DEFAULT_VFS
 
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +92,7 @@ class Server:
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             checkpoint_interval_ms=config.log_checkpoint_interval_ms,
             flush_check_interval_ms=flush_check_ms,
+            vfs=DEFAULT_VFS if self._vfs is None else self._vfs,
         )
         manager.open()
         manager.flush_listener = self.metrics.log_flush.observe

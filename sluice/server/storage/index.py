@@ -92,12 +92,26 @@ def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
+#: How much of an index file :meth:`AbstractIndex.reserve` gives storage to at a time: one
+#: ``posix_fallocate`` per 2,048 offset-index entries (~8 MiB of log at the default interval).
+RESERVE_BYTES = 16 * 1024
+
+
 class AbstractIndex:
     """A memory-mapped file of fixed-size entries sorted by key; the entry format is the subclass's.
 
     Invariants: ``0 <= entries <= max_entries``; ``max_entries = file length // entry_size``;
     entries ``[0, entries)`` are valid and sorted strictly increasing by key; the bytes after them
     are unused (zeros in a preallocated file).
+
+    Storage behind the map: a new index is preallocated with ``ftruncate``, a *sparse* file,
+    and a store into one of its pages makes the file system allocate that page then; with the
+    disk full the store is SIGBUS and the broker dies (Kafka's JVM dies the same way, with an
+    ``InternalError``). So every entry is stored only below ``_allocated``, a prefix of the file
+    given storage with :meth:`reserve` (``posix_fallocate``, :data:`RESERVE_BYTES` at a time),
+    which fails with ``OSError`` (ENOSPC) instead. The segment reserves the next entries before
+    it writes a batch (:meth:`LogSegment.append`), so a full disk fails the append before
+    anything is written; the stores check again (a no-op then) so that no path can fault.
 
     Opening a file that already exists: Kafka counts every slot of the file as an entry and relies
     on recovery to fix a file left preallocated by a crash. Here the unwritten tail is recognized
@@ -145,6 +159,8 @@ class AbstractIndex:
             # Like Kafka, keep only the map (CPython < 3.13 still keeps a dup inside the map).
             file.close()
         self._entries = 0 if self.newly_created else self._count_written_slots()
+        #: Bytes from the file's start known to have storage: the written entries (see above).
+        self._allocated = self._entries * entry_size
         self._load_last_entry()
 
     # -- subclass hooks -----------------------------------------------------------------------
@@ -321,6 +337,7 @@ class AbstractIndex:
         try:
             file.truncate(rounded)
             self._set_length(rounded)
+            self._allocated = min(self._allocated, rounded)  # re-extended: sparse again
             self._map_file(file)
         finally:
             file.close()
@@ -329,6 +346,26 @@ class AbstractIndex:
             self._entries = self._max_entries
             self._load_last_entry()
         return True
+
+    def reserve(self, entries: int = 2) -> None:
+        """Give storage to the pages the next ``entries`` entries will be stored in (default:
+        the next one and the final time-index entry of a roll), before anything is stored
+        through the map; OSError (ENOSPC) when the file system has none."""
+        end = (self._entries + entries) * self.entry.size
+        if end > self._allocated:
+            self._reserve(end)
+
+    def _reserve(self, end: int) -> None:
+        start = self._allocated
+        stop = min(max(end, start + RESERVE_BYTES), self._length)
+        if stop <= start:
+            return
+        file = self._vfs.open(self.path, create=False, writable=True)
+        try:
+            file.allocate(start, stop - start)
+        finally:
+            file.close()
+        self._allocated = stop
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to the valid entries (the unused preallocated tail goes)."""
@@ -555,6 +592,8 @@ class OffsetIndex(AbstractIndex):
         relative = offset - self.base_offset
         if not 0 <= relative <= _INT32_MAX:
             relative = self.relative_offset(offset)  # raises IndexOffsetOverflowError
+        if entries * 8 + 8 > self._allocated:
+            self._reserve(entries * 8 + 8)  # (see the class docstring: no SIGBUS)
         # (a non-empty file is always mapped: max_entries > 0 implies a map)
         OFFSET_ENTRY.pack_into(self._buffer(), entries * 8, relative, position)
         self._entries = entries + 1
@@ -664,6 +703,8 @@ class TimeIndex(AbstractIndex):
             if self._entries >= self._max_entries:
                 raise InvalidIndexAppendError(f"no slot left in time index {self.path}")
             relative = self.relative_offset(offset)
+            if self._entries * 12 + 12 > self._allocated:
+                self._reserve(self._entries * 12 + 12)  # (see AbstractIndex: no SIGBUS)
             TIME_ENTRY.pack_into(self._buffer(), self._entries * 12, timestamp, relative)
             self._entries += 1
             self._last_entry = TimestampOffset(timestamp, offset)

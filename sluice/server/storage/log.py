@@ -7,6 +7,7 @@ numbered crash-recovery procedure.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import os
 import random
@@ -1471,27 +1472,48 @@ class Log:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Flush, finish pending deletions and close every segment (trims the indexes)."""
+        """Flush, finish pending deletions and close every segment (trims the indexes).
+
+        The files are closed even when the flush fails (an ``OSError``: EIO, or ENOSPC from
+        a file system that allocates at writeback); the error is raised afterwards, so the
+        LogManager knows this log was not made durable and writes no clean-shutdown marker.
+        """
         if self._closed:
             return
-        self.flush()
-        active = self._segments[-1]
-        if active.size > 0:
-            # Final time-index entry and trimmed indexes on disk before the LogManager writes
-            # the clean-shutdown marker: the next load trusts the indexes as they are, and the
-            # last time-index entry is the segment's max timestamp that retention.ms compares.
-            active.on_becoming_inactive()
-        if self._producers is not None:
+        failure: OSError | None = None
+        try:
+            self.flush()
+            active = self._segments[-1]
+            if active.size > 0:
+                # Final time-index entry and trimmed indexes on disk before the LogManager
+                # writes the clean-shutdown marker: the next load trusts the indexes as they
+                # are, and the last time-index entry is the segment's max timestamp that
+                # retention.ms compares.
+                active.on_becoming_inactive()
+        except OSError as exc:
+            failure = exc
+        if self._producers is not None and failure is None:
             # Kafka's clean-shutdown producer snapshot: the next build starts from it.
             try:
                 write_snapshot(self.directory, self._leo, self._producers, self._vfs)
             except OSError as exc:
                 logger.warning("producer snapshot not written", dir=str(self.directory),
                                error=str(exc))  # fmt: skip
-        self.run_delayed_deletes(2**63 - 1)
+        try:
+            self.run_delayed_deletes(2**63 - 1)
+        except OSError as exc:  # the files stay renamed *.deleted: the next open removes them
+            logger.warning("delayed deletes not finished", dir=str(self.directory),
+                           error=str(exc))  # fmt: skip
         for segment in self._segments:
-            segment.close()
+            try:
+                segment.close()
+            except OSError as exc:
+                failure = failure or exc
+                with contextlib.suppress(OSError):
+                    segment.close_handlers()
         self._closed = True
+        if failure is not None:
+            raise failure
 
     def delete(self) -> None:
         """Remove every file of this log and its directory (the topic is being deleted)."""

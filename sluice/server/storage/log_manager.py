@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -39,6 +41,8 @@ from sluice.protocol.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
+    KafkaError,
+    KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -304,18 +308,54 @@ class LogManager:
         )
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker.
+
+        A storage error (``OSError``: the disk full, an I/O error) never makes this raise,
+        and every file is closed and the lock released whatever fails; a broker stopped on a
+        full disk exits cleanly. What is written depends on what failed:
+
+        * every log flushed and closed: the marker is written, even if the checkpoints could
+          not be. They are hints (:meth:`open`): after a clean shutdown each log's recovery
+          point is its end, and the older checkpoints cost what a crash at their last write
+          would (a log start offset or HW that moved since then is restored lower). The marker
+          is an empty file, which a file system with no free blocks still takes;
+        * some log failed its flush (its tail may not be on disk): no marker, so the next
+          start recovers every log from its recovery point.
+
+        One log line per kind of failure, with the count of logs it hit.
+        """
         if self._closed or not self._opened:
             return
-        for log in self._logs.values():
-            log.close()  # flushes: recovery point = LEO
-        self.write_checkpoints()
-        self._run_dir_deletes(2**63 - 1)
-        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
-        atomic_write(marker, b"", self._vfs)
-        self._closed = True
-        self._unlock()
-        logger.info("logs closed cleanly", log_dir=str(self.log_dir))
+        try:
+            flush_failures: list[tuple[TopicPartition, OSError]] = []
+            for tp, log in self._logs.items():
+                try:
+                    log.close()  # flushes: recovery point = LEO
+                except OSError as exc:
+                    flush_failures.append((tp, exc))
+            if flush_failures:
+                first, error = flush_failures[0]
+                logger.error("logs not flushed at shutdown: the next start recovers them",
+                             logs=len(flush_failures), first=f"{first.topic}-{first.partition}",
+                             error=str(error))  # fmt: skip
+            try:
+                self.write_checkpoints()
+            except OSError as exc:
+                logger.error("checkpoints not written at shutdown: older ones stay",
+                             error=str(exc))  # fmt: skip
+            self._run_dir_deletes(2**63 - 1)
+            if flush_failures:
+                return
+            try:
+                atomic_write(self.log_dir / CLEAN_SHUTDOWN_MARKER, b"", self._vfs)
+            except OSError as exc:
+                logger.error("clean-shutdown marker not written: the next start recovers",
+                             error=str(exc))  # fmt: skip
+                return
+            logger.info("logs closed cleanly", log_dir=str(self.log_dir))
+        finally:
+            self._closed = True
+            self._unlock()
 
     # ------------------------------------------------------------------ topics
 
@@ -446,25 +486,83 @@ class LogManager:
         """Create ``name`` with ``num_partitions`` empty partitions and the given topic-level
         config overrides. The metadata is persisted before the directories are created, so a
         crash in between leaves a topic whose missing partitions are created at the next load.
+
+        All or nothing while the process lives: if creating a partition's files fails (an
+        ``OSError``: the open-file limit, the disk full) the logs made so far are closed and
+        removed, the metadata is written back without the topic, and KafkaStorageError says
+        what ran out (:meth:`_storage_error`). One request cannot leave a topic behind that
+        stops the next start.
         """
         self._check_open()
         config = self.validate_new_topic(name, num_partitions, overrides)
         self._topics[name] = (num_partitions, {str(k): str(v) for k, v in overrides.items()})
         self._configs[name] = config
-        self._write_topics_file()
-        logs = []
-        for partition in range(num_partitions):
-            log = Log.open(
-                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
-            )
-            self._logs[TopicPartition(name, partition)] = log
-            log.flush_listener = self._flush_listener
-            logs.append(log)
-        self._vfs.fsync_dir(self.log_dir)
+        try:
+            self._write_topics_file()
+            logs = self._open_new_logs(name, range(num_partitions), config)
+        except OSError as exc:
+            del self._topics[name], self._configs[name]
+            self._forget_in_metadata(name)
+            raise self._storage_error(name, num_partitions, exc) from exc
         logger.info(
             "topic created", topic=name, partitions=num_partitions, overrides=dict(overrides)
         )
         return logs
+
+    def _open_new_logs(self, topic: str, partitions: range, config: LogConfig) -> list[Log]:
+        """Open (create) the logs of ``partitions`` and make their directory entries durable;
+        if any of it fails, close and remove the ones made before raising."""
+        logs: list[Log] = []
+        try:
+            for partition in partitions:
+                log = Log.open(
+                    self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
+                )
+                self._logs[TopicPartition(topic, partition)] = log
+                log.flush_listener = self._flush_listener
+                logs.append(log)
+            self._vfs.fsync_dir(self.log_dir)
+        except OSError:
+            for partition in partitions:
+                made = self._logs.get(TopicPartition(topic, partition))
+                if made is not None:
+                    del self._logs[TopicPartition(topic, partition)]
+                    with contextlib.suppress(OSError):
+                        made.delete()
+                # A directory Log.open made before it failed (not in _logs yet).
+                shutil.rmtree(self._partition_dir(topic, partition), ignore_errors=True)
+            raise
+        return logs
+
+    def _forget_in_metadata(self, topic: str) -> None:
+        """Rollback of a failed create: the metadata without ``topic``. If even that cannot
+        be written, the topic stays listed and its partitions are created at the next start
+        (as after a crash at that point): say so."""
+        try:
+            self._write_topics_file()
+        except OSError as exc:
+            logger.error("failed topic still listed in the metadata: created at the next start",
+                         topic=topic, file=TOPICS_FILE, error=str(exc))  # fmt: skip
+
+    @staticmethod
+    def _storage_error(topic: str, partitions: int, exc: OSError) -> KafkaError:
+        """What ran out, as the client sees it (Kafka's ``LogManager.getOrCreateLog`` turns an
+        ``IOException`` into KafkaStorageException, "Error while creating log for ...")."""
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            reason += (
+                f": this broker may open {soft} files (ulimit -n) and each open partition "
+                "keeps its segment files open"
+            )
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            reason += ": the log directory's file system is full"
+        message = (
+            f"Error while creating the logs of {topic} ({partitions} partitions): {reason}; "
+            "nothing was created"
+        )
+        logger.error("topic creation failed and was undone", topic=topic, error=message)
+        return KafkaStorageError(message)
 
     def validate_new_partition_count(self, name: str, count: int) -> int:
         """Every check :meth:`add_partitions` makes, without adding anything (CreatePartitions
@@ -500,16 +598,15 @@ class LogManager:
         self._topics[name] = (count, overrides)
         if name in self._hosted:  # a cluster's topic: never standalone; kept consistent anyway
             self._hosted[name].update(range(current, count))
-        self._write_topics_file()
-        logs = []
-        for partition in range(current, count):
-            log = Log.open(
-                self._partition_dir(name, partition), config, clock=self._clock, vfs=self._vfs
-            )
-            self._logs[TopicPartition(name, partition)] = log
-            log.flush_listener = self._flush_listener
-            logs.append(log)
-        self._vfs.fsync_dir(self.log_dir)
+        try:
+            self._write_topics_file()
+            logs = self._open_new_logs(name, range(current, count), config)
+        except OSError as exc:  # all or nothing, as create_topic
+            self._topics[name] = (current, overrides)
+            if name in self._hosted:
+                self._hosted[name].difference_update(range(current, count))
+            self._forget_in_metadata(name)
+            raise self._storage_error(name, count - current, exc) from exc
         logger.info("partitions added", topic=name, partitions=count, previously=current)
         return logs
 
@@ -644,14 +741,27 @@ class LogManager:
             )
 
     async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        """Run ``job`` every ``interval_ms``. A failing pass must not kill the task: it is
+        logged and tried again next time. A storage error (``OSError``: the disk full) is
+        logged once per episode, without a traceback: when it starts and, with the count of
+        failed passes, when a pass succeeds again. Anything else is a bug: a traceback."""
         interval = max(interval_ms, 1) / 1000
+        failed = 0
         while True:
             await asyncio.sleep(interval)
             try:
                 job()
+            except OSError as exc:
+                if not failed:
+                    logger.error("background storage task failing", task=name, error=str(exc))
+                failed += 1
+                continue
             except Exception:
-                # A failing pass (disk full, I/O error) must not kill the task: log, retry later.
                 logger.exception("background storage task failed", task=name)
+                continue
+            if failed:
+                logger.warning("background storage task recovered", task=name, failed=failed)
+                failed = 0
 
     async def stop(self) -> None:
         """Cancel the background tasks, wait for them, then :meth:`close`."""

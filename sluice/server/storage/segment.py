@@ -316,6 +316,12 @@ class LogSegment:
                     f"offset {largest_offset} is not above the last indexed offset "
                     f"{offset_index.last_offset} of {self.log_path}"
                 )
+        if index_it or self._size == 0:
+            # Storage for the next entries (and the final time-index entry of a roll or
+            # close) before the batch: on a full disk this fails (ENOSPC) with nothing
+            # written, where a store into an unbacked page would be SIGBUS (AbstractIndex).
+            offset_index.reserve()
+            time_index.reserve()
         position = self._size
         try:
             self._file.pwrite(records, position)

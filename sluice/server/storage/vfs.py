@@ -14,8 +14,10 @@ reader (fetch) and the writer (append) of the same file never disturb each other
 
 Memory maps: index files are mapped with :mod:`mmap` over :meth:`VFSFile.fileno`; a fault-injecting
 VFS still hands out real descriptors, so injected faults cover the ``open``/``truncate``/``fsync``/
-``rename`` of index files but not stores into the map (an index is derived data, rebuilt from the
-log when it is found inconsistent).
+``rename``/``allocate`` of index files but not stores into the map (an index is derived data,
+rebuilt from the log when it is found inconsistent). Stores into the map only reach pages
+:meth:`VFSFile.allocate` gave storage to first (``AbstractIndex.reserve``): on a full disk a store
+into an unbacked page of a sparse file is SIGBUS, the process killed.
 
 Concurrency: none. Callers are the single asyncio thread of the broker; calls block (page cache).
 """
@@ -49,6 +51,11 @@ class VFSFile(Protocol):
         ...
 
     def truncate(self, size: int) -> None: ...
+
+    def allocate(self, offset: int, length: int) -> None:
+        """Give ``[offset, offset + length)`` storage without changing the content or
+        shrinking the file (``posix_fallocate``); OSError (ENOSPC) if there is none."""
+        ...
 
     def fsync(self) -> None: ...
 
@@ -135,6 +142,10 @@ class OSFile:
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fileno(), size)
+
+    def allocate(self, offset: int, length: int) -> None:
+        if hasattr(os, "posix_fallocate"):  # (not on macOS: nothing reserved there)
+            os.posix_fallocate(self.fileno(), offset, length)
 
     def fsync(self) -> None:
         os.fsync(self.fileno())

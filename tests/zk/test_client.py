@@ -358,7 +358,9 @@ async def test_session_survives_a_zookeeper_restart(
     sluice_zookeeper_factory: Callable[..., ZooKeeperServer],
 ) -> None:
     server = sluice_zookeeper_factory()
-    client = ZkClient(server.hosts + "/app", session_timeout=6.0)
+    # A session long enough to outlast the restart on a loaded machine (at 6 s it expired
+    # during a full run: the restarted server needed longer).
+    client = ZkClient(server.hosts + "/app", session_timeout=20.0)
     await client.start()
     try:
         events: list[SessionEvent] = []
@@ -372,7 +374,7 @@ async def test_session_survives_a_zookeeper_restart(
                 any(e.state is SessionState.SUSPENDED for e in events)
                 and client.state is SessionState.CONNECTED
             ),
-            timeout=15,
+            timeout=30,
             what="SUSPENDED then CONNECTED",
         )
         # ZooKeeper recovers sessions from its log: same session, ephemeral node still ours.

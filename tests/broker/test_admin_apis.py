@@ -5,7 +5,6 @@ on another broker), ListGroups' filters at v4."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,26 +12,8 @@ import pytest
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.core.server import Server
-from tests.broker.test_server import batch, create_topic, produce, start_server
+from tests.broker.test_server import batch, create_topic, produce
 from tests.broker_util import WireClient
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start_server(tmp_path)
-    try:
-        yield srv
-    finally:
-        await srv.shutdown()
-
-
-@pytest.fixture
-async def client(server: Server) -> AsyncIterator[WireClient]:
-    c = await WireClient.connect("127.0.0.1", server.port)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @pytest.mark.parametrize("version", range(5))

@@ -6,10 +6,7 @@ kafka-python's admin clients: ``tests/interop/test_interop_admin.py``; in a clus
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
@@ -18,24 +15,6 @@ from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from tests.broker.test_admin_apis import create_partitions
 from tests.broker.test_server import batch, create_topic, list_offset, start_server
 from tests.broker_util import WireClient
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start_server(tmp_path)
-    try:
-        yield srv
-    finally:
-        await srv.shutdown()
-
-
-@pytest.fixture
-async def client(server: Server) -> AsyncIterator[WireClient]:
-    c = await WireClient.connect("127.0.0.1", server.port)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def commit(client: WireClient, group: str, topic: str, offset: int) -> None:

@@ -11,7 +11,7 @@ the cluster mode's ZooKeeper watcher will take; a follower that does not exist i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +33,6 @@ NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE = 74, 75, 78
 LOCAL, FOLLOWER = 0, 1  # this broker's node.id, and a made-up second replica
 TS = 1_700_000_000_000
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start_server(tmp_path)
-    try:
-        yield srv
-    finally:
-        await srv.shutdown()
-
-
-@pytest.fixture
-async def client(server: Server) -> AsyncIterator[WireClient]:
-    c = await WireClient.connect("127.0.0.1", server.port)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def replicas(server: Server) -> ReplicaManager:

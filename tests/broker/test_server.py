@@ -66,15 +66,6 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         await srv.shutdown()
 
 
-@pytest.fixture
-async def client(server: Server) -> AsyncIterator[WireClient]:
-    c = await WireClient.connect("127.0.0.1", server.port)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
 # --- helpers -------------------------------------------------------------------------------------
 
 

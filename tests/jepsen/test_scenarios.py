@@ -399,6 +399,18 @@ def test_a_coordinator_failover_during_a_rebalance_settles_the_group(
 # --- unflushed writes lost (power loss) ----------------------------------------------------------
 
 
+def acked_then_power_loss(cluster: FaultCluster, topic: str) -> tuple[int, Any, list[bytes]]:
+    """A topic (RF 3, min ISR 2) with 100 records acknowledged (acks=all), then its leader's
+    power lost: ``(old leader, the producer, the acknowledged values)``."""
+    create(cluster, topic, config={"min.insync.replicas": "2"})
+    leader = wait_leader(cluster, topic, cluster.ids)
+    p = producer(cluster)
+    acked = [b"v%03d" % i for i in range(100)]
+    assert send(p, topic, acked) == list(range(100))
+    cluster.apply("lose_unflushed", leader)
+    return leader, p, acked
+
+
 def test_a_leader_that_loses_its_unflushed_writes_rejoins_without_losing_acked_ones(
     fault_cluster: FaultCluster,
 ) -> None:
@@ -407,12 +419,7 @@ def test_a_leader_that_loses_its_unflushed_writes_rejoins_without_losing_acked_o
     takes over with every acknowledged record; the old leader restarts with a shorter log,
     truncates by epoch and copies the rest back."""
     cluster = fault_cluster
-    create(cluster, "power", config={"min.insync.replicas": "2"})
-    leader = wait_leader(cluster, "power", cluster.ids)
-    p = producer(cluster)
-    acked = [b"v%03d" % i for i in range(100)]
-    assert send(p, "power", acked) == list(range(100))
-    cluster.apply("lose_unflushed", leader)
+    leader, p, acked = acked_then_power_loss(cluster, "power")
     assert cluster.log_bytes(leader, "power", 0) == b""  # nothing of it had been fsynced
     others = [b for b in cluster.ids if b != leader]
     wait_leader(cluster, "power", others)
@@ -500,12 +507,7 @@ def test_a_leader_back_from_a_power_loss_before_anyone_noticed_does_not_lead_on_
     reaction): without the fix it failed two runs in three here; the deterministic tests are
     ``test_controller``'s and ``test_cluster_member``'s."""
     cluster = fault_cluster
-    create(cluster, "quick", config={"min.insync.replicas": "2"})
-    leader = wait_leader(cluster, "quick", cluster.ids)
-    p = producer(cluster)
-    acked = [b"v%03d" % i for i in range(100)]
-    assert send(p, "quick", acked) == list(range(100))
-    cluster.apply("lose_unflushed", leader)
+    leader, p, acked = acked_then_power_loss(cluster, "quick")
     cluster.undo("lose_unflushed", leader)
     more = [b"w%03d" % i for i in range(50)]
     send(p, "quick", more)

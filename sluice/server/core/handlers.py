@@ -86,6 +86,16 @@ def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
 
 
+def _topic_failure(exc: Exception, what: str, topic: str) -> tuple[int, str | None]:
+    """One topic of an admin request failed: ``(error code, message)``. A KafkaError is the
+    client's answer as it is; anything else is logged with its traceback (call this from the
+    ``except`` block) and answered UNKNOWN_SERVER_ERROR with the exception's type."""
+    if isinstance(exc, errors.KafkaError):
+        return exc.code, str(exc.args[0]) if exc.args else None
+    log.exception(what, topic=topic)
+    return _code(exc), type(exc).__name__
+
+
 class Handlers:
     """Dispatch by API key. Created by ``Server`` once; shared by every connection."""
 
@@ -751,11 +761,8 @@ class Handlers:
                 else:
                     self.logs.create_topic(t.name, partitions, configs)
                     log.info("created topic", topic=t.name, partitions=partitions)
-            except errors.KafkaError as exc:
-                code, message = exc.code, str(exc.args[0])
             except Exception as exc:
-                log.exception("create topic failed", topic=t.name)
-                code, message = errors.UnknownServerError.code, type(exc).__name__
+                code, message = _topic_failure(exc, "create topic failed", t.name)
             results.append(result_cls(name=t.name, error_code=code, error_message=message))
         return cls(throttle_time_ms=0, topics=results)
 
@@ -784,11 +791,8 @@ class Handlers:
                 planned = cluster.validate_new_topic(t.name, n, rf, explicit, configs)
                 if not body.validate_only:
                     await cluster.create_topic(t.name, planned, configs, body.timeout_ms)
-            except errors.KafkaError as exc:
-                return exc.code, str(exc.args[0]) if exc.args else None
             except Exception as exc:
-                log.exception("create topic failed", topic=t.name)
-                return errors.UnknownServerError.code, type(exc).__name__
+                return _topic_failure(exc, "create topic failed", t.name)
             return 0, None
 
         outcomes = await asyncio.gather(*(one(t) for t in body.topics))
@@ -857,11 +861,8 @@ class Handlers:
                 await cluster.add_partitions(
                     t.name, t.count, assignments, body.timeout_ms, body.validate_only
                 )
-            except errors.KafkaError as exc:
-                return exc.code, str(exc.args[0]) if exc.args else None
             except Exception as exc:
-                log.exception("create partitions failed", topic=t.name)
-                return errors.UnknownServerError.code, type(exc).__name__
+                return _topic_failure(exc, "create partitions failed", t.name)
             return 0, None
 
         def standalone(
@@ -875,11 +876,8 @@ class Handlers:
                 if not body.validate_only:
                     self.logs.add_partitions(t.name, t.count)
                     log.info("partitions added", topic=t.name, partitions=t.count)
-            except errors.KafkaError as exc:
-                return exc.code, str(exc.args[0]) if exc.args else None
             except Exception as exc:
-                log.exception("create partitions failed", topic=t.name)
-                return errors.UnknownServerError.code, type(exc).__name__
+                return _topic_failure(exc, "create partitions failed", t.name)
             return 0, None
 
         def response(outcomes: list[tuple[int, str | None]]) -> m.CreatePartitionsResponse:

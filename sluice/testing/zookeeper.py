@@ -156,11 +156,20 @@ class ZooKeeperServer:
             raise RuntimeError("ZooKeeper has not been started")
         return f"{self.host}:{self.port}"
 
-    def connect_string(self, chroot: str = "") -> str:
-        """``zookeeper.connect`` for this server, with an optional chroot (``/a/b``)."""
+    def connect_string(self, chroot: str = "", *, copies: int = 1) -> str:
+        """``zookeeper.connect`` for this server, with an optional chroot (``/a/b``).
+
+        ``copies`` names the server that many times, for sessions that must outlive
+        :meth:`restart`. A connect request that reaches the JVM while it starts can go
+        unanswered; the client (kazoo, like ZooKeeper's Java client) waits for the answer
+        session timeout / number of hosts -- the whole session with one host, which then
+        expires. With the server named four times the wait is a quarter of the session.
+        """
         if chroot and (not chroot.startswith("/") or chroot.endswith("/")):
             raise ValueError(f"a chroot starts with '/' and does not end with it: {chroot!r}")
-        return self.hosts + chroot
+        if copies < 1:
+            raise ValueError(f"copies must be at least 1: {copies}")
+        return ",".join([self.hosts] * copies) + chroot
 
     @property
     def pid(self) -> int | None:

@@ -485,7 +485,9 @@ async def test_watches_are_set_again_after_zookeeper_restarts(
     """A ZooKeeper restart drops every connection (and with it kazoo's watches); sessions
     survive. The controller re-reads and re-arms: it still sees brokers die and topics appear."""
     zookeeper = sluice_zookeeper_factory()
-    h = Harness(zookeeper.connect_string("/c"), zookeeper, session_timeout=8.0)
+    # The sessions must outlast the restart (nothing re-registers a fake broker whose session
+    # expired; the controller would then rightly see no live replica): see ``copies``.
+    h = Harness(zookeeper.connect_string("/c", copies=4), zookeeper, session_timeout=20.0)
     try:
         h.observer = await h.session()
         await h.broker(1)
@@ -493,8 +495,13 @@ async def test_watches_are_set_again_after_zookeeper_restarts(
         controller = await h.active()
         await h.topic("t", {0: [1, 2]})
         await h.wait_state("t", leader=1)
+        sessions = [c.session_id for c in h.clients]
         await asyncio.to_thread(zookeeper.restart)
-        await controller.kzk.zk.wait_connected(WAIT)
+        for client in h.clients:
+            await client.wait_connected(WAIT)
+        # The premise: every session survived (else this test measures the machine's load).
+        assert [c.session_id for c in h.clients] == sessions
+        assert sorted(await h.observer.get_broker_ids()) == [1, 2]
         await h.kill(1)
         # (Longer waits: on a loaded machine the restarted server and the re-armed watches took
         # more than the usual 10 s in a full run.)

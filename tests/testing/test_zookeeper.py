@@ -29,7 +29,8 @@ def _refused(host: str, port: int) -> bool:
 
 
 def _kazoo(server: ZooKeeperServer) -> KazooClient:
-    client = KazooClient(hosts=server.hosts)
+    # (copies: a session that outlives restart(); see ZooKeeperServer.connect_string.)
+    client = KazooClient(hosts=server.connect_string(copies=4), timeout=20.0)
     client.start(timeout=10)
     return client
 
@@ -43,6 +44,10 @@ def test_starts_on_loopback_and_stops_by_pid() -> None:
         assert server.srvr()["Mode"] == "standalone"
         assert four_letter_word(server.host, server.port, "ruok") == "imok"
         assert server.connect_string("/a/b") == f"127.0.0.1:{server.port}/a/b"
+        hp = f"127.0.0.1:{server.port}"
+        assert server.connect_string("/a", copies=2) == f"{hp},{hp}/a"
+        with pytest.raises(ValueError, match="copies"):
+            server.connect_string(copies=0)
         # clientPortAddress=127.0.0.1: not even another loopback address reaches it.
         assert _refused("127.0.0.2", server.port)
         scratch = server.log_path.parent

@@ -359,8 +359,9 @@ async def test_session_survives_a_zookeeper_restart(
 ) -> None:
     server = sluice_zookeeper_factory()
     # A session long enough to outlast the restart on a loaded machine (at 6 s it expired
-    # during a full run: the restarted server needed longer).
-    client = ZkClient(server.hosts + "/app", session_timeout=20.0)
+    # during a full run: the restarted server needed longer), and ``copies`` for a connect
+    # request the starting JVM leaves unanswered.
+    client = ZkClient(server.connect_string("/app", copies=4), session_timeout=20.0)
     await client.start()
     try:
         events: list[SessionEvent] = []

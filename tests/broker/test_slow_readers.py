@@ -76,10 +76,14 @@ def slow_reader(port: int, requests: int) -> socket.socket:
     return s
 
 
-def test_slow_readers_hold_bounded_memory_with_copying(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero_copy", ["false", "true"])
+def test_slow_readers_hold_bounded_memory(tmp_path: Path, zero_copy: str) -> None:
     broker = start_broker(
         tmp_path / "data",
-        overrides=["sluice.fetch.zero.copy=false", f"sluice.connection.max.unsent.bytes={UNSENT}"],
+        overrides=[
+            f"sluice.fetch.zero.copy={zero_copy}",
+            f"sluice.connection.max.unsent.bytes={UNSENT}",
+        ],
     )
     readers: list[socket.socket] = []
     try:

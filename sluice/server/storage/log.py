@@ -275,7 +275,12 @@ class Log:
            segment from the one holding ``recovery_point`` to the end: walk its batches,
            validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
            the first invalid batch (a torn write). If a segment lost bytes, every later segment
-           is unreachable (offsets must be contiguous from a valid prefix) and is deleted.
+           is unreachable (offsets must be contiguous from a valid prefix) and is deleted. The
+           segment holding ``recovery_point`` is walked from its last offset-index entry below
+           it (``LogSegment.recover(from_offset=...)``: that prefix and its index entries were
+           fsynced), so a restart reads only what was written since the last flush, not the
+           whole active segment (Kafka re-reads whole segments). One log line per segment
+           with the bytes scanned, as Kafka's "Recovering unflushed segment".
         4. With no segment left, create an empty one at ``log_start_offset``.
         5. LEO := the next offset of the last segment. If the checkpointed log start offset is
            beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
@@ -378,9 +383,21 @@ class Log:
             first = max(
                 0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1
             )
+            scanned = 0
             for i in range(first, len(segments)):
                 segment = segments[i]
-                truncated = segment.recover(max_record_size)
+                size = segment.size
+                truncated = segment.recover(
+                    max_record_size, from_offset=recovery_point if i == first else None
+                )
+                scanned += size - segment.recovered_from
+                log.info(
+                    "recovering unflushed segment",
+                    segment=segment.base_offset,
+                    recovered=f"{i - first + 1}/{len(segments) - first}",
+                    from_position=segment.recovered_from,
+                    scanned_bytes=size - segment.recovered_from,
+                )
                 if truncated > 0:
                     log.warning(
                         "truncated torn tail",
@@ -392,7 +409,12 @@ class Log:
                         later.delete()
                     del segments[i + 1 :]
                     break
-            log.info("recovered log", from_segment=segments[first].base_offset)
+            log.info(
+                "recovered log",
+                from_segment=segments[first].base_offset,
+                recovery_point=recovery_point,
+                scanned_bytes=scanned,
+            )
 
         # 4. an empty log still has an (empty) active segment
         if not segments:

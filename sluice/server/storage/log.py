@@ -214,6 +214,10 @@ class Log:
         #: Told the duration (seconds) of every flush that fsynced something (the broker's
         #: flush-latency histogram; set by the LogManager).
         self.flush_listener: Callable[[float], None] | None = None
+        #: Called when a truncation lowered the recovery point (set by the LogManager, which
+        #: checkpoints it at once: a checkpoint above the log end would let recovery trust index
+        #: entries and bytes written after the truncation and never fsynced).
+        self.recovery_point_lowered: Callable[[], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -1451,6 +1455,7 @@ class Log:
         active.resize_indexes(self._config.segment_index_bytes)
         self._leo = active.read_next_offset()
         self._log_start_offset = min(self._log_start_offset, self._leo)
+        lowered = self._leo < self._recovery_point
         self._recovery_point = min(self._recovery_point, self._leo)
         self._hw_meta = None
         self.update_high_watermark(min(self._hw, self._leo))
@@ -1460,6 +1465,8 @@ class Log:
         logger.info(
             "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
         )
+        if lowered and self.recovery_point_lowered is not None:
+            self.recovery_point_lowered()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1480,6 +1487,7 @@ class Log:
         segment = self._open_segment(self.directory, offset, self._config, self._clock(), self._vfs)
         self._segments.append(segment)
         self._bases.append(offset)
+        lowered = offset < self._recovery_point
         self._leo = self._log_start_offset = self._recovery_point = offset
         self._hw = offset
         self._hw_meta = None
@@ -1490,6 +1498,8 @@ class Log:
         logger.info(
             "truncated log fully", topic=self.topic, partition=self.partition, start_offset=offset
         )
+        if lowered and self.recovery_point_lowered is not None:
+            self.recovery_point_lowered()
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -890,13 +890,13 @@ class Log:
                     active.truncate_to(first_offset)
                 raise
         self._leo = last_offset + 1
+        if self._leo - self._recovery_point >= config.flush_messages:
+            self._flush_or_take_back(first_offset)  # before producer state records the batches
         if producers is not None:
             batch_first = first_offset
             for _, header in headers:
                 producers.update(header, batch_first)
                 batch_first += header.last_offset_delta + 1
-        if self._leo - self._recovery_point >= config.flush_messages:
-            self.flush()
         return AppendInfo(
             first_offset,
             last_offset,
@@ -940,7 +940,7 @@ class Log:
         active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
         self._leo = leo = last_offset + 1
         if leo - self._recovery_point >= self._config.flush_messages:
-            self.flush()
+            self._flush_or_take_back(first_offset)
         return _new_append_info(
             AppendInfo,
             (
@@ -1108,6 +1108,35 @@ class Log:
         return segment
 
     # ------------------------------------------------------------------ flush
+
+    def _flush_or_take_back(self, first_offset: int) -> None:
+        """The ``flush.messages`` flush of a leader append whose records (from
+        ``first_offset`` to LEO, all in the active segment) are written. If it fails
+        (``OSError``: EIO, ENOSPC from a file system that allocates at writeback), take the
+        records back and raise: the producer is told the append failed (KAFKA_STORAGE_ERROR,
+        retriable) and its retry must write them once, not a second time behind a first copy
+        it was told is not there. The same contract as a failed write (the append fails as a
+        whole), so appends go on when the disk works again, as after a full disk.
+
+        Safe to take back: nothing has seen them (HW moves after the append returns, and the
+        append and this flush run without yielding to the event loop); producer state records
+        the batches only after this. If taking them back fails too, they stay (LEO covers
+        them) and the flush's error is raised: a retry may then duplicate them."""
+        try:
+            self.flush()
+        except OSError:
+            try:
+                self.active_segment.truncate_to(first_offset)
+            except OSError as exc:
+                logger.error(
+                    "append not taken back after its flush failed",
+                    topic=self.topic,
+                    partition=self.partition,
+                    error=str(exc),
+                )
+            else:
+                self._leo = first_offset
+            raise
 
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)

@@ -333,7 +333,7 @@ DECLARED = {
     ),
     "sluice.connection.max.unsent.bytes": (
         "4194304",
-        "per connection: write-buffer high watermark; above it reading pauses",
+        "per connection: bytes buffered for a slow reader; above it sending and reading wait",
     ),
     "sluice.fetch.zero.copy": (
         "true",

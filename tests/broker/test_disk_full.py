@@ -80,3 +80,35 @@ async def test_disk_full_is_a_storage_error_logged_once_per_episode(
         assert ends == {0: 7, 1: 3}
     finally:
         await server.shutdown()
+
+
+async def test_a_produce_whose_flush_failed_is_not_duplicated_by_its_retry(tmp_path: Path) -> None:
+    """``log.flush.interval.messages=1``: the Produce is written, its flush fails (fsync EIO);
+    the client gets KAFKA_STORAGE_ERROR (retriable) and sends it again, and the log holds it
+    once (before: twice, the first copy behind the error)."""
+    vfs = FullDiskVFS(errno.EIO)
+    config = Config.load(
+        None,
+        [
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            f"log.dirs={tmp_path}",
+            "log.flush.interval.messages=1",
+        ],
+    )
+    server = Server(config, vfs=vfs)
+    await server.start()
+    client = await WireClient.connect("127.0.0.1", server.port)
+    try:
+        assert await create_topic(client, "t") == 0
+        assert (await produce(client, "t", batch(2))).error_code == 0
+        vfs.fail_fsync = True
+        part = await produce(client, "t", batch(3, start=2))
+        assert part.error_code == errors.KafkaStorageError.code
+        vfs.fail_fsync = False
+        part = await produce(client, "t", batch(3, start=2))  # the client's retry
+        assert (part.error_code, part.base_offset) == (0, 2)
+        fetched = await fetch(client, "t", 0)
+        assert fetched.high_watermark == 5
+    finally:
+        await client.close()
+        await server.shutdown()

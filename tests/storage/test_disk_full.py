@@ -220,3 +220,52 @@ def test_a_full_disk_fails_an_index_append_instead_of_killing_the_process(
         subprocess.run(["umount", "-l", str(mount)], check=False)
     assert child.returncode != -signal.SIGBUS, "killed by SIGBUS"
     assert (child.returncode, child.stdout.strip()) == (0, b"ENOSPC"), child.stderr.decode()
+
+
+def _batch(value: bytes, producer_id: int = -1, sequence: int = -1) -> bytes:
+    from sluice.protocol import records as rec
+
+    return rec.build_batch(
+        [(1_000, None, value)], producer_id=producer_id, producer_epoch=0, base_sequence=sequence
+    )
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+@pytest.mark.parametrize("splits", [False, True])
+def test_a_failed_flush_takes_the_append_back_so_a_retry_is_written_once(
+    tmp_path: Path, idempotent: bool, splits: bool
+) -> None:
+    """``flush.messages``: the append is written, its flush fails (an fsync error), the producer
+    is told it failed (OSError -> KAFKA_STORAGE_ERROR, retriable) and retries. The retry must be
+    the only copy (before: the first write stayed, and the retry was a second one), and with an
+    idempotent producer its retry must be written, not answered as a duplicate of records that
+    are gone. Single-batch and multi-batch appends take different paths."""
+    vfs = FullDiskVFS(errno.EIO)
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=2), vfs=vfs)
+    pid = 7 if idempotent else -1
+
+    def request(values: list[bytes], first_sequence: int) -> bytes:
+        count = 2 if splits else 1
+        return b"".join(
+            _batch(v, pid, first_sequence + i if idempotent else -1)
+            for i, v in enumerate(values[:count])
+        )
+
+    log.append_as_leader(request([b"a", b"a2"], 0))
+    first = log.log_end_offset
+    vfs.fail_fsync = True
+    with pytest.raises(OSError):
+        log.append_as_leader(request([b"b", b"b2"], first))
+    assert log.log_end_offset == first
+    vfs.fail_fsync = False
+    info = log.append_as_leader(request([b"b", b"b2"], first))  # the client's retry
+    assert info.first_offset == first
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    expected = [b"a", b"a2", b"b", b"b2"] if splits else [b"a", b"b"]
+    assert values_of(log) == expected
+    assert log.recovery_point == log.log_end_offset  # the retry's flush went through
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(flush_messages=2), had_clean_shutdown=False)
+    reopened.maybe_increment_high_watermark(reopened.log_end_offset)
+    assert values_of(reopened) == expected
+    reopened.close()

@@ -424,3 +424,20 @@ def test_cluster_mode_a_standalone_topic_gains_a_partition(tmp_path: Path) -> No
     manager = opened(tmp_path)
     assert sorted(manager.logs) == [("t", 0), ("t", 1), ("t", 3)]
     manager.close()
+
+
+def test_flushes_and_truncations_checkpoint_the_recovery_point(tmp_path: Path) -> None:
+    """A flush pass that moved a recovery point writes it to the checkpoint at once (a restart
+    after a crash scans from it), and a truncation below it lowers it there at once (a stale one
+    above the log end would make recovery trust bytes written after the truncation)."""
+    m = opened(tmp_path, checkpoint_interval_ms=3_600_000)
+    log = m.create_topic("t", 1, {"flush.ms": "0"})[0]
+    recovery = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT)
+    for i in range(6):
+        produce(log, b"v%d" % i)
+    assert m.run_flushes() == 1
+    assert log.recovery_point == 6 and recovery.read()[("t", 0)] == 6
+    assert m.run_flushes() == 0  # nothing to flush: no write
+    log.truncate_to(2)
+    assert recovery.read()[("t", 0)] == 2
+    m.close()

@@ -217,7 +217,7 @@ OPTIONS: tuple[Option, ...] = (
         "max_unsent_bytes",
         int_in(1),
         "4194304",
-        "per connection: write-buffer high watermark; above it reading pauses",
+        "per connection: bytes buffered for a slow reader; above it sending and reading wait",
     ),
     Option(
         "fetch.max.bytes",

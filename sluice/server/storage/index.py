@@ -280,6 +280,10 @@ class AbstractIndex:
                 return mid
         return lo
 
+    def entries_below(self, offset: int) -> int:
+        """How many entries have an offset below ``offset``."""
+        return self._first_slot_with_offset_at_least(offset)
+
     def _first_slot_with_offset_at_least(self, offset: int) -> int:
         """Number of entries whose offset is < ``offset`` (offsets are non-decreasing)."""
         relative = offset - self.base_offset

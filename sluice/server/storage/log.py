@@ -214,6 +214,10 @@ class Log:
         #: Told the duration (seconds) of every flush that fsynced something (the broker's
         #: flush-latency histogram; set by the LogManager).
         self.flush_listener: Callable[[float], None] | None = None
+        #: Called when a truncation lowered the recovery point (set by the LogManager, which
+        #: checkpoints it at once: a checkpoint above the log end would let recovery trust index
+        #: entries and bytes written after the truncation and never fsynced).
+        self.recovery_point_lowered: Callable[[], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -275,7 +279,12 @@ class Log:
            segment from the one holding ``recovery_point`` to the end: walk its batches,
            validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
            the first invalid batch (a torn write). If a segment lost bytes, every later segment
-           is unreachable (offsets must be contiguous from a valid prefix) and is deleted.
+           is unreachable (offsets must be contiguous from a valid prefix) and is deleted. The
+           segment holding ``recovery_point`` is walked from its last offset-index entry below
+           it (``LogSegment.recover(from_offset=...)``: that prefix and its index entries were
+           fsynced), so a restart reads only what was written since the last flush, not the
+           whole active segment (Kafka re-reads whole segments). One log line per segment
+           with the bytes scanned, as Kafka's "Recovering unflushed segment".
         4. With no segment left, create an empty one at ``log_start_offset``.
         5. LEO := the next offset of the last segment. If the checkpointed log start offset is
            beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
@@ -378,9 +387,21 @@ class Log:
             first = max(
                 0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1
             )
+            scanned = 0
             for i in range(first, len(segments)):
                 segment = segments[i]
-                truncated = segment.recover(max_record_size)
+                size = segment.size
+                truncated = segment.recover(
+                    max_record_size, from_offset=recovery_point if i == first else None
+                )
+                scanned += size - segment.recovered_from
+                log.info(
+                    "recovering unflushed segment",
+                    segment=segment.base_offset,
+                    recovered=f"{i - first + 1}/{len(segments) - first}",
+                    from_position=segment.recovered_from,
+                    scanned_bytes=size - segment.recovered_from,
+                )
                 if truncated > 0:
                     log.warning(
                         "truncated torn tail",
@@ -392,7 +413,12 @@ class Log:
                         later.delete()
                     del segments[i + 1 :]
                     break
-            log.info("recovered log", from_segment=segments[first].base_offset)
+            log.info(
+                "recovered log",
+                from_segment=segments[first].base_offset,
+                recovery_point=recovery_point,
+                scanned_bytes=scanned,
+            )
 
         # 4. an empty log still has an (empty) active segment
         if not segments:
@@ -864,13 +890,13 @@ class Log:
                     active.truncate_to(first_offset)
                 raise
         self._leo = last_offset + 1
+        if self._leo - self._recovery_point >= config.flush_messages:
+            self._flush_or_take_back(first_offset)  # before producer state records the batches
         if producers is not None:
             batch_first = first_offset
             for _, header in headers:
                 producers.update(header, batch_first)
                 batch_first += header.last_offset_delta + 1
-        if self._leo - self._recovery_point >= config.flush_messages:
-            self.flush()
         return AppendInfo(
             first_offset,
             last_offset,
@@ -914,7 +940,7 @@ class Log:
         active.append(last_offset, max_timestamp, offset_of_max, buf, rest=rest)
         self._leo = leo = last_offset + 1
         if leo - self._recovery_point >= self._config.flush_messages:
-            self.flush()
+            self._flush_or_take_back(first_offset)
         return _new_append_info(
             AppendInfo,
             (
@@ -1082,6 +1108,35 @@ class Log:
         return segment
 
     # ------------------------------------------------------------------ flush
+
+    def _flush_or_take_back(self, first_offset: int) -> None:
+        """The ``flush.messages`` flush of a leader append whose records (from
+        ``first_offset`` to LEO, all in the active segment) are written. If it fails
+        (``OSError``: EIO, ENOSPC from a file system that allocates at writeback), take the
+        records back and raise: the producer is told the append failed (KAFKA_STORAGE_ERROR,
+        retriable) and its retry must write them once, not a second time behind a first copy
+        it was told is not there. The same contract as a failed write (the append fails as a
+        whole), so appends go on when the disk works again, as after a full disk.
+
+        Safe to take back: nothing has seen them (HW moves after the append returns, and the
+        append and this flush run without yielding to the event loop); producer state records
+        the batches only after this. If taking them back fails too, they stay (LEO covers
+        them) and the flush's error is raised: a retry may then duplicate them."""
+        try:
+            self.flush()
+        except OSError:
+            try:
+                self.active_segment.truncate_to(first_offset)
+            except OSError as exc:
+                logger.error(
+                    "append not taken back after its flush failed",
+                    topic=self.topic,
+                    partition=self.partition,
+                    error=str(exc),
+                )
+            else:
+                self._leo = first_offset
+            raise
 
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)
@@ -1429,6 +1484,7 @@ class Log:
         active.resize_indexes(self._config.segment_index_bytes)
         self._leo = active.read_next_offset()
         self._log_start_offset = min(self._log_start_offset, self._leo)
+        lowered = self._leo < self._recovery_point
         self._recovery_point = min(self._recovery_point, self._leo)
         self._hw_meta = None
         self.update_high_watermark(min(self._hw, self._leo))
@@ -1438,6 +1494,8 @@ class Log:
         logger.info(
             "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
         )
+        if lowered and self.recovery_point_lowered is not None:
+            self.recovery_point_lowered()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1458,6 +1516,7 @@ class Log:
         segment = self._open_segment(self.directory, offset, self._config, self._clock(), self._vfs)
         self._segments.append(segment)
         self._bases.append(offset)
+        lowered = offset < self._recovery_point
         self._leo = self._log_start_offset = self._recovery_point = offset
         self._hw = offset
         self._hw_meta = None
@@ -1468,6 +1527,8 @@ class Log:
         logger.info(
             "truncated log fully", topic=self.topic, partition=self.partition, start_offset=offset
         )
+        if lowered and self.recovery_point_lowered is not None:
+            self.recovery_point_lowered()
 
     # ------------------------------------------------------------------ lifecycle
 

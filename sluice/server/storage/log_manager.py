@@ -69,6 +69,7 @@ logger = structlog.get_logger("sluice.storage")
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
 MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_LOAD_PROGRESS_INTERVAL_S = 5.0  # a load taking longer logs "loading logs" (N/M) this often
 
 
 def _wall_clock_ms() -> int:
@@ -166,6 +167,24 @@ class LogManager:
                 error=str(exc),
             )
             return {}
+
+    def write_recovery_point_checkpoint(self) -> None:
+        """Write the recovery-point checkpoint alone (after flushes moved recovery points, or
+        a truncation lowered one)."""
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT).write(
+            {tp: log.recovery_point for tp, log in self._logs.items()}
+        )
+
+    def _recovery_point_lowered(self) -> None:
+        try:
+            self.write_recovery_point_checkpoint()
+        except OSError as exc:  # the periodic checkpoint tries again
+            logger.warning("recovery-point checkpoint not written", error=str(exc))
+
+    def _attach(self, log: Log) -> None:
+        """Hook a log this manager opened up to the manager's listeners."""
+        log.flush_listener = self._flush_listener
+        log.recovery_point_lowered = self._recovery_point_lowered
 
     def write_checkpoints(self) -> None:
         """Write the recovery-point, log-start-offset and HW checkpoints of every log."""
@@ -273,22 +292,36 @@ class LogManager:
 
         started = time.monotonic()
         created_dirs = False
-        for topic, (count, _) in sorted(self._topics.items()):
-            for partition in self._partitions_of(topic, count):
-                tp = TopicPartition(topic, partition)
-                directory = self._partition_dir(topic, partition)
-                created_dirs = created_dirs or not directory.is_dir()
-                self._logs[tp] = Log.open(
-                    directory,
-                    self._configs[topic],
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=log_starts.get(tp, 0),
-                    high_watermark=hws.get(tp),
-                    had_clean_shutdown=self.had_clean_shutdown,
-                    clock=self._clock,
-                    vfs=self._vfs,
+        to_load = [
+            (topic, partition)
+            for topic, (count, _) in sorted(self._topics.items())
+            for partition in self._partitions_of(topic, count)
+        ]
+        next_progress = started + _LOAD_PROGRESS_INTERVAL_S
+        for loaded, (topic, partition) in enumerate(to_load):
+            if time.monotonic() >= next_progress:  # a long load says how far it is
+                logger.info(
+                    "loading logs",
+                    log_dir=str(self.log_dir),
+                    loaded=f"{loaded}/{len(to_load)}",
+                    clean_shutdown=self.had_clean_shutdown,
+                    seconds=round(time.monotonic() - started, 1),
                 )
-                self._logs[tp].flush_listener = self._flush_listener
+                next_progress = time.monotonic() + _LOAD_PROGRESS_INTERVAL_S
+            tp = TopicPartition(topic, partition)
+            directory = self._partition_dir(topic, partition)
+            created_dirs = created_dirs or not directory.is_dir()
+            self._logs[tp] = Log.open(
+                directory,
+                self._configs[topic],
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_starts.get(tp, 0),
+                high_watermark=hws.get(tp),
+                had_clean_shutdown=self.had_clean_shutdown,
+                clock=self._clock,
+                vfs=self._vfs,
+            )
+            self._attach(self._logs[tp])
         if created_dirs:
             # Partitions listed in the metadata but missing on disk were created: make their
             # directory entries durable before anything is appended to them (as create_topic).
@@ -443,7 +476,7 @@ class LogManager:
             self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
         )
         self._logs[tp] = log
-        log.flush_listener = self._flush_listener
+        self._attach(log)
         self._vfs.fsync_dir(self.log_dir)
         logger.info("partition log created", topic=topic, partition=partition)
         return log
@@ -519,7 +552,7 @@ class LogManager:
                     self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
                 )
                 self._logs[TopicPartition(topic, partition)] = log
-                log.flush_listener = self._flush_listener
+                self._attach(log)
                 logs.append(log)
             self._vfs.fsync_dir(self.log_dir)
         except OSError:
@@ -681,8 +714,15 @@ class LogManager:
         return total
 
     def run_flushes(self, now_ms: int | None = None) -> int:
-        """Flush logs that rolled (the old segments) or whose ``flush.ms`` elapsed; returns how
-        many logs were flushed."""
+        """Flush logs that rolled (the old segments) or whose ``flush.ms`` elapsed, then write
+        the recovery-point checkpoint if any was flushed; returns how many logs were flushed.
+
+        Why checkpoint here and not only every ``log.flush.offset.checkpoint.interval.ms``
+        (Kafka's only schedule): a recovery point that moved is worth something only once it is
+        on disk -- a restart after a crash reads each log from its checkpointed recovery point
+        (``Log.open``), so writing it with the flush bounds that read by what was written since
+        the last flush instead of since the last checkpoint. One small file per flush pass
+        that fsynced something (by default only after rolls, at most once per check interval)."""
         now = self._clock() if now_ms is None else now_ms
         flushed = 0
         for log in list(self._logs.values()):
@@ -697,6 +737,8 @@ class LogManager:
             ):
                 log.flush()
                 flushed += 1
+        if flushed:
+            self.write_recovery_point_checkpoint()
         return flushed
 
     def run_delayed_deletes(self, now_ms: int | None = None) -> int:

@@ -139,6 +139,14 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _RecoveryStart(NamedTuple):
+    """Where :meth:`LogSegment.recover` starts walking: a batch boundary, and the last offset
+    of the batch before it (``base_offset - 1`` if none)."""
+
+    position: int
+    previous_last_offset: int
+
+
 class _NotMonotonic(Exception):
     """Sampled leader epochs of a segment decrease (see :meth:`LogSegment.epoch_changes`)."""
 
@@ -194,6 +202,8 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
         # position -> header of a whole batch already read by translate_offset (see _header_at).
         self._headers: dict[int, BatchHeader] = {}
+        #: Byte at which the last :meth:`recover` started reading (0: the whole file).
+        self.recovered_from = 0
 
     @classmethod
     def open(
@@ -687,13 +697,25 @@ class LogSegment:
                 f"{self.offset_index.last_entry.position}, past the end of the log ({self._size})"
             )
 
-    def recover(self, max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
-        """Rebuild the indexes from the log and cut an invalid tail. Returns bytes truncated.
+    def recover(
+        self, max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES, *, from_offset: int | None = None
+    ) -> int:
+        """Rebuild the indexes from the log and cut an invalid tail. Returns bytes truncated;
+        :attr:`recovered_from` is the byte the walk started at (what it read is the rest).
 
-        Procedure (Kafka's LogSegment.recover):
+        Procedure (Kafka's LogSegment.recover, plus a start past the flushed prefix):
 
         1. Empty both indexes and re-extend them to ``max_index_size``; forget the max timestamp.
-        2. Walk the batches from byte 0. A batch is valid if: its 61-byte header is all there;
+           With ``from_offset`` (the log's recovery point: every batch below it, and the index
+           entries describing them, were fsynced before the crash -- :meth:`flush` syncs the
+           ``.log`` first, then the indexes), keep instead the index entries of offsets below
+           it, and start the walk at the last kept offset-index entry if the batch there is
+           whole and ends exactly at that entry's offset (a check against an index that does
+           not describe this file); the max timestamp so far is the last kept time-index entry
+           (an entry is written after its batch counted). Otherwise start from byte 0. The
+           rebuilt indexes are the same either way: the walk indexes by the same rule from the
+           same last entry.
+        2. Walk the batches from there. A batch is valid if: its 61-byte header is all there;
            magic is 2 and batchLength >= 49; the whole batch is in the file; its CRC-32C
            matches; its offsets are at or above the base offset, increase over the previous
            batch, and its last offset fits a relative int32.
@@ -711,15 +733,20 @@ class LogSegment:
         checksummed in chunks. The caller must re-extend the indexes of a segment that stays
         active (:meth:`resize_indexes`; :meth:`should_roll` also does it).
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp_so_far = self.base_offset
-        self._rolling_based_timestamp = None
         end = self._file.size()
-        valid = 0
-        last_index_entry = 0
-        previous_last_offset = self.base_offset - 1
+        start = self._flushed_prefix(from_offset, end) if from_offset is not None else None
+        if start is None:
+            self.offset_index.reset()
+            self.time_index.reset()
+            self.max_timestamp_so_far = NO_TIMESTAMP
+            self.offset_of_max_timestamp_so_far = self.base_offset
+            valid = last_index_entry = 0
+            previous_last_offset = self.base_offset - 1
+        else:
+            valid = last_index_entry = start.position
+            previous_last_offset = start.previous_last_offset
+        self.recovered_from = valid
+        self._rolling_based_timestamp = None
         while valid < end:
             header = self._valid_batch_at(valid, end, previous_last_offset, max_message_size)
             if header is None:
@@ -750,6 +777,37 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self.offset_index.newly_created = self.time_index.newly_created = False  # rebuilt now
         return truncated
+
+    def _flushed_prefix(self, from_offset: int, end: int) -> _RecoveryStart | None:
+        """Step 1 of :meth:`recover` with a recovery point: keep the index entries below
+        ``from_offset`` and return where the walk starts, or None to rebuild from byte 0."""
+        index = self.offset_index
+        keep = index.entries_below(from_offset)
+        if keep == 0:
+            return None
+        entry = index.entry_at(keep - 1)
+        previous = index.entry_at(keep - 2).offset if keep >= 2 else self.base_offset - 1
+        try:
+            header = self._read_header(entry.position, end)
+        except CorruptRecordError:
+            return None
+        if (
+            header is None
+            or header.last_offset != entry.offset
+            or header.base_offset <= previous
+            or not self.time_index.entries
+        ):
+            return None
+        index.truncate_to(entry.offset + 1)
+        self.time_index.truncate_to(entry.offset + 1)
+        if not self.time_index.entries:
+            return None
+        index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        last_time = self.time_index.last_entry
+        self.max_timestamp_so_far = last_time.timestamp
+        self.offset_of_max_timestamp_so_far = last_time.offset
+        return _RecoveryStart(entry.position, previous)
 
     def _valid_batch_at(
         self, position: int, end: int, previous_last_offset: int, max_message_size: int

@@ -77,7 +77,9 @@ def consume_all(bootstrap: str, zero_copy_note: str) -> dict[int, list[tuple[int
             if msg is None:
                 continue
             assert msg.error() is None, msg.error()
-            got[msg.partition()].append((msg.offset(), msg.value()))
+            partition, offset, data = msg.partition(), msg.offset(), msg.value()
+            assert partition is not None and offset is not None and data is not None
+            got[partition].append((offset, data))
             seen += 1
         return got
     finally:

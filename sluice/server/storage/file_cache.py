@@ -20,9 +20,9 @@ can exceed the bound by what in-flight responses pin, for as long as they are in
 
 Invariants: ``open_files`` is the sum of the registered entries' files; after :meth:`hold`
 returns, ``open_files <= max_open_files`` unless every evictable entry is pinned or the
-fixed ones alone exceed the bound. Eviction happens only inside :meth:`hold` (when an entry
-opens files), never from a release or a lookup, so no entry is closed in the middle of one of
-its own methods.
+fixed ones alone exceed the bound. Eviction happens only inside :meth:`make_room` and
+:meth:`hold` (when an entry opens files), never from a release or a lookup, so no entry is
+closed in the middle of one of its own methods.
 
 Concurrency: none; the event-loop thread only, like the logs that use it.
 """
@@ -77,8 +77,9 @@ class OpenFileCache:
     """Counts the files entries hold and closes the least recently used evictable ones when
     there are more than ``max_open_files``. See the module docstring for what counts and why.
 
-    Calls: an entry calls :meth:`hold` each time it opens files or their number or its
-    evictability changes, :meth:`touch` when it is used, :meth:`forget` when it closes its files
+    Calls: an entry calls :meth:`make_room` before it opens files, :meth:`hold` once it has
+    opened them and each time their number or its evictability changes, :meth:`touch` when it
+    is used, :meth:`forget` when it closes its files
     itself (close, delete). The cache calls the entry's ``release_files`` when it evicts it,
     after forgetting it.
     """
@@ -126,6 +127,12 @@ class OpenFileCache:
         if self._open > self.max_open_files:
             self._evict(keep=entry)
 
+    def make_room(self, files: int) -> None:
+        """Evict as :meth:`hold` would, until ``files`` more fit: called before an entry opens
+        them, so that the process never holds more than the bound (plus what is pinned)."""
+        if self._open + files > self.max_open_files:
+            self._evict(keep=None, extra=files)
+
     def touch(self, entry: CachedFiles) -> None:
         """``entry`` was used: it becomes the most recently used (a no-op if not evictable)."""
         if entry in self._lru:
@@ -144,8 +151,8 @@ class OpenFileCache:
             self._fixed_open -= files
         self._open -= files
 
-    def _evict(self, keep: CachedFiles) -> None:
-        excess = self._open - self.max_open_files
+    def _evict(self, keep: CachedFiles | None, extra: int = 0) -> None:
+        excess = self._open + extra - self.max_open_files
         victims: list[CachedFiles] = []
         for entry, files in self._lru.items():
             if excess <= 0:

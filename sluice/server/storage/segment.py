@@ -282,6 +282,8 @@ class LogSegment:
         ``cache`` bounds the open files (see the class docstring); ``active``: whether appends
         will write it (never evicted), else the cache may close its files."""
         log_path, index_path, time_index_path = segment_paths(directory, base_offset, file_suffix)
+        if cache is not None:
+            cache.make_room(FILES_PER_SEGMENT)
         log_file = vfs.open(log_path, create=True)
         try:
             offset_index = OffsetIndex(index_path, base_offset, max_index_size, vfs=vfs)
@@ -389,6 +391,8 @@ class LogSegment:
     def _reopen(self) -> None:
         """Open the files again (after :meth:`release_files`); the indexes as they are on disk
         (trimmed at roll, so they hold exactly their entries)."""
+        if self._cache is not None:
+            self._cache.make_room(FILES_PER_SEGMENT)
         log_file = self._vfs.open(self.log_path, create=False)
         try:
             offset_index = OffsetIndex(
@@ -411,12 +415,14 @@ class LogSegment:
         if self._cache is not None:
             self._hold()
 
-    def _hold(self) -> None:
+    def _hold(self, files: int | None = None) -> None:
         # An active segment counts as its maximum: its indexes are mapped and unmapped as they
-        # are re-extended and trimmed, without telling the cache.
+        # are re-extended and trimmed, without telling the cache. An inactive one as it is, or
+        # as ``files`` while an operation may map its indexes (recovery).
         assert self._cache is not None
         active = self._active
-        files = FILES_PER_SEGMENT if active else self.open_files
+        if files is None:
+            files = FILES_PER_SEGMENT if active else self.open_files
         self._cache.hold(self, files, evictable=not active)
 
     @property
@@ -894,8 +900,12 @@ class LogSegment:
         checksummed in chunks. The caller must re-extend the indexes of a segment that stays
         active (:meth:`resize_indexes`; :meth:`should_roll` also does it).
         """
-        self.offset_index.reset()  # (reopens the files if they were closed)
-        self.time_index.reset()
+        if not self._open:
+            self._reopen()
+        if self._cache is not None:
+            self._hold(FILES_PER_SEGMENT)  # both indexes mapped until trimmed at the end
+        self._offset_index.reset()
+        self._time_index.reset()
         self._dirty = True
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp_so_far = self.base_offset
@@ -933,6 +943,8 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self.offset_index.newly_created = self.time_index.newly_created = False  # rebuilt now
+        if self._cache is not None:
+            self._hold()
         return truncated
 
     def _valid_batch_at(

@@ -105,7 +105,7 @@ class FetchSlice:
     removed only after ``file.delete.delay.ms``, so a response in flight can finish.
 
     A plain class with slots, not a frozen dataclass: one is built per partition per Fetch,
-    and this costs less to build than the dataclass did without the pin.
+    and this costs less to build than the dataclass did without the pin (bench/NOTES.md).
     Read-only by convention.
     """
 

@@ -24,7 +24,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,7 @@ def start_broker(
     python_args: Sequence[str] = (),
     source_tree: Path | None = None,
     command_prefix: Sequence[str] = (),
+    nofile: int | None = None,
 ) -> BrokerProcess:
     """Start ``python -m sluice.server`` on 127.0.0.1 and return once it accepts TCP connections.
 
@@ -99,7 +100,8 @@ def start_broker(
     the broker from another checkout (its working directory, so ``-m sluice.server`` imports it):
     the
     benchmarks use both to profile and to A/B against another commit. ``command_prefix`` runs
-    the broker under another command (e.g. ``prlimit --nofile=N``)."""
+    the broker under another command (e.g. ``prlimit --nofile=N``); ``nofile`` sets its open-file
+    limit (``RLIMIT_NOFILE``, soft and hard) in the child before it starts."""
     data_dir.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
     for _attempt in range(3):  # the free port may be taken between free_port() and bind
@@ -126,6 +128,7 @@ def start_broker(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=None if nofile is None else _limit_nofile(nofile),
             )
         broker = BrokerProcess(proc, "127.0.0.1", chosen, data_dir, path)
         try:
@@ -137,6 +140,15 @@ def start_broker(
             if port is not None:
                 break
     raise AssertionError(f"could not start broker: {last_error}")
+
+
+def _limit_nofile(limit: int) -> Callable[[], None]:
+    def limit_in_child() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return limit_in_child
 
 
 class _PortTaken(Exception):

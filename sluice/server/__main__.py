@@ -78,9 +78,13 @@ def cli(
         log.info("config keys from the environment", keys=list(config.environment_keys))
     import uvloop
 
+    from sluice.server.storage.log_manager import OpenFileLimitError
+
     try:
         uvloop.run(_serve(config))
-    except OSError as exc:  # cannot listen (address in use...) or cannot open the data dir
+    except (OSError, OpenFileLimitError) as exc:
+        # cannot listen (address in use...), cannot open the data dir, or its partitions need
+        # more open files than allowed
         log.error("cannot start broker", error=str(exc))
         raise SystemExit(1) from exc
 

@@ -263,6 +263,11 @@ DECLARED = {
         "60000",
         "how often recovery points are checkpointed",
     ),
+    "sluice.log.open.files.max": (
+        None,
+        "segment files kept open at once; the least recently read old segments are closed "
+        "beyond it (unset: the open-file limit less a quarter of it, or 64 if more)",
+    ),
     "log.flush.scheduler.interval.ms": (
         "9223372036854775807",
         "how often the flush check runs (unset: every second, which also flushes rolled segments)",

@@ -404,6 +404,14 @@ OPTIONS: tuple[Option, ...] = (
         "how often the flush check runs (unset: every second, which also flushes rolled segments)",
     ),
     Option(
+        "sluice.log.open.files.max",
+        "log_open_files_max",
+        int_in(1),
+        None,
+        "segment files kept open at once; the least recently read old segments are closed "
+        "beyond it (unset: the open-file limit less a quarter of it, or 64 if more)",
+    ),
+    Option(
         "log.flush.offset.checkpoint.interval.ms",
         "log_checkpoint_interval_ms",
         int_in(0),
@@ -503,6 +511,7 @@ class Config:
     log_retention_check_interval_ms: int = 300000
     log_flush_scheduler_interval_ms: int = _LONG_MAX
     log_checkpoint_interval_ms: int = 60000
+    log_open_files_max: int | None = None
     #: every key explicitly given (file + overrides), as text; log.* keys are read from here.
     properties: Mapping[str, str] = field(default_factory=dict)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).

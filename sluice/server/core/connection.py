@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import os
 import socket
 from time import perf_counter
@@ -357,7 +356,7 @@ class Connection(asyncio.Protocol):
             if transport is None:
                 return
             size = min(chunk, end - position)
-            data = dataclasses.replace(piece, position=position, size=size).read_bytes()
+            data = piece.read_range(position, size)
             if len(data) < size:  # file truncated underneath us: the framing is lost
                 log.warning("copy hit end of file", peer=self._peer, missing=end - position)
                 transport.abort()

@@ -93,6 +93,7 @@ class Server:
             checkpoint_interval_ms=config.log_checkpoint_interval_ms,
             flush_check_interval_ms=flush_check_ms,
             vfs=DEFAULT_VFS if self._vfs is None else self._vfs,
+            max_open_files=config.log_open_files_max,
         )
         manager.open()
         manager.flush_listener = self.metrics.log_flush.observe

@@ -393,6 +393,12 @@ class AbstractIndex:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def mapped(self) -> bool:
+        """Whether the file is mapped (an empty one is not): on Python < 3.13 a map holds a
+        duplicate of the file's descriptor until it is closed."""
+        return self._map is not None
+
     def close(self) -> None:
         """Trim to the valid size (if writable) and release the map."""
         if self._closed:
@@ -402,7 +408,11 @@ class AbstractIndex:
         self.close_handler()
 
     def close_handler(self) -> None:
-        """Release the map without writing anything more (disk failure, deletion)."""
+        """Release the map without writing anything more (disk failure, deletion).
+
+        Safe while readers exist: nothing outside this class holds a view of the map (lookups
+        unpack from it within the call, slices of it are copies), so no reader is cut; were a
+        view ever exported, ``mmap.close`` would raise BufferError rather than unmap under it."""
         self._unmap()
         self._closed = True
 

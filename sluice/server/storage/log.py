@@ -31,6 +31,7 @@ from sluice.protocol.errors import (
     UnknownTopicOrPartition,
 )
 from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
+from sluice.server.storage.file_cache import OpenFileCache
 from sluice.server.storage.index import CorruptIndexError, StorageError
 from sluice.server.storage.layout import (
     INDEX_SUFFIX,
@@ -208,6 +209,7 @@ class Log:
         clock: Callable[[], int],
         vfs: VFS,
         leader_epochs: LeaderEpochFileCache,
+        file_cache: OpenFileCache | None = None,
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
@@ -224,6 +226,7 @@ class Log:
         self._bases = [s.base_offset for s in segments]
         self._clock = clock
         self._vfs = vfs
+        self._file_cache = file_cache
         self._leo = segments[-1].read_next_offset()
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
@@ -258,8 +261,15 @@ class Log:
         had_clean_shutdown: bool = True,
         clock: Callable[[], int] = _wall_clock_ms,
         vfs: VFS = DEFAULT_VFS,
+        file_cache: OpenFileCache | None = None,
     ) -> Log:
         """Load (and if needed recover) the partition in ``directory``, creating it if missing.
+
+        ``file_cache`` (the LogManager's) bounds the files the inactive segments keep open
+        (:mod:`sluice.server.storage.file_cache`): every step below opens one segment at a time
+        and leaves the cache free to close the segments it is done with, so a log with more
+        segments than the process may open files loads (step 2 checks each segment right after
+        opening it). Without a cache every segment stays open.
 
         Crash-recovery procedure (Kafka's LogLoader), in order:
 
@@ -294,7 +304,7 @@ class Log:
            bytes are valid but not known to be on disk: only a flush advances it, as in Kafka);
            HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
         7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
-           when it was closed) so it can take new entries.
+           when it was closed) so it can take new entries; it stays open from now on.
         8. Leader epochs: read ``leader-epoch-checkpoint``, drop entries starting past LEO
            (their records were lost) and restate those before the log start offset as Kafka's
            load does (rewriting the file only if that changed it); then check the last batch's
@@ -349,9 +359,11 @@ class Log:
         # 2. open segments, rebuilding missing or inconsistent indexes
         segments: list[LogSegment] = []
         max_record_size = config.max_message_bytes
-        for base in bases:
-            segments.append(cls._open_segment(directory, base, config, clock_ms(), vfs))
-        for i, segment in enumerate(segments):
+        for i, base in enumerate(bases):
+            segment = cls._open_segment(
+                directory, base, config, clock_ms(), vfs, file_cache, active=False
+            )
+            segments.append(segment)
             try:
                 segment.sanity_check()
                 # An entry for an offset the segment does not hold would make lookups and the
@@ -422,7 +434,9 @@ class Log:
 
         # 4. an empty log still has an (empty) active segment
         if not segments:
-            segments.append(cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs))
+            segments.append(
+                cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs, file_cache)
+            )
 
         # 5. the checkpointed log start offset may lie beyond what survived
         leo = segments[-1].read_next_offset()
@@ -430,7 +444,9 @@ class Log:
             log.warning("log start offset beyond log end: starting empty", leo=leo)
             for segment in segments:
                 segment.delete()
-            segments = [cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs)]
+            segments = [
+                cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs, file_cache)
+            ]
             leo = log_start_offset
 
         # 6. clamp the offsets
@@ -439,6 +455,7 @@ class Log:
         hw = log_start_offset if high_watermark is None else high_watermark
 
         # 7. the active segment takes new index entries again
+        segments[-1].set_active(True)
         segments[-1].resize_indexes(config.segment_index_bytes)
 
         # 8. leader epochs
@@ -454,6 +471,7 @@ class Log:
             clock=clock,
             vfs=vfs,
             leader_epochs=epochs,
+            file_cache=file_cache,
         )
 
     @staticmethod
@@ -523,7 +541,14 @@ class Log:
 
     @staticmethod
     def _open_segment(
-        directory: Path, base_offset: int, config: LogConfig, now_ms: int, vfs: VFS
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        vfs: VFS,
+        file_cache: OpenFileCache | None,
+        *,
+        active: bool = True,
     ) -> LogSegment:
         # Jitter is drawn once per segment so partitions created together do not all roll (and
         # hit the disk) in the same second.
@@ -540,6 +565,8 @@ class Log:
             rolling_jitter_ms=jitter,
             vfs=vfs,
             now_ms=now_ms,
+            cache=file_cache,
+            active=active,
         )
 
     # ------------------------------------------------------------------ properties
@@ -1095,8 +1122,9 @@ class Log:
             raise RuntimeError(f"roll to {new_base} below active segment {active.base_offset}")
         else:
             active.on_becoming_inactive()
+            active.set_active(False)
         segment = self._open_segment(
-            self.directory, new_base, self._config, self._clock(), self._vfs
+            self.directory, new_base, self._config, self._clock(), self._vfs, self._file_cache
         )
         self._segments.append(segment)
         self._bases.append(new_base)
@@ -1481,6 +1509,7 @@ class Log:
             self._dir_dirty = False
         active = self.active_segment
         active.truncate_to(offset)
+        active.set_active(True)
         active.resize_indexes(self._config.segment_index_bytes)
         self._leo = active.read_next_offset()
         self._log_start_offset = min(self._log_start_offset, self._leo)
@@ -1513,7 +1542,9 @@ class Log:
         self._segments.clear()
         self._bases.clear()
         self._schedule_delete(doomed)
-        segment = self._open_segment(self.directory, offset, self._config, self._clock(), self._vfs)
+        segment = self._open_segment(
+            self.directory, offset, self._config, self._clock(), self._vfs, self._file_cache
+        )
         self._segments.append(segment)
         self._bases.append(offset)
         lowered = offset < self._recovery_point

@@ -48,6 +48,8 @@ from sluice.protocol.errors import (
 )
 from sluice.protocol.structs import TopicPartition
 from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
+from sluice.server.storage.file_cache import OpenFileCache, default_max_open_files, nofile_limit
+from sluice.server.storage.index import StorageError
 from sluice.server.storage.layout import (
     CLEAN_SHUTDOWN_MARKER,
     HIGH_WATERMARK_CHECKPOINT,
@@ -62,18 +64,23 @@ from sluice.server.storage.layout import (
 )
 from sluice.server.storage.log import Log
 from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.segment import FILES_PER_SEGMENT
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 logger = structlog.get_logger("sluice.storage")
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<uuid>-delete"
-MAX_PARTITIONS = 10_000  # a sanity bound: each partition costs 3 open files
+MAX_PARTITIONS = 10_000  # a sanity bound per topic
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _LOAD_PROGRESS_INTERVAL_S = 5.0  # a load taking longer logs "loading logs" (N/M) this often
 
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class OpenFileLimitError(StorageError):
+    """The partitions' active segments alone need more open files than the bound allows."""
 
 
 class LogManager:
@@ -85,6 +92,22 @@ class LogManager:
     Every file recovery reads (segments, checkpoints, the clean-shutdown marker, producer
     snapshots, the topic metadata) goes through ``vfs`` (default: the OS), so tests can crash
     or fail any step of its write sequence. Partition directories and the lock file do not.
+
+    **Open files** (``sluice.log.open.files.max``, ``max_open_files``; default: the open-file
+    limit less a headroom, :func:`~sluice.server.storage.file_cache.default_max_open_files`):
+    every log shares one :class:`~sluice.server.storage.file_cache.OpenFileCache`, which
+    closes the least recently used inactive segments' files beyond the bound, so the number
+    of *old* segments is unbounded by ``ulimit -n``. Active segments stay open, up to
+    :data:`~sluice.server.storage.segment.FILES_PER_SEGMENT` files each, so the number of
+    *partitions* is bounded: the broker refuses to start (:class:`OpenFileLimitError`) and
+    CreateTopics / CreatePartitions refuse to create (KafkaStorageError, nothing created) when
+    the partitions' active segments, plus room to read one old segment, would not fit; the
+    message names the bound and how to raise it. Why not close idle active segments too: the
+    next append to each would pay a reopen on the produce path (an open, a re-extension of
+    both preallocated indexes and their maps, the fallocate of their first pages), and the
+    bound is generous (a limit of 65,536 leaves room for ~16,000 partitions on Python 3.11,
+    ~49,000 where maps keep no descriptor), while a bound on old segments must scale with
+    data kept, which nothing else limits.
     """
 
     def __init__(
@@ -97,8 +120,14 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         clock: Callable[[], int] = _wall_clock_ms,
         vfs: VFS = DEFAULT_VFS,
+        max_open_files: int | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
+        self._max_open_files_given = max_open_files is not None
+        #: The bound on the segment files held open (see the class docstring).
+        self.file_cache = OpenFileCache(
+            default_max_open_files() if max_open_files is None else max_open_files
+        )
         self._vfs = vfs
         self.default_config = default_config
         self.retention_check_interval_ms = retention_check_interval_ms
@@ -290,6 +319,23 @@ class LogManager:
                 hosted.add(partition)
                 changed = True
 
+        partitions = sum(
+            len(self._partitions_of(topic, count)) for topic, (count, _) in self._topics.items()
+        )
+        cache = self.file_cache
+        logger.info(
+            "segment files bounded",
+            max_open_files=cache.max_open_files,
+            source="sluice.log.open.files.max"
+            if self._max_open_files_given
+            else "open-file limit less headroom",
+            nofile=nofile_limit(),
+            files_per_active_segment=FILES_PER_SEGMENT,
+            partitions=partitions,
+        )
+        problem = self._open_file_shortfall(partitions)
+        if problem:
+            raise OpenFileLimitError(f"cannot load {problem}")
         started = time.monotonic()
         created_dirs = False
         to_load = [
@@ -320,6 +366,7 @@ class LogManager:
                 had_clean_shutdown=self.had_clean_shutdown,
                 clock=self._clock,
                 vfs=self._vfs,
+                file_cache=cache,
             )
             self._attach(self._logs[tp])
         if created_dirs:
@@ -338,7 +385,40 @@ class LogManager:
             partitions=len(self._logs),
             clean_shutdown=self.had_clean_shutdown,
             seconds=round(time.monotonic() - started, 3),
+            segments=sum(len(log.segments) for log in self._logs.values()),
+            **cache.describe(),
         )
+
+    def _open_file_shortfall(self, partitions: int) -> str | None:
+        """Why ``partitions`` logs do not fit the open-file bound (None if they do): their
+        active segments, plus one old segment being read, must fit it."""
+        bound = self.file_cache.max_open_files
+        needed = (partitions + 1) * FILES_PER_SEGMENT
+        if needed <= bound:
+            return None
+        source = (
+            "sluice.log.open.files.max"
+            if self._max_open_files_given
+            else f"sluice.log.open.files.max, derived from the open-file limit {nofile_limit()}"
+        )
+        return (
+            f"{partitions} partitions: their active segments stay open, {FILES_PER_SEGMENT} "
+            f"files each, and with one old segment being read need {needed} open files, more "
+            f"than the {bound} allowed ({source}); raise the open-file limit (ulimit -n, "
+            "systemd LimitNOFILE=, docker run --ulimit nofile=) or sluice.log.open.files.max"
+        )
+
+    def _check_room_for(self, topic: str, new_partitions: int) -> None:
+        """Refuse (KafkaStorageError, nothing created) partitions the bound cannot keep open,
+        so that no request can create a data dir the next start refuses to load."""
+        problem = self._open_file_shortfall(len(self._logs) + new_partitions)
+        if problem:
+            message = (
+                f"Error while creating the logs of {topic} ({new_partitions} partitions): "
+                f"this broker would hold {problem}; nothing was created"
+            )
+            logger.error("topic creation refused", topic=topic, error=message)
+            raise KafkaStorageError(message)
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker.
@@ -462,6 +542,7 @@ class LogManager:
         if existing is not None:
             return existing
         config = LogConfig.from_properties(overrides, self.default_config)
+        self._check_room_for(topic, 1)
         held = self._topics.get(topic)
         if held is None:
             self._hosted[topic] = set()
@@ -473,7 +554,11 @@ class LogManager:
         self._configs[topic] = config
         self._write_topics_file()
         log = Log.open(
-            self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
+            self._partition_dir(topic, partition),
+            config,
+            clock=self._clock,
+            vfs=self._vfs,
+            file_cache=self.file_cache,
         )
         self._logs[tp] = log
         self._attach(log)
@@ -528,6 +613,7 @@ class LogManager:
         """
         self._check_open()
         config = self.validate_new_topic(name, num_partitions, overrides)
+        self._check_room_for(name, num_partitions)
         self._topics[name] = (num_partitions, {str(k): str(v) for k, v in overrides.items()})
         self._configs[name] = config
         try:
@@ -549,7 +635,11 @@ class LogManager:
         try:
             for partition in partitions:
                 log = Log.open(
-                    self._partition_dir(topic, partition), config, clock=self._clock, vfs=self._vfs
+                    self._partition_dir(topic, partition),
+                    config,
+                    clock=self._clock,
+                    vfs=self._vfs,
+                    file_cache=self.file_cache,
                 )
                 self._logs[TopicPartition(topic, partition)] = log
                 self._attach(log)
@@ -626,6 +716,7 @@ class LogManager:
         the old count (no directory was made yet)."""
         self._check_open()
         current = self.validate_new_partition_count(name, count)
+        self._check_room_for(name, count - current)
         _, overrides = self._topics[name]
         config = self._configs[name]
         self._topics[name] = (count, overrides)

@@ -17,15 +17,23 @@ only by the owning ``sluice.server.storage.log.Log`` from the partition's append
 retention paths;
 ``read``, ``translate_offset``, ``find_offset_by_timestamp`` and ``batches`` by anyone. Reads use
 ``pread`` on the descriptor, so there is no shared file position to disturb.
+
+Open files (issue 13: more segments than ``ulimit -n``). The *active* segment (the last one of
+its log, which appends write) keeps its three files open. An *inactive* one may have them
+closed (:meth:`LogSegment.release_files`, called by the LogManager's
+:class:`~sluice.server.storage.file_cache.OpenFileCache` when too many are open) and reopens
+them on its next use; what the log needs of it without reading it (size, max timestamp, paths)
+stays in memory. A :class:`FetchSlice` pins its segment while it exists, so a response waiting
+to ``sendfile`` from a segment never has the descriptor closed under it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,6 +51,7 @@ from sluice.protocol.records import (
 )
 from sluice.protocol.varint import decode_varint, decode_varlong
 
+from .file_cache import OpenFileCache
 from .index import (
     DEFAULT_MAX_INDEX_SIZE,
     NO_TIMESTAMP,
@@ -60,6 +69,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 1048588
 _INT32_MAX = 2**31 - 1
 _CRC_CHUNK = 1 << 20  # recovery checksums big batches in chunks of this size
 _HEADER_CACHE_SIZE = 128  # batch headers kept per segment for translate_offset
+# Before 3.13 an mmap keeps a duplicate of its file's descriptor (see AbstractIndex._map_file).
+_MAPS_HOLD_FDS = sys.version_info < (3, 13)
+#: Descriptors an open segment holds at most: its ``.log``, and one per mapped index where a map
+#: keeps one (Python < 3.13).
+FILES_PER_SEGMENT = 3 if _MAPS_HOLD_FDS else 1
 
 
 class SegmentOffsetOverflowError(StorageError):
@@ -80,32 +94,67 @@ class TimestampAndOffset(NamedTuple):
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
 class FetchSlice:
     """``size`` bytes of a segment's ``.log`` from ``position``: whole batches, the first one
     starting at offset ``first_offset``. The broker either sends it with
     ``sendfile(file.fileno(), position, size)`` or copies it with :meth:`read_bytes`.
 
-    The descriptor stays valid while the segment is open, also after ``rename_to_deleted`` (the
-    file is removed only after ``file.delete.delay.ms``), so a response in flight can finish.
+    The descriptor stays valid while the slice exists: the slice *pins* its segment (a count
+    the segment keeps, taken here and given back when the slice is freed), and the open-file
+    cache never closes a pinned segment's files. Also after ``rename_to_deleted``: the file is
+    removed only after ``file.delete.delay.ms``, so a response in flight can finish.
+
+    A plain class with slots, not a frozen dataclass: one is built per partition per Fetch,
+    and this costs less to build than the dataclass did without the pin (bench/NOTES.md).
+    Read-only by convention.
     """
 
-    file: VFSFile
-    position: int
-    size: int
-    first_offset: int
+    __slots__ = ("_segment", "file", "first_offset", "position", "size")
+
+    def __init__(
+        self,
+        file: VFSFile,
+        position: int,
+        size: int,
+        first_offset: int,
+        segment: LogSegment | None = None,
+    ) -> None:
+        self.file = file
+        self.position = position
+        self.size = size
+        self.first_offset = first_offset
+        self._segment = segment
+        if segment is not None:
+            segment._pins += 1
+
+    def __del__(self) -> None:
+        segment = self._segment
+        if segment is not None:
+            self._segment = None
+            segment._pins -= 1
+
+    def __repr__(self) -> str:
+        return (
+            f"FetchSlice({self.file!r}, position={self.position}, size={self.size}, "
+            f"first_offset={self.first_offset})"
+        )
 
     def read_bytes(self) -> bytes:
         """Copy the slice (``pread``; the last batch may be cut short by the size limit)."""
-        if self.size <= 0:
+        return self.read_range(self.position, self.size)
+
+    def read_range(self, position: int, size: int) -> bytes:
+        """Copy ``size`` bytes of the file from ``position`` (a part of the slice, for a copy
+        in chunks); fewer if the file shrank underneath (truncation)."""
+        if size <= 0:
             return b""
-        data = self.file.pread(self.size, self.position)
-        if len(data) == self.size:
+        data = self.file.pread(size, position)
+        if len(data) == size:
             return data
         parts = [data]
         done = len(data)
-        while done < self.size:
-            chunk = self.file.pread(self.size - done, self.position + done)
+        while done < size:
+            chunk = self.file.pread(size - done, position + done)
             if not chunk:
                 break  # the file shrank underneath (truncation): return what is there
             parts.append(chunk)
@@ -163,6 +212,15 @@ class LogSegment:
     ``index_interval_bytes`` were written since the last index entry, add offset-index entry
     (batch last offset -> batch position) and offer the time index (max timestamp so far -> its
     offset). The first batch never gets an entry: a lookup below the first entry scans from 0.
+
+    Open files: ``files_open`` says whether the ``.log`` and the indexes are open. Every method
+    that reads or writes them reopens them first when they are closed, except the two only the
+    active segment's append path calls (``append``, ``should_roll``): an active segment's files
+    are open (:meth:`set_active` opens them and the cache never closes them). While open, a
+    segment given a ``cache`` is registered there with :attr:`open_files` descriptors,
+    evictable unless active; :meth:`release_files` closes them, flushing first if a recovery or
+    truncation left writes unflushed (an inactive segment is otherwise fsynced at roll).
+    ``_pins`` counts the live :class:`FetchSlice` objects of this segment (``pinned``).
     """
 
     def __init__(
@@ -179,14 +237,25 @@ class LogSegment:
         rolling_jitter_ms: int,
         vfs: VFS,
         now_ms: int,
+        cache: OpenFileCache | None = None,
+        active: bool = True,
     ) -> None:
         """Use :meth:`open`."""
         self.directory = Path(directory)
         self.base_offset = base_offset
         self._file = log_file
         self.log_path = log_path
-        self.offset_index = offset_index
-        self.time_index = time_index
+        self._offset_index = offset_index
+        self._time_index = time_index
+        self.index_path = offset_index.path
+        self.time_index_path = time_index.path
+        self._open = True
+        self._active = active
+        # Unflushed writes a release must fsync first: an active segment is assumed to have
+        # some; an inactive one was fsynced at roll, recover()/truncate_to() set it again.
+        self._dirty = active
+        self._pins = 0
+        self._cache = cache
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.rolling_jitter_ms = rolling_jitter_ms
@@ -204,6 +273,8 @@ class LogSegment:
         self._headers: dict[int, BatchHeader] = {}
         #: Byte at which the last :meth:`recover` started reading (0: the whole file).
         self.recovered_from = 0
+        if cache is not None:
+            self._hold()
 
     @classmethod
     def open(
@@ -217,11 +288,17 @@ class LogSegment:
         vfs: VFS = DEFAULT_VFS,
         now_ms: int | None = None,
         file_suffix: str = "",
+        cache: OpenFileCache | None = None,
+        active: bool = True,
     ) -> LogSegment:
         """Open the segment with this base offset in ``directory``, creating missing files (a new
         index is preallocated to ``max_index_size``). Existing indexes are trusted as they are:
-        call :meth:`sanity_check` and, on :class:`CorruptIndexError`, :meth:`recover`."""
+        call :meth:`sanity_check` and, on :class:`CorruptIndexError`, :meth:`recover`.
+        ``cache`` bounds the open files (see the class docstring); ``active``: whether appends
+        will write it (never evicted), else the cache may close its files."""
         log_path, index_path, time_index_path = segment_paths(directory, base_offset, file_suffix)
+        if cache is not None:
+            cache.make_room(FILES_PER_SEGMENT)
         log_file = vfs.open(log_path, create=True)
         try:
             offset_index = OffsetIndex(index_path, base_offset, max_index_size, vfs=vfs)
@@ -245,6 +322,8 @@ class LogSegment:
             rolling_jitter_ms=rolling_jitter_ms,
             vfs=vfs,
             now_ms=_now_ms() if now_ms is None else now_ms,
+            cache=cache,
+            active=active,
         )
 
     # -- properties ----------------------------------------------------------------------------
@@ -256,7 +335,110 @@ class LogSegment:
 
     @property
     def file(self) -> VFSFile:
+        if not self._open:
+            self._reopen()
         return self._file
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if not self._open:
+            self._reopen()
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if not self._open:
+            self._reopen()
+        return self._time_index
+
+    # -- open files ----------------------------------------------------------------------------
+
+    @property
+    def files_open(self) -> bool:
+        """Whether the ``.log`` and the indexes are open (see the class docstring)."""
+        return self._open
+
+    @property
+    def open_files(self) -> int:
+        """Descriptors held: 0 when closed, else the ``.log`` and, on Python < 3.13, one per
+        mapped index (an empty, trimmed index has no map)."""
+        if not self._open:
+            return 0
+        if not _MAPS_HOLD_FDS:
+            return 1
+        return 1 + self._offset_index.mapped + self._time_index.mapped
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a :class:`FetchSlice` of this segment exists (its files must stay open)."""
+        return self._pins > 0
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def set_active(self, active: bool) -> None:
+        """The Log says whether this is its active segment: one becoming active is opened and
+        never evicted; one becoming inactive (after :meth:`on_becoming_inactive`) may be."""
+        if active and not self._open:
+            self._reopen()
+        self._active = active
+        if active:
+            self._dirty = True
+        if self._cache is not None and self._open:
+            self._hold()
+
+    def release_files(self) -> None:
+        """Close the three files, keeping what is known of them in memory; the next use reopens
+        them. Flushes first if writes may be unflushed. A no-op when closed. The cache calls
+        this on an evictable, unpinned segment; closing an active or pinned one is a bug."""
+        if not self._open:
+            return
+        if self._cache is not None:
+            self._cache.forget(self)
+        if self._dirty:
+            self.flush()
+        self._open = False
+        self._offset_index.close()
+        self._time_index.close()
+        self._file.close()
+
+    def _reopen(self) -> None:
+        """Open the files again (after :meth:`release_files`); the indexes as they are on disk
+        (trimmed at roll, so they hold exactly their entries)."""
+        if self._cache is not None:
+            self._cache.make_room(FILES_PER_SEGMENT)
+        log_file = self._vfs.open(self.log_path, create=False)
+        try:
+            offset_index = OffsetIndex(
+                self.index_path, self.base_offset, self.max_index_size, vfs=self._vfs
+            )
+            try:
+                time_index = TimeIndex(
+                    self.time_index_path, self.base_offset, self.max_index_size, vfs=self._vfs
+                )
+            except BaseException:
+                offset_index.close_handler()
+                raise
+        except BaseException:
+            log_file.close()
+            raise
+        self._file = log_file
+        self._offset_index = offset_index
+        self._time_index = time_index
+        self._open = True
+        if self._cache is not None:
+            self._hold()
+
+    def _hold(self, files: int | None = None) -> None:
+        # An active segment counts as its maximum: its indexes are mapped and unmapped as they
+        # are re-extended and trimmed, without telling the cache. An inactive one as it is, or
+        # as ``files`` while an operation may map its indexes (recovery).
+        assert self._cache is not None
+        active = self._active
+        if files is None:
+            files = FILES_PER_SEGMENT if active else self.open_files
+        self._cache.hold(self, files, evictable=not active)
 
     @property
     def last_modified_ms(self) -> int:
@@ -311,8 +493,8 @@ class LogSegment:
                 f"offset {largest_offset} does not fit segment {self.log_path} "
                 f"(base offset {self.base_offset})"
             )
-        offset_index = self.offset_index
-        time_index = self.time_index
+        offset_index = self._offset_index
+        time_index = self._time_index
         if offset_index.trimmed or time_index.trimmed:
             self._ensure_indexes_extended()
         index_it = self._bytes_since_last_index_entry > self.index_interval_bytes
@@ -364,6 +546,8 @@ class LogSegment:
         None at the end or before a partial batch. Raises CorruptRecordError on a bad header."""
         if end - position < HEADER_SIZE:
             return None
+        if not self._open:
+            self._reopen()
         raw = self._file.pread(HEADER_SIZE, position)
         if len(raw) < HEADER_SIZE:
             return None
@@ -479,7 +663,9 @@ class LogSegment:
         """The first batch whose last offset is >= ``offset`` (floor index entry, then a header
         scan); None if every batch ends before it."""
         # Fetch hot path: batches() inlined (no generator), headers through the cache.
-        floor, following = self.offset_index.lookup_with_next(offset)
+        if not self._open:
+            self._reopen()
+        floor, following = self._offset_index.lookup_with_next(offset)
         position = max(floor.position, starting_position)
         end = self._size
         header_at = self._header_at
@@ -524,6 +710,10 @@ class LogSegment:
         the size limit is 0."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read from {self.log_path}")
+        if not self._open:
+            self._reopen()
+        elif not self._active and self._cache is not None:
+            self._cache.touch(self)
         if max_position is None:
             max_position = self._size
         start = self.translate_offset(start_offset)
@@ -531,7 +721,7 @@ class LogSegment:
             return None
         adjusted_max_size = max(max_size, start.size) if min_one_message else max_size
         fetch_size = max(0, min(max_position - start.position, adjusted_max_size))
-        return FetchSlice(self._file, start.position, fetch_size, start.base_offset)
+        return FetchSlice(self._file, start.position, fetch_size, start.base_offset, self)
 
     def read_next_offset(self) -> int:
         """Offset the next appended record would get: last batch's last offset + 1, or the base
@@ -550,6 +740,10 @@ class LogSegment:
         The time-index floor entry for ``timestamp`` bounds where such a record can start; the
         offset index turns that offset into a position; batches whose max timestamp is below the
         target are skipped by header, the first candidate batch is decoded."""
+        if not self._open:
+            self._reopen()
+        elif not self._active and self._cache is not None:
+            self._cache.touch(self)
         entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(entry.offset, start_offset)).position
         for batch_position, header in self.batches(position):
@@ -629,8 +823,8 @@ class LogSegment:
         # Asked only of the active segment: if its indexes were trimmed (it was closed or
         # recovered and is being written again) give them their room back, or it would look
         # full and roll at once; Kafka does this explicitly at load and truncation.
-        offset_index = self.offset_index
-        time_index = self.time_index
+        offset_index = self._offset_index
+        time_index = self._time_index
         if offset_index.trimmed or time_index.trimmed:
             self._ensure_indexes_extended()
         size = self._size
@@ -665,7 +859,7 @@ class LogSegment:
         self.time_index.resize(self.max_index_size)
 
     def _ensure_indexes_extended(self) -> None:
-        for index in (self.offset_index, self.time_index):
+        for index in (self._offset_index, self._time_index):
             if index.trimmed:
                 index.resize(index.max_index_size)
 
@@ -733,11 +927,16 @@ class LogSegment:
         checksummed in chunks. The caller must re-extend the indexes of a segment that stays
         active (:meth:`resize_indexes`; :meth:`should_roll` also does it).
         """
+        if not self._open:
+            self._reopen()
+        if self._cache is not None:
+            self._hold(FILES_PER_SEGMENT)  # both indexes mapped until trimmed at the end
+        self._dirty = True
         end = self._file.size()
         start = self._flushed_prefix(from_offset, end) if from_offset is not None else None
         if start is None:
-            self.offset_index.reset()
-            self.time_index.reset()
+            self._offset_index.reset()
+            self._time_index.reset()
             self.max_timestamp_so_far = NO_TIMESTAMP
             self.offset_of_max_timestamp_so_far = self.base_offset
             valid = last_index_entry = 0
@@ -776,6 +975,8 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self.offset_index.newly_created = self.time_index.newly_created = False  # rebuilt now
+        if self._cache is not None:
+            self._hold()
         return truncated
 
     def _flushed_prefix(self, from_offset: int, end: int) -> _RecoveryStart | None:
@@ -847,7 +1048,8 @@ class LogSegment:
         """Remove every batch whose last offset is >= ``offset`` (the batch holding ``offset``
         goes whole) and the index entries at or above it; the segment is active afterwards
         (indexes re-extended). Returns the bytes removed from the ``.log``."""
-        mapping = self.translate_offset(offset)
+        mapping = self.translate_offset(offset)  # (reopens the files if they were closed)
+        self._dirty = True
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.resize_indexes()
@@ -878,40 +1080,54 @@ class LogSegment:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync the ``.log``, then the indexes (so an index never describes unflushed data)."""
+        """fsync the ``.log``, then the indexes (so an index never describes unflushed data).
+        Nothing to do when the files are closed: :meth:`release_files` flushed them."""
+        if not self._open:
+            return
         self._file.fsync()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self._offset_index.flush()
+        self._time_index.flush()
+        self._dirty = False
 
     def close(self) -> None:
-        """Write the final time-index entry, trim the indexes, close every file."""
-        if self._file.closed:
+        """Write the final time-index entry, trim the indexes, close every file (a segment
+        whose files the cache closed has all of that done already)."""
+        if self._cache is not None:
+            self._cache.forget(self)
+        if not self._open:
             return
+        self._open = False
         if self.max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(
+            self._time_index.maybe_append(
                 self.max_timestamp_so_far,
                 self.offset_of_max_timestamp_so_far,
                 skip_full_check=True,
             )
-        self.offset_index.close()
-        self.time_index.close()
+        self._offset_index.close()
+        self._time_index.close()
         self._file.close()
 
     def close_handlers(self) -> None:
         """Close the files without writing anything (disk failure)."""
-        self.offset_index.close_handler()
-        self.time_index.close_handler()
+        if self._cache is not None:
+            self._cache.forget(self)
+        if not self._open:
+            return
+        self._open = False
+        self._offset_index.close_handler()
+        self._time_index.close_handler()
         self._file.close()
 
     def delete(self) -> None:
         """Close and remove the three files (missing ones are fine)."""
         self.close_handlers()
         self._vfs.remove(self.log_path)
-        self._vfs.remove(self.offset_index.path)
-        self._vfs.remove(self.time_index.path)
+        self._vfs.remove(self.index_path)
+        self._vfs.remove(self.time_index_path)
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the three files from ``*<old_suffix>`` to ``*<new_suffix>``; they stay open."""
+        """Rename the three files from ``*<old_suffix>`` to ``*<new_suffix>``; open ones stay
+        open, closed ones are not opened."""
 
         def renamed(path: Path) -> Path:
             name = path.name
@@ -924,8 +1140,18 @@ class LogSegment:
         new_log_path = renamed(self.log_path)
         self._vfs.rename(self.log_path, new_log_path)
         self.log_path = new_log_path
-        self.offset_index.rename_to(renamed(self.offset_index.path))
-        self.time_index.rename_to(renamed(self.time_index.path))
+        new_index_path = renamed(self.index_path)
+        new_time_index_path = renamed(self.time_index_path)
+        if self._open:
+            self._offset_index.rename_to(new_index_path)
+        else:
+            self._vfs.rename(self.index_path, new_index_path)
+        self.index_path = new_index_path
+        if self._open:
+            self._time_index.rename_to(new_time_index_path)
+        else:
+            self._vfs.rename(self.time_index_path, new_time_index_path)
+        self.time_index_path = new_time_index_path
 
     def rename_to_deleted(self) -> None:
         """First step of deletion: ``*.log`` -> ``*.log.deleted`` etc. Files stay open, so
@@ -934,8 +1160,7 @@ class LogSegment:
 
     def has_suffix(self, suffix: str) -> bool:
         return all(
-            p.name.endswith(suffix)
-            for p in (self.log_path, self.offset_index.path, self.time_index.path)
+            p.name.endswith(suffix) for p in (self.log_path, self.index_path, self.time_index_path)
         )
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -207,3 +208,38 @@ def test_rate_limit_admits_about_the_limit_and_never_passes_latest(
         # floor per partition loses < 1 record each, a rounded-up share adds < 1 each
         assert limit - len(backlog) < admitted <= limit + len(backlog)
         assert admitted > 0  # progress is always made
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("startingOffsetsByTimestamp", '{"a":{"0":1700000000000}}', "startingTimestamp takes"),
+        ("kafka.group.id", "my-group", "without a consumer group"),
+        ("groupIdPrefix", "spark-kafka", "without a consumer group"),
+        ("endingTimestamp", "1700000000000", "use endingOffsets"),
+        ("kafka.auto.offset.reset", "earliest", "startingOffsets instead"),
+        ("startingOffset", "earliest", "which takes kafka.bootstrap.servers, subscribe"),
+        ("kafka.fetch.min.bytes", "1", "not an option"),
+        ("path", "/data", "not an option"),  # load(path): only sluice-segments reads files
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_options_the_source_does_not_honour_are_refused_by_name(
+    key: str, value: str, message: str, streaming: bool
+) -> None:
+    with pytest.raises(OptionError, match=rf"^{re.escape(key)} .*{message}") as refused:
+        parse({**BOOT, "subscribe": "a", key: value}, streaming=streaming)
+    assert 'format("sluice")' in str(refused.value)
+
+
+def test_the_segment_reader_and_the_sink_refuse_options_they_do_not_honour() -> None:
+    segments = {"path": "/data", "subscribe": "a"}
+    assert parse(segments, streaming=False, segments=True).path == "/data"
+    for key in ("startingOffsets", "kafka.bootstrap.servers", "kafka.group.id"):
+        with pytest.raises(OptionError, match=rf'^{re.escape(key)} .*"sluice-segments"'):
+            parse({**segments, key: "x"}, streaming=False, segments=True)
+    # Spark passes a streaming query's checkpointLocation to its sink too.
+    assert parse_sink({**BOOT, "topic": "t", "checkpointLocation": "/chk"}).topic == "t"
+    for key in ("kafka.linger.ms", "subscribe", "includeHeaders"):
+        with pytest.raises(OptionError, match=rf"^{re.escape(key)} "):
+            parse_sink({**BOOT, "topic": "t", key: "1"})

@@ -326,3 +326,19 @@ def test_reading_an_empty_topic_gives_no_rows(spark: Any, broker: BrokerProcess)
         spark.read.format("sluice-segments").option("subscribe", "empty").load(str(broker.data_dir))
     )
     assert segments.count() == 0
+
+
+def test_an_option_the_source_does_not_honour_fails_the_query_naming_it(
+    spark: Any, broker: BrokerProcess, events: Expected
+) -> None:
+    with pytest.raises(Exception, match=r"kafka\.group\.id is not supported"):
+        read(spark, broker, "events", **{"kafka.group.id": "g"}).count()
+    stream = (
+        spark.readStream.format("sluice")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("subscribe", "events")
+        .option("startingOffsetsByTimestamp", '{"events":{"0":0}}')
+        .load()
+    )
+    with pytest.raises(Exception, match="startingOffsetsByTimestamp is not supported"):
+        stream.writeStream.format("noop").start().awaitTermination(60)

@@ -55,6 +55,7 @@ from .offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
+    OptionError,
     PartitionOffsets,
     TopicPartition,
     make_ranges,
@@ -314,7 +315,15 @@ class SluiceDataSource(DataSource):
         return SluiceStreamReader(parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        """Batch write; Overwrite refused as Kafka's sink does (a topic is only appended to).
+        The default mode, ErrorIfExists, means append: :mod:`sluice.pipeline.savemode`."""
         from .writer import SluiceWriter
+
+        if overwrite:
+            raise OptionError(
+                'save mode overwrite is not allowed for format("sluice"): allowed save modes '
+                "are append and errorifexists (the default), as for Kafka"
+            )
 
         return SluiceWriter(self.options, schema)
 

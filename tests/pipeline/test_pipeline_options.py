@@ -32,6 +32,7 @@ from sluice.pipeline.options import (
     parse,
     parse_sink,
 )
+from sluice.pipeline.savemode import sink_save_mode
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -243,3 +244,11 @@ def test_the_segment_reader_and_the_sink_refuse_options_they_do_not_honour() -> 
     for key in ("kafka.linger.ms", "subscribe", "includeHeaders"):
         with pytest.raises(OptionError, match=rf"^{re.escape(key)} "):
             parse_sink({**BOOT, "topic": "t", key: "1"})
+
+
+def test_the_default_save_mode_means_append_and_ignore_is_refused_as_for_kafka() -> None:
+    for chosen in (None, "error", "ErrorIfExists", "default", "append"):
+        assert sink_save_mode(chosen) == "append"
+    assert sink_save_mode("overwrite") == "overwrite"  # reaches the source, which refuses it
+    with pytest.raises(OptionError, match="save mode ignore is not allowed"):
+        sink_save_mode("ignore")

@@ -267,6 +267,29 @@ def test_batch_write_lands_in_the_topic(spark: Any, broker: BrokerProcess) -> No
     assert all(len(p) == 1 for p in parts.values())
 
 
+def test_a_write_in_the_default_save_mode_appends_as_kafka_does(
+    spark: Any, broker: BrokerProcess
+) -> None:
+    create_topic(broker, "saved", 1)
+    df = spark.createDataFrame([(b"a",), (b"b",)], "value binary")
+
+    def writer() -> Any:
+        return (
+            df.write.format("sluice")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("topic", "saved")
+        )
+
+    writer().save()  # no .mode(): Spark's ErrorIfExists, Kafka's connector accepts it
+    writer().mode("errorifexists").save()
+    df.write.save(format="sluice", mode="error", topic="saved", **{
+        "kafka.bootstrap.servers": broker.bootstrap})  # fmt: skip
+    assert sorted(m.value() for m in consume_all(broker, "saved", 1, 6)) == [b"a"] * 3 + [b"b"] * 3
+    for refused in ("overwrite", "ignore"):  # as Kafka: a topic is only appended to
+        with pytest.raises(Exception, match=f"save mode {refused} is not allowed"):
+            writer().mode(refused).save()
+
+
 def test_write_errors_fail_the_job(spark: Any, broker: BrokerProcess) -> None:
     df = spark.createDataFrame([(b"x",)], "value binary")
     with pytest.raises(Exception, match=r"UnknownTopicOrPartition|does not exist"):

@@ -291,13 +291,23 @@ def test_a_write_in_the_default_save_mode_appends_as_kafka_does(
 
 
 def test_write_errors_fail_the_job(spark: Any, broker: BrokerProcess) -> None:
+    # This broker does not auto-create topics: the write says so.
     df = spark.createDataFrame([(b"x",)], "value binary")
-    with pytest.raises(Exception, match=r"UnknownTopicOrPartition|does not exist"):
+    with pytest.raises(Exception, match=r"'no-such-topic' does not exist .*auto\.create\.topics"):
         (
             df.write.format("sluice")
             .option("kafka.bootstrap.servers", broker.bootstrap)
             .option("topic", "no-such-topic")
             .mode("append")
+            .save()
+        )
+    create_topic(broker, "two-partitions", 2)
+    beyond = spark.createDataFrame([(b"x", 2)], "value binary, partition int")
+    with pytest.raises(Exception, match=r"partition 2 of topic 'two-partitions' is not in"):
+        (
+            beyond.write.format("sluice")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("topic", "two-partitions")
             .save()
         )
 

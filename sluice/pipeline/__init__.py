@@ -37,6 +37,8 @@ import os
 import sys
 from typing import Any
 
+from .offsets import offsets_behind_latest
+
 FORMAT = "sluice"
 SEGMENTS_FORMAT = "sluice-segments"
 
@@ -63,4 +65,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(SluiceSegmentsDataSource)
 
 
-__all__ = ["FORMAT", "SEGMENTS_FORMAT", "python_worker_env", "register"]
+__all__ = ["FORMAT", "SEGMENTS_FORMAT", "offsets_behind_latest", "python_worker_env", "register"]

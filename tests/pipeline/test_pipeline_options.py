@@ -19,6 +19,7 @@ from sluice.pipeline.offsets import (
     OptionError,
     TopicPartition,
     make_ranges,
+    offsets_behind_latest,
     offsets_from_dict,
     offsets_to_dict,
     offsets_to_json,
@@ -252,3 +253,22 @@ def test_the_default_save_mode_means_append_and_ignore_is_refused_as_for_kafka()
     assert sink_save_mode("overwrite") == "overwrite"  # reaches the source, which refuses it
     with pytest.raises(OptionError, match="save mode ignore is not allowed"):
         sink_save_mode("ignore")
+
+
+def test_offsets_behind_latest_are_kafkas_source_metrics() -> None:
+    source = {
+        "endOffset": {"a": {"0": 10, "1": 7}},
+        "latestOffset": '{"a":{"0":15,"1":7,"2":4}}',  # partition 2 not read yet: from 0
+    }
+    assert offsets_behind_latest(source) == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "5",
+        "avgOffsetsBehindLatest": "3.0",
+    }
+
+    class SourceProgress:  # a listener event's: offsets as JSON strings
+        endOffset = '{"a":{"0":15}}'
+        latestOffset = '{"a":{"0":15}}'
+
+    assert offsets_behind_latest(SourceProgress())["maxOffsetsBehindLatest"] == "0"
+    assert offsets_behind_latest({"endOffset": None, "latestOffset": "null"}) == {}

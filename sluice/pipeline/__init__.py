@@ -23,8 +23,9 @@ Jobs for the command line (``sluice pipeline archive|replay``): :mod:`sluice.pip
 Registration: PySpark 4 registers by itself, at a session's first data source lookup, the
 ``DefaultSource`` of every top-level ``pyspark_*`` module on the Python path; the distribution
 ships two (``pyspark_sluice``, ``pyspark_sluice_segments``), so an installed Sluice needs no
-call. :func:`register` remains for a checkout that is not on the workers' path (an editable
-install is not: its import hook does not list modules) and is harmless otherwise.
+call for reads and appends. :func:`register` remains for a checkout that is not on the workers'
+path (an editable install is not: its import hook does not list modules), and is what lets a
+write run in the default save mode (:mod:`sluice.pipeline.savemode`).
 
 Spark's Python workers must run this interpreter (they import ``pipeline`` and ``protocol``):
 :func:`python_worker_env` sets ``PYSPARK_PYTHON`` before a session is created.
@@ -35,6 +36,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
+
+from .offsets import offsets_behind_latest
 
 FORMAT = "sluice"
 SEGMENTS_FORMAT = "sluice-segments"
@@ -50,12 +53,16 @@ def python_worker_env() -> None:
 
 
 def register(spark: Any) -> None:
-    """Register ``format("sluice")`` and ``format("sluice-segments")`` with a SparkSession."""
+    """Register ``format("sluice")`` and ``format("sluice-segments")`` with a SparkSession, and
+    let ``df.write.format("sluice").save()`` run in the default save mode, as Kafka's connector
+    does (Spark refuses it for every Python data source: :mod:`sluice.pipeline.savemode`)."""
+    from .savemode import install
     from .segments import SluiceSegmentsDataSource
     from .source import SluiceDataSource
 
+    install()
     spark.dataSource.register(SluiceDataSource)
     spark.dataSource.register(SluiceSegmentsDataSource)
 
 
-__all__ = ["FORMAT", "SEGMENTS_FORMAT", "python_worker_env", "register"]
+__all__ = ["FORMAT", "SEGMENTS_FORMAT", "offsets_behind_latest", "python_worker_env", "register"]

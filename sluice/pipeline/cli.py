@@ -97,7 +97,12 @@ def archive(
 @pipeline.command()
 @click.option("-b", "--bootstrap-server", "bootstrap", required=True, help="host:port")
 @click.option("--path", required=True, help="Directory written by `archive`.")
-@click.option("--to-topic", "topic", required=True, help="Topic to produce to (must exist).")
+@click.option(
+    "--to-topic",
+    "topic",
+    required=True,
+    help="Topic to produce to (created if missing when the broker auto-creates topics).",
+)
 @click.option("--from-topic", "source_topic", default=None, help="Only records of this topic.")
 @click.option("--keep-partitions", is_flag=True, help="Produce to the original partition numbers.")
 @click.option("--date-from", default=None, help="First date (YYYY-MM-DD), inclusive.")

@@ -12,7 +12,9 @@
   a topic, keeping the order of each original partition (rows are grouped by their original
   ``topic``/``partition`` and sorted by ``offset`` within each Spark task). With
   ``keep_partitions`` a record goes back to its original partition number; otherwise Kafka's
-  default partitioner places it by key.
+  default partitioner places it by key. A missing topic is created by the writer when the
+  broker allows it (``auto.create.topics.enable``, with the broker's ``num.partitions``), as
+  a Kafka producer's first send creates it; else the job fails saying so.
 """
 
 from __future__ import annotations

@@ -182,3 +182,47 @@ def rate_limit(
         step = math.ceil(prorated) if prorated < 1 else math.floor(prorated)
         out[tp] = min(until, begin + step)
     return out
+
+
+def offsets_behind_latest(source_progress: Any) -> dict[str, str]:
+    """Kafka's source metrics (``KafkaMicroBatchStream.metrics``) for one source of a streaming
+    query's progress: per partition, the latest offset the source saw minus the offset the
+    micro-batch read up to, and their ``minOffsetsBehindLatest`` / ``maxOffsetsBehindLatest`` /
+    ``avgOffsetsBehindLatest`` as strings (Kafka's ``Map[String, String]``); ``{}`` when the
+    progress has no offsets (no batch yet). A partition missing from the end offset counts from
+    0, as in Kafka.
+
+    Why a function and not ``progress.sources[i].metrics``: Spark fills that map only from a
+    ``MicroBatchStream`` that implements ``ReportsSourceMetrics``, and the stream Spark wraps
+    around a Python data source does not (PySpark 4.3: ``PythonMicroBatchStream`` implements
+    ``MicroBatchStream``, ``SupportsAdmissionControl``, ``SupportsTriggerAvailableNow`` and
+    ``AcceptsLatestSeenOffset``; the Python runner has no metrics call). The progress does
+    carry both inputs: ``endOffset``, and ``latestOffset`` from the reader's
+    ``reportLatestOffset``, which returns the offsets its ``latestOffset`` saw, as Kafka's does.
+
+    ``source_progress``: a ``SourceProgress`` of a listener event (offsets as JSON strings) or
+    one ``query.lastProgress["sources"]`` entry (offsets as dicts or JSON strings).
+    """
+
+    def field(name: str) -> Any:
+        value = (
+            source_progress.get(name)
+            if isinstance(source_progress, Mapping)
+            else getattr(source_progress, name, None)
+        )
+        if isinstance(value, str):
+            value = json.loads(value) if value.strip() not in ("", "null") else None
+        return value
+
+    end, latest = field("endOffset"), field("latestOffset")
+    if not end or not latest:
+        return {}
+    consumed = offsets_from_dict(end)
+    behind = [offset - consumed.get(tp, 0) for tp, offset in offsets_from_dict(latest).items()]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": str(min(behind)),
+        "maxOffsetsBehindLatest": str(max(behind)),
+        "avgOffsetsBehindLatest": str(sum(behind) / len(behind)),
+    }

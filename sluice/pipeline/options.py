@@ -26,7 +26,14 @@ Write options: ``kafka.bootstrap.servers``, ``topic`` (default topic when rows h
 default 1 MiB), ``kafka.compression.type`` (none, gzip, snappy, lz4, zstd).
 
 ``sluice-segments`` reads ``path`` (the broker's ``log.dirs`` directory) and accepts
-``subscribe`` / ``subscribePattern`` / ``assign`` and ``includeHeaders``.
+``subscribe`` / ``subscribePattern`` / ``assign`` (one is required), ``includeHeaders`` and
+``failOnDataLoss``.
+
+Any other key is refused, naming it (:func:`check_keys`): Spark hands a data source every
+``.option()`` given, and a Kafka option this source does not act on (``kafka.group.id``,
+``startingOffsetsByTimestamp``, a misspelt ``startingOffset``) would otherwise be dropped in
+silence and the query would read something else than asked. Keys that only Spark uses
+(``checkpointLocation`` on a streaming write) are accepted.
 """
 
 from __future__ import annotations
@@ -41,6 +48,39 @@ from .offsets import EARLIEST, LATEST, OptionError, PartitionOffsets, parse_part
 DEFAULT_MAX_RECORDS_PER_PARTITION = 2_000_000
 DEFAULT_PARTITION_FETCH_BYTES = 1 << 20
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+_SUBSCRIPTION_KEYS = ("subscribe", "subscribePattern", "assign")
+#: The keys each format understands (Spark's option names are case-insensitive).
+SOURCE_KEYS = (
+    "kafka.bootstrap.servers", *_SUBSCRIPTION_KEYS, "startingOffsets", "endingOffsets",
+    "startingTimestamp", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
+    "includeHeaders", "failOnDataLoss", "kafka.max.partition.fetch.bytes",
+    "kafka.request.timeout.ms",
+)  # fmt: skip
+SEGMENTS_KEYS = ("path", *_SUBSCRIPTION_KEYS, "includeHeaders", "failOnDataLoss")
+SINK_KEYS = (
+    "kafka.bootstrap.servers", "topic", "kafka.acks", "kafka.batch.size",
+    "kafka.compression.type", "kafka.request.timeout.ms",
+    "checkpointLocation",  # Spark's own (streaming writes), passed to the sink too
+)  # fmt: skip
+_NO_GROUP = (
+    "this source reads without a consumer group: offsets live in Spark's checkpoint, and no "
+    "group would be joined or committed to"
+)
+#: Options of Spark's Kafka connector that Sluice's formats do not honour, with what to do.
+UNSUPPORTED = {
+    "startingOffsetsByTimestamp": "per-partition timestamps are not supported; "
+    "startingTimestamp takes one timestamp for every partition",
+    "startingOffsetsByTimestampStrategy": "per-partition timestamps are not supported",
+    "endingTimestamp": "ending at a timestamp is not supported; use endingOffsets",
+    "endingOffsetsByTimestamp": "ending at a timestamp is not supported; use endingOffsets",
+    "kafka.group.id": _NO_GROUP,
+    "groupIdPrefix": _NO_GROUP,
+    "minOffsetsPerTrigger": "use maxOffsetsPerTrigger",
+    "maxTriggerDelay": "use maxOffsetsPerTrigger",
+    "kafka.auto.offset.reset": "set the source option startingOffsets instead",
+}
+_UNSUPPORTED_BY_LOWER = {k.lower(): (k, hint) for k, hint in UNSUPPORTED.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +173,21 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
+def check_keys(options: Mapping[str, str], known: tuple[str, ...], fmt: str) -> None:
+    """Refuse every key of ``options`` not in ``known`` (case-insensitive), naming it."""
+    allowed = {k.lower() for k in known}
+    for key in options:
+        lower = str(key).lower()
+        if lower in allowed:
+            continue
+        if lower in _UNSUPPORTED_BY_LOWER:  # named as documented: Spark may lower-case keys
+            name, hint = _UNSUPPORTED_BY_LOWER[lower]
+            raise OptionError(f'{name} is not supported by format("{fmt}"): {hint}')
+        raise OptionError(
+            f'{key} is not an option of format("{fmt}"), which takes {", ".join(known)}'
+        )
+
+
 def _int(opts: Mapping[str, str], key: str, default: int | None, *, minimum: int) -> int | None:
     raw = opts.get(key.lower())
     if raw is None:
@@ -209,13 +264,16 @@ def _offset_spec(opts: Mapping[str, str], key: str, default: int, *, ending: boo
     return OffsetSpec(default, specific)
 
 
-def parse(
-    options: Mapping[str, str], *, streaming: bool, need_bootstrap: bool = True
-) -> SourceOptions:
-    """Validate the read options (``streaming`` picks the Kafka connector's defaults)."""
+def parse(options: Mapping[str, str], *, streaming: bool, segments: bool = False) -> SourceOptions:
+    """Validate the read options of ``sluice`` (``streaming`` picks the Kafka connector's
+    defaults) or, with ``segments``, of ``sluice-segments`` (no broker: no bootstrap)."""
+    if segments:
+        check_keys(options, SEGMENTS_KEYS, "sluice-segments")
+    else:
+        check_keys(options, SOURCE_KEYS, "sluice")
     opts = _lower(options)
     bootstrap = opts.get("kafka.bootstrap.servers", "")
-    if need_bootstrap and not bootstrap.strip():
+    if not segments and not bootstrap.strip():
         raise OptionError("kafka.bootstrap.servers is required")
     starting = _offset_spec(
         opts, "startingOffsets", LATEST if streaming else EARLIEST, ending=False
@@ -251,6 +309,7 @@ def parse(
 
 def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     """Validate the write options."""
+    check_keys(options, SINK_KEYS, "sluice")
     opts = _lower(options)
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:

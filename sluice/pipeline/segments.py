@@ -209,7 +209,7 @@ class SluiceSegmentsDataSource(DataSource):
         return "sluice-segments"
 
     def _options(self) -> SourceOptions:
-        return parse(self.options, streaming=False, need_bootstrap=False)
+        return parse(self.options, streaming=False, segments=True)
 
     def schema(self) -> str:
         return schema_ddl(self._options().include_headers)

@@ -17,7 +17,9 @@ Modelled on Spark's Kafka source (``KafkaRelation``, ``KafkaMicroBatchStream``):
   limit)`` returns the HWs, cut by the read limit (``maxOffsetsPerTrigger`` → ``ReadMaxRows``,
   prorated per partition like Kafka), and by the target recorded in
   ``prepareForTriggerAvailableNow`` for ``Trigger.AvailableNow``. Partitions that appear later
-  start at their earliest offset. A micro-batch reads exactly ``[start, end)`` of each partition,
+  start at their earliest offset. ``reportLatestOffset`` returns what ``latestOffset`` saw
+  (the progress's ``latestOffset``; lag figures: :func:`sluice.pipeline.offsets_behind_latest`).
+  A micro-batch reads exactly ``[start, end)`` of each partition,
   and Spark checkpoints ``end`` before the next batch starts: a restarted query re-plans the same
   batch from its offset log, so every record is delivered once to an idempotent sink (Spark's
   file sink; Kafka semantics otherwise: at least once).
@@ -55,6 +57,7 @@ from .offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
+    OptionError,
     PartitionOffsets,
     TopicPartition,
     make_ranges,
@@ -199,9 +202,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._client: SyncClient | None = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
+        self._seen: PartitionOffsets | None = None  # what the last latestOffset() saw
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_client": None, "_target": None}
+        return {"options": self.options, "_client": None, "_target": None, "_seen": None}
 
     def _conn(self) -> SyncClient:
         if self._client is None:
@@ -246,6 +250,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_dict(start)
         latest = self._latest() if self._target is None else dict(self._target)
+        self._seen = dict(latest)
         for tp in [tp for tp in begin if tp not in latest]:
             _data_loss(self.options, f"{tp.topic}-{tp.partition} is gone")
         new = [tp for tp in latest if tp not in begin]
@@ -263,7 +268,11 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_dict({tp: max(latest[tp], 0) for tp in latest})
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return offsets_to_dict(self._latest())
+        """The offsets the last :meth:`latestOffset` saw, before the read limit (Kafka's
+        ``latestPartitionOffsets``: the high watermarks, or the ``Trigger.AvailableNow``
+        target): the progress's ``latestOffset``, from which
+        :func:`sluice.pipeline.offsets_behind_latest` gives Kafka's lag metrics."""
+        return offsets_to_dict(self._latest() if self._seen is None else self._seen)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin = offsets_from_dict(start)
@@ -314,7 +323,15 @@ class SluiceDataSource(DataSource):
         return SluiceStreamReader(parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        """Batch write; Overwrite refused as Kafka's sink does (a topic is only appended to).
+        The default mode, ErrorIfExists, means append: :mod:`sluice.pipeline.savemode`."""
         from .writer import SluiceWriter
+
+        if overwrite:
+            raise OptionError(
+                'save mode overwrite is not allowed for format("sluice"): allowed save modes '
+                "are append and errorifexists (the default), as for Kafka"
+            )
 
         return SluiceWriter(self.options, schema)
 

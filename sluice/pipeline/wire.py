@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar, cast, overload
 
 from sluice.protocol import messages
-from sluice.protocol.errors import KafkaError, ProtocolError, for_code
+from sluice.protocol.errors import (
+    KafkaError,
+    LeaderNotAvailable,
+    ProtocolError,
+    UnknownTopicOrPartition,
+    for_code,
+)
 from sluice.protocol.framing import decode_response, encode_request
 from sluice.protocol.schema import RequestMessage, ResponseMessage
 from sluice.protocol.varint import Buffer
@@ -159,6 +166,45 @@ class SyncClient:
             if t.error_code == 0:
                 out[t.name] = len(t.partitions)
         return out
+
+    def partitions_for_produce(self, topic: str) -> int:
+        """The partition count of ``topic`` for a producer, which may create it: Metadata with
+        ``allow_auto_topic_creation`` (the Kafka producer's request), so a broker with
+        ``auto.create.topics.enable=true`` creates a missing topic with its defaults. While the
+        new topic has no leader yet (a cluster answers LEADER_NOT_AVAILABLE until the controller
+        elected one) it asks again, for at most ``timeout`` (the producer's ``max.block.ms``).
+        A broker that does not auto-create answers UNKNOWN_TOPIC_OR_PARTITION: raised with a
+        message saying so; any other topic error (an invalid name, ...) is raised as is."""
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.01
+        while True:
+            req = messages.MetadataRequest(
+                topics=[messages.MetadataRequest.MetadataRequestTopic(name=topic)],
+                allow_auto_topic_creation=True,
+            )
+            resp = self.request(API_METADATA, METADATA_V, req)
+            found = [t for t in resp.topics if t.name == topic]
+            if not found:
+                raise ProtocolError(f"Metadata response without topic {topic!r}")
+            meta = found[0]
+            if meta.error_code == UnknownTopicOrPartition.code:
+                raise UnknownTopicOrPartition(
+                    f"topic {topic!r} does not exist and the broker does not create topics on "
+                    "first use (auto.create.topics.enable=false): create it first, e.g. "
+                    f"sluice topics create --topic {topic}"
+                )
+            ready = meta.error_code == 0 and bool(meta.partitions)
+            ready = ready and all(p.leader_id >= 0 for p in meta.partitions)
+            if ready:
+                return len(meta.partitions)
+            if meta.error_code not in (0, LeaderNotAvailable.code):
+                check(meta.error_code, f"Metadata {topic}")
+            if time.monotonic() + backoff > deadline:
+                raise LeaderNotAvailable(
+                    f"topic {topic!r}: no leader for every partition after {self.timeout:g} s"
+                )
+            time.sleep(backoff)  # bounded retry on a condition, as the producer's metadata wait
+            backoff = min(backoff * 2, 0.5)
 
     def list_offsets(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """ListOffsets: ``{tp: timestamp}`` (-2 earliest, -1 latest = HW, or ms) to offsets.

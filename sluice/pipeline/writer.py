@@ -5,18 +5,22 @@ Input columns, as Spark's Kafka sink takes them::
     value      binary or string   required (null = tombstone)
     key        binary or string   optional (null = no key)
     topic      string             optional; else the ``topic`` option (one must be given)
-    partition  int                optional; else Kafka's default partitioner: murmur2(key) mod
-                                  partitions for keyed rows (``sluice.client.partitioner``: the same
-                                  placement as Java producers),
-                                  a sticky partition per produced batch for unkeyed rows
+    partition  int                optional, in [0, partitions); else Kafka's default
+                                  partitioner: murmur2(key) mod partitions for keyed rows
+                                  (``sluice.client.partitioner``: the same placement as Java
+                                  producers), a sticky partition per produced batch for
+                                  unkeyed rows
     headers    array<struct<key string, value binary>>   optional
 
 Each Spark task produces its rows with :class:`BatchProducer`: rows go into one
 ``sluice.protocol.records.RecordBatchBuilder`` per partition; a builder is sent as a Produce request
 when it reaches ``kafka.batch.size`` bytes (default 1 MiB) and all are sent at the end of the
-task (acks per ``kafka.acks``, default all). A partition error (unknown topic, record too large,
-...) raises the ``sluice.protocol.errors`` class for it, which fails the task, and Spark retries or
-fails the job: at-least-once, like the Kafka sink (a retried task may produce rows twice).
+task (acks per ``kafka.acks``, default all). A topic's partitions are asked once per task with
+Metadata allowing auto-creation, as Kafka's producer asks: a missing topic is created when the
+broker's ``auto.create.topics.enable`` is true, else the task fails saying it does not exist and
+is not auto-created. A partition error (record too large, ...) raises the
+``sluice.protocol.errors`` class for it, which fails the task, and Spark retries or fails the
+job: at-least-once, like the Kafka sink (a retried task may produce rows twice).
 
 The arrow variants are used (``DataSourceArrowWriter``): Spark hands the rows over as Arrow
 record batches, not one Python ``Row`` at a time.
@@ -67,12 +71,12 @@ class BatchProducer:
         self.sent: dict[TopicPartition, int] = {}
 
     def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``, asked once per task the way Kafka's producer does: a
+        missing topic is created when the broker allows it (``auto.create.topics.enable``),
+        else the task fails saying so (:meth:`SyncClient.partitions_for_produce`)."""
         count = self._partitions.get(topic)
         if count is None:
-            count = self.client.partition_counts([topic]).get(topic)
-            if not count:
-                raise UnknownTopicOrPartition(f"topic {topic!r} does not exist")
-            self._partitions[topic] = count
+            count = self._partitions[topic] = self.client.partitions_for_produce(topic)
         return count
 
     def add(
@@ -84,8 +88,13 @@ class BatchProducer:
         headers: tuple[tuple[str, bytes | None], ...],
         timestamp: int,
     ) -> None:
-        if partition is None:
-            count = self.partition_count(topic)
+        count = self.partition_count(topic)  # also for a given partition, as Kafka's producer
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartition(
+                    f"partition {partition} of topic {topic!r} is not in the range [0, {count})"
+                )
+        else:
             if key is not None:
                 partition = default_partition(key, count)
             else:

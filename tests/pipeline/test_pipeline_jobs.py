@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice import EmbeddedBroker
 from sluice.pipeline.cli import pipeline
 from tests.broker_util import BrokerProcess, running_broker
 
@@ -107,4 +108,37 @@ def test_replay_to_a_missing_topic_fails_with_a_message(
         obj={},
     )
     assert result.exit_code == 1
-    assert "replay failed" in result.output and "nope" in result.output
+    assert "replay failed" in result.output and "'nope' does not exist" in result.output
+    assert "auto.create.topics.enable=false" in result.output
+
+
+def test_replay_creates_a_missing_topic_where_the_broker_auto_creates(
+    spark: Any, tmp_path: Path
+) -> None:
+    archived = str(tmp_path / "archived")
+    rows = [(f"k{n}".encode(), f"v{n}".encode(), "t", n % 2, n // 2) for n in range(6)]
+    schema = "key binary, value binary, topic string, partition int, offset long"
+    spark.createDataFrame(rows, schema).write.parquet(archived)
+    with EmbeddedBroker(properties={"num.partitions": "2"}) as auto:
+        args = ["replay", "-b", auto.bootstrap_servers, "--path", archived]
+        result = cli(*args, "--to-topic", "replayed-here", "--keep-partitions")
+        assert result.exit_code == 0, result.output
+        assert "replayed 6 records" in result.output
+        consumer = Consumer(
+            {"bootstrap.servers": auto.bootstrap_servers, "group.id": "check",
+             "auto.offset.reset": "earliest", "enable.partition.eof": True}
+        )  # fmt: skip
+        try:
+            consumer.assign([TopicPartition("replayed-here", p) for p in (0, 1)])
+            got: dict[int, list[bytes]] = {0: [], 1: []}
+            ends = 0
+            while ends < 2:
+                msg = consumer.poll(10)
+                assert msg is not None, "the replayed records did not arrive"
+                if msg.error():
+                    ends += 1
+                    continue
+                got[msg.partition()].append(msg.value())
+        finally:
+            consumer.close()
+    assert got == {0: [b"v0", b"v2", b"v4"], 1: [b"v1", b"v3", b"v5"]}

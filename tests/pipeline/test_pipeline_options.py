@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from sluice.pipeline.offsets import (
     OptionError,
     TopicPartition,
     make_ranges,
+    offsets_behind_latest,
     offsets_from_dict,
     offsets_to_dict,
     offsets_to_json,
@@ -31,6 +33,7 @@ from sluice.pipeline.options import (
     parse,
     parse_sink,
 )
+from sluice.pipeline.savemode import sink_save_mode
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -207,3 +210,65 @@ def test_rate_limit_admits_about_the_limit_and_never_passes_latest(
         # floor per partition loses < 1 record each, a rounded-up share adds < 1 each
         assert limit - len(backlog) < admitted <= limit + len(backlog)
         assert admitted > 0  # progress is always made
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("startingOffsetsByTimestamp", '{"a":{"0":1700000000000}}', "startingTimestamp takes"),
+        ("kafka.group.id", "my-group", "without a consumer group"),
+        ("groupIdPrefix", "spark-kafka", "without a consumer group"),
+        ("endingTimestamp", "1700000000000", "use endingOffsets"),
+        ("kafka.auto.offset.reset", "earliest", "startingOffsets instead"),
+        ("startingOffset", "earliest", "which takes kafka.bootstrap.servers, subscribe"),
+        ("kafka.fetch.min.bytes", "1", "not an option"),
+        ("path", "/data", "not an option"),  # load(path): only sluice-segments reads files
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_options_the_source_does_not_honour_are_refused_by_name(
+    key: str, value: str, message: str, streaming: bool
+) -> None:
+    with pytest.raises(OptionError, match=rf"^{re.escape(key)} .*{message}") as refused:
+        parse({**BOOT, "subscribe": "a", key: value}, streaming=streaming)
+    assert 'format("sluice")' in str(refused.value)
+
+
+def test_the_segment_reader_and_the_sink_refuse_options_they_do_not_honour() -> None:
+    segments = {"path": "/data", "subscribe": "a"}
+    assert parse(segments, streaming=False, segments=True).path == "/data"
+    for key in ("startingOffsets", "kafka.bootstrap.servers", "kafka.group.id"):
+        with pytest.raises(OptionError, match=rf'^{re.escape(key)} .*"sluice-segments"'):
+            parse({**segments, key: "x"}, streaming=False, segments=True)
+    # Spark passes a streaming query's checkpointLocation to its sink too.
+    assert parse_sink({**BOOT, "topic": "t", "checkpointLocation": "/chk"}).topic == "t"
+    for key in ("kafka.linger.ms", "subscribe", "includeHeaders"):
+        with pytest.raises(OptionError, match=rf"^{re.escape(key)} "):
+            parse_sink({**BOOT, "topic": "t", key: "1"})
+
+
+def test_the_default_save_mode_means_append_and_ignore_is_refused_as_for_kafka() -> None:
+    for chosen in (None, "error", "ErrorIfExists", "default", "append"):
+        assert sink_save_mode(chosen) == "append"
+    assert sink_save_mode("overwrite") == "overwrite"  # reaches the source, which refuses it
+    with pytest.raises(OptionError, match="save mode ignore is not allowed"):
+        sink_save_mode("ignore")
+
+
+def test_offsets_behind_latest_are_kafkas_source_metrics() -> None:
+    source = {
+        "endOffset": {"a": {"0": 10, "1": 7}},
+        "latestOffset": '{"a":{"0":15,"1":7,"2":4}}',  # partition 2 not read yet: from 0
+    }
+    assert offsets_behind_latest(source) == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "5",
+        "avgOffsetsBehindLatest": "3.0",
+    }
+
+    class SourceProgress:  # a listener event's: offsets as JSON strings
+        endOffset = '{"a":{"0":15}}'
+        latestOffset = '{"a":{"0":15}}'
+
+    assert offsets_behind_latest(SourceProgress())["maxOffsetsBehindLatest"] == "0"
+    assert offsets_behind_latest({"endOffset": None, "latestOffset": "null"}) == {}

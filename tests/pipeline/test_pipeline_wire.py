@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice import EmbeddedBroker
 from sluice.pipeline.offsets import TopicPartition
 from sluice.pipeline.wire import SyncClient, WireError
 from sluice.protocol.errors import UnknownTopicOrPartition
@@ -73,3 +74,20 @@ def test_errors(broker: BrokerProcess, tmp_path: Path) -> None:
         assert result.error_code == 1  # OFFSET_OUT_OF_RANGE: the caller decides
     with pytest.raises(WireError):
         SyncClient(f"127.0.0.1:{free_port()}", timeout=2)
+
+
+def test_a_producer_creates_a_missing_topic_only_where_the_broker_allows_it(
+    broker: BrokerProcess,
+) -> None:
+    with SyncClient(broker.bootstrap, timeout=10) as client:
+        assert client.partitions_for_produce("blk") == 2
+        with pytest.raises(UnknownTopicOrPartition, match=r"auto\.create\.topics\.enable=false"):
+            client.partitions_for_produce("not-created")
+        assert client.partition_counts(["not-created"]) == {}
+    with (
+        EmbeddedBroker(properties={"num.partitions": "3"}) as auto,
+        SyncClient(auto.bootstrap_servers, timeout=10) as client,
+    ):
+        assert client.partition_counts(["fresh"]) == {}  # a reader never creates
+        assert client.partitions_for_produce("fresh") == 3
+        assert client.partition_counts(["fresh"]) == {"fresh": 3}

@@ -3,7 +3,8 @@
 Every ```python block is run against a real broker: a block that defines ``test_*`` functions is
 run by pytest as a test file of its own (its ``sluice_broker`` fixture comes from the installed
 plugin); any other block is run as a script with ``127.0.0.1:9092`` pointed at an embedded broker.
-Blocks that need a Spark session are left to the pipeline tests.
+The Spark section's block needs the run's Spark session:
+``tests/pipeline/test_pipeline_readme.py`` runs it.
 """
 
 from __future__ import annotations

@@ -175,6 +175,14 @@ async def test_connections_over_the_bound_are_closed(
             await c.close()
 
 
+def test_zero_per_ip_needs_overrides() -> None:
+    from sluice.server.core.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip\.overrides"):
+        Config.load(None, ["max.connections.per.ip=0"])
+    Config.load(None, ["max.connections.per.ip=0", "max.connections.per.ip.overrides=a:1"])
+
+
 def test_ip_overrides_parse_kafkas_format() -> None:
     assert parse_ip_overrides("") == ()
     assert parse_ip_overrides("hostName:100, 127.0.0.1:200,[::1]:5") == (

@@ -647,6 +647,11 @@ class Config:
                 f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at "
                 f"least replica.fetch.wait.max.ms ({config.replica_fetch_wait_max_ms})"
             )
+        if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+            raise ConfigError(  # Kafka's check: else no client could ever connect
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides is set"
+            )
         if not config.cluster_mode and config.default_replication_factor != 1:
             raise ConfigError(
                 f"invalid value {config.default_replication_factor} for "

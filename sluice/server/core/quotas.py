@@ -18,7 +18,9 @@ Kafka's broker-wide bound instead stops accepting until a connection closes (KIP
 new ones in the listen backlog; an asyncio server cannot pause its accept loop without closing
 its listening socket, so Sluice closes those too. The log gets one line per address when it
 first hits its bound and one (with the count refused) when it is below it again, not a line per
-refused connection: a client in a reconnect loop would flood it otherwise.
+refused connection: a client in a reconnect loop would flood it otherwise. In a cluster the
+other brokers' replica fetchers connect to the same listener and count too (Kafka exempts its
+inter-broker listener; Sluice serves one listener): size the bounds for them.
 
 **Request rate** (:class:`RequestQuota`): Kafka bounds a client's share of request-handler time
 (the ``request_percentage`` client quota, set dynamically with AlterClientQuotas). Sluice bounds

@@ -17,7 +17,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.faults.suite import SCENARIOS, connections, disk_full, fuzz, kill_figures, kill_trial
+from tests.faults.suite import (
+    SCENARIOS,
+    KillTrial,
+    connections,
+    disk_full,
+    fuzz,
+    kill_figures,
+    kill_trial,
+)
 
 
 def problems(figures: dict[str, Any]) -> list[str]:
@@ -25,7 +33,7 @@ def problems(figures: dict[str, Any]) -> list[str]:
     out = []
     kills = figures["kill -9"]
     for key in ("lost", "duplicated", "inconsistent", "corrupt", "start_failures",
-                "unclean_stops", "tracebacks"):  # fmt: skip
+                "read_failures", "unclean_stops", "tracebacks"):  # fmt: skip
         if kills[key]:
             out.append(f"kill -9: {key} {kills[key]}")
     full = figures["disk full"]
@@ -55,7 +63,10 @@ def run(trials: int, seed: int, fuzz_frames: int, conns: int, work: Path) -> dic
     names = list(SCENARIOS)
     results = []
     for i in range(trials):
-        result = kill_trial(work, i, names[i % len(names)], rnd)
+        try:
+            result = kill_trial(work, i, names[i % len(names)], rnd)
+        except Exception as exc:  # counted as a failed read; the run goes on
+            result = KillTrial(i, names[i % len(names)], read_error=f"{type(exc).__name__}: {exc}")
         results.append(result)
         print(
             f"trial {i:3} {result.scenario:9} killed after {result.killed_after_s:4.2f}s: "

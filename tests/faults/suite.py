@@ -8,14 +8,15 @@ on 127.0.0.1, every wait bounded, every process stopped by its PID:
   duplicate is the broker's) writes unique values to 3 partitions as fast as it can; after a
   random 0.3-1.5 s the broker is killed with SIGKILL. Three scenarios rotate: ``produce``
   (default segments), ``roll`` (32 KiB segments: a roll every few hundred records) and
-  ``retention`` (the same, plus ``log.retention.bytes`` of four segments checked every 100 ms
-  and deleted at once, so segments are being deleted when the kill lands). The broker is
-  restarted on the same data dir and every partition is read from its log start to its high
-  watermark with a confluent-kafka consumer; :func:`tests.jepsen.checker.check` judges the
-  history (acknowledged records below the log start, in the retention scenario, were deleted
-  by retention, and are counted apart). Then SIGTERM (exit status 0 expected) and
-  ``sluice dump-log --verify``'s checks (:func:`sluice.server.storage.dump_log.verify_partition`)
-  on every partition: CRCs, offsets, indexes, leader epochs.
+  ``retention`` (16 KiB segments, ``log.retention.bytes`` of two, checked every 100 ms and
+  deleted at once, so segments are being deleted when the kill lands). The broker is
+  restarted on the same data dir (retention off: :data:`RESTART_OVERRIDES`) and every
+  partition is read from its log start to its high watermark with a confluent-kafka consumer;
+  :func:`tests.jepsen.checker.check` judges the history (acknowledged records below the log
+  start, in the retention scenario, were deleted by retention, and are counted apart). Then
+  SIGTERM (exit status 0 expected) and ``sluice dump-log --verify``'s checks
+  (:func:`sluice.server.storage.dump_log.verify_partition`) on every partition: CRCs, offsets,
+  indexes, leader epochs.
 * **disk full** (:func:`disk_full`): the broker's data dir on an 8 MiB tmpfs (root only; skipped
   with the reason otherwise) filled to 1 MiB; the producer runs into ``KAFKA_STORAGE_ERROR``,
   the ballast goes, appends resume, the disk is filled again and the broker gets SIGTERM on the
@@ -57,12 +58,15 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "produce": (),
     "roll": ("log.segment.bytes=32768",),
     "retention": (
-        "log.segment.bytes=32768",
-        "log.retention.bytes=131072",
+        "log.segment.bytes=16384",
+        "log.retention.bytes=32768",
         "log.retention.check.interval.ms=100",
         "log.segment.delete.delay.ms=0",
     ),
 }
+#: The restart reads back with retention off: what it would delete now is not what the kill
+#: did, and a segment deleted under the reader would only make the read race retention.
+RESTART_OVERRIDES = ("log.retention.bytes=-1",)
 VALUE_PAD = 100  # bytes of padding per value: a 32 KiB segment holds ~250 records
 
 
@@ -129,6 +133,7 @@ def read_all(
             "bootstrap.servers": bootstrap,
             "group.id": "faults-reader",
             "enable.auto.commit": False,
+            "auto.offset.reset": "error",  # a reset would skip records silently
             "log_level": 0,
         }
     )
@@ -146,8 +151,10 @@ def read_all(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"read {position} of {marks} in {timeout}s")
             msg = consumer.poll(0.5)
-            if msg is None or msg.error():
+            if msg is None:
                 continue
+            if msg.error():
+                raise RuntimeError(f"reading partition {msg.partition()}: {msg.error()}")
             observations.append(Observation(msg.partition(), msg.offset(), msg.value().decode()))
             position[msg.partition()] = msg.offset() + 1
         return observations, low
@@ -172,6 +179,7 @@ class KillTrial:
     inconsistent: int = 0
     corrupt: list[str] = field(default_factory=list)
     start_failure: str = ""
+    read_error: str = ""
     stop_status: int | None = None
     tracebacks: int = 0
     rss_kb: int = 0
@@ -181,7 +189,7 @@ class KillTrial:
     def valid(self) -> bool:
         return not (
             self.lost or self.duplicated or self.inconsistent or self.corrupt
-            or self.start_failure or self.stop_status or self.tracebacks
+            or self.start_failure or self.read_error or self.stop_status or self.tracebacks
         )  # fmt: skip
 
 
@@ -249,13 +257,16 @@ def kill_trial(work: Path, trial: int, scenario: str, rnd: random.Random) -> Kil
         if broker.proc.poll() is None:
             broker.kill()
     try:
-        broker = start_broker(data, overrides=overrides)
+        broker = start_broker(data, overrides=(*overrides, *RESTART_OVERRIDES))
     except AssertionError as exc:
         result.start_failure = str(exc)[-2000:]
         return result
     try:
         observations, low = read_all(broker.bootstrap)
         result.rss_kb = rss_kb(broker.pid)
+    except Exception as exc:  # the read failed: the trial's evidence, not the suite's end
+        result.read_error = f"{type(exc).__name__}: {exc}"
+        return result
     finally:
         result.stop_status = broker.stop()
     result.tracebacks = tracebacks(broker)
@@ -288,6 +299,7 @@ def kill_figures(results: list[KillTrial]) -> dict[str, Any]:
         "inconsistent": sum(r.inconsistent for r in results),
         "corrupt": sum(len(r.corrupt) for r in results),
         "start_failures": sum(1 for r in results if r.start_failure),
+        "read_failures": sum(1 for r in results if r.read_error),
         "unclean_stops": sum(1 for r in results if r.stop_status),
         "tracebacks": sum(r.tracebacks for r in results),
         "max_rss_mb": round(max((r.rss_kb for r in results), default=0) / 1024, 1),

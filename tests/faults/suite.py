@@ -173,6 +173,7 @@ class KillTrial:
     acknowledged: int = 0
     deleted_by_retention: int = 0
     unknown: int = 0
+    recovered: int = 0  # of the unknown: in the log after all (written, the ack lost in the kill)
     read: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -278,6 +279,7 @@ def kill_trial(work: Path, trial: int, scenario: str, rnd: random.Random) -> Kil
     report = check(kept, [observations])
     result.acknowledged = report.acknowledged + result.deleted_by_retention
     result.unknown = report.unknown
+    result.recovered = len(report.recovered)
     result.read = report.read
     result.lost = len(report.lost)
     result.duplicated = len(report.duplicate)
@@ -294,6 +296,7 @@ def kill_figures(results: list[KillTrial]) -> dict[str, Any]:
         "acknowledged": sum(r.acknowledged for r in results),
         "deleted_by_retention": sum(r.deleted_by_retention for r in results),
         "unknown_outcome": sum(r.unknown for r in results),
+        "unknown_but_written": sum(r.recovered for r in results),
         "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results),
         "inconsistent": sum(r.inconsistent for r in results),

@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: setup run cluster test jepsen lint typecheck bench clean
+.PHONY: setup run cluster test jepsen faults lint typecheck bench clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ TRIALS ?= 10
 SEED ?= 1
 jepsen: setup
 	$(BIN)/python -m tests.jepsen --trials $(TRIALS) --seed $(SEED) $(JEPSEN_ARGS)
+
+# The single-node fault suite (tests/faults): kill -9 trials, disk full (root), fuzz, 1,000
+# connections, with figures: `make faults TRIALS=30`, extra flags in FAULTS_ARGS
+# (--fuzz-frames N, --connections N).
+faults: setup
+	$(BIN)/python -m tests.faults --trials $(TRIALS) --seed $(SEED) $(FAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

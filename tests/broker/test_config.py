@@ -348,6 +348,37 @@ DECLARED = {
         None,
         "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
     ),
+    "max.connections.per.ip": (
+        "2147483647",
+        "open connections from one address; more are closed when accepted",
+    ),
+    "max.connections.per.ip.overrides": (
+        "",
+        "host:count,... : max.connections.per.ip for the addresses (or host names) named",
+    ),
+    "max.connections": ("2147483647", "open connections in all; more are closed when accepted"),
+    "sluice.quota.requests.per.second": (
+        "2147483647",
+        "requests per second per client id; above it responses carry throttle_time_ms and the "
+        "connection waits that long",
+    ),
+    "quota.window.num": ("11", "samples the request rate is measured over"),
+    "quota.window.size.seconds": (
+        "1",
+        "length of one request-rate sample (also the longest throttle)",
+    ),
+    "sluice.max.topics": (
+        "2147483647",
+        "topics in all (internal ones included); creating more is POLICY_VIOLATION",
+    ),
+    "sluice.max.partitions": (
+        "2147483647",
+        "partitions of all topics (internal ones included); more is POLICY_VIOLATION",
+    ),
+    "sluice.max.partitions.per.topic": (
+        "10000",
+        "partitions of one topic; more is INVALID_PARTITIONS",
+    ),
     "sluice.offsets.compaction.min.records": (
         "10000",
         "restate __consumer_offsets when it holds this many more records than live offsets",

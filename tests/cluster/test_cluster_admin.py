@@ -93,3 +93,28 @@ def test_internal_topic_is_protected_in_a_cluster(sluice_cluster: EmbeddedCluste
         assert tp.offset == 3
     finally:
         consumer.close()
+
+
+@pytest.mark.sluice_cluster(
+    size=1, properties={"sluice.max.topics": "2", "sluice.max.partitions.per.topic": "4"}
+)
+def test_topic_bounds_in_a_cluster(sluice_cluster: EmbeddedCluster) -> None:
+    """The bounds hold in cluster mode too, counted over the cluster's topics, and within one
+    CreateTopics (whose topics the cache learns of only once ZooKeeper has them)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": sluice_cluster.bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(n, 1, 1) for n in ("a", "b", "c")], operation_timeout=30
+    )
+    futures["a"].result(DEADLINE_S)
+    futures["b"].result(DEADLINE_S)
+    with pytest.raises(KafkaException) as info:
+        futures["c"].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert "sluice.max.topics" in info.value.args[0].str()
+    with pytest.raises(KafkaException) as info:
+        admin.create_partitions([NewPartitions("a", 5)])["a"].result(DEADLINE_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    assert sorted(t for t in admin.list_topics(timeout=DEADLINE_S).topics) == ["a", "b"]

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import javaproperties
 
 from sluice.protocol.config_def import ConfigKey, boolean, int_in
+from sluice.server.core.quotas import NO_BOUND, parse_ip_overrides
 from sluice.server.group.coordinator import GROUP_OPTIONS
 from sluice.server.storage.log_config import BROKER_OPTIONS
 
@@ -246,6 +247,71 @@ OPTIONS: tuple[Option, ...] = (
         parse_metrics_listener,
         None,
         "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
+    ),
+    # --- limits a client can exhaust (sluice.server.core.quotas; 2147483647: no bound) --------
+    Option(
+        "max.connections.per.ip",
+        "max_connections_per_ip",
+        int_in(0),
+        str(NO_BOUND),
+        "open connections from one address; more are closed when accepted",
+    ),
+    Option(
+        "max.connections.per.ip.overrides",
+        "max_connections_per_ip_overrides",
+        parse_ip_overrides,
+        "",
+        "host:count,... : max.connections.per.ip for the addresses (or host names) named",
+    ),
+    Option(
+        "max.connections",
+        "max_connections",
+        int_in(0),
+        str(NO_BOUND),
+        "open connections in all; more are closed when accepted",
+    ),
+    Option(
+        "sluice.quota.requests.per.second",
+        "quota_requests_per_second",
+        int_in(1),
+        str(NO_BOUND),
+        "requests per second per client id; above it responses carry throttle_time_ms and the "
+        "connection waits that long",
+    ),
+    Option(
+        "quota.window.num",
+        "quota_window_num",
+        int_in(2),
+        "11",
+        "samples the request rate is measured over",
+    ),
+    Option(
+        "quota.window.size.seconds",
+        "quota_window_size_seconds",
+        int_in(1),
+        "1",
+        "length of one request-rate sample (also the longest throttle)",
+    ),
+    Option(
+        "sluice.max.topics",
+        "max_topics",
+        int_in(1),
+        str(NO_BOUND),
+        "topics in all (internal ones included); creating more is POLICY_VIOLATION",
+    ),
+    Option(
+        "sluice.max.partitions",
+        "max_partitions",
+        int_in(1),
+        str(NO_BOUND),
+        "partitions of all topics (internal ones included); more is POLICY_VIOLATION",
+    ),
+    Option(
+        "sluice.max.partitions.per.topic",
+        "max_partitions_per_topic",
+        int_in(1),
+        "10000",
+        "partitions of one topic; more is INVALID_PARTITIONS",
     ),
     # --- broker identity and topics ------------------------------------------------------------
     Option("node.id", "node_id", int_in(0), "0", "this broker's id (in Metadata)"),
@@ -486,6 +552,15 @@ class Config:
     fetch_zero_copy: bool = True
     shutdown_timeout_ms: int = 10000
     metrics_listener: MetricsListener | None = None
+    max_connections_per_ip: int = NO_BOUND
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    max_connections: int = NO_BOUND
+    quota_requests_per_second: int = NO_BOUND
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
+    max_topics: int = NO_BOUND
+    max_partitions: int = NO_BOUND
+    max_partitions_per_topic: int = 10000
     node_id: int = 0
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -580,6 +655,11 @@ class Config:
             raise ConfigError(  # Kafka's own check: a waiting fetch would always time out
                 f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at "
                 f"least replica.fetch.wait.max.ms ({config.replica_fetch_wait_max_ms})"
+            )
+        if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+            raise ConfigError(  # Kafka's check: else no client could ever connect
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides is set"
             )
         if not config.cluster_mode and config.default_replication_factor != 1:
             raise ConfigError(

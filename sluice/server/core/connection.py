@@ -25,6 +25,12 @@ connection after the responses already due are sent (ApiVersions with an unknown
 gets the v0 ``UNSUPPORTED_VERSION`` answer the protocol defines). Each case logs one structured
 line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touched.
 
+Limits (:mod:`sluice.server.core.quotas`). A connection over ``max.connections.per.ip`` or
+``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
+open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
+worker waits that long before taking the next request (Kafka mutes the channel the same way);
+frames keep queuing meanwhile, up to ``queued.max.requests``.
+
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
 partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
 ``sluice.fetch.zero.copy=true`` the bytes parts go through the transport; before a slice the
@@ -43,7 +49,7 @@ import collections
 import contextlib
 import os
 import socket
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from sluice.protocol import messages as m
@@ -61,6 +67,7 @@ from sluice.server.logging import get_logger
 if TYPE_CHECKING:
     from sluice.server.core.handlers import Handlers
     from sluice.server.core.metrics import Metrics
+    from sluice.server.core.quotas import ConnectionQuotas, RequestQuota
 
 log = get_logger("sluice.connection")
 
@@ -71,6 +78,9 @@ _COUNT_OWN_ERRORS = frozenset({m.Produce.key, m.Fetch.key})
 #: Bounds of the chunk the copy path reads a record slice in (a quarter of the unsent bound).
 _MIN_COPY_CHUNK = 64 * 1024
 _MAX_COPY_CHUNK = 1024 * 1024
+_FETCH = m.Fetch.key
+#: Broker-to-broker APIs, never throttled (Kafka exempts cluster actions from request quotas).
+_CLUSTER_ACTIONS = frozenset({m.ControlledShutdown.key})
 
 
 class Connection(asyncio.Protocol):
@@ -88,6 +98,8 @@ class Connection(asyncio.Protocol):
         registry: set[Connection],
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        connection_quotas: ConnectionQuotas | None = None,
+        request_quota: RequestQuota | None = None,
     ) -> None:
         self._handlers = handlers
         self._metrics = metrics
@@ -113,6 +125,9 @@ class Connection(asyncio.Protocol):
         self._peer: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1  # the socket's fd, for os.sendfile (valid while _transport is set)
+        self._connection_quotas = connection_quotas
+        self._request_quota = request_quota
+        self._quota_ip: str | None = None  # the address counted by connection_quotas
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
@@ -122,6 +137,17 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         self._peer = transport.get_extra_info("peername")
         self._loop = asyncio.get_running_loop()
+        quotas = self._connection_quotas
+        if quotas is not None:
+            ip = self._peer[0] if isinstance(self._peer, tuple) and self._peer else ""
+            refused = quotas.acquire(ip)
+            if refused is not None:
+                self._metrics.inc(f"connections.refused.{refused}")
+                self._closing = True
+                self._transport = None  # never registered: connection_lost has nothing to undo
+                transport.close()
+                return
+            self._quota_ip = ip
         sock = transport.get_extra_info("socket")
         if sock is not None:
             self._fd = sock.fileno()
@@ -139,6 +165,11 @@ class Connection(asyncio.Protocol):
         self._worker = self._loop.create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._worker is None:  # refused in connection_made
+            return
+        if self._quota_ip is not None and self._connection_quotas is not None:
+            self._connection_quotas.release(self._quota_ip)
+            self._quota_ip = None
         self._registry.discard(self)
         self._metrics.inc("connections.closed")
         self._metrics.set("connections.active", len(self._registry))
@@ -295,8 +326,13 @@ class Connection(asyncio.Protocol):
         body = self._handlers.dispatch(request.header, request.body)
         if asyncio.iscoroutine(body):
             body = await body
+        throttle_ms = 0
+        if self._request_quota is not None:
+            throttle_ms = self._throttle_ms(request.header, request.body)
         if body is None:  # e.g. Produce with acks=0: no response at all
             metrics.request_latency[api_key].observe(perf_counter() - started)
+            if throttle_ms:
+                await asyncio.sleep(throttle_ms / 1000)
             return True
         if body is CLOSE_CONNECTION:
             metrics.inc("connections.closed.acks0_error")
@@ -305,11 +341,29 @@ class Connection(asyncio.Protocol):
             metrics.count_errors(api_key, body)
         if self._transport is None:
             return False
+        if throttle_ms and hasattr(body, "throttle_time_ms"):
+            body.throttle_time_ms = throttle_ms
         await self._send(encode_response(request.header, body))
         # Kafka's TotalTimeMs ends when the response is sent; ours when the transport (or
         # sendfile) has it: a response parked behind a full write buffer counts its wait.
         metrics.request_latency[api_key].observe(perf_counter() - started)
+        if throttle_ms:
+            # Muted for the throttle time (KIP-219): the next request waits in the queue.
+            await asyncio.sleep(throttle_ms / 1000)
         return True
+
+    def _throttle_ms(self, header: Any, body: Any) -> int:
+        """Count this request against its client id's rate; the throttle time it earned."""
+        api_key = header.api_key
+        if api_key in _CLUSTER_ACTIONS or (api_key == _FETCH and body.replica_id >= 0):
+            return 0
+        quota = self._request_quota
+        assert quota is not None
+        throttle_ms = quota.record(header.client_id or "", monotonic())
+        if throttle_ms:
+            self._metrics.inc("requests.throttled")
+            self._metrics.inc("requests.throttle_time_ms", throttle_ms)
+        return throttle_ms
 
     async def _writable_transport(self) -> asyncio.Transport | None:
         """The transport once its buffer is below the high watermark; None if it closed

@@ -33,6 +33,7 @@ from sluice.protocol.framing import (
 )
 from sluice.protocol.messages import RequestHeader
 from sluice.server.core.config_resources import ConfigResources
+from sluice.server.core.quotas import NO_BOUND
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
 
@@ -94,6 +95,22 @@ def _topic_failure(exc: Exception, what: str, topic: str) -> tuple[int, str | No
         return exc.code, str(exc.args[0]) if exc.args else None
     log.exception(what, topic=topic)
     return _code(exc), type(exc).__name__
+
+
+class _Granted:
+    """Topics (and their partitions) one CreateTopics request has been granted so far, for
+    :meth:`Handlers._check_topic_limits` while the broker's counts do not show them yet."""
+
+    __slots__ = ("partitions",)
+
+    def __init__(self) -> None:
+        self.partitions: dict[str, int] = {}
+
+    def add(self, name: str, count: int) -> None:
+        self.partitions[name] = count
+
+    def totals(self) -> tuple[int, int]:
+        return len(self.partitions), sum(self.partitions.values())
 
 
 class Handlers:
@@ -266,6 +283,7 @@ class Handlers:
                 error = errors.UnknownTopicOrPartition.code
                 if name is not None and allow_auto and self.config.auto_create_topics_enable:
                     try:
+                        self._check_topic_limits(name, self.config.num_partitions)
                         self.logs.create_topic(name, self.config.num_partitions)
                         count = self.config.num_partitions
                         error = 0
@@ -362,6 +380,7 @@ class Handlers:
     def _auto_create(self, cluster: ClusterMember, name: str) -> int:
         """Start creating ``name`` with the broker defaults; the code Metadata answers now."""
         try:
+            self._check_topic_limits(name, self.config.num_partitions)
             assignment = cluster.validate_new_topic(
                 name, self.config.num_partitions, self.config.default_replication_factor, None, {}
             )
@@ -749,6 +768,8 @@ class Handlers:
         result_cls = m.CreateTopicsResponse.CreatableTopicResult
         duplicates = self._duplicates(body)
         results = []
+        # validate_only creates nothing: what the request's earlier topics would take.
+        granted = _Granted()
         for t in body.topics:
             code, message = 0, None
             try:
@@ -756,7 +777,9 @@ class Handlers:
                     raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
                 partitions = self._partitions_for(t)
                 configs = self._creatable_configs(t)
+                self._check_topic_limits(t.name, partitions, granted)
                 if body.validate_only:
+                    granted.add(t.name, partitions)
                     self.logs.validate_new_topic(t.name, partitions, configs)
                 else:
                     self.logs.create_topic(t.name, partitions, configs)
@@ -771,6 +794,8 @@ class Handlers:
     ) -> m.CreateTopicsResponse:
         result_cls = m.CreateTopicsResponse.CreatableTopicResult
         duplicates = self._duplicates(body)
+        # The cache learns of the request's topics only once they are written: count them here.
+        granted = _Granted()
 
         async def one(t: m.CreateTopicsRequest.CreatableTopic) -> tuple[int, str | None]:
             try:
@@ -788,7 +813,9 @@ class Handlers:
                 else:
                     n = self.config.num_partitions if n == -1 else n
                     rf = self.config.default_replication_factor if rf == -1 else rf
+                self._check_topic_limits(t.name, len(explicit) if explicit else n, granted)
                 planned = cluster.validate_new_topic(t.name, n, rf, explicit, configs)
+                granted.add(t.name, len(explicit) if explicit else n)
                 if not body.validate_only:
                     await cluster.create_topic(t.name, planned, configs, body.timeout_ms)
             except Exception as exc:
@@ -803,6 +830,44 @@ class Handlers:
                 for t, (code, message) in zip(body.topics, outcomes, strict=True)
             ],
         )
+
+    def _check_topic_limits(self, name: str, count: int, granted: _Granted | None = None) -> None:
+        """Raise if topic ``name`` having ``count`` partitions (created, or grown to that) would
+        pass ``sluice.max.partitions.per.topic`` (INVALID_PARTITIONS), ``sluice.max.topics`` or
+        ``sluice.max.partitions`` (POLICY_VIOLATION, what Kafka answers when a CreateTopics
+        policy refuses, or when one request asks more than its 10,000 partitions).
+
+        Kafka itself has no such bounds (KIP-578 proposed them); without them any client may
+        auto-create topics by the thousand with Metadata requests. Counted over the topics this
+        broker knows (in a cluster: its cache of ZooKeeper's, so each broker applies its own
+        setting to the requests it receives, and two requests racing at two brokers may both
+        pass), internal topics included, plus ``granted``: what earlier topics of the same
+        request take but the counts do not show yet."""
+        c = self.config
+        if count > c.max_partitions_per_topic:
+            raise errors.InvalidPartitions(
+                f"topic {name!r} cannot have {count} partitions: the limit is "
+                f"{c.max_partitions_per_topic} (sluice.max.partitions.per.topic)"
+            )
+        if c.max_topics >= NO_BOUND and c.max_partitions >= NO_BOUND:
+            return
+        counts = self.cluster.cache.topics() if self.cluster is not None else self.logs.topics()
+        extra_topics, extra_partitions = (0, 0) if granted is None else granted.totals()
+        current = counts.get(name)
+        if current is None:
+            topics = len(counts) + extra_topics + 1
+            if topics > c.max_topics:
+                raise errors.PolicyViolation(
+                    f"cannot create topic {name!r}: the broker has {topics - 1} topics, the "
+                    f"limit is {c.max_topics} (sluice.max.topics)"
+                )
+        added = count - (current or 0)
+        total = sum(counts.values()) + extra_partitions
+        if added > 0 and total + added > c.max_partitions:
+            raise errors.PolicyViolation(
+                f"cannot add {added} partitions for topic {name!r}: the broker has {total} "
+                f"partitions, the limit is {c.max_partitions} (sluice.max.partitions)"
+            )
 
     def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
         node = self.config.node_id
@@ -855,6 +920,8 @@ class Handlers:
         ) -> tuple[int, str | None]:
             try:
                 self._check_partitions_request(t, seen)
+                if t.name in cluster.cache.assignments:  # else add_partitions says unknown
+                    self._check_topic_limits(t.name, t.count)
                 assignments = (
                     None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 )
@@ -871,6 +938,7 @@ class Handlers:
             try:
                 self._check_partitions_request(t, seen)
                 current = self.logs.validate_new_partition_count(t.name, t.count)
+                self._check_topic_limits(t.name, t.count)
                 if t.assignments is not None:
                     self._check_local_assignments(t, current)
                 if not body.validate_only:

@@ -32,6 +32,7 @@ from sluice.server.core.connection import Connection
 from sluice.server.core.handlers import Handlers
 from sluice.server.core.metrics import Metrics
 from sluice.server.core.producer_id_manager import ProducerIdManager
+from sluice.server.core.quotas import NO_BOUND, ConnectionQuotas, RequestQuota
 from sluice.server.core.replica_manager import ReplicaManager, ReplicationSettings
 from sluice.server.logging import get_logger
 
@@ -68,6 +69,9 @@ class Server:
         self.metrics_endpoint: MetricsEndpoint | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
+        #: ``max.connections*`` and ``sluice.quota.requests.per.second`` (None: no bound set).
+        self.connection_quotas: ConnectionQuotas | None = None
+        self.request_quota: RequestQuota | None = None
         self._should_exit = asyncio.Event()
         self._force_exit = False
         self._stopped = False
@@ -115,6 +119,7 @@ class Server:
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
+        self._make_quotas()
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -235,6 +240,23 @@ class Server:
         assert self.log_manager is not None
         return self.log_manager.get_log(topic, partition) is not None
 
+    def _make_quotas(self) -> None:
+        """The connection and request bounds, when any is set (module ``quotas``); with none
+        set, connections skip the bookkeeping altogether."""
+        c = self.config
+        if (
+            c.max_connections_per_ip < NO_BOUND
+            or c.max_connections_per_ip_overrides
+            or c.max_connections < NO_BOUND
+        ):
+            self.connection_quotas = ConnectionQuotas(
+                c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
+            )
+        if c.quota_requests_per_second < NO_BOUND:
+            self.request_quota = RequestQuota(
+                c.quota_requests_per_second, c.quota_window_num, c.quota_window_size_seconds
+            )
+
     def _make_connection(self) -> Connection:
         assert self.handlers is not None
         c = self.config
@@ -248,6 +270,8 @@ class Server:
             registry=self._connections,
             send_buffer_bytes=c.socket_send_buffer_bytes,
             receive_buffer_bytes=c.socket_receive_buffer_bytes,
+            connection_quotas=self.connection_quotas,
+            request_quota=self.request_quota,
         )
 
     def install_signal_handlers(self) -> None:

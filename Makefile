@@ -29,10 +29,11 @@ setup: $(TEST_STAMP)
 run: $(RUNTIME_STAMP)
 	$(BIN)/sluice-server --override log.dirs=./data
 
-# A local 3-broker cluster with its own ZooKeeper on 127.0.0.1:9092-9094 (data in ./cluster-data).
+# A local 3-broker cluster with its own ZooKeeper on 127.0.0.1:9092-9094 (data in ./cluster-data),
+# Prometheus metrics at http://127.0.0.1:9644-9646/metrics.
 cluster: $(RUNTIME_STAMP)
 	@bash scripts/install-system-deps.sh
-	$(BIN)/python -m sluice.testing.cluster --brokers 3 --port 9092 --data ./cluster-data
+	$(BIN)/python -m sluice.testing.cluster --brokers 3 --port 9092 --metrics-port 9644 --data ./cluster-data
 
 test: setup
 	$(BIN)/ruff check .

@@ -8,6 +8,10 @@ Usage::
         print(await admin.list_topics())                 # {"events": 3}
         print(await admin.describe_topics(["events"]))   # [TopicDescription(...)]
         print(await admin.list_offsets({TopicPartition("events", 0): LATEST}))
+        print(await admin.describe_configs(ResourceType.TOPIC, "events"))  # [ConfigEntry(...)]
+        await admin.incremental_alter_configs(
+            ResourceType.TOPIC, "events", set_values={"retention.ms": "60000"}, delete=["flush.ms"]
+        )
         await admin.delete_topic("events")
 
 Errors in a per-topic result become the :class:`sluice.protocol.errors.KafkaError` subclass of the
@@ -21,17 +25,29 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sluice.protocol import messages
+from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.protocol.errors import KafkaError, for_code
 
 from .cluster import Cluster, PartitionInfo, TopicPartition
+from .connection import Connection
 from .consumer import EARLIEST, LATEST, Consumer, OffsetAndTimestamp
 
-__all__ = ["EARLIEST", "LATEST", "Admin", "TopicDescription"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "ConfigEntry",
+    "ConfigSynonym",
+    "ResourceType",
+    "TopicDescription",
+]
 
 CREATE_TOPICS = messages.CreateTopics.key
 DELETE_TOPICS = messages.DeleteTopics.key
 DELETE_RECORDS = messages.DeleteRecords.key
 CREATE_PARTITIONS = messages.CreatePartitions.key
+DESCRIBE_CONFIGS = messages.DescribeConfigs.key
+INCREMENTAL_ALTER_CONFIGS = messages.IncrementalAlterConfigs.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +55,33 @@ class TopicDescription:
     name: str
     partitions: tuple[PartitionInfo, ...]
     error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """One source of a config's value: ``source`` is Kafka's ``ConfigEntry.ConfigSource`` name
+    (``DYNAMIC_TOPIC_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``, ...)."""
+
+    name: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config of a resource as DescribeConfigs reports it: the effective value, where it
+    comes from and (most specific first) every source that sets it."""
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool = False
+    sensitive: bool = False
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == ConfigSource.DEFAULT_CONFIG.name
 
 
 def _error(code: int, message: str | None, what: str) -> KafkaError | None:
@@ -189,6 +232,117 @@ class Admin:
             r.name: _error(r.error_code, r.error_message, f"create partitions of {r.name!r}")
             for r in response.results
         }
+
+    # --- configs -----------------------------------------------------------------------------
+
+    async def _config_connection(self, resource_type: ResourceType, name: str) -> Connection:
+        """A broker resource is asked of that broker (as Kafka's admin client does: only it
+        knows its dynamic configs); anything else of any broker."""
+        if resource_type == ResourceType.BROKER and name:
+            try:
+                node = int(name)
+            except ValueError:
+                node = -1
+            if node not in self._cluster.brokers:
+                await self._cluster.refresh(())
+            if node in self._cluster.brokers:
+                return await self._cluster.connection(node)
+        return await self._cluster.any_connection()
+
+    async def describe_configs(
+        self,
+        resource_type: ResourceType,
+        name: str,
+        keys: Iterable[str] | None = None,
+    ) -> list[ConfigEntry]:
+        """DescribeConfigs of one resource (a topic, or a broker by node id; ``""`` is the
+        cluster-wide broker default), every key or only ``keys``, with synonyms, sorted by name.
+        Raises the resource's error (``UnknownTopicOrPartition``, ``InvalidRequest``, ...)."""
+        req = messages.DescribeConfigsRequest
+        body = req(
+            resources=[
+                req.DescribeConfigsResource(
+                    resource_type=int(resource_type),
+                    resource_name=name,
+                    configuration_keys=None if keys is None else list(keys),
+                )
+            ],
+            include_synonyms=True,
+            include_documentation=False,
+        )
+        conn = await self._config_connection(resource_type, name)
+        response = await conn.request(DESCRIBE_CONFIGS, body)
+        (result,) = response.results
+        what = f"describe configs of {resource_type.name.lower()} {name!r}"
+        error = _error(result.error_code, result.error_message, what)
+        if error is not None:
+            raise error
+        return sorted(
+            (
+                ConfigEntry(
+                    name=c.name,
+                    value=c.value,
+                    source=ConfigSource.name_of(c.config_source),
+                    read_only=c.read_only,
+                    sensitive=c.is_sensitive,
+                    synonyms=tuple(
+                        ConfigSynonym(s.name, s.value, ConfigSource.name_of(s.source))
+                        for s in c.synonyms
+                    ),
+                )
+                for c in result.configs
+            ),
+            key=lambda e: e.name,
+        )
+
+    async def incremental_alter_configs(
+        self,
+        resource_type: ResourceType,
+        name: str,
+        *,
+        set_values: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs of one resource: SET, DELETE (back to the default) and, for
+        list configs, APPEND / SUBTRACT items; the other keys keep their values. The broker
+        checks the whole result first: nothing changes when any of it is refused. Raises the
+        error (``InvalidConfig`` naming the key and why, ``UnknownTopicOrPartition``,
+        ``InvalidRequest`` for a key that cannot be altered)."""
+        req = messages.IncrementalAlterConfigsRequest
+        ops: list[tuple[str, AlterConfigOp, str | None]] = [
+            *((k, AlterConfigOp.SET, v) for k, v in (set_values or {}).items()),
+            *((k, AlterConfigOp.DELETE, None) for k in delete),
+            *((k, AlterConfigOp.APPEND, v) for k, v in (append or {}).items()),
+            *((k, AlterConfigOp.SUBTRACT, v) for k, v in (subtract or {}).items()),
+        ]
+        body = req(
+            resources=[
+                req.AlterConfigsResource(
+                    resource_type=int(resource_type),
+                    resource_name=name,
+                    configs=[
+                        req.AlterableConfig(name=k, config_operation=int(op), value=v)
+                        for k, op, v in ops
+                    ],
+                )
+            ],
+            validate_only=validate_only,
+        )
+        conn = await self._config_connection(resource_type, name)
+        response = await conn.request(INCREMENTAL_ALTER_CONFIGS, body)
+        (result,) = response.responses
+        what = f"alter configs of {resource_type.name.lower()} {name!r}"
+        error = _error(result.error_code, result.error_message, what)
+        if error is not None:
+            raise error
+
+    async def brokers(self) -> list[int]:
+        """The node ids of the cluster's brokers (Metadata)."""
+        await self._cluster.refresh(())
+        return sorted(self._cluster.brokers)
 
     # --- offsets -----------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@
     sluice consume  --bootstrap-server HOST:PORT --topic T [--from-beginning | --offset N
                     --partition P | --timestamp MS] [--max-messages N] [--format text|json]
     sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
-                    | alter --topic T --partitions N
+                    | alter --topic T --partitions N       (describe: also each topic's Configs:)
+    sluice configs  --entity-type topics|brokers [--entity-name N | --entity-default]
+                    --describe [--all] | --alter [--add-config k1=v1,k2=[a,b]]
+                    [--delete-config k1,k2]     (sources and synonyms as kafka-configs prints them)
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
@@ -36,9 +40,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sluice.protocol.errors import SluiceError
+from sluice.protocol.config_resources import ConfigSource, ResourceType
+from sluice.protocol.errors import InvalidConfig, KafkaError, SluiceError, error_name
 
-from .admin import Admin
+from .admin import Admin, ConfigEntry
 from .cluster import Cluster, TopicPartition
 from .consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from .group import delete_groups, describe_group, list_groups
@@ -355,13 +360,29 @@ async def topics_describe(
     bootstrap: str, topic: str | None, under_replicated: bool, unavailable: bool
 ) -> None:
     """Partitions, leaders, replicas, ISR and offline replicas of topics (kafka-topics'
-    --describe, with its --under-replicated-partitions and --unavailable-partitions)."""
+    --describe, with its --under-replicated-partitions and --unavailable-partitions). Each
+    topic's line gives its partition count, replication factor and the configs that are not at
+    their defaults, as kafka-topics prints them (``Configs: retention.ms=3600000``); the
+    partition filters print only the matching partitions."""
+    summaries = not (under_replicated or unavailable)
     async with Admin(bootstrap) as admin:
         described = await admin.describe_topics([topic] if topic else None)
-    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr", "Offline")
-    for d in described:
-        if d.error is not None:
-            raise click.ClickException(f"{d.name}: {d.error}")
+        for d in described:
+            if d.error is not None:
+                raise click.ClickException(f"{d.name}: {d.error}")
+        configs: list[list[ConfigEntry]] = []
+        if summaries:
+            configs = list(await asyncio.gather(*(
+                admin.describe_configs(ResourceType.TOPIC, d.name) for d in described
+            )))  # fmt: skip
+    console = Console(width=120)
+    table = _partition_table()
+    for i, d in enumerate(described):
+        if summaries:
+            rf = max((len(p.replicas) for p in d.partitions), default=0)
+            set_here = ",".join(f"{e.name}={e.value}" for e in configs[i] if not e.is_default)
+            click.echo(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\t"
+                       f"ReplicationFactor: {rf}\tConfigs: {set_here}")  # fmt: skip
         for p in d.partitions:
             if under_replicated and len(p.isr) >= len(p.replicas):
                 continue
@@ -375,7 +396,15 @@ async def topics_describe(
                 ",".join(map(str, p.isr)),
                 ",".join(map(str, p.offline)),
             )
-    Console(width=120).print(table)
+        if summaries:
+            console.print(table)
+            table = _partition_table()
+    if not summaries:
+        console.print(table)
+
+
+def _partition_table() -> Table:
+    return Table("Topic", "Partition", "Leader", "Replicas", "Isr", "Offline")
 
 
 @topics.command("alter")
@@ -402,6 +431,141 @@ async def topics_delete(bootstrap: str, topic: str) -> None:
     async with Admin(bootstrap) as admin:
         await admin.delete_topic(topic)
     click.echo(f"Deleted topic {topic}.")
+
+
+# --- configs -------------------------------------------------------------------------------
+
+_ENTITY_TYPES = {"topics": ResourceType.TOPIC, "brokers": ResourceType.BROKER}
+
+
+def _parse_add_config(text: str) -> dict[str, str]:
+    """kafka-configs' ``--add-config``: ``k1=v1,k2=[a,b],k3=v3`` (square brackets group a value
+    that holds commas; they are not part of it)."""
+    out: dict[str, str] = {}
+    for item in re.split(r",(?=[^\]]*(?:\[|$))", text):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"{item!r}: every config to add must be key=value", param_hint="--add-config"
+            )
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def _config_line(e: ConfigEntry) -> str:
+    def text(value: str | None) -> str:
+        return "null" if value is None or e.sensitive else value
+
+    synonyms = ", ".join(f"{s.source}:{s.name}={text(s.value)}" for s in e.synonyms)
+    sensitive = str(e.sensitive).lower()
+    return f"  {e.name}={text(e.value)} sensitive={sensitive} synonyms={{{synonyms}}}"
+
+
+def _dynamic(resource_type: ResourceType, name: str) -> str:
+    """The source kafka-configs' --describe lists without --all: what was altered at runtime."""
+    if resource_type == ResourceType.TOPIC:
+        return ConfigSource.DYNAMIC_TOPIC_CONFIG.name
+    if name:
+        return ConfigSource.DYNAMIC_BROKER_CONFIG.name
+    return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.name
+
+
+def _kafka_error(exc: KafkaError) -> click.ClickException:
+    """A broker's refusal as kafka-configs reports it: Kafka's error name, then the reason."""
+    return click.ClickException(f"{error_name(exc.code)}: {exc.args[0]}")
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--entity-type", type=click.Choice(sorted(_ENTITY_TYPES)), required=True)
+@click.option("--entity-name", help="The topic name or broker id (all of them when omitted).")
+@click.option("--entity-default", is_flag=True, help="brokers: the cluster-wide default.")
+@click.option("--describe", "describe_", is_flag=True, help="List the entity's configs.")
+@click.option("--all", "all_", is_flag=True, help="--describe: every config, defaults too.")
+@click.option("--alter", is_flag=True, help="Change configs (--add-config, --delete-config).")
+@click.option("--add-config", metavar="K1=V1,K2=[A,B]", help="Configs to set.")
+@click.option("--delete-config", metavar="K1,K2", help="Configs to remove (back to the default).")
+@async_command
+async def configs(
+    bootstrap: str,
+    entity_type: str,
+    entity_name: str | None,
+    entity_default: bool,
+    describe_: bool,
+    all_: bool,
+    alter: bool,
+    add_config: str | None,
+    delete_config: str | None,
+) -> None:
+    """Describe and alter topic and broker configs (like kafka-configs).
+
+    --describe prints the configs altered at runtime (--all: every config), each with its
+    source and synonyms, most specific first (``DYNAMIC_TOPIC_CONFIG``,
+    ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``). --alter sends one IncrementalAlterConfigs:
+    the broker validates every change before applying any."""
+    resource_type = _ENTITY_TYPES[entity_type]
+    if describe_ == alter:
+        raise click.UsageError("give exactly one action: --describe or --alter")
+    if entity_default and entity_name is not None:
+        raise click.UsageError("give --entity-name or --entity-default, not both")
+    if entity_default and resource_type != ResourceType.BROKER:
+        raise click.UsageError("--entity-default applies to --entity-type brokers")
+    if describe_ and (add_config is not None or delete_config is not None):
+        raise click.UsageError("--add-config and --delete-config go with --alter")
+    if alter and all_:
+        raise click.UsageError("--all goes with --describe")
+    name = "" if entity_default else entity_name
+    if alter:
+        if name is None:
+            brokers = resource_type == ResourceType.BROKER
+            raise click.UsageError(
+                f"--alter needs --entity-name{' or --entity-default' if brokers else ''}"
+            )
+        if add_config is None and delete_config is None:
+            raise click.UsageError("--alter needs --add-config or --delete-config")
+        to_set = _parse_add_config(add_config) if add_config is not None else {}
+        to_delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
+        async with Admin(bootstrap) as admin:
+            try:
+                current = await admin.describe_configs(resource_type, name)
+                dynamic = {e.name for e in current if e.source == _dynamic(resource_type, name)}
+                if missing := [k for k in to_delete if k not in dynamic]:
+                    raise _kafka_error(InvalidConfig(f"Invalid config(s): {','.join(missing)}"))
+                await admin.incremental_alter_configs(
+                    resource_type, name, set_values=to_set, delete=to_delete
+                )
+            except KafkaError as exc:
+                raise _kafka_error(exc) from exc
+        if resource_type == ResourceType.TOPIC:
+            click.echo(f"Completed updating config for topic {name}.")
+        elif name:
+            click.echo(f"Completed updating config for broker {name}.")
+        else:
+            click.echo("Completed updating default config for brokers in the cluster.")
+        return
+    async with Admin(bootstrap) as admin:
+        if name is not None:
+            names = [name]
+        elif resource_type == ResourceType.TOPIC:
+            names = sorted(await admin.list_topics())
+        else:
+            names = [*map(str, await admin.brokers()), ""]
+        for n in names:
+            try:
+                entries = await admin.describe_configs(resource_type, n)
+            except KafkaError as exc:
+                raise _kafka_error(exc) from exc
+            if not n:
+                click.echo("Default configs for brokers in the cluster are:")
+            else:
+                which = "All" if all_ else "Dynamic"
+                click.echo(f"{which} configs for {entity_type[:-1]} {n} are:")
+            for e in entries:
+                if all_ or e.source == _dynamic(resource_type, n):
+                    click.echo(_config_line(e))
 
 
 # --- offsets -------------------------------------------------------------------------------

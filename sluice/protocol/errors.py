@@ -13,6 +13,8 @@ Two families:
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import ClassVar
 
 
@@ -167,3 +169,13 @@ def for_code(code: int) -> type[KafkaError]:
 def all_codes() -> dict[int, type[KafkaError]]:
     """Every registered error code and its class."""
     return dict(_REGISTRY)
+
+
+@functools.cache
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (``Errors.name()``: ``NOT_LEADER_OR_FOLLOWER``,
+    ``INVALID_CONFIG``), as the broker's metrics label errors and the CLI reports them."""
+    cls = _REGISTRY.get(code)
+    if cls is None:
+        return f"UNKNOWN_CODE_{code}"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).upper()

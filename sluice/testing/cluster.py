@@ -370,13 +370,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", default="./cluster-data", help="data root (kept)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config key for every broker")  # fmt: skip
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="the first /metrics port (then +1...; default: off)")  # fmt: skip
     args = parser.parse_args(argv)
     props = dict(item.split("=", 1) for item in args.override)
+    metrics = {}
+    if args.metrics_port is not None:  # sluice.metrics.listener, one port per broker
+        metrics = {
+            b: {"sluice.metrics.listener": f"http://127.0.0.1:{args.metrics_port + b - 1}/metrics"}
+            for b in range(1, args.brokers + 1)
+        }
     # A local cluster to try things with: Kafka's production timings, not the test ones.
     defaults = {"zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "10000"}
     cluster = EmbeddedCluster(
         args.brokers,
         properties={**defaults, **props},
+        broker_properties=metrics,
         data_root=args.data,
         ports=[args.port + i for i in range(args.brokers)],
     )
@@ -387,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
         print(f"zookeeper.connect={cluster.zookeeper_connect}", flush=True)
         print(f"data: {Path(args.data).resolve()}  (Ctrl-C stops the cluster)", flush=True)
+        for props_of in metrics.values():
+            print(f"metrics: {props_of['sluice.metrics.listener']}", flush=True)
         stop.wait()
     return 0
 

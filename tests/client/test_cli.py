@@ -42,7 +42,10 @@ def test_topics_lifecycle(broker: EmbeddedBroker) -> None:
     assert out == "Created topic cli-t.\n"
     assert "cli-t" in sluice(broker, "topics", "list").stdout.splitlines()
     described = sluice(broker, "topics", "describe", "--topic", "cli-t").stdout
-    rows = [line for line in described.splitlines() if "cli-t" in line]
+    summary, *rows = [line for line in described.splitlines() if "cli-t" in line]
+    assert summary == (
+        "Topic: cli-t\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=3600000"
+    )
     assert len(rows) == 3
     assert [re.findall(r"\S+", r.replace("│", " "))[:3] for r in rows] == [
         ["cli-t", str(p), "0"] for p in range(3)
@@ -59,7 +62,7 @@ def test_topics_alter_adds_partitions(broker: EmbeddedBroker) -> None:
     out = sluice(broker, "topics", "alter", "--topic", "cli-grow", "--partitions", "4").stdout
     assert out == "Topic cli-grow now has 4 partitions.\n"
     described = sluice(broker, "topics", "describe", "--topic", "cli-grow").stdout
-    assert len([line for line in described.splitlines() if "cli-grow" in line]) == 4
+    assert len([line for line in described.splitlines() if "│ cli-grow" in line]) == 4
     same = sluice(broker, "topics", "alter", "--topic", "cli-grow", "--partitions", "4", status=1)
     assert "InvalidPartitions" in same.stderr and "already has 4 partitions" in same.stderr
     missing = sluice(broker, "topics", "alter", "--topic", "nope", "--partitions", "4", status=1)
@@ -71,6 +74,107 @@ def test_topic_configs_are_applied(broker: EmbeddedBroker) -> None:
     sluice(broker, "produce", "--topic", "tiny", stdin="short\n")
     failed = sluice(broker, "produce", "--topic", "tiny", stdin="x" * 1000 + "\n", status=1)
     assert "records failed" in failed.stderr
+
+
+def test_configs_describe_and_alter_a_topic(broker: EmbeddedBroker) -> None:
+    """kafka-configs' flags and output: --describe lists what was altered (--all: every key),
+    each with its source and synonyms; --alter sets and deletes in one request."""
+    sluice(broker, "topics", "create", "--topic", "cfg", "--config", "retention.ms=3600000")
+    topic = ("configs", "--entity-type", "topics", "--entity-name", "cfg")
+    assert sluice(broker, *topic, "--describe").stdout == (
+        "Dynamic configs for topic cfg are:\n"
+        "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms="
+        "3600000, DEFAULT_CONFIG:log.retention.ms=604800000}\n"
+    )
+    done = sluice(broker, *topic, "--alter", "--add-config",
+                  "max.message.bytes=5000,cleanup.policy=[delete],segment.ms=60000",
+                  "--delete-config", "retention.ms")  # fmt: skip
+    assert done.stdout == "Completed updating config for topic cfg.\n"
+    dynamic = sluice(broker, *topic, "--describe").stdout.splitlines()
+    assert dynamic[0] == "Dynamic configs for topic cfg are:"
+    assert [line.split()[0] for line in dynamic[1:]] == [
+        "cleanup.policy=delete", "max.message.bytes=5000", "segment.ms=60000",
+    ]  # fmt: skip
+    every = sluice(broker, *topic, "--describe", "--all").stdout.splitlines()
+    assert every[0] == "All configs for topic cfg are:"
+    entries = {line.split()[0].partition("=")[0]: line for line in every[1:]}
+    assert len(entries) > 30 and "compression.type" in entries
+    assert entries["retention.ms"] == (  # back to the broker's default
+        "  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:log.retention.ms="
+        "604800000}"
+    )
+    assert (
+        "synonyms={DYNAMIC_TOPIC_CONFIG:segment.ms=60000, DEFAULT_CONFIG:log.roll.ms="
+        in (entries["segment.ms"])
+    )
+    # kafka-topics --describe shows the topic's non-default configs
+    summary = sluice(broker, "topics", "describe", "--topic", "cfg").stdout.splitlines()[0]
+    assert summary.endswith(
+        "Configs: cleanup.policy=delete,max.message.bytes=5000,segment.ms=60000"
+    )
+    # ... which the broker applies: a record over max.message.bytes is refused
+    failed = sluice(broker, "produce", "--topic", "cfg", stdin="x" * 6000 + "\n", status=1)
+    assert "records failed" in failed.stderr
+    # Every topic when no --entity-name is given
+    listed = sluice(broker, "configs", "--entity-type", "topics", "--describe").stdout
+    assert "Dynamic configs for topic cfg are:\n  cleanup.policy=delete" in listed
+
+
+def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
+    sluice(broker, "topics", "create", "--topic", "cfg-bad", "--config", "retention.ms=1000")
+    topic = ("configs", "--entity-type", "topics", "--entity-name", "cfg-bad")
+    bad = sluice(broker, *topic, "--alter", "--add-config", "retention.ms=soon,flush.ms=10",
+                 status=1)  # fmt: skip
+    assert "Error: INVALID_CONFIG:" in bad.stderr and "retention.ms='soon'" in bad.stderr
+    unknown_key = sluice(broker, *topic, "--alter", "--add-config", "no.such.key=1", status=1)
+    assert "INVALID_CONFIG" in unknown_key.stderr and "no.such.key" in unknown_key.stderr
+    not_set = sluice(broker, *topic, "--alter", "--delete-config", "flush.ms", status=1)
+    assert "INVALID_CONFIG: Invalid config(s): flush.ms" in not_set.stderr
+    # nothing of the refused requests was applied
+    assert sluice(broker, *topic, "--describe").stdout.splitlines()[1].split()[0] == (
+        "retention.ms=1000"
+    )
+    assert len(sluice(broker, *topic, "--describe").stdout.splitlines()) == 2
+    for action in (("--describe",), ("--alter", "--add-config", "retention.ms=1")):
+        missing = sluice(broker, "configs", "--entity-type", "topics", "--entity-name", "nope",
+                         *action, status=1)  # fmt: skip
+        assert "Error: UNKNOWN_TOPIC_OR_PARTITION:" in missing.stderr, action
+    # broker keys are read-only (static): Kafka's INVALID_REQUEST
+    read_only = sluice(broker, "configs", "--entity-type", "brokers", "--entity-name", "0",
+                       "--alter", "--add-config", "log.retention.hours=1", status=1)  # fmt: skip
+    assert "Error: INVALID_REQUEST:" in read_only.stderr
+    assert "dynamic broker configs are not supported" in read_only.stderr
+    for usage in (
+        ("--describe", "--alter"),
+        ("--alter",),
+        ("--alter", "--add-config", "novalue"),
+        ("--describe", "--add-config", "a=1"),
+        ("--describe", "--entity-default"),
+    ):
+        sluice(broker, *topic, *usage, status=2)
+    sluice(broker, "configs", "--entity-type", "users", "--describe", status=2)
+
+
+def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:
+    brokers = ("configs", "--entity-type", "brokers")
+    assert sluice(broker, *brokers, "--describe").stdout == (
+        "Dynamic configs for broker 0 are:\nDefault configs for brokers in the cluster are:\n"
+    )
+    every = sluice(broker, *brokers, "--entity-name", "0", "--describe", "--all").stdout
+    lines = every.splitlines()
+    assert lines[0] == "All configs for broker 0 are:"
+    assert (
+        "  num.partitions=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.partitions=1}"
+        in lines
+    )
+    assert (
+        "  log.segment.bytes=1073741824 sensitive=false "
+        "synonyms={DEFAULT_CONFIG:log.segment.bytes=1073741824}"
+    ) in lines
+    default = sluice(broker, *brokers, "--entity-default", "--describe", "--all").stdout
+    assert default.splitlines()[0] == "Default configs for brokers in the cluster are:"
+    wrong = sluice(broker, *brokers, "--entity-name", "7", "--describe", status=1)
+    assert "Error: INVALID_REQUEST:" in wrong.stderr
 
 
 def test_produce_and_consume_lines(broker: EmbeddedBroker) -> None:

@@ -1,13 +1,16 @@
 """``make cluster`` (``python -m sluice.testing.cluster``): three brokers and a ZooKeeper on fixed
-local ports until interrupted, data kept; a second start finds its topics again."""
+local ports until interrupted, data kept, each broker serving Prometheus metrics on a port of its
+own; a second start finds its topics again."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,21 +21,27 @@ from tests.broker_util import free_port
 pytestmark = pytest.mark.slow
 
 
-def start(data: Path, port: int) -> tuple[subprocess.Popen[str], list[str]]:
+def start(
+    data: Path, port: int, metrics_port: int | None = None
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """The command (as `make cluster` runs it) and its first lines: bootstrap servers,
+    ZooKeeper, data dir and, with ``metrics_port``, one metrics URL per broker."""
+    metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice.testing.cluster", "--brokers", "3",
-         "--port", str(port), "--data", str(data)],
+         "--port", str(port), "--data", str(data), *metrics],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
+    expected = 6 if metrics else 3
     lines: list[str] = []
     deadline = time.monotonic() + 90
-    while len(lines) < 3 and time.monotonic() < deadline:
+    while len(lines) < expected and time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
             break
         lines.append(line.strip())
-    assert len(lines) == 3, lines
+    assert len(lines) == expected, lines
     return proc, lines
 
 
@@ -68,15 +77,28 @@ def test_local_cluster_runs_until_interrupted_and_keeps_its_data(tmp_path: Path)
     from confluent_kafka.admin import AdminClient, NewTopic
 
     port = three_free_ports()
+    metrics_port = three_free_ports()
     data = tmp_path / "cluster-data"
-    proc, lines = start(data, port)
+    proc, lines = start(data, port, metrics_port)
     try:
         servers = ",".join(f"127.0.0.1:{port + i}" for i in range(3))
         assert lines[0] == f"bootstrap.servers={servers}"
+        urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(3)]
+        assert lines[3:] == [f"metrics: {url}" for url in urls]
         admin = AdminClient({"bootstrap.servers": servers})
         admin.create_topics([NewTopic("kept", 2, 3)])["kept"].result(30)
         meta = admin.list_topics(timeout=30)
         assert sorted(meta.brokers) == [1, 2, 3]
+        # every broker serves its own metrics: exactly one is the active controller
+        controllers = []
+        for url in urls:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                text = response.read().decode()
+            (value,) = re.findall(
+                r"^kafka_controller_kafkacontroller_activecontrollercount (\S+)$", text, re.M
+            )
+            controllers.append(float(value))
+        assert sorted(controllers) == [0.0, 0.0, 1.0]
     finally:
         stop(proc)
     assert sorted(p.name for p in data.iterdir()) == [

@@ -10,7 +10,12 @@ kafka-python's KafkaAdminClient, each succeeding and failing.
 * DeleteRecords / DeleteTopics: the low watermark moves; an offset past the end and a topic
   already deleted are refused.
 
-(Configs and DescribeCluster: ``test_interop_conformance.py``.)
+* DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: topic and broker configs with their
+  sources; Kafka's refusals (an unknown topic, an invalid value, an unknown key, a read-only
+  broker key), after which nothing of the request is applied.
+
+(What topic configs do to the log, and DescribeCluster: ``test_interop_conformance.py``;
+confluent-kafka has no ``describe_log_dirs``.)
 
 One broker process per module (``group.initial.rebalance.delay.ms=0``); every wait bounded.
 """
@@ -21,6 +26,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
@@ -387,3 +393,164 @@ def test_kafka_python_internal_topic_is_protected(broker: BrokerProcess) -> None
     finally:
         client.close()
     assert committed_offset(broker, group, topic) == 3
+
+
+# ------------------------------------------------------------------ configs: success and refusal
+
+
+def config_values(client: AdminClient, topic: str) -> dict[str, tuple[str, int]]:
+    """``{key: (value, source)}`` of a topic as confluent-kafka describes it."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    found = client.describe_configs([resource])[resource].result(DEADLINE_S)
+    return {k: (e.value, e.source) for k, e in found.items()}
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_confluent_configs_succeed_and_refuse(broker: BrokerProcess) -> None:
+    """describe_configs (topic and broker, with sources), alter_configs (the legacy API: the
+    given set replaces the topic's overrides), incremental_alter_configs -- and Kafka's refusals:
+    an unknown topic, an invalid value, an unknown key, a read-only broker key; a refused
+    request changes nothing."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    topic = unique("cfg")
+    create_topic(broker, topic, 1)
+    client = admin(broker)
+    dynamic, default = ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
+    assert config_values(client, topic)["retention.ms"] == ("604800000", default)
+    two = {"retention.ms": "60000", "segment.ms": "3600000"}
+    legacy = ConfigResource(ResourceType.TOPIC, topic, set_config=two)
+    client.alter_configs([legacy])[legacy].result(DEADLINE_S)
+    values = config_values(client, topic)
+    assert values["retention.ms"] == ("60000", dynamic)
+    assert values["segment.ms"] == ("3600000", dynamic)
+    replaced = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "70000"})
+    client.alter_configs([replaced])[replaced].result(DEADLINE_S)
+    values = config_values(client, topic)
+    assert values["retention.ms"] == ("70000", dynamic)
+    assert values["segment.ms"] == ("604800000", default)  # not in the set: back to default
+
+    def incremental(name: str, *entries: tuple[str, str | None, AlterConfigOpType]) -> Any:
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries
+        ])  # fmt: skip
+        return client.incremental_alter_configs([resource])[resource]
+
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    incremental(topic, ("max.message.bytes", "5000", SET), ("retention.ms", None, DELETE)).result(
+        DEADLINE_S
+    )
+    values = config_values(client, topic)
+    assert values["max.message.bytes"] == ("5000", dynamic)
+    assert values["retention.ms"] == ("604800000", default)
+    missing = unique("missing")
+    refusals = [
+        (lambda: client.describe_configs([ConfigResource(ResourceType.TOPIC, missing)]),
+         KafkaError.UNKNOWN_TOPIC_OR_PART),
+        (lambda: client.alter_configs([ConfigResource(ResourceType.TOPIC, missing,
+                                                      set_config={"retention.ms": "1"})]),
+         KafkaError.UNKNOWN_TOPIC_OR_PART),
+        (lambda: {0: incremental(missing, ("retention.ms", "1", SET))},
+         KafkaError.UNKNOWN_TOPIC_OR_PART),
+        # an invalid value: nothing of the request is applied, the valid key neither
+        (lambda: {0: incremental(topic, ("retention.ms", "soon", SET),
+                                 ("segment.ms", "1000", SET))},
+         KafkaError.INVALID_CONFIG),
+        (lambda: {0: incremental(topic, ("no.such.key", "1", SET))}, KafkaError.INVALID_CONFIG),
+        (lambda: client.alter_configs([ConfigResource(ResourceType.TOPIC, topic,
+                                                      set_config={"retention.ms": "-7"})]),
+         KafkaError.INVALID_CONFIG),
+        # broker keys are read-only (no dynamic broker configs)
+        (lambda: client.incremental_alter_configs([ConfigResource(
+            ResourceType.BROKER, "0", incremental_configs=[
+                ConfigEntry("log.retention.hours", "1", incremental_operation=SET)])]),
+         KafkaError.INVALID_REQUEST),
+        (lambda: client.alter_configs([ConfigResource(
+            ResourceType.BROKER, "0", set_config={"num.partitions": "3"})]),
+         KafkaError.INVALID_REQUEST),
+    ]  # fmt: skip
+    for call, code in refusals:
+        (future,) = call().values()
+        with pytest.raises(KafkaException) as info:
+            future.result(DEADLINE_S)
+        assert info.value.args[0].code() == code, info.value
+    values = config_values(client, topic)
+    assert values["max.message.bytes"] == ("5000", dynamic)
+    assert values["retention.ms"][1] == values["segment.ms"][1] == default
+    # The broker's own configs: read-only, the server's overrides as STATIC_BROKER_CONFIG
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    found = client.describe_configs([resource])[resource].result(DEADLINE_S)
+    delay = found["group.initial.rebalance.delay.ms"]
+    assert (delay.value, delay.source) == ("0", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert delay.is_read_only
+    assert found["num.partitions"].source == default
+
+
+def test_kafka_python_configs_succeed_and_refuse(broker: BrokerProcess) -> None:
+    """kafka-python reports a refused alter in its result dict (the error's text), checks keys
+    against DescribeConfigs first unless ``raise_on_unknown=False``, and leaves an error code of
+    DescribeConfigs unchecked (an unknown topic describes as no configs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+    topic = unique("kp-cfg")
+    create_topic(broker, topic, 1)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+
+    def described(name: str, **kw: Any) -> dict[str, Any]:
+        got = client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], **kw)
+        return dict(got["topic"][name])
+
+    def alter(resource_type: Any, name: str, configs: dict[str, str], **kw: Any) -> str:
+        result = client.alter_configs([ConfigResource(resource_type, name, configs=configs)],
+                                      raise_on_unknown=False, **kw)  # fmt: skip
+        return str(result[resource_type.name.lower()][name])
+
+    try:
+        assert described(topic) == {}  # nothing modified yet
+        assert alter(ConfigResourceType.TOPIC, topic, {"retention.ms": "60000"}) == "OK"
+        assert alter(ConfigResourceType.TOPIC, topic, {"segment.ms": "1000"},
+                     incremental=False) == "OK"  # fmt: skip
+        # (kafka-python's AlterConfigs sends the other modified keys too: the set replaces)
+        modified = described(topic, include_synonyms=True)
+        assert {k: v["value"] for k, v in modified.items()} == {
+            "retention.ms": "60000", "segment.ms": "1000",
+        }  # fmt: skip
+        assert modified["segment.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert modified["segment.ms"]["synonyms"][0]["source"] == "DYNAMIC_TOPIC_CONFIG"
+        every = described(topic, config_filter="all")
+        assert every["flush.ms"]["value"] == "9223372036854775807"
+        assert every["flush.ms"]["config_source"] == "DEFAULT_CONFIG"
+        missing = unique("missing")
+        assert "UnknownTopicOrPartition" in alter(ConfigResourceType.TOPIC, missing,
+                                                  {"retention.ms": "1"})  # fmt: skip
+        assert described(missing) == {}
+        for bad in ({"retention.ms": "soon", "flush.ms": "10"}, {"no.such.key": "1"}):
+            assert "InvalidConfiguration" in alter(ConfigResourceType.TOPIC, topic, bad), bad
+            assert "InvalidConfiguration" in alter(ConfigResourceType.TOPIC, topic, bad,
+                                                   incremental=False), bad  # fmt: skip
+        assert set(described(topic)) == {"retention.ms", "segment.ms"}  # nothing applied
+        # raise_on_unknown (its default) checks keys against what DescribeConfigs calls
+        # dynamic: broker keys are read-only, so it refuses before sending anything
+        with pytest.raises(ValueError, match="Unrecognized configs"):
+            client.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                                 configs={"num.partitions": "3"})])  # fmt: skip
+        refused = alter(ConfigResourceType.BROKER, "0", {"num.partitions": "3"})
+        assert "InvalidRequest" in refused and "dynamic broker configs" in refused
+        broker_configs = client.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all"
+        )["broker"]["0"]
+        assert broker_configs["group.initial.rebalance.delay.ms"]["value"] == "0"
+        assert broker_configs["group.initial.rebalance.delay.ms"]["read_only"]
+    finally:
+        client.close()

@@ -1,8 +1,9 @@
 """compose.yaml (a 3-broker cluster in containers) stays true: each broker's environment is one
 the entrypoint accepts -- every ``SLUICE_`` variable names a key Sluice knows, with a valid value,
-on top of the image's own environment -- ids and ports are distinct, every broker advertises what
-it listens on and all share one ZooKeeper. (No container engine can pull images on the build
-machines; the configuration itself is what can drift.)"""
+on top of the image's own environment -- ids and ports are distinct (the Kafka listeners and the
+metrics endpoints: the brokers share the host's network), every broker advertises what it listens
+on and serves ``/metrics``, and all share one ZooKeeper. (No container engine can pull images on
+the build machines; the configuration itself is what can drift.)"""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_every_broker_environment_is_a_valid_cluster_config() -> None:
     assert "command:" not in (REPO / "compose.yaml").read_text()  # the image's CMD
     command = _exec_form(_instruction("CMD"))
     assert command == ["sluice-server", "--config", "/opt/sluice/config/server.properties"]
-    ids, ports, zookeepers = set(), set(), set()
+    ids, ports, metrics_ports, zookeepers = set(), set(), set(), set()
     for service, env in envs.items():
         config = Config.load(REPO / "config" / "server.properties", environ={**_image_env(), **env})
         assert config.ignored_keys == config.ignored_environment == (), service
@@ -54,7 +55,11 @@ def test_every_broker_environment_is_a_valid_cluster_config() -> None:
         assert config.log_dirs == "/var/lib/sluice"  # the image's volume
         ids.add(config.node_id)
         ports.add(config.listener.port)
+        assert config.metrics_listener is not None, service
+        assert config.metrics_listener.path == "/metrics"
+        metrics_ports.add(config.metrics_listener.port)
         zookeepers.add(config.zookeeper_connect)
         assert config.default_replication_factor == 3
-    assert len(ids) == len(ports) == 3
+    assert len(ids) == len(ports) == len(metrics_ports) == 3
+    assert not ports & metrics_ports
     assert len(zookeepers) == 1

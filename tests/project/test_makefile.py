@@ -50,3 +50,10 @@ def test_ci_runs_what_the_readme_tells_a_person_to_run() -> None:
     first_block = re.search(r"```sh\n(.*?)```", readme, re.DOTALL)
     assert first_block is not None
     assert first_block.group(1).splitlines() == ["make run", "make test"]
+
+
+def test_make_cluster_serves_metrics_on_the_ports_the_readme_gives(tmp_path: Path) -> None:
+    (line,) = [x for x in _dry_run("cluster", tmp_path) if "sluice.testing.cluster" in x]
+    assert "--port 9092" in line and "--metrics-port 9644" in line
+    monitoring = (REPO / "README.md").read_text().split("## Monitoring")[1].split("\n## ")[0]
+    assert "`make cluster`" in monitoring and "9644-9646" in monitoring

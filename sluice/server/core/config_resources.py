@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
+from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.server.storage.log_config import (
     TOPIC_DOCS,
     TOPIC_KEYS,
@@ -46,17 +47,18 @@ if TYPE_CHECKING:
     from sluice.server.core.config import Config
     from sluice.server.storage.log_manager import LogManager
 
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+RESOURCE_TOPIC, RESOURCE_BROKER = ResourceType.TOPIC, ResourceType.BROKER
 
 #: One resource's alter result: (error code, message, the ZooKeeper write a cluster makes).
 _Outcome = tuple[int, "str | None", "tuple[str, dict[str, str]] | None"]
 _R = TypeVar("_R")
 
-# Kafka's DescribeConfigsResponse.ConfigSource
-SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 5
+SOURCE_TOPIC_CONFIG = ConfigSource.DYNAMIC_TOPIC_CONFIG
+SOURCE_STATIC_BROKER_CONFIG = ConfigSource.STATIC_BROKER_CONFIG
+SOURCE_DEFAULT_CONFIG = ConfigSource.DEFAULT_CONFIG
 
-# Kafka's AlterConfigOp.OpType
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+OP_SET, OP_DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
+OP_APPEND, OP_SUBTRACT = AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT
 
 _LIST_TYPE = 7  # ConfigType.LIST: the keys APPEND / SUBTRACT apply to
 _STRING_TYPE = 2

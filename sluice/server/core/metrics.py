@@ -20,14 +20,11 @@ counting costs on the produce path: ``bench/NOTES.md``.
 
 from __future__ import annotations
 
-import functools
-import re
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Container, Iterator
 from typing import Any, NamedTuple
 
-from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.schema import Message
 
@@ -161,15 +158,6 @@ def error_codes(msg: Any) -> Iterator[int]:
                 yield from error_codes(item)
         else:
             yield from error_codes(value)
-
-
-@functools.cache
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (``Errors.name()``: ``NOT_LEADER_OR_FOLLOWER``)."""
-    cls = errors.all_codes().get(code)
-    if cls is None:
-        return f"UNKNOWN_CODE_{code}"
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).upper()
 
 
 class MetricDef(NamedTuple):

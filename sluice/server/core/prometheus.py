@@ -53,7 +53,8 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from sluice.protocol import messages as m
-from sluice.server.core.metrics import METRICS, error_name
+from sluice.protocol.errors import error_name
+from sluice.server.core.metrics import METRICS
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:

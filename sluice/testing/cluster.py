@@ -16,7 +16,7 @@ default: a ``python -m sluice.server`` process of its own, which is what kill -9
 SIGSTOP need; ``mode="inprocess"`` runs each on a thread of this process) with ``node.id`` 1..N,
 its own data directory under one temporary root, and cluster settings short enough for tests
 (``zookeeper.session.timeout.ms`` 2000, ``replica.lag.time.max.ms`` 2000, fetch waits 100 ms,
-``replica.socket.timeout.ms`` 3000);
+``replica.socket.timeout.ms`` 3000, ``controlled.shutdown.retry.backoff.ms`` 500);
 ``properties`` override them, and ``broker_properties[id]`` override those for one broker.
 Without ``zookeeper_connect`` the cluster starts (and stops) a ZooKeeper of its own
 (:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
@@ -59,6 +59,9 @@ TEST_PROPERTIES = {
     # A fetch whose answer was lost (a black-holed link) is given up after 3 s, not 30.
     "replica.socket.timeout.ms": "3000",
     "leader.imbalance.check.interval.seconds": "5",
+    # The last broker to stop leads what nobody else can take: Kafka's three attempts 5 s
+    # apart made every cluster's teardown take 10 s (11 such in a full test run).
+    "controlled.shutdown.retry.backoff.ms": "500",
     "offsets.topic.replication.factor": "3",
     "group.initial.rebalance.delay.ms": "0",
 }

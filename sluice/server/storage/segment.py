@@ -1089,6 +1089,11 @@ class LogSegment:
         self._time_index.flush()
         self._dirty = False
 
+    def mark_flushed(self) -> None:
+        """The Log's background flusher fsynced the files of this inactive segment (by
+        their paths, in its thread; ``Log.finish_flush``): a release need not flush them."""
+        self._dirty = False
+
     def close(self) -> None:
         """Write the final time-index entry, trim the indexes, close every file (a segment
         whose files the cache closed has all of that done already)."""

@@ -1729,6 +1729,7 @@ class Log:
                 # are, and the last time-index entry is the segment's max timestamp that
                 # retention.ms compares.
                 active.on_becoming_inactive()
+                active.flush()
         except OSError as exc:
             failure = exc
         if self._producers is not None and failure is None:

@@ -2,6 +2,7 @@
 
     python -m tests.faults --trials 30                  # kill -9 trials, disk full, fuzz, conns
     python -m tests.faults --trials 3 --fuzz-frames 5000 --connections 1000 --seed 7
+    python -m tests.faults --trials 6 --scenarios roll --kill-only  # only roll trials
 
 Prints one line per kill -9 trial (with the evidence when one is not clean), then a JSON table
 of the figures. Exit status 1 when anything acknowledged was lost or duplicated, a log was
@@ -36,6 +37,8 @@ def problems(figures: dict[str, Any]) -> list[str]:
                 "read_failures", "unclean_stops", "tracebacks"):  # fmt: skip
         if kills[key]:
             out.append(f"kill -9: {key} {kills[key]}")
+    if "disk full" not in figures:  # --kill-only
+        return out
     full = figures["disk full"]
     if "skipped" not in full:
         for key in ("lost", "duplicated", "inconsistent", "corrupt", "tracebacks"):
@@ -56,11 +59,19 @@ def problems(figures: dict[str, Any]) -> list[str]:
     return out
 
 
-def run(trials: int, seed: int, fuzz_frames: int, conns: int, work: Path) -> dict[str, Any]:
+def run(
+    trials: int,
+    seed: int,
+    fuzz_frames: int,
+    conns: int,
+    work: Path,
+    scenarios: list[str] | None = None,
+    kill_only: bool = False,
+) -> dict[str, Any]:
     import random
 
     rnd = random.Random(seed)
-    names = list(SCENARIOS)
+    names = scenarios or list(SCENARIOS)
     results = []
     for i in range(trials):
         try:
@@ -77,6 +88,15 @@ def run(trials: int, seed: int, fuzz_frames: int, conns: int, work: Path) -> dic
             flush=True,
         )
     figures: dict[str, Any] = {"kill -9": kill_figures(results)}
+    figures["kill -9"]["acknowledged_per_s"] = {
+        name: round(
+            sum(r.acknowledged for r in results if r.scenario == name)
+            / max(sum(r.killed_after_s for r in results if r.scenario == name), 1e-9)
+        )
+        for name in names
+    }
+    if kill_only:
+        return figures
     figures["disk full"] = disk_full(work)
     figures["fuzz"] = fuzz(work, fuzz_frames, seed)
     figures["connections"] = connections(work, conns)
@@ -91,9 +111,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fuzz-frames", type=int, default=100_000)
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument(
+        "--scenarios",
+        type=lambda text: text.split(","),
+        default=None,
+        help=f"kill -9 scenarios to rotate, comma-separated (default: {','.join(SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--kill-only", action="store_true", help="only the kill -9 trials (no disk full, ...)"
+    )
     args = parser.parse_args(argv)
+    for name in args.scenarios or ():
+        if name not in SCENARIOS:
+            parser.error(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     with tempfile.TemporaryDirectory(prefix="sluice-faults-") as tmp:
-        figures = run(args.trials, args.seed, args.fuzz_frames, args.connections, Path(tmp))
+        figures = run(
+            args.trials,
+            args.seed,
+            args.fuzz_frames,
+            args.connections,
+            Path(tmp),
+            args.scenarios,
+            args.kill_only,
+        )
     print(json.dumps(figures, indent=1), flush=True)
     found = problems(figures)
     for line in found:

@@ -151,6 +151,78 @@ class LogOffsetMetadata(NamedTuple):
     position: int
 
 
+class PendingFlush:
+    """A background flush of one log decided on the event loop (:meth:`Log.begin_flush`):
+    the files to fsync, by path, and what to record once they are (:meth:`Log.finish_flush`).
+
+    :meth:`run` is the only part that may run in another thread. It touches no object of the
+    log: it opens each file by the path noted at :meth:`Log.begin_flush` (its own descriptor),
+    fsyncs and closes it, then fsyncs the directory. So a segment the event loop closes
+    (the open-file cache, :meth:`Log.close`), truncates, renames for deletion or unmaps
+    meanwhile is never closed or resized under the thread, and the thread never calls into a
+    ``mmap`` object (whose ``flush``, msync, holds the GIL on Python < 3.13 and is not safe
+    against a concurrent ``close``/``resize``): an fsync of any descriptor of a file writes
+    back all of its dirty pages, those stored through a shared map included (Linux tracks
+    them per page; ``msync(MS_SYNC)`` is an fsync of the range there). A file renamed or
+    removed before its turn (``FileNotFoundError``) was deleted by retention or truncation:
+    its offsets are below the new log start, or the truncation discards the result anyway.
+    """
+
+    __slots__ = (
+        "dir_version",
+        "directory",
+        "files",
+        "inactive_segments",
+        "log",
+        "seconds",
+        "synced",
+        "truncations",
+        "upto",
+    )
+
+    def __init__(
+        self,
+        log: Log,
+        upto: int,
+        files: tuple[Path, ...],
+        inactive_segments: list[LogSegment],
+        directory: Path | None,
+        dir_version: int,
+        truncations: int,
+    ) -> None:
+        self.log = log
+        self.upto = upto
+        self.files = files
+        self.inactive_segments = inactive_segments
+        self.directory = directory
+        self.dir_version = dir_version
+        self.truncations = truncations
+        self.synced = False
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        """fsync the files, then the directory (thread-safe: see the class docstring)."""
+        vfs = self.log._vfs
+        started = time.perf_counter()
+        for path in self.files:
+            try:
+                file = vfs.open(path, create=False, writable=False)
+            except FileNotFoundError:
+                continue
+            try:
+                file.fsync()
+            finally:
+                file.close()
+            self.synced = True
+        if self.directory is not None:
+            try:
+                vfs.fsync_dir(self.directory)
+                self.synced = True
+            except FileNotFoundError:  # the topic was deleted (its log is closed)
+                self.directory = None
+        self.seconds = time.perf_counter() - started
+
+
 class Log:
     """One partition: a directory of segments and the offsets that govern them.
 
@@ -191,10 +263,13 @@ class Log:
 
     **Concurrency**: none. The broker is single-threaded asyncio: every method is called from the
     event-loop thread, and appends, reads and retention of one partition therefore never
-    interleave. File I/O is synchronous (it hits the page cache; fsync happens only in
-    :meth:`flush`, which the LogManager schedules). Readers hold :class:`FetchSlice` objects
-    referring to segment files: a deleted segment is renamed first and its files are closed only
-    ``file.delete.delay.ms`` later, so an in-flight sendfile of it stays valid.
+    interleave. File I/O is synchronous (it hits the page cache; fsync happens in
+    :meth:`flush`, for ``flush.messages`` and at close and truncation, and in the LogManager's
+    background flusher, whose fsyncs alone run in a thread: :meth:`begin_flush` and
+    :meth:`finish_flush` on the loop around :meth:`PendingFlush.run`). Readers hold
+    :class:`FetchSlice` objects referring to segment files: a deleted segment is renamed first
+    and its files are closed only ``file.delete.delay.ms`` later, so an in-flight sendfile of
+    it stays valid.
     """
 
     def __init__(
@@ -235,10 +310,16 @@ class Log:
         self._last_flush_ms = clock()
         # Set by roll(): the old segments are fsynced by the LogManager's flusher, not inline.
         self._pending_flush_offset: int | None = None
-        # A segment file was created/renamed/removed since the last fsync of the directory.
-        # True at first: Log.open may have created the directory's first segment (or completed
-        # a swap, truncated, deleted segments), and a flush must make those entries durable too.
-        self._dir_dirty = True
+        # The directory is dirty (a segment file was created/renamed/removed since its last
+        # fsync) while these differ: every change bumps the version, an fsync of the directory
+        # records the version it started at. Versions rather than a flag so that a background
+        # flush (:meth:`begin_flush`) finishing late never marks clean a change made after it
+        # started. Dirty at first: Log.open may have created the directory's first segment (or
+        # completed a swap, truncated, deleted segments), and a flush must make those durable.
+        self._dir_version = 1
+        self._dir_synced_version = 0
+        # Bumped by every truncation: a background flush that started before one is discarded.
+        self._truncations = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         # Idempotent-producer state (sluice.server.storage.producer_state): derived from the batch
@@ -1128,7 +1209,7 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(new_base)
-        self._dir_dirty = True
+        self._dir_version += 1
         self._hw_meta = None
         if self._segments[:-1]:
             self._pending_flush_offset = new_base
@@ -1173,18 +1254,15 @@ class Log:
         started = time.perf_counter()
         synced = False
         upto = self._leo if offset is None else min(offset, self._leo)
-        if upto > self._recovery_point:
-            for segment, end in self._segment_ranges():
-                if segment.base_offset >= upto:
-                    break
-                if end > self._recovery_point or segment is self.active_segment:
-                    segment.flush()
-                    synced = True
+        for segment in self._segments_to_flush(upto):
+            segment.flush()
+            synced = True
         # The directory before the recovery point moves: fsynced bytes of a file whose entry
         # is not durable are lost in a crash, and a checkpoint must never claim them.
-        if self._dir_dirty:
+        dir_version = self._dir_version
+        if dir_version != self._dir_synced_version:
             self._vfs.fsync_dir(self.directory)
-            self._dir_dirty = False
+            self._dir_synced_version = dir_version
             synced = True
         if synced and self.flush_listener is not None:
             self.flush_listener(time.perf_counter() - started)
@@ -1193,6 +1271,73 @@ class Log:
         if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:
             self._pending_flush_offset = None
         self._last_flush_ms = self._clock()
+
+    def _segments_to_flush(self, upto: int) -> list[LogSegment]:
+        """The segments holding offsets in ``[recovery_point, upto)``, and the active one if
+        it holds any offset below ``upto``."""
+        if upto <= self._recovery_point:
+            return []
+        chosen = []
+        for segment, end in self._segment_ranges():
+            if segment.base_offset >= upto:
+                break
+            if end > self._recovery_point or segment is self.active_segment:
+                chosen.append(segment)
+        return chosen
+
+    def begin_flush(self, offset: int | None = None) -> PendingFlush:
+        """The first half of a background flush (the LogManager's flusher): decide, on the
+        event loop, what :meth:`flush` would fsync up to ``offset`` (default: LEO) and return
+        it as a :class:`PendingFlush`, whose :meth:`PendingFlush.run` may then do the fsyncs
+        in another thread; :meth:`finish_flush` back on the loop moves the recovery point.
+        Nothing of the log changes here, so a flush abandoned between the halves (a cancelled
+        task, shutdown) leaves the log as it was."""
+        self._check_open()
+        upto = self._leo if offset is None else min(offset, self._leo)
+        files: list[Path] = []
+        segments = self._segments_to_flush(upto)
+        for segment in segments:
+            files += (segment.log_path, segment.index_path, segment.time_index_path)
+        dir_version = self._dir_version
+        return PendingFlush(
+            self,
+            upto,
+            tuple(files),
+            [s for s in segments if not s.active],
+            self.directory if dir_version != self._dir_synced_version else None,
+            dir_version,
+            self._truncations,
+        )
+
+    def finish_flush(self, pending: PendingFlush) -> bool:
+        """The second half of a background flush, on the event loop, once
+        ``pending.run()`` returned without raising: the recovery point becomes
+        ``min(pending.upto, LEO)`` if that is higher, the directory changes it synced count
+        as durable, a pending roll flush it covered is done. Returns whether it applied.
+
+        Not applied (False, nothing changes) when the log was closed in the meantime (its
+        close flushed everything itself) or truncated: a truncation may have removed offsets
+        below ``upto`` and appends written new, unsynced ones at the same offsets, which the
+        fsyncs may have preceded; the next pass flushes again. Retention in the meantime is
+        harmless (a segment it deleted holds offsets below the new log start only), and so
+        are appends and rolls (offsets at or above ``upto``; a roll's pending flush offset
+        above ``upto`` stays pending)."""
+        if self._closed or pending.truncations != self._truncations:
+            return False
+        if pending.synced and self.flush_listener is not None:
+            self.flush_listener(pending.seconds)
+        upto = min(pending.upto, self._leo)
+        if upto > self._recovery_point:
+            self._recovery_point = upto
+        if pending.dir_version > self._dir_synced_version and pending.directory is not None:
+            self._dir_synced_version = pending.dir_version
+        for segment in pending.inactive_segments:
+            if not segment.active:  # written since only if made active again (truncation)
+                segment.mark_flushed()
+        if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:
+            self._pending_flush_offset = None
+        self._last_flush_ms = self._clock()
+        return True
 
     def _segment_ranges(self) -> Iterator[tuple[LogSegment, int]]:
         """(segment, exclusive end offset) oldest first; the active segment ends at LEO."""
@@ -1445,7 +1590,7 @@ class Log:
         for segment in segments:
             segment.rename_to_deleted()
             self._pending_deletes.append((due, segment))
-        self._dir_dirty = True
+        self._dir_version += 1
         if self._config.file_delete_delay_ms == 0:
             self.run_delayed_deletes(due)
 
@@ -1492,6 +1637,7 @@ class Log:
             self._epochs.truncate_from_end(offset)
             return False
         self._producers = None  # rebuilt from what remains, on the next idempotent append
+        self._truncations += 1
         delete_snapshots_above(self.directory, offset, self._vfs)
         if offset < self._bases[0]:
             self.truncate_fully_and_start_at(offset)
@@ -1506,7 +1652,7 @@ class Log:
             # cut: a power loss must not bring them back behind a shortened segment.
             self._schedule_delete(doomed[::-1])
             self._vfs.fsync_dir(self.directory)
-            self._dir_dirty = False
+            self._dir_synced_version = self._dir_version
         active = self.active_segment
         active.truncate_to(offset)
         active.set_active(True)
@@ -1537,6 +1683,7 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot restart at negative offset {offset}")
         self._producers = None
+        self._truncations += 1
         delete_snapshots_above(self.directory, offset, self._vfs)
         doomed = self._segments[::-1]  # newest first, as in truncate_to
         self._segments.clear()
@@ -1553,7 +1700,7 @@ class Log:
         self._hw_meta = None
         self._pending_flush_offset = None
         self._vfs.fsync_dir(self.directory)
-        self._dir_dirty = False
+        self._dir_synced_version = self._dir_version
         self._epochs.clear()
         logger.info(
             "truncated log fully", topic=self.topic, partition=self.partition, start_offset=offset
@@ -1582,6 +1729,7 @@ class Log:
                 # are, and the last time-index entry is the segment's max timestamp that
                 # retention.ms compares.
                 active.on_becoming_inactive()
+                active.flush()
         except OSError as exc:
             failure = exc
         if self._producers is not None and failure is None:

@@ -16,7 +16,9 @@ between leaves no marker, so the next start recovers.
 
 **Concurrency**: asyncio, single-threaded. Every method runs on the event-loop thread; the
 background tasks started by :meth:`start` run there too, between requests, and each iteration is
-bounded (one pass over the logs). File I/O is synchronous (page cache).
+bounded (one pass over the logs). File I/O is synchronous (page cache), with one exception: the
+background flusher's fsyncs run in one thread of its own (:meth:`flush_in_background`), as
+Kafka's ``kafka-log-flusher`` scheduler thread runs ``Log.flush``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import inspect
 import json
 import os
 import re
@@ -33,6 +36,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
@@ -62,7 +66,7 @@ from sluice.server.storage.layout import (
     parse_partition_dir,
     partition_dir_name,
 )
-from sluice.server.storage.log import Log
+from sluice.server.storage.log import Log, PendingFlush
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.segment import FILES_PER_SEGMENT
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
@@ -142,6 +146,9 @@ class LogManager:
         self._hosted: dict[str, set[int]] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        # The background flusher's thread (see flush_in_background) and its pass in flight.
+        self._flusher: ThreadPoolExecutor | None = None
+        self._flush_in_flight: asyncio.Future[tuple[int, OSError | None]] | None = None
         self._flush_listener: Callable[[float], None] | None = None
         self._opened = False
         self._closed = False
@@ -439,6 +446,9 @@ class LogManager:
         """
         if self._closed or not self._opened:
             return
+        if self._flusher is not None:  # a flush thread in flight finishes first
+            self._flusher.shutdown(wait=True)
+            self._flusher = None
         try:
             flush_failures: list[tuple[TopicPartition, OSError]] = []
             for tp, log in self._logs.items():
@@ -814,22 +824,71 @@ class LogManager:
         (``Log.open``), so writing it with the flush bounds that read by what was written since
         the last flush instead of since the last checkpoint. One small file per flush pass
         that fsynced something (by default only after rolls, at most once per check interval)."""
-        now = self._clock() if now_ms is None else now_ms
-        flushed = 0
+        pending = self._plan_flushes(self._clock() if now_ms is None else now_ms)
+        return self._finish_flushes(pending, *self._sync(pending))
+
+    async def flush_in_background(self, now_ms: int | None = None) -> int:
+        """:meth:`run_flushes` with its fsyncs in the flusher thread: what to flush is decided
+        on the event loop (:meth:`Log.begin_flush`), the thread fsyncs the files by path
+        (:meth:`PendingFlush.run`), and back on the loop each log's recovery point moves
+        (:meth:`Log.finish_flush`: to at most its log end then, not at all if it was
+        truncated or closed meanwhile) before the recovery-point checkpoint is written. An
+        fsync after a roll can take a second on a loaded disk; on the loop it stalled every
+        connection of the broker.
+
+        One dedicated thread (not ``asyncio.to_thread``'s shared default executor): passes
+        never overlap, so the fsyncs stay ordered and their number in flight bounded to one
+        pass, and name resolution or other users of the default executor never queue behind
+        a slow disk. A pass cancelled while its thread runs (:meth:`stop`) is abandoned: the
+        thread finishes, nothing is recorded, and :meth:`stop` / :meth:`close` wait for it
+        before closing any file.
+        """
+        pending = self._plan_flushes(self._clock() if now_ms is None else now_ms)
+        if not pending:
+            return 0
+        if self._flusher is None:
+            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="sluice-log-flusher")
+        future = asyncio.get_running_loop().run_in_executor(self._flusher, self._sync, pending)
+        self._flush_in_flight = future
+        done, error = await asyncio.shield(future)  # cancelled: stop() waits for the thread
+        self._flush_in_flight = None
+        return self._finish_flushes(pending, done, error)
+
+    def _plan_flushes(self, now: int) -> list[PendingFlush]:
+        """The logs that rolled (up to the roll) or whose ``flush.ms`` elapsed (up to LEO)."""
+        pending = []
         for log in list(self._logs.values()):
             if log.closed:
                 continue
             if log.pending_flush_offset is not None:
-                log.flush(log.pending_flush_offset)
-                flushed += 1
+                pending.append(log.begin_flush(log.pending_flush_offset))
             elif (
                 now - log.last_flush_ms >= log.config.flush_ms
                 and log.log_end_offset > log.recovery_point
             ):
-                log.flush()
-                flushed += 1
+                pending.append(log.begin_flush())
+        return pending
+
+    @staticmethod
+    def _sync(pending: list[PendingFlush]) -> tuple[int, OSError | None]:
+        """Run the flushes in order until one fails; how many succeeded, and the error.
+        (The flusher thread; touches no log, see :class:`PendingFlush`.)"""
+        for done, flush in enumerate(pending):
+            try:
+                flush.run()
+            except OSError as exc:
+                return done, exc
+        return len(pending), None
+
+    def _finish_flushes(self, pending: list[PendingFlush], done: int, error: OSError | None) -> int:
+        """Record the first ``done`` flushes, checkpoint if any applied, then raise ``error``
+        (the first failed flush: its log and the ones after it stay as they were and are
+        tried again next pass)."""
+        flushed = sum(flush.log.finish_flush(flush) for flush in pending[:done])
         if flushed:
             self.write_recovery_point_checkpoint()
+        if error is not None:
+            raise error
         return flushed
 
     def run_delayed_deletes(self, now_ms: int | None = None) -> int:
@@ -860,7 +919,7 @@ class LogManager:
             return
         jobs: list[tuple[str, int, Callable[[], object]]] = [
             ("retention", self.retention_check_interval_ms, self.run_retention),
-            ("flush", self.flush_check_interval_ms, self.run_flushes),
+            ("flush", self.flush_check_interval_ms, self.flush_in_background),
             ("checkpoint", self.checkpoint_interval_ms, self.write_checkpoints),
             (
                 "delayed-delete",
@@ -883,7 +942,9 @@ class LogManager:
         while True:
             await asyncio.sleep(interval)
             try:
-                job()
+                result = job()
+                if inspect.isawaitable(result):
+                    await result
             except OSError as exc:
                 if not failed:
                     logger.error("background storage task failing", task=name, error=str(exc))
@@ -897,11 +958,17 @@ class LogManager:
                 failed = 0
 
     async def stop(self) -> None:
-        """Cancel the background tasks, wait for them, then :meth:`close`."""
+        """Cancel the background tasks, wait for them and for a flush thread in flight (its
+        fsyncs; the pass is abandoned), then :meth:`close`."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        in_flight, self._flush_in_flight = self._flush_in_flight, None
+        if in_flight is not None:
+            await asyncio.wait([in_flight])
+            if not in_flight.cancelled():
+                in_flight.exception()  # retrieved: close() flushes (and reports) again
         self.close()

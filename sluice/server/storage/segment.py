@@ -218,8 +218,9 @@ class LogSegment:
     active segment's append path calls (``append``, ``should_roll``): an active segment's files
     are open (:meth:`set_active` opens them and the cache never closes them). While open, a
     segment given a ``cache`` is registered there with :attr:`open_files` descriptors,
-    evictable unless active; :meth:`release_files` closes them, flushing first if a recovery or
-    truncation left writes unflushed (an inactive segment is otherwise fsynced at roll).
+    evictable unless active; :meth:`release_files` closes them, flushing first if writes may be
+    unflushed (a rolled segment until the Log's background flusher fsynced it, a recovery or
+    truncation).
     ``_pins`` counts the live :class:`FetchSlice` objects of this segment (``pinned``).
     """
 
@@ -252,7 +253,8 @@ class LogSegment:
         self._open = True
         self._active = active
         # Unflushed writes a release must fsync first: an active segment is assumed to have
-        # some; an inactive one was fsynced at roll, recover()/truncate_to() set it again.
+        # some (kept after roll until the Log's flusher is done, mark_flushed); an inactive one
+        # opened is clean; recover()/truncate_to() set it again.
         self._dirty = active
         self._pins = 0
         self._cache = cache
@@ -865,13 +867,15 @@ class LogSegment:
 
     def on_becoming_inactive(self) -> None:
         """At roll: write the final time-index entry (max timestamp so far, in the slot kept
-        free for it), trim both indexes to their entries, flush everything."""
+        free for it), trim both indexes to their entries. No fsync (Kafka's
+        ``onBecomeInactiveSegment`` neither): the Log's background flusher fsyncs the rolled
+        segment in its thread (``Log.pending_flush_offset``); until then the segment stays
+        dirty, so a release by the open-file cache flushes it first."""
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
         )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
-        self.flush()
 
     # -- recovery and truncation ---------------------------------------------------------------
 
@@ -1087,6 +1091,11 @@ class LogSegment:
         self._file.fsync()
         self._offset_index.flush()
         self._time_index.flush()
+        self._dirty = False
+
+    def mark_flushed(self) -> None:
+        """The Log's background flusher fsynced the files of this inactive segment (by
+        their paths, in its thread; ``Log.finish_flush``): a release need not flush them."""
         self._dirty = False
 
     def close(self) -> None:

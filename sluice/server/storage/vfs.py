@@ -19,7 +19,11 @@ rebuilt from the log when it is found inconsistent). Stores into the map only re
 :meth:`VFSFile.allocate` gave storage to first (``AbstractIndex.reserve``): on a full disk a store
 into an unbacked page of a sparse file is SIGBUS, the process killed.
 
-Concurrency: none. Callers are the single asyncio thread of the broker; calls block (page cache).
+Concurrency: the broker's asyncio thread makes every call but one kind: the background flusher
+(``LogManager``'s ``sluice-log-flusher`` thread, see ``PendingFlush``) calls ``open``, ``fsync``,
+``close`` and ``fsync_dir`` from its own thread, on files the loop may be appending to, renaming
+or deleting meanwhile. A VFS must allow that (the OS does: an fsync covers what was written
+before it began). Calls block (page cache).
 """
 
 from __future__ import annotations

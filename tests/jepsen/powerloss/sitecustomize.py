@@ -31,8 +31,11 @@ if _JOURNAL:
     _real_rename = _vfs.OSVFS.rename
 
     def _fsync(self: _vfs.OSFile) -> None:
+        # The size before the fsync: the background flusher fsyncs on its own thread while the
+        # loop goes on appending, and bytes written after the fsync began are not covered.
+        size = self.size()
         _real_fsync(self)
-        os.write(_fd, f"sync\t{self.path}\t{self.size()}\n".encode())
+        os.write(_fd, f"sync\t{self.path}\t{size}\n".encode())
 
     def _rename(self: _vfs.OSVFS, src: Path, dst: Path) -> None:
         _real_rename(self, src, dst)

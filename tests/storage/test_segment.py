@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 from collections.abc import Callable
@@ -542,6 +543,7 @@ def test_resize_indexes_sets_new_max(tmp_path: Path, make_batch: MakeBatch) -> N
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 def test_segment_descriptors_are_bounded_and_released(tmp_path: Path) -> None:
+    gc.collect()  # (earlier tests' cycles holding descriptors must not close mid-count)
     before = len(list(Path("/proc/self/fd").iterdir()))
     segments = [open_segment(tmp_path, 10 * i) for i in range(20)]
     # The .log, plus one per index map where CPython's mmap keeps a dup (before 3.13).

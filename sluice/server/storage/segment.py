@@ -33,7 +33,7 @@ import contextlib
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -540,6 +540,100 @@ class LogSegment:
             self._bytes_since_last_index_entry = size
         else:
             self._bytes_since_last_index_entry += size
+
+    def has_index_room(self, appends: int) -> bool:
+        """Whether ``appends`` more :meth:`append` calls could each add an index entry without
+        either index being full before one of them (what :meth:`should_roll` asks of one)."""
+        offset_index = self._offset_index
+        time_index = self._time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
+        return (
+            offset_index.entries + appends <= offset_index.max_entries
+            and time_index.entries + appends <= time_index.max_entries - 1
+        )
+
+    def append_batches(self, records: Buffer, batches: Sequence[tuple[int, int, int]]) -> None:
+        """Append back-to-back whole batches with one write: the follower's append of a fetched
+        run of batches (:meth:`Log.append_as_follower`).
+
+        ``batches`` describes ``records`` batch by batch: ``(last offset, max timestamp, size)``.
+        The segment ends exactly as after one :meth:`append` per batch (``append(last, max
+        timestamp, last, batch)``), so replicas and recovery keep byte-identical indexes: the
+        index entries are decided batch by batch (one where the bytes since the previous entry
+        passed ``index_interval_bytes``, at that batch's position); only the write is one.
+
+        The caller checked, for the run as a whole, that the segment is not empty, that it need
+        not roll (:meth:`should_roll` with the run's size, max timestamp and last offset) and
+        that its indexes have room (:meth:`has_index_room` with the number of batches): then no
+        batch would have rolled on its own. Raises :class:`SegmentOffsetOverflowError` or
+        :class:`InvalidIndexAppendError` with nothing written; an OSError from the write leaves
+        the segment as it was (the file cut back to ``size``).
+        """
+        size = len(records)
+        if not batches or size == 0:
+            return
+        base = self.base_offset
+        first_last, last_last = batches[0][0], batches[-1][0]
+        if first_last < base or last_last - base > _INT32_MAX:
+            raise SegmentOffsetOverflowError(
+                f"offsets up to {last_last} do not fit segment {self.log_path} (base offset {base})"
+            )
+        if sum(b[2] for b in batches) != size:
+            raise ValueError("batch sizes do not add up to the records given")
+        offset_index = self._offset_index
+        time_index = self._time_index
+        if offset_index.trimmed or time_index.trimmed:
+            self._ensure_indexes_extended()
+        # Which batches take an index entry: the rule of append(), batch by batch.
+        interval = self.index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        indexed: list[int] = []
+        for n, (_last, _ts, batch_size) in enumerate(batches):
+            if since > interval:
+                indexed.append(n)
+                since = batch_size
+            else:
+                since += batch_size
+        if indexed:
+            if not self.has_index_room(len(indexed)):
+                raise InvalidIndexAppendError(f"indexes of {self.log_path} are full: roll first")
+            first_indexed = batches[indexed[0]][0]
+            if offset_index.entries and first_indexed <= offset_index.last_offset:
+                raise InvalidIndexAppendError(
+                    f"offset {first_indexed} is not above the last indexed offset "
+                    f"{offset_index.last_offset} of {self.log_path}"
+                )
+        if indexed or self._size == 0:
+            # Storage for the entries and the final time-index entry before the write (append).
+            offset_index.reserve(max(len(indexed) + 1, 2))
+            time_index.reserve(max(len(indexed) + 1, 2))
+        position = self._size
+        try:
+            self._file.pwrite(records, position)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._file.truncate(position)
+            raise
+        if position == 0:
+            self._rolling_based_timestamp = batches[0][1]
+        self._size = position + size
+        max_so_far = self.max_timestamp_so_far
+        offset_of_max = self.offset_of_max_timestamp_so_far
+        next_indexed = indexed[0] if indexed else -1
+        k = 0
+        for n, (last_offset, max_timestamp, batch_size) in enumerate(batches):
+            if max_timestamp > max_so_far:
+                max_so_far, offset_of_max = max_timestamp, last_offset
+            if n == next_indexed:
+                offset_index.append(last_offset, position)
+                time_index.maybe_append(max_so_far, offset_of_max)
+                k += 1
+                next_indexed = indexed[k] if k < len(indexed) else -1
+            position += batch_size
+        self.max_timestamp_so_far = max_so_far
+        self.offset_of_max_timestamp_so_far = offset_of_max
+        self._bytes_since_last_index_entry = since
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -732,3 +732,116 @@ async def test_create_topics_with_explicit_assignments(
         assert await kzk.get_topic_assignment("bad") is None
     finally:
         await c1.close()
+
+
+async def metadata_views(client: WireClient, topic: str) -> list[tuple[bool, int, list[int]]]:
+    """What a client learns of ``topic``, asked three ways (named without and with
+    auto-creation, and all topics): (asked by name, topic error, leaders of the partitions)."""
+    views = []
+    for auto in (False, True):
+        req = m.MetadataRequest(
+            topics=[m.MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=auto,
+        )
+        (t,) = (await client.request(METADATA, 9, req)).topics
+        views.append((auto, t.error_code, [p.leader_id for p in t.partitions]))
+    every = await client.request(METADATA, 9, m.MetadataRequest(topics=None))
+    views += [(False, t.error_code, [p.leader_id for p in t.partitions])
+              for t in every.topics if t.name == topic]  # fmt: skip
+    return views
+
+
+async def test_a_new_topics_partitions_become_visible_together(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """The controller (the test) writes a new topic's states one partition at a time: no
+    broker's Metadata shows the topic until every partition has its state there -- then all of
+    them, each with its leader (Kafka's controller sends them in one UpdateMetadata). Until
+    then the topic is what Kafka answers for a topic not in its cache yet. CreateTopics waits
+    for it; so does CreatePartitions, and the partitions it adds appear together too."""
+    for broker_id in IDS:
+        await cluster.start(broker_id)
+    clients = {b: await cluster.client(b) for b in IDS}
+    admin = await cluster.client(1)  # waits for its answers while the others ask Metadata
+    servers = cluster.servers
+    try:
+        await until(
+            lambda: all(len(s.cluster.cache.brokers) == 3 for s in servers.values() if s.cluster),
+            "every broker sees three",
+        )
+        creating = asyncio.create_task(create(admin, "t", 4, 3, timeout_ms=20_000))
+        await until(
+            lambda: all("t" in s.cluster.cache.assignments for s in servers.values() if s.cluster),
+            "every broker has the assignment",
+        )
+        kzk, _ = controller
+        assignment = await kzk.get_topic_assignment("t")
+        assert assignment is not None
+        leaders = {p: a.replicas[0] for p, a in assignment.partitions.items()}
+
+        def led(partitions: range) -> Callable[[], bool]:
+            def check() -> bool:
+                found = [cluster.partition(b, "t", p) for b in IDS for p in partitions]
+                return all(
+                    f is not None and f.leader_id == leaders[f.index] for f in found
+                ) and all(s.cluster.cache.state("t", p) for s in servers.values() if s.cluster
+                          for p in partitions)  # fmt: skip
+
+            return check
+
+        for p in range(3):
+            await elect(controller, "t", {p: (leaders[p], [1, 2, 3])})
+        await until(led(range(3)), "partitions 0-2 applied everywhere")
+        not_yet = [
+            (False, errors.UnknownTopicOrPartition.code, []),
+            (True, errors.LeaderNotAvailable.code, []),  # exists: nothing more is created
+        ]
+        for b, c in clients.items():
+            assert await metadata_views(c, "t") == not_yet, b
+        assert not creating.done()
+        await elect(controller, "t", {3: (leaders[3], [1, 2, 3])})
+        assert (await creating).error_code == 0
+        await until(led(range(4)), "every partition applied everywhere")
+        everything = [leaders[p] for p in range(4)]
+        for b, c in clients.items():
+            assert await metadata_views(c, "t") == [
+                (a, 0, everything) for a in (False, True, False)
+            ], b
+
+        body = m.CreatePartitionsRequest(
+            topics=[
+                m.CreatePartitionsRequest.CreatePartitionsTopic(name="t", count=6, assignments=None)
+            ],
+            timeout_ms=20_000,
+            validate_only=False,
+        )
+        growing = asyncio.create_task(admin.request(m.CreatePartitions.key, 3, body))
+        await until(
+            lambda: all(
+                len(s.cluster.cache.assignments["t"].partitions) == 6
+                for s in servers.values()
+                if s.cluster
+            ),
+            "every broker has the grown assignment",
+        )
+        grown = await kzk.get_topic_assignment("t")
+        assert grown is not None
+        leaders.update({p: grown.replicas(p)[0] for p in (4, 5)})
+        await elect(controller, "t", {4: (leaders[4], [1, 2, 3])})
+        await until(led(range(5)), "partition 4 applied everywhere")
+        for b, c in clients.items():
+            assert await metadata_views(c, "t") == [
+                (a, 0, everything) for a in (False, True, False)
+            ], b
+        assert not growing.done()
+        await elect(controller, "t", {5: (leaders[5], [1, 2, 3])})
+        assert (await growing).results[0].error_code == 0
+        await until(led(range(6)), "every partition applied everywhere")
+        everything = [leaders[p] for p in range(6)]
+        for b, c in clients.items():
+            assert await metadata_views(c, "t") == [
+                (a, 0, everything) for a in (False, True, False)
+            ], b
+    finally:
+        for c in [admin, *clients.values()]:
+            await c.close()

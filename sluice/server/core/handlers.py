@@ -316,13 +316,17 @@ class Handlers:
     ) -> m.MetadataResponse:
         """Metadata from the cluster's cache (Kafka's ``MetadataCache``): live brokers, the
         controller, and per partition its leader (-1 with LEADER_NOT_AVAILABLE when it has
-        none), leader epoch, replicas, ISR and the replicas on dead brokers. An unknown topic
-        may be auto-created (in ZooKeeper; answered LEADER_NOT_AVAILABLE meanwhile, as Kafka)."""
+        none), leader epoch, replicas, ISR and the replicas on dead brokers. The topics and
+        partitions are the published ones (:class:`MetadataCache`: a new topic's partitions
+        all at once). An unknown topic may be auto-created (in ZooKeeper; answered
+        LEADER_NOT_AVAILABLE meanwhile, as Kafka); one being created is answered as Kafka
+        answers a topic not in its cache yet: LEADER_NOT_AVAILABLE where auto-creation is
+        allowed (Kafka's creation finds it exists), else UNKNOWN_TOPIC_OR_PARTITION."""
         cls = m.MetadataResponse
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
         cache = cluster.cache
-        names = sorted(cache.assignments) if body.topics is None else [t.name for t in body.topics]
+        names = sorted(cache.published) if body.topics is None else [t.name for t in body.topics]
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
         topic_ops = (
             acl.TOPIC_AUTHORIZED if body.include_topic_authorized_operations else acl.NOT_REQUESTED
@@ -334,7 +338,7 @@ class Handlers:
         )
         topics = []
         for name in names:
-            assignment = cache.assignments.get(name) if name is not None else None
+            assignment = cache.published.get(name) if name is not None else None
             partitions = []
             error = 0
             if assignment is None:
@@ -379,6 +383,8 @@ class Handlers:
 
     def _auto_create(self, cluster: ClusterMember, name: str) -> int:
         """Start creating ``name`` with the broker defaults; the code Metadata answers now."""
+        if name in cluster.cache.assignments:
+            return errors.LeaderNotAvailable.code  # being created: not published yet
         try:
             self._check_topic_limits(name, self.config.num_partitions)
             assignment = cluster.validate_new_topic(

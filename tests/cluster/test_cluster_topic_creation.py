@@ -170,7 +170,8 @@ def test_a_new_topic_appears_with_every_leader_at_once(sluice_cluster: EmbeddedC
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster = sluice_cluster
-    ports = [int(a.rsplit(":", 1)[1]) for a in cluster.bootstrap_servers.split(",")]
+    addresses = dict(zip(cluster.ids, cluster.bootstrap_servers.split(","), strict=True))
+    ports = [int(a.rsplit(":", 1)[1]) for a in addresses.values()]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     for round_ in range(4):
         topic = f"atonce-{round_}"
@@ -180,10 +181,11 @@ def test_a_new_topic_appears_with_every_leader_at_once(sluice_cluster: EmbeddedC
             )
             futures[topic].result(DEADLINE_S)
             # Right after CreateTopics answered, as librdkafka's 0054 does: a new client asks
-            # every partition's leader for an offset by time.
-            consumer = Consumer(
-                {"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"g-{topic}"}
-            )
+            # every partition's leader for an offset by time -- through the brokers other than
+            # the controller (which AdminClient sends CreateTopics to, and which answered once
+            # the topic was whole there): they may not have all of it yet.
+            others = [a for b, a in addresses.items() if b != cluster.metadata().controller_id]
+            consumer = Consumer({"bootstrap.servers": ",".join(others), "group.id": f"g-{topic}"})
             try:
                 wanted = [
                     TopicPartition(topic, p, int(time.time() * 1000)) for p in range(PARTITIONS)

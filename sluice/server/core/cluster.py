@@ -73,9 +73,9 @@ class MetadataCache:
     new topic (or of partitions just added) arrive one by one; Kafka's controller sends all of
     them to every broker in one UpdateMetadata, and clients rely on that: a client must see a
     new topic either not yet or with a leader for every partition, never partitions 0-2 with
-    leaders and partition 3 with none (librdkafka's offsetsForTimes then fails with
-    LEADER_NOT_AVAILABLE). Until then the topic is answered as Kafka answers a topic its cache
-    does not have yet (or, when partitions were added, with its partitions as before). Once
+    leaders and partition 3 with none (librdkafka's offsetsForTimes then fails:
+    LEADER_NOT_AVAILABLE or UNKNOWN_PARTITION). Until then the topic is answered LEADER_NOT_AVAILABLE without
+    partitions (or, when partitions were added, with its partitions as before). Once
     published, a partition stays visible whatever its state: a partition that loses its
     leader later shows -1, as in Kafka. A partition the controller could not give a first
     state (none of its replicas alive) keeps its topic (or its added partitions) unpublished
@@ -234,6 +234,8 @@ class ClusterMember:
         self._watchers: list[Watcher] = []
         self._topic_watchers: dict[str, list[Watcher]] = {}
         self._state_watchers: dict[tuple[str, int], Watcher] = {}
+        #: Partitions whose state watch has reported once (a state, or none yet).
+        self._states_read: set[tuple[str, int]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._topics_seen = asyncio.Event()
         self._stopping = False
@@ -274,17 +276,20 @@ class ClusterMember:
         self.controller = Controller(kzk, self.local_id, ControllerSettings.from_config(config))
         await self.controller.start()
         # Serve Metadata with the cluster's topics and this broker from the first request on
-        # (bounded: the watches deliver asynchronously).
+        # (bounded: the watches deliver asynchronously): every topic's partitions with the
+        # states they have, so that the topics are published (MetadataCache).
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(session):
                 await self._topics_seen.wait()
         await self.cache.wait_for(lambda: self.local_id in self.cache.brokers, session)
+        await self.cache.wait_for(self._caught_up, session)
         log.info(
             "joined cluster",
             broker_id=self.local_id,
             broker_epoch=self.broker_epoch,
             zookeeper=config.zookeeper_connect,
             topics=len(self.cache.assignments),
+            published=len(self.cache.published),
         )
 
     async def stop(self) -> None:
@@ -355,6 +360,12 @@ class ClusterMember:
                 await asyncio.sleep(backoff)
         log.error("controlled shutdown failed: stopping anyway (clients see a failover)")
         return False
+
+    def _caught_up(self) -> bool:
+        """Every topic's assignment and every partition's state read once."""
+        return all(t in self.cache.assignments for t in self._topic_watchers) and all(
+            key in self._states_read for key in self._state_watchers
+        )
 
     def _leads_nothing_replicated(self) -> bool:
         return not any(p.is_leader and len(p.replicas) > 1 for p in self.replicas.partitions())
@@ -487,6 +498,7 @@ class ClusterMember:
         count = 0 if held is None else len(held.partitions)
         for key in [k for k in self._state_watchers if k[0] == topic]:
             self._state_watchers.pop(key).cancel()
+            self._states_read.discard(key)
         hosted = self.logs.hosted_partitions(topic)
         if hosted:
             self.fetchers.unfollow([(topic, p) for p in hosted])
@@ -495,12 +507,18 @@ class ClusterMember:
 
     async def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
         if state is None:
+            if key not in self._states_read:
+                self._states_read.add(key)
+                self.cache.changed()
             return
-        await self._apply(key, state)
-        # Held (and its topic possibly published) once applied here: Metadata from this broker
-        # does not name it leader of a partition it does not lead yet.
-        self.cache.set_state(key, state)
-        self.cache.changed()
+        try:
+            await self._apply(key, state)
+        finally:
+            # Held (and its topic possibly published) once applied here: Metadata from this
+            # broker does not name it leader of a partition it does not lead yet.
+            self.cache.set_state(key, state)
+            self._states_read.add(key)
+            self.cache.changed()
 
     async def _apply(self, key: tuple[str, int], state: PartitionState) -> None:
         topic, index = key

@@ -319,9 +319,14 @@ class Handlers:
         none), leader epoch, replicas, ISR and the replicas on dead brokers. The topics and
         partitions are the published ones (:class:`MetadataCache`: a new topic's partitions
         all at once). An unknown topic may be auto-created (in ZooKeeper; answered
-        LEADER_NOT_AVAILABLE meanwhile, as Kafka); one being created is answered as Kafka
-        answers a topic not in its cache yet: LEADER_NOT_AVAILABLE where auto-creation is
-        allowed (Kafka's creation finds it exists), else UNKNOWN_TOPIC_OR_PARTITION."""
+        LEADER_NOT_AVAILABLE meanwhile, as Kafka). A topic being created (in ZooKeeper, not
+        published here yet) is LEADER_NOT_AVAILABLE without partitions, auto-creation allowed
+        or not: it exists, its leaders are on their way. (Kafka's cache has no such topic for
+        the moment between the controller's writes and its UpdateMetadata, and answers
+        UNKNOWN_TOPIC_OR_PARTITION to a client not auto-creating; here each broker learns of
+        a topic by its own watches, so that moment lasts longer, and a client that met it just
+        after CreateTopics answered would give up -- librdkafka's offsetsForTimes fails with
+        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)"""
         cls = m.MetadataResponse
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
@@ -341,7 +346,9 @@ class Handlers:
             assignment = cache.published.get(name) if name is not None else None
             partitions = []
             error = 0
-            if assignment is None:
+            if name is not None and assignment is None and name in cache.assignments:
+                error = errors.LeaderNotAvailable.code  # being created
+            elif assignment is None:
                 error = errors.UnknownTopicOrPartition.code
                 if name is not None and allow_auto and self.config.auto_create_topics_enable:
                     error = self._auto_create(cluster, name)
@@ -383,8 +390,6 @@ class Handlers:
 
     def _auto_create(self, cluster: ClusterMember, name: str) -> int:
         """Start creating ``name`` with the broker defaults; the code Metadata answers now."""
-        if name in cluster.cache.assignments:
-            return errors.LeaderNotAvailable.code  # being created: not published yet
         try:
             self._check_topic_limits(name, self.config.num_partitions)
             assignment = cluster.validate_new_topic(

@@ -792,19 +792,21 @@ async def test_a_new_topics_partitions_become_visible_together(
         for p in range(3):
             await elect(controller, "t", {p: (leaders[p], [1, 2, 3])})
         await until(led(range(3)), "partitions 0-2 applied everywhere")
+
+        async def everyone_sees(expected: list[tuple[bool, int, list[int]]]) -> None:
+            for b, c in clients.items():
+                assert await metadata_views(c, "t") == expected, b
+
+        def whole(count: int) -> list[tuple[bool, int, list[int]]]:
+            return [(a, 0, [leaders[p] for p in range(count)]) for a in (False, True, False)]
+
         # Exists, leaders on their way (nothing more is created for the auto-creating ask).
-        not_yet = [(a, errors.LeaderNotAvailable.code, []) for a in (False, True)]
-        for b, c in clients.items():
-            assert await metadata_views(c, "t") == not_yet, b
+        await everyone_sees([(a, errors.LeaderNotAvailable.code, []) for a in (False, True)])
         assert not creating.done()
         await elect(controller, "t", {3: (leaders[3], [1, 2, 3])})
         assert (await creating).error_code == 0
         await until(led(range(4)), "every partition applied everywhere")
-        everything = [leaders[p] for p in range(4)]
-        for b, c in clients.items():
-            assert await metadata_views(c, "t") == [
-                (a, 0, everything) for a in (False, True, False)
-            ], b
+        await everyone_sees(whole(4))
 
         body = m.CreatePartitionsRequest(
             topics=[
@@ -827,19 +829,12 @@ async def test_a_new_topics_partitions_become_visible_together(
         leaders.update({p: grown.replicas(p)[0] for p in (4, 5)})
         await elect(controller, "t", {4: (leaders[4], [1, 2, 3])})
         await until(led(range(5)), "partition 4 applied everywhere")
-        for b, c in clients.items():
-            assert await metadata_views(c, "t") == [
-                (a, 0, everything) for a in (False, True, False)
-            ], b
+        await everyone_sees(whole(4))  # the added partitions not yet
         assert not growing.done()
         await elect(controller, "t", {5: (leaders[5], [1, 2, 3])})
         assert (await growing).results[0].error_code == 0
         await until(led(range(6)), "every partition applied everywhere")
-        everything = [leaders[p] for p in range(6)]
-        for b, c in clients.items():
-            assert await metadata_views(c, "t") == [
-                (a, 0, everything) for a in (False, True, False)
-            ], b
+        await everyone_sees(whole(6))
     finally:
         for c in [admin, *clients.values()]:
             await c.close()

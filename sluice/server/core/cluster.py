@@ -74,8 +74,9 @@ class MetadataCache:
     them to every broker in one UpdateMetadata, and clients rely on that: a client must see a
     new topic either not yet or with a leader for every partition, never partitions 0-2 with
     leaders and partition 3 with none (librdkafka's offsetsForTimes then fails:
-    LEADER_NOT_AVAILABLE or UNKNOWN_PARTITION). Until then the topic is answered LEADER_NOT_AVAILABLE without
-    partitions (or, when partitions were added, with its partitions as before). Once
+    LEADER_NOT_AVAILABLE or UNKNOWN_PARTITION). Until then the topic is answered
+    LEADER_NOT_AVAILABLE without partitions (or, when partitions were added, with its
+    partitions as before). Once
     published, a partition stays visible whatever its state: a partition that loses its
     leader later shows -1, as in Kafka. A partition the controller could not give a first
     state (none of its replicas alive) keeps its topic (or its added partitions) unpublished

@@ -76,11 +76,10 @@ class MetadataCache:
     leaders and partition 3 with none (librdkafka's offsetsForTimes then fails:
     LEADER_NOT_AVAILABLE or UNKNOWN_PARTITION). Until then the topic is answered
     LEADER_NOT_AVAILABLE without partitions (or, when partitions were added, with its
-    partitions as before). Once
-    published, a partition stays visible whatever its state: a partition that loses its
-    leader later shows -1, as in Kafka. A partition the controller could not give a first
-    state (none of its replicas alive) keeps its topic (or its added partitions) unpublished
-    until it has one."""
+    partitions as before). Once published, a partition stays visible whatever its state: a
+    partition that loses its leader later shows -1, as in Kafka. A partition the controller
+    could not give a first state (none of its replicas alive) keeps its topic (or its added
+    partitions) unpublished until it has one."""
 
     def __init__(self, local_id: int) -> None:
         self.local_id = local_id

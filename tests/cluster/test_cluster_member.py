@@ -881,6 +881,7 @@ async def test_a_restarted_broker_serves_every_topic_from_its_first_request(
         await c1.close()
 
 
+@pytest.mark.slow  # librdkafka's Metadata refresh backs off between the states
 @pytest.mark.interop
 async def test_offsets_for_times_waits_for_a_topic_being_created(
     cluster: Cluster, controller: tuple[KafkaZkClient, Any]

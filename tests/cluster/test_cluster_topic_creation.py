@@ -6,8 +6,9 @@ right after CreateTopics answered gets no LEADER_NOT_AVAILABLE.
 
 Two ways of looking: brokers in this process, each asked for Metadata after every change of
 its cache (so no intermediate view is missed); broker processes polled for Metadata on their own
-connections while confluent-kafka's AdminClient creates topics. (The cache alone, with states
-written one at a time: ``test_cluster_member.py``.)"""
+connections while confluent-kafka's AdminClient creates topics. (States written one at a time
+by the test as the controller, with Metadata and librdkafka's offsetsForTimes through them:
+``test_cluster_member.py``.)"""
 
 from __future__ import annotations
 

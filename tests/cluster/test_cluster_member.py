@@ -732,3 +732,219 @@ async def test_create_topics_with_explicit_assignments(
         assert await kzk.get_topic_assignment("bad") is None
     finally:
         await c1.close()
+
+
+async def metadata_views(client: WireClient, topic: str) -> list[tuple[bool, int, list[int]]]:
+    """What a client learns of ``topic``, asked three ways (named without and with
+    auto-creation, and all topics): (asked by name, topic error, leaders of the partitions)."""
+    views = []
+    for auto in (False, True):
+        req = m.MetadataRequest(
+            topics=[m.MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=auto,
+        )
+        (t,) = (await client.request(METADATA, 9, req)).topics
+        views.append((auto, t.error_code, [p.leader_id for p in t.partitions]))
+    every = await client.request(METADATA, 9, m.MetadataRequest(topics=None))
+    views += [(False, t.error_code, [p.leader_id for p in t.partitions])
+              for t in every.topics if t.name == topic]  # fmt: skip
+    return views
+
+
+async def test_a_new_topics_partitions_become_visible_together(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """The controller (the test) writes a new topic's states one partition at a time: no
+    broker's Metadata shows the topic until every partition has its state there -- then all of
+    them, each with its leader (Kafka's controller sends them in one UpdateMetadata). Until
+    then the topic is LEADER_NOT_AVAILABLE without partitions. CreateTopics waits
+    for it; so does CreatePartitions, and the partitions it adds appear together too."""
+    for broker_id in IDS:
+        await cluster.start(broker_id)
+    clients = {b: await cluster.client(b) for b in IDS}
+    admin = await cluster.client(1)  # waits for its answers while the others ask Metadata
+    servers = cluster.servers
+    try:
+        await until(
+            lambda: all(len(s.cluster.cache.brokers) == 3 for s in servers.values() if s.cluster),
+            "every broker sees three",
+        )
+        creating = asyncio.create_task(create(admin, "t", 4, 3, timeout_ms=20_000))
+        await until(
+            lambda: all("t" in s.cluster.cache.assignments for s in servers.values() if s.cluster),
+            "every broker has the assignment",
+        )
+        kzk, _ = controller
+        assignment = await kzk.get_topic_assignment("t")
+        assert assignment is not None
+        leaders = {p: a.replicas[0] for p, a in assignment.partitions.items()}
+
+        def led(partitions: range) -> Callable[[], bool]:
+            def check() -> bool:
+                found = [cluster.partition(b, "t", p) for b in IDS for p in partitions]
+                return all(
+                    f is not None and f.leader_id == leaders[f.index] for f in found
+                ) and all(s.cluster.cache.state("t", p) for s in servers.values() if s.cluster
+                          for p in partitions)  # fmt: skip
+
+            return check
+
+        for p in range(3):
+            await elect(controller, "t", {p: (leaders[p], [1, 2, 3])})
+        await until(led(range(3)), "partitions 0-2 applied everywhere")
+
+        async def everyone_sees(expected: list[tuple[bool, int, list[int]]]) -> None:
+            for b, c in clients.items():
+                assert await metadata_views(c, "t") == expected, b
+
+        def whole(count: int) -> list[tuple[bool, int, list[int]]]:
+            return [(a, 0, [leaders[p] for p in range(count)]) for a in (False, True, False)]
+
+        # Exists, leaders on their way (nothing more is created for the auto-creating ask).
+        await everyone_sees([(a, errors.LeaderNotAvailable.code, []) for a in (False, True)])
+        assert not creating.done()
+        await elect(controller, "t", {3: (leaders[3], [1, 2, 3])})
+        assert (await creating).error_code == 0
+        await until(led(range(4)), "every partition applied everywhere")
+        await everyone_sees(whole(4))
+
+        body = m.CreatePartitionsRequest(
+            topics=[
+                m.CreatePartitionsRequest.CreatePartitionsTopic(name="t", count=6, assignments=None)
+            ],
+            timeout_ms=20_000,
+            validate_only=False,
+        )
+        growing = asyncio.create_task(admin.request(m.CreatePartitions.key, 3, body))
+        await until(
+            lambda: all(
+                len(s.cluster.cache.assignments["t"].partitions) == 6
+                for s in servers.values()
+                if s.cluster
+            ),
+            "every broker has the grown assignment",
+        )
+        grown = await kzk.get_topic_assignment("t")
+        assert grown is not None
+        leaders.update({p: grown.replicas(p)[0] for p in (4, 5)})
+        await elect(controller, "t", {4: (leaders[4], [1, 2, 3])})
+        await until(led(range(5)), "partition 4 applied everywhere")
+        await everyone_sees(whole(4))  # the added partitions not yet
+        assert not growing.done()
+        await elect(controller, "t", {5: (leaders[5], [1, 2, 3])})
+        assert (await growing).results[0].error_code == 0
+        await until(led(range(6)), "every partition applied everywhere")
+        await everyone_sees(whole(6))
+    finally:
+        for c in [admin, *clients.values()]:
+            await c.close()
+
+
+async def test_a_restarted_broker_serves_every_topic_from_its_first_request(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """A broker joining reads every topic's assignment and every partition's state before it
+    answers as a cluster member, so its first Metadata answer lists every topic whole (a topic
+    is published once every partition has its state there)."""
+    for broker_id in (1, 2):
+        await cluster.start(broker_id)
+    c1 = await cluster.client(1)
+    try:
+        await until(lambda: len(cluster.servers[1].cluster.cache.brokers) == 2, "two brokers")  # type: ignore[union-attr]
+        topics = [f"many-{i}" for i in range(3)]
+        for topic in topics:
+            assert (await create(c1, topic, 16, 2, timeout_ms=0)).error_code == 0
+            assignment = await controller[0].get_topic_assignment(topic)
+            assert assignment is not None
+            await elect(
+                controller,
+                topic,
+                {p: (a.replicas[0], list(a.replicas)) for p, a in assignment.partitions.items()},
+            )
+        await until(
+            lambda: all(
+                cluster.servers[b].cluster.cache.has_leaders(t)  # type: ignore[union-attr]
+                for b in (1, 2)
+                for t in topics
+            ),
+            "both brokers show every topic",
+        )
+        await cluster.stop(2)
+        await cluster.start(2)
+        c2 = await cluster.client(2)
+        try:
+            resp = await metadata(c2, *topics)
+        finally:
+            await c2.close()
+        assert [(t.error_code, len(t.partitions)) for t in resp.topics] == [(0, 16)] * 3
+    finally:
+        await c1.close()
+
+
+@pytest.mark.slow  # librdkafka's Metadata refresh backs off between the states
+@pytest.mark.interop
+async def test_offsets_for_times_waits_for_a_topic_being_created(
+    cluster: Cluster, controller: tuple[KafkaZkClient, Any]
+) -> None:
+    """librdkafka's test 0054 against a topic whose leaders arrive one at a time: a new
+    consumer's ``offsets_for_times`` asked while the topic has no leaders anywhere, and through
+    the controller's (the test's) writes one partition at a time, waits and answers every
+    partition. (It fails at once, UNKNOWN_PARTITION, where a broker lists the topic with
+    partitions without leaders, or says the topic does not exist.)"""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    for broker_id in IDS:
+        await cluster.start(broker_id)
+    servers = cluster.servers
+    c1 = await cluster.client(1)
+    try:
+        await until(
+            lambda: all(len(s.cluster.cache.brokers) == 3 for s in servers.values() if s.cluster),
+            "every broker sees three",
+        )
+        assert (await create(c1, "lazy", 4, 3, timeout_ms=0)).error_code == 0
+        await until(
+            lambda: all(
+                "lazy" in s.cluster.cache.assignments for s in servers.values() if s.cluster
+            ),
+            "every broker has the assignment",
+        )
+        assignment = await controller[0].get_topic_assignment("lazy")
+        assert assignment is not None
+
+        def asked() -> int:
+            return sum(s.metrics.get("requests.Metadata") for s in servers.values())
+
+        def offsets_for_times() -> list[Any]:
+            bootstrap = ",".join(f"127.0.0.1:{s.port}" for s in servers.values())
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lazy"})
+            try:
+                wanted = [CkTopicPartition("lazy", p, 1_700_000_000_000) for p in range(4)]
+                return list(consumer.offsets_for_times(wanted, timeout=WAIT_S))
+            finally:
+                consumer.close()
+
+        def asked_again(querying: asyncio.Future[Any]) -> Callable[[], bool]:
+            now = asked()
+            return lambda: asked() > now or querying.done()
+
+        def applied_everywhere(p: int) -> Callable[[], bool]:
+            return lambda: all(
+                s.cluster.cache.state("lazy", p) for s in servers.values() if s.cluster
+            )
+
+        before = asked()
+        querying = asyncio.ensure_future(asyncio.to_thread(offsets_for_times))
+        for p in range(4):
+            # librdkafka asks again (its Metadata refresh) between the states
+            await until(asked_again(querying), "the client asks again")
+            await elect(controller, "lazy", {p: (assignment.replicas(p)[0], [1, 2, 3])})
+            await until(applied_everywhere(p), f"lazy-{p} applied everywhere")
+        found = await querying
+        assert asked() > before + 3
+        assert [(tp.partition, tp.error, tp.offset) for tp in found] == [
+            (p, None, -1) for p in range(4)
+        ]
+    finally:
+        await c1.close()

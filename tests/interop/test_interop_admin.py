@@ -554,3 +554,53 @@ def test_kafka_python_configs_succeed_and_refuse(broker: BrokerProcess) -> None:
         assert broker_configs["group.initial.rebalance.delay.ms"]["read_only"]
     finally:
         client.close()
+
+
+def test_confluent_creates_a_topic_with_an_old_message_format_version(
+    broker: BrokerProcess,
+) -> None:
+    """librdkafka's test 0092 creates its topic with ``message.format.version=0.10.0.0``: Kafka
+    3.9 accepts every name ``MetadataVersion.fromVersionString`` knows (``0.10.0.0`` is
+    ``0.10.0``) and ignores the setting (batches stay v2); the topic works as any other, and
+    DescribeConfigs shows the value as given. A name Kafka does not know is INVALID_CONFIG with
+    Kafka's message, and nothing is created."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    client = admin(broker)
+    topic = unique("mfv")
+    new = NewTopic(topic, 1, 1, config={"message.format.version": "0.10.0.0"})
+    client.create_topics([new])[topic].result(DEADLINE_S)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entry = client.describe_configs([resource])[resource].result(DEADLINE_S)[
+        "message.format.version"
+    ]
+    assert (entry.value, entry.source) == ("0.10.0.0", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3):
+        producer.produce(topic, key=b"k", value=f"v{i}".encode(), headers=[("h", b"1")])
+    assert producer.flush(DEADLINE_S) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("mfv"),
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        got: list[Any] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 3 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+    finally:
+        consumer.close()
+    assert [m.value() for m in got] == [b"v0", b"v1", b"v2"]
+    assert all(m.headers() == [("h", b"1")] for m in got)  # record format v2: headers kept
+
+    bad = unique("mfv-bad")
+    refused = NewTopic(bad, 1, 1, config={"message.format.version": "0.10.x"})
+    with pytest.raises(KafkaException) as info:
+        client.create_topics([refused])[bad].result(DEADLINE_S)
+    error = info.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "Version 0.10.x is not a valid version" in error.str()
+    assert bad not in client.list_topics(timeout=DEADLINE_S).topics

@@ -195,3 +195,36 @@ def test_declared_broker_defaults_are_the_log_config_defaults() -> None:
     assert LogConfig.from_broker_properties(defaults) == LogConfig()
     for key in defaults:  # each default also passes its own load-time parser
         declared[key].parse(defaults[key])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # Kafka 3.9's MetadataVersion names, full and short, and what fromVersionString reduces
+        # to one: the first three parts of a 0.x name, the first two of any other.
+        "0.8.0", "0.8.2", "0.9.0", "0.10.0", "0.10.0-IV0", "0.10.0-IV1", "0.10.0.0",
+        "0.10.0.x", "0.10.1-IV2", "0.10.2", "0.11.0", "0.11.0.2", "1.0", "1.0.1", "1.1-IV0",
+        "2.0-IV1", "2.8", "2.8-IV1", "2.8.1", "3.0", "3.0-IV1", "3.3-IV3", "3.7-IV4", "3.9",
+        "3.9-IV0", "4.0-IV0", "4.0-IV1", " 3.0-IV1 ",
+    ],
+)  # fmt: skip
+def test_message_format_version_accepts_kafkas_version_names(value: str) -> None:
+    config = LogConfig.from_properties({"message.format.version": value})
+    assert config.message_format_version == value.strip()  # kept as given (Kafka ignores it)
+    assert config.to_properties()["message.format.version"] == value.strip()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "latest", "", "3", "0.8", "0.7.0", "0.10.3", "3.10", "3.0-IV2", "3.0-iv1", "3.0.",
+        "0.10.0.", "4.0", "4.0.1", "5.0-IV0", "v3.0", "3.0-IV1-x",
+    ],
+)  # fmt: skip
+def test_message_format_version_refuses_what_kafka_refuses(value: str) -> None:
+    with pytest.raises(InvalidConfig) as info:
+        LogConfig.from_properties({"message.format.version": value})
+    assert str(info.value).endswith(
+        f"Invalid value {value} for configuration message.format.version: Version {value} is "
+        "not a valid version"
+    )

@@ -9,11 +9,13 @@ import os
 import signal
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from sluice.protocol.structs import TopicPartition
+from sluice.server.zk import kafka_zk as kafka_zk_module
 from sluice.server.zk.client import CreateOp, SessionEvent, SessionState, ZkClient, ZnodeStat
 from sluice.server.zk.data import (
     CONTROLLER_EPOCH_PATH,
@@ -399,6 +401,36 @@ async def test_controller_state_writes_report_conflicts(make_client: MakeClient)
     read = await kzk.get_partition_states(TopicPartition("orders", p) for p in range(4))
     assert sorted(tp.partition for tp in read) == [0, 1, 2]
     assert read[TopicPartition("orders", 1)].isr == (1,)
+
+
+async def test_a_new_topics_partition_states_are_created_in_one_transaction(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All partitions' state znodes in one multi (one zxid), so a broker reading ZooKeeper sees
+    none or all of them, as Kafka's controller sends a new topic's partitions in one batch;
+    past ``STATES_PER_MULTI`` one multi per that many, and where one exists already, the others
+    of its multi are still created."""
+    kzk = await kafka_zk(make_client)
+    fence = await kzk.elect_controller(0)
+    assert fence is not None
+    await new_topic(kzk, partitions=8)
+    states = {p: PartitionState(1 + p % 3, 0, (1, 2, 3), 1) for p in range(8)}
+    created = await kzk.create_partition_states("orders", states, fence)
+    assert created == {p: replace(s, zk_version=0) for p, s in states.items()}
+    stats = [await kzk.zk.exists(partition_state_path(TopicPartition("orders", p))) for p in states]
+    assert len({s.czxid for s in stats if s is not None}) == 1, stats
+
+    monkeypatch.setattr(kafka_zk_module, "STATES_PER_MULTI", 2)
+    await new_topic(kzk, partitions=5, topic="split")
+    await kzk.create_partition_states("split", {3: PartitionState(2, 0, (2,), 1)}, fence)
+    states = {p: PartitionState(1, 0, (1,), 1) for p in range(5)}
+    created = await kzk.create_partition_states("split", states, fence)
+    assert isinstance(created.pop(3), NodeExistsError)
+    assert created == {p: replace(states[p], zk_version=0) for p in (0, 1, 2, 4)}
+    stats = [await kzk.zk.exists(partition_state_path(TopicPartition("split", p))) for p in (0, 1)]
+    assert len({s.czxid for s in stats if s is not None}) == 1  # one multi for 0 and 1
+    held = await kzk.get_partition_state(TopicPartition("split", 3))
+    assert held is not None and held.leader == 2  # the existing one untouched
 
 
 async def test_watch_partition_state(make_client: MakeClient) -> None:

@@ -64,7 +64,22 @@ LeadershipListener = Callable[["Partition"], None]
 class MetadataCache:
     """What this broker knows of the cluster (Kafka's ``MetadataCache``), fed by ZooKeeper
     watches; read by the request handlers. Possibly behind ZooKeeper by a watch round trip;
-    clients cope with that as they do with Kafka's (they retry on NOT_LEADER_OR_FOLLOWER)."""
+    clients cope with that as they do with Kafka's (they retry on NOT_LEADER_OR_FOLLOWER).
+
+    **A topic's new partitions become visible together.** :attr:`assignments` is every topic
+    ZooKeeper has (what CreateTopics, DeleteTopics and the topic bounds check against);
+    :attr:`published` is what Metadata shows: a topic's assignment once every one of its
+    partitions has a state here. Each state znode has a watch of its own, so the states of a
+    new topic (or of partitions just added) arrive one by one; Kafka's controller sends all of
+    them to every broker in one UpdateMetadata, and clients rely on that: a client must see a
+    new topic either not yet or with a leader for every partition, never partitions 0-2 with
+    leaders and partition 3 with none (librdkafka's offsetsForTimes then fails:
+    LEADER_NOT_AVAILABLE or UNKNOWN_PARTITION). Until then the topic is answered
+    LEADER_NOT_AVAILABLE without partitions (or, when partitions were added, with its
+    partitions as before). Once published, a partition stays visible whatever its state: a
+    partition that loses its leader later shows -1, as in Kafka. A partition the controller
+    could not give a first state (none of its replicas alive) keeps its topic (or its added
+    partitions) unpublished until it has one."""
 
     def __init__(self, local_id: int) -> None:
         self.local_id = local_id
@@ -73,6 +88,7 @@ class MetadataCache:
         self.assignments: dict[str, TopicAssignment] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
+        self.published: dict[str, TopicAssignment] = {}
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
 
     def address(self, broker_id: int) -> tuple[str, int] | None:
@@ -110,11 +126,44 @@ class MetadataCache:
             return -1
         return state.leader
 
-    def has_leaders(self, topic: str) -> bool:
-        """Every partition of ``topic`` has a live leader (CreateTopics waits for this)."""
+    def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
+        self.assignments[topic] = assignment
+        self._publish(topic)
+
+    def set_state(self, key: tuple[str, int], state: PartitionState) -> None:
+        """Hold ``state`` unless the one held is newer (by leader epoch, then zkVersion); the
+        topic is published if this was the last of its partitions without a state."""
+        held = self.states.get(key)
+        if held is None or (state.leader_epoch, state.zk_version) >= (
+            held.leader_epoch,
+            held.zk_version,
+        ):
+            self.states[key] = state
+        self._publish(key[0])
+
+    def remove_topic(self, topic: str) -> TopicAssignment | None:
+        """Forget a deleted topic; its assignment as held, if any."""
+        self.configs.pop(topic, None)
+        self.published.pop(topic, None)
+        for key in [k for k in self.states if k[0] == topic]:
+            del self.states[key]
+        return self.assignments.pop(topic, None)
+
+    def _publish(self, topic: str) -> None:
         assignment = self.assignments.get(topic)
-        return assignment is not None and all(
-            self.leader(topic, p) >= 0 for p in assignment.partitions
+        if assignment is None or self.published.get(topic) == assignment:
+            return
+        if all((topic, p) in self.states for p in assignment.partitions):
+            self.published[topic] = assignment
+
+    def has_leaders(self, topic: str, partitions: int = 1) -> bool:
+        """``topic`` is published with at least ``partitions`` partitions, each with a live
+        leader (CreateTopics and CreatePartitions wait for this)."""
+        assignment = self.published.get(topic)
+        return (
+            assignment is not None
+            and len(assignment.partitions) >= partitions
+            and all(self.leader(topic, p) >= 0 for p in assignment.partitions)
         )
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -185,6 +234,8 @@ class ClusterMember:
         self._watchers: list[Watcher] = []
         self._topic_watchers: dict[str, list[Watcher]] = {}
         self._state_watchers: dict[tuple[str, int], Watcher] = {}
+        #: Partitions whose state watch has reported once (a state, or none yet).
+        self._states_read: set[tuple[str, int]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._topics_seen = asyncio.Event()
         self._stopping = False
@@ -225,17 +276,20 @@ class ClusterMember:
         self.controller = Controller(kzk, self.local_id, ControllerSettings.from_config(config))
         await self.controller.start()
         # Serve Metadata with the cluster's topics and this broker from the first request on
-        # (bounded: the watches deliver asynchronously).
+        # (bounded: the watches deliver asynchronously): every topic's partitions with the
+        # states they have, so that the topics are published (MetadataCache).
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(session):
                 await self._topics_seen.wait()
         await self.cache.wait_for(lambda: self.local_id in self.cache.brokers, session)
+        await self.cache.wait_for(self._caught_up, session)
         log.info(
             "joined cluster",
             broker_id=self.local_id,
             broker_epoch=self.broker_epoch,
             zookeeper=config.zookeeper_connect,
             topics=len(self.cache.assignments),
+            published=len(self.cache.published),
         )
 
     async def stop(self) -> None:
@@ -306,6 +360,12 @@ class ClusterMember:
                 await asyncio.sleep(backoff)
         log.error("controlled shutdown failed: stopping anyway (clients see a failover)")
         return False
+
+    def _caught_up(self) -> bool:
+        """Every topic's assignment and every partition's state read once."""
+        return all(t in self.cache.assignments for t in self._topic_watchers) and all(
+            key in self._states_read for key in self._state_watchers
+        )
 
     def _leads_nothing_replicated(self) -> bool:
         return not any(p.is_leader and len(p.replicas) > 1 for p in self.replicas.partitions())
@@ -422,7 +482,7 @@ class ClusterMember:
             log.error("unreadable topic assignment", topic=topic, error=str(exc))
             return
         assert self.kzk is not None
-        self.cache.assignments[topic] = assignment
+        self.cache.set_assignment(topic, assignment)
         for partition in sorted(assignment.partitions):
             key = (topic, partition)
             if key not in self._state_watchers:
@@ -434,15 +494,11 @@ class ClusterMember:
     def _topic_gone(self, topic: str) -> None:
         for watcher in self._topic_watchers.pop(topic, []):
             watcher.cancel()
-        count = (
-            len(self.cache.assignments.pop(topic).partitions)
-            if topic in self.cache.assignments
-            else 0
-        )
-        self.cache.configs.pop(topic, None)
+        held = self.cache.remove_topic(topic)
+        count = 0 if held is None else len(held.partitions)
         for key in [k for k in self._state_watchers if k[0] == topic]:
             self._state_watchers.pop(key).cancel()
-            self.cache.states.pop(key, None)
+            self._states_read.discard(key)
         hosted = self.logs.hosted_partitions(topic)
         if hosted:
             self.fetchers.unfollow([(topic, p) for p in hosted])
@@ -451,15 +507,18 @@ class ClusterMember:
 
     async def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
         if state is None:
+            if key not in self._states_read:
+                self._states_read.add(key)
+                self.cache.changed()
             return
-        held = self.cache.states.get(key)
-        if held is None or (state.leader_epoch, state.zk_version) >= (
-            held.leader_epoch,
-            held.zk_version,
-        ):
-            self.cache.states[key] = state
-        await self._apply(key, state)
-        self.cache.changed()
+        try:
+            await self._apply(key, state)
+        finally:
+            # Held (and its topic possibly published) once applied here: Metadata from this
+            # broker does not name it leader of a partition it does not lead yet.
+            self.cache.set_state(key, state)
+            self._states_read.add(key)
+            self.cache.changed()
 
     async def _apply(self, key: tuple[str, int], state: PartitionState) -> None:
         topic, index = key
@@ -693,11 +752,7 @@ class ClusterMember:
             return
         cache = self.cache
 
-        def ready() -> bool:
-            held = cache.assignments.get(name)
-            return held is not None and len(held.partitions) >= count and cache.has_leaders(name)
-
-        if not await cache.wait_for(ready, timeout_ms / 1000):
+        if not await cache.wait_for(lambda: cache.has_leaders(name, count), timeout_ms / 1000):
             raise errors.RequestTimedOut(
                 f"Partitions were added to '{name}' but not every one had a leader within "
                 f"{timeout_ms} ms"

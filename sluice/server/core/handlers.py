@@ -316,13 +316,22 @@ class Handlers:
     ) -> m.MetadataResponse:
         """Metadata from the cluster's cache (Kafka's ``MetadataCache``): live brokers, the
         controller, and per partition its leader (-1 with LEADER_NOT_AVAILABLE when it has
-        none), leader epoch, replicas, ISR and the replicas on dead brokers. An unknown topic
-        may be auto-created (in ZooKeeper; answered LEADER_NOT_AVAILABLE meanwhile, as Kafka)."""
+        none), leader epoch, replicas, ISR and the replicas on dead brokers. The topics and
+        partitions are the published ones (:class:`MetadataCache`: a new topic's partitions
+        all at once). An unknown topic may be auto-created (in ZooKeeper; answered
+        LEADER_NOT_AVAILABLE meanwhile, as Kafka). A topic being created (in ZooKeeper, not
+        published here yet) is LEADER_NOT_AVAILABLE without partitions, auto-creation allowed
+        or not: it exists, its leaders are on their way. (Kafka's cache has no such topic for
+        the moment between the controller's writes and its UpdateMetadata, and answers
+        UNKNOWN_TOPIC_OR_PARTITION to a client not auto-creating; here each broker learns of
+        a topic by its own watches, so that moment lasts longer, and a client that met it just
+        after CreateTopics answered would give up -- librdkafka's offsetsForTimes fails with
+        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)"""
         cls = m.MetadataResponse
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
         cache = cluster.cache
-        names = sorted(cache.assignments) if body.topics is None else [t.name for t in body.topics]
+        names = sorted(cache.published) if body.topics is None else [t.name for t in body.topics]
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
         topic_ops = (
             acl.TOPIC_AUTHORIZED if body.include_topic_authorized_operations else acl.NOT_REQUESTED
@@ -334,10 +343,12 @@ class Handlers:
         )
         topics = []
         for name in names:
-            assignment = cache.assignments.get(name) if name is not None else None
+            assignment = cache.published.get(name) if name is not None else None
             partitions = []
             error = 0
-            if assignment is None:
+            if name is not None and assignment is None and name in cache.assignments:
+                error = errors.LeaderNotAvailable.code  # being created
+            elif assignment is None:
                 error = errors.UnknownTopicOrPartition.code
                 if name is not None and allow_auto and self.config.auto_create_topics_enable:
                     error = self._auto_create(cluster, name)

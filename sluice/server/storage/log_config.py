@@ -23,7 +23,6 @@ otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds ar
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -438,7 +437,45 @@ def _format(value: object) -> str:
     return str(value)
 
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?(-IV\d+)?$")
+#: Kafka 3.9's ``MetadataVersion``: each release with its number of internal versions
+#: (``-IV0``, ``-IV1``, ...; 0: the release alone names its one version, as ``0.9.0``).
+_METADATA_RELEASES = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0,
+    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
+    "1.0": 1, "1.1": 1,
+    "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2,
+    "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1,
+    "3.9": 1, "4.0": 2,
+}  # fmt: skip
+#: Every name ``MetadataVersion.fromVersionString`` knows in Kafka 3.9: each version's full name
+#: (``0.8.2``, ``0.10.0-IV1``, ``3.0-IV1``) and each release up to the latest production one
+#: (3.9; ``4.0`` is known only by its full names) for its latest internal version.
+METADATA_VERSION_NAMES = frozenset(
+    [f"{release}-IV{i}" if count else release
+     for release, count in _METADATA_RELEASES.items() for i in range(max(count, 1))]
+    + [release for release in _METADATA_RELEASES if release != "4.0"]
+)  # fmt: skip
+
+
+def metadata_version(key: str, raw: object) -> str:
+    """Check a Kafka version name as Kafka 3.9's ``MetadataVersionValidator`` does (for
+    ``message.format.version``, which Kafka then ignores: its batches are always v2) and
+    return it, trimmed as Kafka's STRING configs are. ``MetadataVersion.fromVersionString``
+    looks up the first three dot-separated parts of a name starting ``0.`` (``0.10.0.0`` and
+    ``0.10.0.x`` are ``0.10.0``), the first two of any other (``1.0.1`` is ``1.0``, ``2.8.1`` is
+    ``2.8``), the whole name when it has no more parts than that (``0.10.0-IV1``,
+    ``3.0-IV1``). Anything else is refused with Kafka's message."""
+    value = str(raw).strip()
+    parts = value.split(".")
+    while parts and not parts[-1]:
+        parts.pop()  # Java's String.split drops trailing empty strings
+    count = 3 if value.startswith("0.") else 2
+    name = value if count >= len(parts) else ".".join(parts[:count])
+    if name not in METADATA_VERSION_NAMES:
+        raise InvalidConfig(
+            f"Invalid value {value} for configuration {key}: Version {value} is not a valid version"
+        )
+    return value
 
 
 def _parse_value(key: str, raw: str) -> object:
@@ -462,10 +499,7 @@ def _parse_value(key: str, raw: str) -> object:
         return value
     if key == "message.format.version":
         # Kafka 3 validates the version name and then ignores it (IBP >= 3.0 writes v2 only).
-        match = _VERSION.match(value)
-        if match is None or (int(match.group(1)), int(match.group(2))) < (0, 8):
-            raise InvalidConfig(f"{key}={raw!r}: not a Kafka version such as 3.0-IV1")
-        return value
+        return metadata_version(key, value)
     if key == "min.cleanable.dirty.ratio":
         try:
             ratio = float(value)

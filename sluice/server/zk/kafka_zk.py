@@ -97,6 +97,10 @@ __all__ = ["ControllerEpoch", "KafkaZkClient"]
 T = TypeVar("T")
 log = get_logger("sluice.zk")
 
+#: Partitions whose state znodes one multi creates: two creates each, some 250 bytes, so a
+#: multi stays far below ZooKeeper's ``jute.maxbuffer`` (1 MiB by default).
+STATES_PER_MULTI = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerEpoch:
@@ -432,27 +436,34 @@ class KafkaZkClient:
         self, topic: str, states: Mapping[int, PartitionState], fence: ControllerEpoch
     ) -> dict[int, PartitionState | ZkError]:
         """The controller creates a new topic's partition state znodes (Kafka's
-        ``createTopicPartitionStatesRaw``): per partition one fenced multi creating
-        ``.../partitions/<p>`` and its ``state``. Returns each partition's created state (with
+        ``createTopicPartitionStatesRaw``): ``.../partitions/<p>`` and its ``state`` for every
+        partition in one fenced multi (up to :data:`STATES_PER_MULTI` partitions each), so
+        ZooKeeper holds none or all of them -- as Kafka's controller sends a new topic's
+        partitions to the brokers in one batch. If one of them exists already (a partition
+        another controller created), each partition of that multi is created again in one of
+        its own, so the others still get theirs. Returns each partition's created state (with
         zkVersion 0) or its error (:class:`NodeExistsError` if it already had one). A stale
         fence raises :class:`ControllerMovedError` for the lot, a topic without an assignment
         znode :class:`NoNodeError`."""
         with contextlib.suppress(NodeExistsError):
             await self.fenced_multi(fence, [CreateOp(partitions_path(topic))])
         out: dict[int, PartitionState | ZkError] = {}
-        for partition, state in sorted(states.items()):
-            tp = TopicPartition(topic, partition)
+        ordered = sorted(states.items())
+        for start in range(0, len(ordered), STATES_PER_MULTI):
+            chunk = ordered[start : start + STATES_PER_MULTI]
             try:
                 await self.fenced_multi(
-                    fence,
-                    [
-                        CreateOp(partition_path(tp)),
-                        CreateOp(partition_state_path(tp), state.encode()),
-                    ],
+                    fence, [op for p, s in chunk for op in _state_ops(topic, p, s)]
                 )
-                out[partition] = replace(state, zk_version=0)
-            except NodeExistsError as exc:
-                out[partition] = exc
+            except NodeExistsError:
+                for partition, state in chunk:
+                    try:
+                        await self.fenced_multi(fence, _state_ops(topic, partition, state))
+                        out[partition] = replace(state, zk_version=0)
+                    except NodeExistsError as exc:
+                        out[partition] = exc
+            else:
+                out.update((partition, replace(state, zk_version=0)) for partition, state in chunk)
         return out
 
     async def get_partition_state(
@@ -647,3 +658,8 @@ class KafkaZkClient:
                 continue
             return block
         raise ZkError(f"no producer id block after {attempts} attempts: too much contention")
+
+
+def _state_ops(topic: str, partition: int, state: PartitionState) -> list[Op]:
+    tp = TopicPartition(topic, partition)
+    return [CreateOp(partition_path(tp)), CreateOp(partition_state_path(tp), state.encode())]

@@ -1,0 +1,1 @@
+"""Kafka's security model for the broker: TLS, SASL (PLAIN, SCRAM), credentials and ACLs."""

@@ -170,7 +170,7 @@ async def test_kafka_written_config_and_other_keys(zk_clients: list[ZkClient]) -
 
 async def test_old_notices_are_purged(zk_clients: list[ZkClient]) -> None:
     writer = ZkCredentialStore(zk_clients[0])
-    reader = ZkCredentialStore(zk_clients[1], change_expiration_ms=0)
+    reader = ZkCredentialStore(zk_clients[1], change_expiration_ms=-1)  # even this ms's
     await writer.start()
     await reader.start()
     try:

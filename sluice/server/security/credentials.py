@@ -306,10 +306,10 @@ class ZkCredentialStore(CredentialStore):
                 if entity is not None and entity.startswith("users/") and entity.count("/") == 1:
                     await self._reload_user(desanitize(entity[len("users/") :]))
                 self._last_change = seq
-                self.changes_processed += 1
                 if now_ms - stat.ctime > self.change_expiration_ms:
                     with contextlib.suppress(NoNodeError):
                         await self.zk.delete(path)
+                self.changes_processed += 1
 
     async def alter(
         self,

@@ -29,21 +29,19 @@ Redpanda does): one store, one password per user.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
-import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import Watcher, ZkClient
+from sluice.server.zk.client import ZkClient
 from sluice.server.zk.errors import NodeExistsError, NoNodeError
 
 from .errors import InvalidCredential
+from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
 from .scram import SCRAM_MECHANISMS, ScramCredential, verify_password
 
 __all__ = [
@@ -62,8 +60,6 @@ log = get_logger("sluice.security")
 CONFIG_USERS_PATH = "/config/users"
 CONFIG_CHANGES_PATH = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-#: Kafka's ``ZkNodeChangeNotificationListener`` default ``changeExpirationMs``.
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 UserCredentials = dict[str, ScramCredential]  # mechanism -> credential
 
@@ -252,26 +248,23 @@ class ZkCredentialStore(CredentialStore):
     def __init__(self, zk: ZkClient, *, change_expiration_ms: int = CHANGE_EXPIRATION_MS) -> None:
         super().__init__()
         self.zk = zk
-        self.change_expiration_ms = change_expiration_ms
-        self.changes_processed = 0
-        self._last_change = -1
-        self._watcher: Watcher | None = None
-        self._lock = asyncio.Lock()
+        self._listener = ChangeListener(
+            zk, CONFIG_CHANGES_PATH, CHANGE_PREFIX, self._on_notice,
+            expiration_ms=change_expiration_ms,
+        )  # fmt: skip
+
+    @property
+    def changes_processed(self) -> int:
+        return self._listener.processed
 
     async def start(self) -> None:
         await self.zk.ensure_path(CONFIG_USERS_PATH)
-        await self.zk.ensure_path(CONFIG_CHANGES_PATH)
-        # Notices already there describe changes the full load below includes.
-        existing = [_sequence(n) for n in await self.zk.get_children(CONFIG_CHANGES_PATH)]
-        self._last_change = max([s for s in existing if s is not None], default=-1)
+        await self._listener.start()  # notices from now on; the full load covers the rest
         for name in await self.zk.get_children(CONFIG_USERS_PATH):
             await self._reload_user(desanitize(name))
-        self._watcher = self.zk.watch_children(CONFIG_CHANGES_PATH, self._on_changes)
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
+        self._listener.close()
 
     async def _reload_user(self, user: str) -> None:
         path = user_config_path(user)
@@ -287,29 +280,10 @@ class ZkCredentialStore(CredentialStore):
             return
         self._set(user, _scram_of(config, path))
 
-    async def _on_changes(self, children: list[str] | None) -> None:
-        if not children:
-            return
-        async with self._lock:
-            now_ms = time.time() * 1000
-            for name in children:  # sorted by the watcher: sequence order
-                seq = _sequence(name)
-                if seq is None or seq <= self._last_change:
-                    continue
-                path = f"{CONFIG_CHANGES_PATH}/{name}"
-                try:
-                    data, stat = await self.zk.get(path)
-                except NoNodeError:  # purged by another broker meanwhile
-                    self._last_change = seq
-                    continue
-                entity = _entity_path(data)
-                if entity is not None and entity.startswith("users/") and entity.count("/") == 1:
-                    await self._reload_user(desanitize(entity[len("users/") :]))
-                self._last_change = seq
-                if now_ms - stat.ctime > self.change_expiration_ms:
-                    with contextlib.suppress(NoNodeError):
-                        await self.zk.delete(path)
-                self.changes_processed += 1
+    async def _on_notice(self, data: bytes) -> None:
+        entity = _entity_path(data)
+        if entity is not None and entity.startswith("users/") and entity.count("/") == 1:
+            await self._reload_user(desanitize(entity[len("users/") :]))
 
     async def alter(
         self,
@@ -340,17 +314,8 @@ class ZkCredentialStore(CredentialStore):
         else:
             await self.zk.set(path, value)
         notice = _dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"})
-        await self.zk.create(
-            f"{CONFIG_CHANGES_PATH}/{CHANGE_PREFIX}", notice, sequence=True, make_parents=True
-        )
+        await notify(self.zk, CONFIG_CHANGES_PATH, CHANGE_PREFIX, notice)
         self._set(user, _scram_of(config, path))
-
-
-def _sequence(name: str) -> int | None:
-    if not name.startswith(CHANGE_PREFIX):
-        return None
-    digits = name[len(CHANGE_PREFIX) :]
-    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 def _entity_path(data: bytes) -> str | None:

@@ -158,7 +158,7 @@ class AclBinding:
         if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
             return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
         if not p.name:
-            return "Resource name must not be empty"
+            return "Invalid empty resource name"
         if "/" in p.name:
             return f"ACL binding contains invalid resource name: {p.name}"
         try:

@@ -66,6 +66,7 @@ from .acl import (
     supported_operations,
 )
 from .errors import SecurityError
+from .files import write_atomically
 from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
 
 __all__ = [
@@ -233,20 +234,7 @@ class FileAclStore(AclStore):
             )
         ]
         data = json.dumps({"version": 1, "resources": resources}, indent=1).encode() + b"\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, data)
 
 
 class ZkAclStore(AclStore):

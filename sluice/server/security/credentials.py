@@ -41,6 +41,7 @@ from sluice.server.zk.client import ZkClient
 from sluice.server.zk.errors import NodeExistsError, NoNodeError
 
 from .errors import InvalidCredential
+from .files import write_atomically
 from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
 from .scram import SCRAM_MECHANISMS, ScramCredential, verify_password
 
@@ -204,20 +205,7 @@ class FileCredentialStore(CredentialStore):
 
     def _write(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         data = json.dumps({"version": self.VERSION, "users": configs}, indent=1, sort_keys=True)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # secrets: owner only
-        try:
-            os.write(fd, data.encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, data.encode() + b"\n")
 
 
 def _dumps(obj: Mapping[str, Any]) -> bytes:

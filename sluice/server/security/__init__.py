@@ -15,6 +15,9 @@ The modules (none imports the core; the core wires them in):
   Describe/AlterUserScramCredentials as request -> response functions.
 * :mod:`.listeners` -- security protocols and ``listener.name.<l>.`` overrides.
 * :mod:`.notifications` -- Kafka's sequential change notices, followed by every broker.
+* :mod:`.users` -- ``python -m sluice.server.security``: SCRAM users with kafka-configs' flags
+  against the file or ZooKeeper, before a broker runs.
+* :mod:`.files` -- the atomic, private file writer of the standalone stores.
 
 How this is wired into the broker (the plan for the core; nothing below exists yet)
 ====================================================================================
@@ -38,8 +41,9 @@ plaintext client on a TLS port never reaches the protocol object). Cluster mode:
 ZooKeeper session, ``ZkCredentialStore(zk).start()`` and, with an authorizer,
 ``ZkAclStore(zk).start()`` (both create Kafka's paths and follow the notices). Standalone:
 ``FileCredentialStore`` / ``FileAclStore`` on files in the first log directory (a Sluice key
-such as ``sluice.security.dir`` may move them); ``sluice users`` writes the credentials file
-with :meth:`.credentials.FileCredentialStore.alter_sync` before the first start.
+such as ``sluice.security.dir`` may move them); ``python -m sluice.server.security`` (to be
+exposed as ``sluice users`` / ``sluice configs --entity-type users``) writes the credentials file
+or ZooKeeper before the first start.
 
 **Per connection** (the protocol object gains a small security state):
 

@@ -98,7 +98,7 @@ bindings = st.builds(
 def store_of(acls: list[AclBinding]) -> AclStore:
     store = AclStore()
     for b in acls:
-        store.cache[b.pattern] = store.cache.get(b.pattern, frozenset()) | {b.entry}
+        store.put(b.pattern, store.cache.get(b.pattern, frozenset()) | {b.entry})
     return store
 
 
@@ -204,7 +204,7 @@ async def test_allow_everyone_if_no_acl_found() -> None:
     )
     assert auth.super_users == {"User:admin", "User:broker"}
     assert auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "t")
-    auth.store.cache[topic("t")] = frozenset({allow("User:y", Op.READ)})
+    auth.store.put(topic("t"), frozenset({allow("User:y", Op.READ)}))
     assert not auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "t")  # an ACL exists now
     assert auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "u")
     with pytest.raises(ValueError):
@@ -241,7 +241,7 @@ async def test_create_refuses_invalid_bindings_and_delete_reports_per_filter() -
 class MemoryAclStore(AclStore):
     async def update(self, pattern, change):  # type: ignore[no-untyped-def]
         entries = frozenset(change(self.cache.get(pattern, frozenset())))
-        self._put(pattern, entries)
+        self.put(pattern, entries)
         return entries
 
 

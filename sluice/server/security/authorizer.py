@@ -164,16 +164,27 @@ def decode_change(data: bytes, literal: bool) -> ResourcePattern:
 
 
 class AclStore:
-    """The ACL cache, ``{pattern: entries}``, and the persistence of changes (subclasses)."""
+    """The ACL cache, ``{pattern: entries}`` (read it; change it with :meth:`put`), and the
+    persistence of changes (:meth:`update`, in subclasses; this base is memory only).
+
+    ``prefixes[resource_type]`` indexes the PREFIXED names, so that a decision on a resource
+    with no prefixed ACL of its type costs no lookup per character of its name."""
 
     def __init__(self) -> None:
         self.cache: dict[ResourcePattern, Entries] = {}
+        self.prefixes: dict[ResourceType, set[str]] = {}
 
-    def _put(self, pattern: ResourcePattern, entries: Entries) -> None:
+    def put(self, pattern: ResourcePattern, entries: Entries) -> None:
+        """Set a pattern's entries in the cache (none: forget the pattern)."""
+        prefixed = pattern.pattern_type == PatternType.PREFIXED
         if entries:
             self.cache[pattern] = entries
+            if prefixed:
+                self.prefixes.setdefault(pattern.resource_type, set()).add(pattern.name)
         else:
             self.cache.pop(pattern, None)
+            if prefixed:
+                self.prefixes.get(pattern.resource_type, set()).discard(pattern.name)
 
     async def update(
         self, pattern: ResourcePattern, change: Callable[[Entries], Entries]
@@ -203,7 +214,7 @@ class FileAclStore(AclStore):
                     item["name"],
                     parse_name(PatternType, item["patternType"]),
                 )
-                self._put(pattern, frozenset(AccessControlEntry.from_json(a) for a in item["acls"]))
+                self.put(pattern, frozenset(AccessControlEntry.from_json(a) for a in item["acls"]))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SecurityError(f"{self.path}: not an ACL file ({exc})") from exc
 
@@ -212,11 +223,11 @@ class FileAclStore(AclStore):
     ) -> Entries:
         entries = frozenset(change(self.cache.get(pattern, frozenset())))
         before = self.cache.get(pattern)
-        self._put(pattern, entries)
+        self.put(pattern, entries)
         try:
             self._write()
         except OSError:
-            self._put(pattern, before or frozenset())
+            self.put(pattern, before or frozenset())
             raise
         return entries
 
@@ -296,7 +307,7 @@ class ZkAclStore(AclStore):
         except SecurityError:
             log.error("unreadable ACL znode ignored", path=acl_path(pattern))
             return
-        self._put(pattern, entries)
+        self.put(pattern, entries)
 
     async def _on_literal_notice(self, data: bytes) -> None:
         await self._reload(decode_change(data, literal=True))
@@ -335,7 +346,7 @@ class ZkAclStore(AclStore):
                     f"Failed to update ACLs for {pattern} after trying a maximum of "
                     f"{MAX_UPDATE_RETRIES} times"
                 )
-            self._put(pattern, entries)
+            self.put(pattern, entries)
             return entries
 
 
@@ -385,10 +396,12 @@ class AclAuthorizer:
             ResourcePattern(resource_type, WILDCARD_RESOURCE, PatternType.LITERAL),
         ):
             found.extend(cache.get(pattern, ()))
-        for end in range(1, len(name) + 1):  # one lookup per prefix of the name
-            found.extend(
-                cache.get(ResourcePattern(resource_type, name[:end], PatternType.PREFIXED), ())
-            )
+        prefixes = self.store.prefixes.get(resource_type)
+        if prefixes:
+            for end in range(1, len(name) + 1):  # the name's prefixes that have ACLs
+                if name[:end] in prefixes:
+                    prefixed = ResourcePattern(resource_type, name[:end], PatternType.PREFIXED)
+                    found.extend(cache.get(prefixed, ()))
         return found
 
     def authorize(

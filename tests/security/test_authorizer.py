@@ -357,3 +357,29 @@ async def test_concurrent_updates_of_one_resource_lose_nothing(zk_clients: list[
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_new_session_reloads_every_acl(zk_clients: list[ZkClient]) -> None:
+    from sluice.server.zk.client import SessionEvent, SessionState
+
+    zk = zk_clients[0]
+    store = ZkAclStore(zk)
+    await store.start()
+    auth = AclAuthorizer(store)
+    try:
+        await auth.create_acls([AclBinding(topic("old-", PT.PREFIXED), allow("User:a", Op.READ))])
+        entry = {
+            "principal": "User:b",
+            "permissionType": "Allow",
+            "operation": "Write",
+            "host": "*",
+        }
+        data = json.dumps({"version": 1, "acls": [entry]}).encode()
+        await zk.create("/kafka-acl/Topic/fresh", data, make_parents=True)
+        await zk.delete("/kafka-acl-extended/prefixed/Topic/old-")
+        await store._on_session(SessionEvent(SessionState.CONNECTED, 2, new_session=True))
+        assert auth.authorize("User:b", "h", Op.WRITE, RT.TOPIC, "fresh", audit=False)
+        assert not auth.authorize("User:a", "h", Op.READ, RT.TOPIC, "old-1", audit=False)
+        assert store.prefixes.get(RT.TOPIC) == set()
+    finally:
+        await store.close()

@@ -194,3 +194,26 @@ async def test_unrelated_and_garbage_notices_are_skipped(zk_clients: list[ZkClie
         assert store.users() == {}
     finally:
         await store.close()
+
+
+async def test_a_new_session_reloads_everything(zk_clients: list[ZkClient]) -> None:
+    """Changes whose notices this broker never saw (purged while its session was gone) are
+    picked up when a new session starts; a session that merely reconnects reads nothing."""
+    from sluice.server.zk.client import SessionEvent, SessionState
+
+    zk = zk_clients[0]
+    store = ZkCredentialStore(zk)
+    await store.start()
+    try:
+        await store.alter("gone", {SHA256: credential_from_password(SHA256, "pw")})
+        cred = credential_from_password(SHA512, "pw")
+        config = {"version": 1, "config": {SHA512: cred.to_text()}}
+        await zk.create("/config/users/quiet", json.dumps(config).encode())  # no notice
+        await zk.delete("/config/users/gone")  # no notice either
+        await store._on_session(SessionEvent(SessionState.CONNECTED, 1, new_session=False))
+        assert set(store.users()) == {"gone"}
+        await store._on_session(SessionEvent(SessionState.CONNECTED, 2, new_session=True))
+        assert set(store.users()) == {"quiet"}
+        assert store.scram_credential("quiet", SHA512) == cred
+    finally:
+        await store.close()

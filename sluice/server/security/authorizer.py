@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import ZkClient
+from sluice.server.zk.client import SessionEvent, SessionState, ZkClient
 from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 from .acl import (
@@ -273,9 +273,21 @@ class ZkAclStore(AclStore):
             await self.zk.ensure_path(path)
         for listener in self._listeners:
             await listener.start()
+        await self.load_all()
+        self.zk.add_session_listener(self._on_session)
+
+    async def close(self) -> None:
+        self.zk.remove_session_listener(self._on_session)
+        for listener in self._listeners:
+            listener.close()
+
+    async def load_all(self) -> None:
+        """Read every ACL znode again (start-up, and a new ZooKeeper session: notices written
+        while the old session was gone may have been purged before this broker saw them)."""
         roots = [(LITERAL_ACL_PATH, PatternType.LITERAL)] + [
             (f"{EXTENDED_ACL_PATH}/{pt.name.lower()}", pt) for pt in (PatternType.PREFIXED,)
         ]
+        seen: set[ResourcePattern] = set()
         for root, pattern_type in roots:
             try:
                 types = await self.zk.get_children(root)
@@ -286,12 +298,20 @@ class ZkAclStore(AclStore):
                 if resource_type == ResourceType.UNKNOWN:
                     log.warning("unknown ACL resource type ignored", path=f"{root}/{type_name}")
                     continue
-                for name in await self.zk.get_children(f"{root}/{type_name}"):
-                    await self._reload(ResourcePattern(resource_type, name, pattern_type))
+                try:
+                    names = await self.zk.get_children(f"{root}/{type_name}")
+                except NoNodeError:
+                    continue
+                for name in names:
+                    pattern = ResourcePattern(resource_type, name, pattern_type)
+                    seen.add(pattern)
+                    await self._reload(pattern)
+        for pattern in set(self.cache) - seen:
+            self.put(pattern, frozenset())
 
-    async def close(self) -> None:
-        for listener in self._listeners:
-            listener.close()
+    async def _on_session(self, event: SessionEvent) -> None:
+        if event.state is SessionState.CONNECTED and event.new_session:
+            await self.load_all()
 
     async def _read(self, pattern: ResourcePattern) -> tuple[Entries, int]:
         path = acl_path(pattern)

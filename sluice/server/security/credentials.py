@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import ZkClient
+from sluice.server.zk.client import SessionEvent, SessionState, ZkClient
 from sluice.server.zk.errors import NodeExistsError, NoNodeError
 
 from .errors import InvalidCredential
@@ -248,11 +248,25 @@ class ZkCredentialStore(CredentialStore):
     async def start(self) -> None:
         await self.zk.ensure_path(CONFIG_USERS_PATH)
         await self._listener.start()  # notices from now on; the full load covers the rest
-        for name in await self.zk.get_children(CONFIG_USERS_PATH):
-            await self._reload_user(desanitize(name))
+        await self.load_all()
+        self.zk.add_session_listener(self._on_session)
 
     async def close(self) -> None:
+        self.zk.remove_session_listener(self._on_session)
         self._listener.close()
+
+    async def load_all(self) -> None:
+        """Read every user again (start-up, and a new ZooKeeper session: notices written
+        while the old session was gone may have been purged before this broker saw them)."""
+        users = {desanitize(name) for name in await self.zk.get_children(CONFIG_USERS_PATH)}
+        for user in users:
+            await self._reload_user(user)
+        for user in set(self._users) - users:
+            self._set(user, {})
+
+    async def _on_session(self, event: SessionEvent) -> None:
+        if event.state is SessionState.CONNECTED and event.new_session:
+            await self.load_all()
 
     async def _reload_user(self, user: str) -> None:
         path = user_config_path(user)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.protocol import messages as m
 from sluice.protocol.framing import decode_response
 from sluice.server.security.authenticator import (
     DEFAULT_MAX_RECEIVE_SIZE,
@@ -366,3 +367,30 @@ def test_fuzzed_frames_never_authenticate_or_crash(frames: list[bytes], mechanis
             assert not step.authenticated and not auth.complete
             for out in step.send:
                 assert struct.unpack(">i", out[:4])[0] == len(out) - 4
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    api_key=st.sampled_from(sorted(m.APIS)),
+    version=st.integers(0, 15),
+    body=st.binary(max_size=48),
+    after_handshake=st.booleans(),
+)
+def test_no_request_is_served_before_authentication(
+    api_key: int, version: int, body: bytes, after_handshake: bool
+) -> None:
+    """A well-framed request of any API with any version and body: only ApiVersions (first) and
+    SaslHandshake are ever answered before authentication; everything else closes unanswered
+    (SaslAuthenticate before the handshake, too)."""
+    auth = new_auth()
+    if after_handshake:
+        handshake(auth, "SCRAM-SHA-512")
+    frame = struct.pack(">hhih", api_key, version, 1, 2) + b"fz" + b"\x00" + body
+    step = auth.receive(frame)
+    assert not auth.complete and not step.authenticated
+    if step.send:
+        answered = api_key in (m.ApiVersions.key, m.SaslHandshake.key)
+        answered |= after_handshake and api_key == m.SaslAuthenticate.key
+        assert answered, (api_key, version)
+    elif not after_handshake or api_key != m.SaslAuthenticate.key:
+        assert step.close

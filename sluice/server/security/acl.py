@@ -96,14 +96,6 @@ class ResourcePattern:
     def __str__(self) -> str:
         return f"{name_of(self.resource_type)}:{self.pattern_type.name}:{self.name}"
 
-    def matches_resource(self, resource_type: ResourceType, name: str) -> bool:
-        """Whether this pattern covers the concrete resource ``(resource_type, name)``."""
-        if resource_type != self.resource_type:
-            return False
-        if self.pattern_type == PatternType.PREFIXED:
-            return name.startswith(self.name)
-        return self.name in (name, WILDCARD_RESOURCE)
-
 
 @dataclass(frozen=True, slots=True)
 class AccessControlEntry:

@@ -412,7 +412,7 @@ class SaslServerAuthenticator:
         self._reauthenticating = False
         self._previous = None
         self._server = None
-        log.info(
+        log.debug(
             "authenticated", peer=self.peer, principal=self.principal, mechanism=self.mechanism
         )
         if self.reauth_ms > 0:

@@ -6,6 +6,8 @@
   is for both ends on one core) against plain TCP connects;
 * one ACL decision among ``--acls`` ACLs (literal and prefixed), and the authorized-operations
   field of one topic.
+
+The figures and what follows from them: bench/NOTES.md.
 """
 
 from __future__ import annotations

@@ -217,3 +217,23 @@ async def test_a_new_session_reloads_everything(zk_clients: list[ZkClient]) -> N
         assert store.scram_credential("quiet", SHA512) == cred
     finally:
         await store.close()
+
+
+async def test_concurrent_alters_of_one_user_lose_nothing(zk_clients: list[ZkClient]) -> None:
+    stores = [ZkCredentialStore(zk) for zk in zk_clients]
+    for store in stores:
+        await store.start()
+    try:
+        sha256 = credential_from_password(SHA256, "a")
+        sha512 = credential_from_password(SHA512, "b")
+        for _ in range(5):
+            await asyncio.gather(
+                stores[0].alter("shared", {SHA256: sha256}),
+                stores[1].alter("shared", {SHA512: sha512}),
+            )
+            data, _ = await zk_clients[0].get("/config/users/shared")
+            assert set(json.loads(data)["config"]) == {SHA256, SHA512}
+            await stores[0].alter("shared", deletions=[SHA256, SHA512])
+    finally:
+        for store in stores:
+            await store.close()

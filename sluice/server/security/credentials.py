@@ -8,7 +8,9 @@ exchange looks a user up synchronously on the event loop, and only a change goes
 
 * ``/config/users/<sanitized user>``: ``{"version":1,"config":{"SCRAM-SHA-512":"salt=...,
   stored_key=...,server_key=...,iterations=4096"}}`` -- the user's entity config; keys that are
-  not SCRAM mechanisms (client quotas such as ``producer_byte_rate``) are kept as they are.
+  not SCRAM mechanisms (client quotas such as ``producer_byte_rate``) are kept as they are. A
+  change is written conditionally on the znode's version and retried on a conflict (Kafka sets
+  it unconditionally), so two brokers altering one user lose neither change.
 * a change is announced by a sequential znode ``/config/changes/config_change_<10 digits>``
   holding ``{"version":2,"entity_path":"users/<sanitized user>"}`` (``AdminZkClient
   .changeConfigs``). Every broker follows ``/config/changes`` and re-reads the user of each
@@ -38,9 +40,9 @@ from typing import Any
 
 from sluice.server.logging import get_logger
 from sluice.server.zk.client import SessionEvent, SessionState, ZkClient
-from sluice.server.zk.errors import NodeExistsError, NoNodeError
+from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
-from .errors import InvalidCredential
+from .errors import InvalidCredential, SecurityError
 from .files import write_atomically
 from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
 from .scram import SCRAM_MECHANISMS, ScramCredential, verify_password
@@ -61,6 +63,8 @@ log = get_logger("sluice.security")
 CONFIG_USERS_PATH = "/config/users"
 CONFIG_CHANGES_PATH = "/config/changes"
 CHANGE_PREFIX = "config_change_"
+#: Conditional writes retried on a conflict, as Kafka's ACL updates (``maxUpdateRetries``).
+MAX_UPDATE_RETRIES = 10
 
 UserCredentials = dict[str, ScramCredential]  # mechanism -> credential
 
@@ -297,24 +301,30 @@ class ZkCredentialStore(CredentialStore):
         deletions = list(deletions)
         _check_alteration(upserts, deletions)
         path = user_config_path(user)
-        try:
-            data, stat = await self.zk.get(path)
-            version = stat.version
-        except NoNodeError:
-            data, version = b"", -1
-        config = _decode_config(data, path)
-        for mechanism in deletions:
-            config.pop(mechanism, None)
-        for mechanism, cred in upserts.items():
-            config[mechanism] = cred.to_text()
-        value = _dumps({"version": 1, "config": config})
-        if version < 0:
+        for _ in range(MAX_UPDATE_RETRIES + 1):
             try:
-                await self.zk.create(path, value, make_parents=True)
-            except NodeExistsError:  # created meanwhile: ours wins, as Kafka's set-or-create
-                await self.zk.set(path, value)
+                data, stat = await self.zk.get(path)
+                version = stat.version
+            except NoNodeError:
+                data, version = b"", -1
+            config = _decode_config(data, path)
+            for mechanism in deletions:
+                config.pop(mechanism, None)
+            for mechanism, cred in upserts.items():
+                config[mechanism] = cred.to_text()
+            value = _dumps({"version": 1, "config": config})
+            try:
+                if version < 0:
+                    await self.zk.create(path, value, make_parents=True)
+                else:
+                    await self.zk.set(path, value, version)
+                break
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue  # another writer changed the user meanwhile: apply ours to theirs
         else:
-            await self.zk.set(path, value)
+            raise SecurityError(
+                f"Failed to update the credentials of {user} after {MAX_UPDATE_RETRIES} retries"
+            )
         notice = _dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"})
         await notify(self.zk, CONFIG_CHANGES_PATH, CHANGE_PREFIX, notice)
         self._set(user, _scram_of(config, path))

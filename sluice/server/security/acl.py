@@ -19,7 +19,15 @@ import enum
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from sluice.protocol.acl import (
+    CLUSTER_OPERATIONS,
+    GROUP_OPERATIONS,
+    TOPIC_OPERATIONS,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from sluice.protocol.errors import (
     ClusterAuthorizationFailed,
     GroupAuthorizationFailed,
@@ -238,22 +246,20 @@ def implied_by(operation: AclOperation) -> frozenset[AclOperation]:
     return frozenset({operation})
 
 
-#: ``AclEntry.supportedOperations`` per resource type (Kafka 3.8+, groups with KIP-848 configs).
-_SUPPORTED = {
-    ResourceType.TOPIC: {_Op.READ, _Op.WRITE, _Op.CREATE, _Op.DESCRIBE, _Op.DELETE, _Op.ALTER,
-                         _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS},
-    ResourceType.GROUP: {_Op.READ, _Op.DESCRIBE, _Op.DELETE, _Op.DESCRIBE_CONFIGS,
-                         _Op.ALTER_CONFIGS},
-    ResourceType.CLUSTER: {_Op.CREATE, _Op.CLUSTER_ACTION, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS,
-                           _Op.IDEMPOTENT_WRITE, _Op.ALTER, _Op.DESCRIBE},
-    ResourceType.TRANSACTIONAL_ID: {_Op.DESCRIBE, _Op.WRITE},
-    ResourceType.DELEGATION_TOKEN: {_Op.DESCRIBE},
-    ResourceType.USER: {_Op.CREATE_TOKENS, _Op.DESCRIBE_TOKENS},
-}  # fmt: skip
+#: ``AclEntry.supportedOperations`` per resource type; topics, groups and the cluster as
+#: :mod:`sluice.protocol.acl` defines them for the authorized-operations fields.
+_SUPPORTED: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: TOPIC_OPERATIONS,
+    ResourceType.GROUP: GROUP_OPERATIONS,
+    ResourceType.CLUSTER: CLUSTER_OPERATIONS,
+    ResourceType.TRANSACTIONAL_ID: frozenset({_Op.DESCRIBE, _Op.WRITE}),
+    ResourceType.DELEGATION_TOKEN: frozenset({_Op.DESCRIBE}),
+    ResourceType.USER: frozenset({_Op.CREATE_TOKENS, _Op.DESCRIBE_TOKENS}),
+}
 
 
 def supported_operations(resource_type: ResourceType) -> frozenset[AclOperation]:
-    return frozenset(_SUPPORTED[resource_type])
+    return _SUPPORTED[resource_type]
 
 
 _ERRORS: dict[ResourceType, type[KafkaError]] = {

@@ -249,7 +249,7 @@ async def test_plaintext_client_on_a_tls_port(certs: Certs, tls_server: Any) -> 
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({}, "ssl.keystore.location is required"),
+        ({}, "ssl.keystore.location .or ssl.keystore.key. is required"),
         ({"ssl.keystore.location": "/nonexistent/ks.pem"}, "cannot read /nonexistent/ks.pem"),
         ({"ssl.keystore.location": "x", "ssl.keystore.type": "JKS"}, "JKS is not supported"),
         ({"ssl.client.auth": "always"}, "ssl.client.auth"),
@@ -338,3 +338,22 @@ def test_distinguished_name_is_javas_rfc2253(certs: Certs) -> None:
     assert dn == f"CN=App-Client,OU={ou},O=trustme v{trustme.__version__}"
     assert ssl_principal(cert.public_bytes(serialization.Encoding.DER)) == f"User:{dn}"
     assert ssl_principal(None) == ANONYMOUS
+
+
+async def test_pem_in_the_configuration_itself(certs: Certs, tls_server: Any) -> None:
+    """KIP-651: ssl.keystore.key + ssl.keystore.certificate.chain, ssl.truststore.certificates."""
+    key, chain = certs.key_and_chain(certs.server)
+    server = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.key": key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode(),
+        "ssl.keystore.certificate.chain": "".join(
+            c.public_bytes(serialization.Encoding.PEM).decode() for c in chain
+        ),
+    }
+    port, _ = await tls_server(server_context(server))
+    client = client_context({"ssl.truststore.certificates": certs.ca.cert_pem.bytes().decode()})
+    assert await connect(port, client) == b"User:ANONYMOUS\n"

@@ -9,6 +9,8 @@ Keys (Kafka's names and defaults):
   JKS is Java's own format: convert it (``keytool -importkeystore -deststoretype PKCS12``).
 * ``ssl.truststore.location`` / ``ssl.truststore.type`` / ``ssl.truststore.password``: the CA
   certificates trusted for peers (PEM bundle or PKCS#12); none given: the system's CAs.
+* KIP-651's PEM in the configuration itself: ``ssl.keystore.key`` with
+  ``ssl.keystore.certificate.chain``, and ``ssl.truststore.certificates``.
 * ``ssl.client.auth``: ``none`` (default), ``requested`` (a certificate is asked for and
   verified if sent), ``required`` (the handshake fails without one) -- listeners only.
 * ``ssl.enabled.protocols`` (default ``TLSv1.2,TLSv1.3``): the versions allowed.
@@ -131,10 +133,17 @@ def _private_pem(data: bytes) -> Iterator[str]:
 
 def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, str]) -> None:
     location = _get(config, "ssl.keystore.location")
-    if location is None:
-        raise TlsConfigError("ssl.keystore.location is required for a TLS listener")
-    data = _read(location, "ssl.keystore.location")
-    kind = _store_type(config, "ssl.keystore", data)
+    inline_key = _get(config, "ssl.keystore.key")
+    if inline_key is not None:  # KIP-651: PEM in the config itself
+        chain_text = _get(config, "ssl.keystore.certificate.chain") or ""
+        location = "ssl.keystore.key"
+        data = (inline_key + "\n" + chain_text).encode()
+        kind = "PEM"
+    elif location is None:
+        raise TlsConfigError("ssl.keystore.location (or ssl.keystore.key) is required for TLS")
+    else:
+        data = _read(location, "ssl.keystore.location")
+        kind = _store_type(config, "ssl.keystore", data)
     if kind == "PKCS12":
         try:
             key, cert, extra = pkcs12.load_key_and_certificates(
@@ -174,11 +183,16 @@ def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, str]) -> None:
 
 def _load_truststore(ctx: ssl.SSLContext, config: Mapping[str, str], purpose: ssl.Purpose) -> None:
     location = _get(config, "ssl.truststore.location")
-    if location is None:
+    inline = _get(config, "ssl.truststore.certificates")  # KIP-651
+    if location is None and inline is None:
         ctx.load_default_certs(purpose)
         return
-    data = _read(location, "ssl.truststore.location")
-    if _store_type(config, "ssl.truststore", data) == "PKCS12":
+    if inline is not None:
+        location, data = "ssl.truststore.certificates", inline.encode()
+    else:
+        assert location is not None
+        data = _read(location, "ssl.truststore.location")
+    if inline is None and _store_type(config, "ssl.truststore", data) == "PKCS12":
         try:
             _, cert, extra = pkcs12.load_key_and_certificates(
                 data, _password(config, "ssl.truststore.password")
@@ -284,7 +298,7 @@ def client_context(config: Mapping[str, str]) -> ssl.SSLContext:
     _set_protocols(ctx, config)
     _set_ciphers(ctx, config)
     _load_truststore(ctx, config, ssl.Purpose.SERVER_AUTH)
-    if _get(config, "ssl.keystore.location") is not None:
+    if _get(config, "ssl.keystore.location") or _get(config, "ssl.keystore.key"):
         _load_keystore(ctx, config)
     return ctx
 

@@ -1,6 +1,8 @@
-"""ACL operations as the protocol encodes them (Kafka's ``AclOperation``), sans-I/O.
+"""ACL codes as the protocol encodes them (Kafka's ``AclOperation``, ``ResourceType``,
+``PatternType``, ``AclPermissionType``), sans-I/O.
 
-Sluice has no authorizer. Kafka without one answers a request for *authorized operations*
+The broker's ACL model and authorizer live in :mod:`sluice.server.security`. Kafka without an
+authorizer answers a request for *authorized operations*
 (Metadata v8+, DescribeGroups v3+, DescribeCluster) with every operation the resource type
 supports (``AuthHelper.authorizedOperations`` -> ``AclEntry.supportedOperations``), as a 32-bit
 field with bit ``code`` set per operation (``Utils.to32BitField``). A request that does not ask
@@ -33,6 +35,39 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+
+
+class ResourceType(enum.IntEnum):
+    """Kafka's ``org.apache.kafka.common.resource.ResourceType`` codes."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(enum.IntEnum):
+    """Kafka's ``org.apache.kafka.common.resource.PatternType`` codes (ANY and MATCH only in
+    filters)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclPermissionType(enum.IntEnum):
+    """Kafka's ``org.apache.kafka.common.acl.AclPermissionType`` codes."""
+
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
 
 
 _Op = AclOperation

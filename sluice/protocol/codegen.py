@@ -100,7 +100,10 @@ def render(module: ModuleType = messages) -> str:
     for name, value in exports:
         if isinstance(value, Api):
             req, resp = value.request.cls.__name__, value.response.cls.__name__
-            out.append(f"{name}: Api[{req}, {resp}]")
+            line = f"{name}: Api[{req}, {resp}]"
+            if len(line) > _LINE:  # as ruff wraps it
+                line = f"{name}: Api[\n{_INDENT}{req}, {resp}\n]"
+            out.append(line)
         elif isinstance(value, StructSchema):
             out.append(f"{name}: StructSchema[{value.cls.__name__}]")
         elif isinstance(value, dict):

@@ -108,6 +108,21 @@ InvalidCommitOffsetSize = _define("InvalidCommitOffsetSize", 28, False, "invalid
 TopicAuthorizationFailed = _define(
     "TopicAuthorizationFailed", 29, False, "not authorized to access or change the topic"
 )
+GroupAuthorizationFailed = _define(
+    "GroupAuthorizationFailed", 30, False, "not authorized to access the group"
+)
+ClusterAuthorizationFailed = _define(
+    "ClusterAuthorizationFailed", 31, False, "not authorized for this cluster operation"
+)
+UnsupportedSaslMechanism = _define(
+    "UnsupportedSaslMechanism",
+    33,
+    False,
+    "the broker does not support the requested SASL mechanism",
+)
+IllegalSaslState = _define(
+    "IllegalSaslState", 34, False, "request is not valid given the current SASL state"
+)
 InvalidTimestamp = _define(
     "InvalidTimestamp", 32, False, "record timestamp out of the topic's accepted range"
 )
@@ -132,7 +147,14 @@ OutOfOrderSequenceNumber = _define(
 )
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
 InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+TransactionalIdAuthorizationFailed = _define(
+    "TransactionalIdAuthorizationFailed", 53, False, "transactional id authorization failed"
+)
+SecurityDisabled = _define("SecurityDisabled", 54, False, "security features are disabled")
 KafkaStorageError = _define("KafkaStorageError", 56, True, "disk error accessing the log")
+SaslAuthenticationFailed = _define(
+    "SaslAuthenticationFailed", 58, False, "SASL authentication failed"
+)
 TopicDeletionDisabled = _define("TopicDeletionDisabled", 73, False, "topic deletion is disabled")
 FencedLeaderEpoch = _define("FencedLeaderEpoch", 74, True, "leader epoch older than the broker's")
 UnknownLeaderEpoch = _define("UnknownLeaderEpoch", 75, True, "leader epoch newer than the broker's")
@@ -155,6 +177,18 @@ GroupSubscribedToTopic = _define(
     "GroupSubscribedToTopic", 86, False, "the group is subscribed to the topic of the offset"
 )
 InvalidRecord = _define("InvalidRecord", 87, False, "invalid record")
+ResourceNotFound = _define(
+    "ResourceNotFound", 91, False, "a request referred to a resource that does not exist"
+)
+DuplicateResource = _define(
+    "DuplicateResource", 92, False, "a request referred to the same resource twice"
+)
+UnacceptableCredential = _define(
+    "UnacceptableCredential",
+    93,
+    False,
+    "the credential does not meet the criteria for acceptability",
+)
 MismatchedEndpointType = _define(
     "MismatchedEndpointType", 114, False, "the request was sent to the wrong endpoint type"
 )

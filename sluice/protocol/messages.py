@@ -747,6 +747,162 @@ DescribeCluster = api(
     ],
 )
 
+SaslHandshake = api(
+    17, "SaslHandshake", versions="0-1", flexible="none",
+    request=[
+        F("mechanism", "string"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("mechanisms", "[]string"),
+    ],
+)
+
+SaslAuthenticate = api(
+    36, "SaslAuthenticate", versions="0-2", flexible="2+",
+    request=[
+        F("auth_bytes", "bytes"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("auth_bytes", "bytes"),
+        F("session_lifetime_ms", "int64", "1+"),
+    ],
+)
+
+DescribeAcls = api(
+    29, "DescribeAcls", versions="0-3", flexible="2+",
+    request=[
+        F("resource_type_filter", "int8"),
+        F("resource_name_filter", "string", nullable="0+", default=None),
+        F("pattern_type_filter", "int8", "1+", default=3),
+        F("principal_filter", "string", nullable="0+", default=None),
+        F("host_filter", "string", nullable="0+", default=None),
+        F("operation", "int8"),
+        F("permission_type", "int8"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("resources", "[]DescribeAclsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("pattern_type", "int8", "1+", default=3),
+            F("acls", "[]AclDescription", fields=[
+                F("principal", "string"),
+                F("host", "string"),
+                F("operation", "int8"),
+                F("permission_type", "int8"),
+            ]),
+        ]),
+    ],
+)
+
+CreateAcls = api(
+    30, "CreateAcls", versions="0-3", flexible="2+",
+    request=[
+        F("creations", "[]AclCreation", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("resource_pattern_type", "int8", "1+", default=3),
+            F("principal", "string"),
+            F("host", "string"),
+            F("operation", "int8"),
+            F("permission_type", "int8"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]AclCreationResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
+DeleteAcls = api(
+    31, "DeleteAcls", versions="0-3", flexible="2+",
+    request=[
+        F("filters", "[]DeleteAclsFilter", fields=[
+            F("resource_type_filter", "int8"),
+            F("resource_name_filter", "string", nullable="0+", default=None),
+            F("pattern_type_filter", "int8", "1+", default=3),
+            F("principal_filter", "string", nullable="0+", default=None),
+            F("host_filter", "string", nullable="0+", default=None),
+            F("operation", "int8"),
+            F("permission_type", "int8"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("filter_results", "[]DeleteAclsFilterResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+            F("matching_acls", "[]DeleteAclsMatchingAcl", fields=[
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+                F("resource_type", "int8"),
+                F("resource_name", "string"),
+                F("pattern_type", "int8", "1+", default=3),
+                F("principal", "string"),
+                F("host", "string"),
+                F("operation", "int8"),
+                F("permission_type", "int8"),
+            ]),
+        ]),
+    ],
+)
+
+DescribeUserScramCredentials = api(
+    50, "DescribeUserScramCredentials", versions="0", flexible="0+",
+    request=[
+        F("users", "[]UserName", nullable="0+", default=None, fields=[
+            F("name", "string"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("results", "[]DescribeUserScramCredentialsResult", fields=[
+            F("user", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+            F("credential_infos", "[]CredentialInfo", fields=[
+                F("mechanism", "int8"),
+                F("iterations", "int32"),
+            ]),
+        ]),
+    ],
+)
+
+AlterUserScramCredentials = api(
+    51, "AlterUserScramCredentials", versions="0", flexible="0+",
+    request=[
+        F("deletions", "[]ScramCredentialDeletion", fields=[
+            F("name", "string"),
+            F("mechanism", "int8"),
+        ]),
+        F("upsertions", "[]ScramCredentialUpsertion", fields=[
+            F("name", "string"),
+            F("mechanism", "int8"),
+            F("iterations", "int32"),
+            F("salt", "bytes"),
+            F("salted_password", "bytes"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]AlterUserScramCredentialsResult", fields=[
+            F("user", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -757,7 +913,9 @@ APIS: dict[int, Api] = {
         FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups,
         ApiVersions, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId,
         OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
-        DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster,
+        DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
+        SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
+        AlterUserScramCredentials,
     )
 }  # fmt: skip
 
@@ -821,3 +979,17 @@ OffsetDeleteRequest = OffsetDelete.request.cls
 OffsetDeleteResponse = OffsetDelete.response.cls
 DescribeClusterRequest = DescribeCluster.request.cls
 DescribeClusterResponse = DescribeCluster.response.cls
+SaslHandshakeRequest = SaslHandshake.request.cls
+SaslHandshakeResponse = SaslHandshake.response.cls
+SaslAuthenticateRequest = SaslAuthenticate.request.cls
+SaslAuthenticateResponse = SaslAuthenticate.response.cls
+DescribeAclsRequest = DescribeAcls.request.cls
+DescribeAclsResponse = DescribeAcls.response.cls
+CreateAclsRequest = CreateAcls.request.cls
+CreateAclsResponse = CreateAcls.response.cls
+DeleteAclsRequest = DeleteAcls.request.cls
+DeleteAclsResponse = DeleteAcls.response.cls
+DescribeUserScramCredentialsRequest = DescribeUserScramCredentials.request.cls
+DescribeUserScramCredentialsResponse = DescribeUserScramCredentials.response.cls
+AlterUserScramCredentialsRequest = AlterUserScramCredentials.request.cls
+AlterUserScramCredentialsResponse = AlterUserScramCredentials.response.cls

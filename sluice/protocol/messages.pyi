@@ -1344,6 +1344,288 @@ class DescribeClusterResponse(ResponseMessage):
         cluster_authorized_operations: int = ...,
     ) -> None: ...
 
+class SaslHandshakeRequest(RequestMessage[SaslHandshakeResponse]):
+    mechanism: str
+    def __init__(self, *, mechanism: str = ...) -> None: ...
+
+class SaslHandshakeResponse(ResponseMessage):
+    error_code: int
+    mechanisms: list[str]
+    def __init__(self, *, error_code: int = ..., mechanisms: list[str] = ...) -> None: ...
+
+class SaslAuthenticateRequest(RequestMessage[SaslAuthenticateResponse]):
+    auth_bytes: bytes
+    def __init__(self, *, auth_bytes: bytes = ...) -> None: ...
+
+class SaslAuthenticateResponse(ResponseMessage):
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int
+    def __init__(
+        self,
+        *,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        auth_bytes: bytes = ...,
+        session_lifetime_ms: int = ...,
+    ) -> None: ...
+
+class DescribeAclsRequest(RequestMessage[DescribeAclsResponse]):
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+    def __init__(
+        self,
+        *,
+        resource_type_filter: int = ...,
+        resource_name_filter: str | None = ...,
+        pattern_type_filter: int = ...,
+        principal_filter: str | None = ...,
+        host_filter: str | None = ...,
+        operation: int = ...,
+        permission_type: int = ...,
+    ) -> None: ...
+
+class DescribeAclsResponse(ResponseMessage):
+    class DescribeAclsResource(Message):
+        class AclDescription(Message):
+            principal: str
+            host: str
+            operation: int
+            permission_type: int
+            def __init__(
+                self,
+                *,
+                principal: str = ...,
+                host: str = ...,
+                operation: int = ...,
+                permission_type: int = ...,
+            ) -> None: ...
+
+        resource_type: int
+        resource_name: str
+        pattern_type: int
+        acls: list[AclDescription]
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            pattern_type: int = ...,
+            acls: list[AclDescription] = ...,
+        ) -> None: ...
+
+    AclDescription: TypeAlias = DescribeAclsResource.AclDescription
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    resources: list[DescribeAclsResource]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        resources: list[DescribeAclsResource] = ...,
+    ) -> None: ...
+
+class CreateAclsRequest(RequestMessage[CreateAclsResponse]):
+    class AclCreation(Message):
+        resource_type: int
+        resource_name: str
+        resource_pattern_type: int
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            resource_pattern_type: int = ...,
+            principal: str = ...,
+            host: str = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+        ) -> None: ...
+
+    creations: list[AclCreation]
+    def __init__(self, *, creations: list[AclCreation] = ...) -> None: ...
+
+class CreateAclsResponse(ResponseMessage):
+    class AclCreationResult(Message):
+        error_code: int
+        error_message: str | None
+        def __init__(self, *, error_code: int = ..., error_message: str | None = ...) -> None: ...
+
+    throttle_time_ms: int
+    results: list[AclCreationResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., results: list[AclCreationResult] = ...
+    ) -> None: ...
+
+class DeleteAclsRequest(RequestMessage[DeleteAclsResponse]):
+    class DeleteAclsFilter(Message):
+        resource_type_filter: int
+        resource_name_filter: str | None
+        pattern_type_filter: int
+        principal_filter: str | None
+        host_filter: str | None
+        operation: int
+        permission_type: int
+        def __init__(
+            self,
+            *,
+            resource_type_filter: int = ...,
+            resource_name_filter: str | None = ...,
+            pattern_type_filter: int = ...,
+            principal_filter: str | None = ...,
+            host_filter: str | None = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+        ) -> None: ...
+
+    filters: list[DeleteAclsFilter]
+    def __init__(self, *, filters: list[DeleteAclsFilter] = ...) -> None: ...
+
+class DeleteAclsResponse(ResponseMessage):
+    class DeleteAclsFilterResult(Message):
+        class DeleteAclsMatchingAcl(Message):
+            error_code: int
+            error_message: str | None
+            resource_type: int
+            resource_name: str
+            pattern_type: int
+            principal: str
+            host: str
+            operation: int
+            permission_type: int
+            def __init__(
+                self,
+                *,
+                error_code: int = ...,
+                error_message: str | None = ...,
+                resource_type: int = ...,
+                resource_name: str = ...,
+                pattern_type: int = ...,
+                principal: str = ...,
+                host: str = ...,
+                operation: int = ...,
+                permission_type: int = ...,
+            ) -> None: ...
+
+        error_code: int
+        error_message: str | None
+        matching_acls: list[DeleteAclsMatchingAcl]
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            matching_acls: list[DeleteAclsMatchingAcl] = ...,
+        ) -> None: ...
+
+    DeleteAclsMatchingAcl: TypeAlias = DeleteAclsFilterResult.DeleteAclsMatchingAcl
+    throttle_time_ms: int
+    filter_results: list[DeleteAclsFilterResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., filter_results: list[DeleteAclsFilterResult] = ...
+    ) -> None: ...
+
+class DescribeUserScramCredentialsRequest(RequestMessage[DescribeUserScramCredentialsResponse]):
+    class UserName(Message):
+        name: str
+        def __init__(self, *, name: str = ...) -> None: ...
+
+    users: list[UserName] | None
+    def __init__(self, *, users: list[UserName] | None = ...) -> None: ...
+
+class DescribeUserScramCredentialsResponse(ResponseMessage):
+    class DescribeUserScramCredentialsResult(Message):
+        class CredentialInfo(Message):
+            mechanism: int
+            iterations: int
+            def __init__(self, *, mechanism: int = ..., iterations: int = ...) -> None: ...
+
+        user: str
+        error_code: int
+        error_message: str | None
+        credential_infos: list[CredentialInfo]
+        def __init__(
+            self,
+            *,
+            user: str = ...,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            credential_infos: list[CredentialInfo] = ...,
+        ) -> None: ...
+
+    CredentialInfo: TypeAlias = DescribeUserScramCredentialsResult.CredentialInfo
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    results: list[DescribeUserScramCredentialsResult]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        results: list[DescribeUserScramCredentialsResult] = ...,
+    ) -> None: ...
+
+class AlterUserScramCredentialsRequest(RequestMessage[AlterUserScramCredentialsResponse]):
+    class ScramCredentialDeletion(Message):
+        name: str
+        mechanism: int
+        def __init__(self, *, name: str = ..., mechanism: int = ...) -> None: ...
+
+    class ScramCredentialUpsertion(Message):
+        name: str
+        mechanism: int
+        iterations: int
+        salt: bytes
+        salted_password: bytes
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            mechanism: int = ...,
+            iterations: int = ...,
+            salt: bytes = ...,
+            salted_password: bytes = ...,
+        ) -> None: ...
+
+    deletions: list[ScramCredentialDeletion]
+    upsertions: list[ScramCredentialUpsertion]
+    def __init__(
+        self,
+        *,
+        deletions: list[ScramCredentialDeletion] = ...,
+        upsertions: list[ScramCredentialUpsertion] = ...,
+    ) -> None: ...
+
+class AlterUserScramCredentialsResponse(ResponseMessage):
+    class AlterUserScramCredentialsResult(Message):
+        user: str
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self, *, user: str = ..., error_code: int = ..., error_message: str | None = ...
+        ) -> None: ...
+
+    throttle_time_ms: int
+    results: list[AlterUserScramCredentialsResult]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., results: list[AlterUserScramCredentialsResult] = ...
+    ) -> None: ...
+
 REQUEST_HEADER: StructSchema[RequestHeader]
 RESPONSE_HEADER: StructSchema[ResponseHeader]
 Produce: Api[ProduceRequest, ProduceResponse]
@@ -1374,4 +1656,13 @@ IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterCon
 DeleteGroups: Api[DeleteGroupsRequest, DeleteGroupsResponse]
 OffsetDelete: Api[OffsetDeleteRequest, OffsetDeleteResponse]
 DescribeCluster: Api[DescribeClusterRequest, DescribeClusterResponse]
+SaslHandshake: Api[SaslHandshakeRequest, SaslHandshakeResponse]
+SaslAuthenticate: Api[SaslAuthenticateRequest, SaslAuthenticateResponse]
+DescribeAcls: Api[DescribeAclsRequest, DescribeAclsResponse]
+CreateAcls: Api[CreateAclsRequest, CreateAclsResponse]
+DeleteAcls: Api[DeleteAclsRequest, DeleteAclsResponse]
+DescribeUserScramCredentials: Api[
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
+]
+AlterUserScramCredentials: Api[AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse]
 APIS: dict[int, Api[Any, Any]]

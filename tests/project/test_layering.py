@@ -8,6 +8,8 @@
   other way round.
 * ``sluice.server.controller`` decides cluster state from what ZooKeeper holds: it sees
   ZooKeeper (``sluice.server.zk``) and the protocol, never the core, storage or groups.
+* ``sluice.server.security`` (TLS, SASL, credentials, ACLs) sees the protocol and ZooKeeper
+  (credentials and ACLs live there), never the core: the core wires it in.
 * ``sluice.client`` speaks the wire only through ``sluice.protocol`` (the CLI also wraps the
   dump-log tool and the pipeline jobs).
 * Nothing but ``sluice.testing`` and the core imports the broker core; nothing imports
@@ -95,6 +97,16 @@ RULES = [
         (
             "sluice.protocol",
             "sluice.server.controller",
+            "sluice.server.zk",
+            "sluice.server.logging",
+        ),
+        set(),
+    ),
+    (
+        "sluice.server.security",
+        (
+            "sluice.protocol",
+            "sluice.server.security",
             "sluice.server.zk",
             "sluice.server.logging",
         ),

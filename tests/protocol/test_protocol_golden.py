@@ -38,6 +38,7 @@ with warnings.catch_warnings():
     import kafka.protocol.metadata
     import kafka.protocol.old
     import kafka.protocol.producer
+    import kafka.protocol.sasl
 
 _spec = importlib.util.spec_from_file_location(  # the schema-derived strategy lives there
     "_protocol_schema_helpers", Path(__file__).with_name("test_protocol_schema.py")
@@ -69,6 +70,7 @@ _KP_MODULES = (
     kafka.protocol.consumer,
     kafka.protocol.metadata,
     kafka.protocol.producer,
+    kafka.protocol.sasl,
 )
 
 

@@ -360,8 +360,15 @@ class EmbeddedBroker:
         # Run the same checkout as the caller even when Sluice is not installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as out:
+            # Its own session: a terminal's Ctrl-C reaches only our process, which stops the
+            # broker itself (in order, bounded) instead of every process at once.
             self.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
             )
         deadline = time.monotonic() + self.startup_timeout
         while True:

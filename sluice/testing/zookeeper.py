@@ -336,6 +336,9 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self._scratch,
+                # Its own session: a terminal's Ctrl-C must not kill ZooKeeper under brokers
+                # that still need it for their controlled shutdown; the owner stops it last.
+                start_new_session=True,
             )
         self.paused = False
         deadline = time.monotonic() + self.startup_timeout

@@ -79,7 +79,8 @@ def run_until(
 ) -> subprocess.Popen[str]:
     """Start ``python -m <args>`` as a terminal's foreground job (its own session and process
     group, temporary files under ``tmp``); return once it printed ``ready``, has ``children``
-    broker processes and (if given) a file matching the glob ``files`` exists under ``tmp``."""
+    broker processes and (if given) a non-empty file matching the glob ``files`` exists under
+    ``tmp``."""
     out = (tmp.parent / "output.txt").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", *args],
@@ -96,7 +97,7 @@ def run_until(
     def started() -> bool:
         assert proc.poll() is None, output(tmp)
         brokers = [c for c in descendants(proc.pid).values() if b"sluice.server" in c]
-        found = not files or any(tmp.glob(files))
+        found = not files or any(size(p) > 0 for p in tmp.glob(files))
         return ready in output(tmp) and len(brokers) >= children and found
 
     try:
@@ -108,6 +109,13 @@ def run_until(
         proc.wait(30)
         raise
     return proc
+
+
+def size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # deleted meanwhile
+        return 0
 
 
 def output(tmp: Path) -> str:
@@ -157,10 +165,10 @@ def test_one_ctrl_c_stops_the_local_cluster(tmp_path: Path) -> None:
 def test_one_ctrl_c_stops_jepsen_and_its_trials(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    # Interrupted mid-trial: its topic exists (the workload and the faults are starting).
+    # Interrupted mid-trial: the workload's first records are on disk, the faults under way.
     proc = run_until(
         ["tests.jepsen", "--trials", "3", "--duration", "3"], tmp, "", 3,
-        "sluice-cluster-*/broker-*/jepsen-1-0",
+        "sluice-cluster-*/broker-*/jepsen-1-0/*.log",
     )  # fmt: skip
     code, seconds, text = interrupt(proc, tmp)
     assert code == 130, text

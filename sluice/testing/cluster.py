@@ -428,7 +428,8 @@ def interrupt_on_signals(message: str) -> None:
     before the ZooKeeper they need for a controlled shutdown); a later one only says a stop is
     under way. Every child runs in its own session (:class:`EmbeddedBroker`,
     :class:`~sluice.testing.zookeeper.ZooKeeperServer`): a terminal's Ctrl-C reaches this
-    process alone, and each child is stopped by its PID, bounded, then killed."""
+    process alone, and each child is stopped by its PID, bounded, then killed (stop times:
+    ``bench/NOTES.md``)."""
     fired = False
 
     def handler(signum: int, frame: object) -> None:

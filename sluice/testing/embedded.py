@@ -375,6 +375,15 @@ class EmbeddedBroker:
                 env=env,
                 start_new_session=True,
             )
+        try:
+            self._wait_listening()
+        except BaseException:  # also Ctrl-C: its own session, the broker would outlive us
+            self._kill()
+            self._cleanup_dirs()
+            raise
+
+    def _wait_listening(self) -> None:
+        assert self.process is not None and self.log_path is not None
         deadline = time.monotonic() + self.startup_timeout
         while True:
             port = self._listening_port()
@@ -383,11 +392,8 @@ class EmbeddedBroker:
                 return
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")
-                self._cleanup_dirs()
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{log}")
             if time.monotonic() > deadline:
-                self._kill()
-                self._cleanup_dirs()
                 raise TimeoutError(f"broker not ready after {self.startup_timeout}s")
             time.sleep(0.01)
 

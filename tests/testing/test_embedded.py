@@ -254,3 +254,23 @@ def test_an_in_process_broker_logs_through_the_applications_logging() -> None:
     events = [json.loads(line)["event"] for line in own.stderr.splitlines()]
     assert "listening" in events and "stopped" in events
     assert own.stdout.startswith("app: ") and len(own.stdout.splitlines()) == 1
+
+
+def test_ctrl_c_during_a_subprocess_start_stops_the_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The broker runs in a session of its own (a terminal's Ctrl-C does not reach it): a start
+    # interrupted while waiting for it to listen must stop it, or it outlives the program.
+    broker = EmbeddedBroker(mode="subprocess")
+    started: list[Path] = []
+
+    def interrupted() -> int | None:
+        assert broker.process is not None and broker.log_path is not None
+        started.append(broker.log_path.parent)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(broker, "_listening_port", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        broker.start_sync()
+    assert broker.process is not None and broker.process.poll() is not None
+    assert started and not started[0].exists()  # the scratch dir is gone

@@ -15,12 +15,13 @@ TEST_STAMP := $(VENV)/.installed-test
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e .
 	@touch $(RUNTIME_STAMP)
 
 $(TEST_STAMP): $(RUNTIME_STAMP)
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+	@echo 'Installing the test tools, the interop clients and PySpark (about 1 GB; pip shows its progress)'
+	$(BIN)/pip install -e '.[test,spark]'
 	@touch $(TEST_STAMP)
 
 setup: $(TEST_STAMP)

@@ -32,12 +32,12 @@ def _session(ctx: click.Context) -> object:
     try:
         return spark_session(ctx.obj.get("master", "local[*]") if ctx.obj else "local[*]")
     except ModuleNotFoundError as exc:
-        # `pip install sluice` (and `make run`) install the broker and CLI only.
+        # `pip install sluice-broker` (and `make run`) install the broker and CLI only.
         if (exc.name or "").partition(".")[0] not in {"pyspark", "pyarrow", "pandas"}:
             raise
         raise click.ClickException(
             f"the pipeline jobs need PySpark ({exc.name} is not installed): "
-            "pip install 'sluice[spark]'"
+            "pip install 'sluice-broker[spark]'"
         ) from exc
 
 

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -276,9 +277,10 @@ class EmbeddedCluster:
         return True
 
     def stop_sync(self) -> None:
-        if self._state == "stopped":
-            return
-        self._state = "stopped"
+        with self._lock:
+            if self._state == "stopped":
+                return
+            self._state = "stopped"
         errors: list[BaseException] = []
         for _, broker in sorted(self.brokers.items()):
             try:
@@ -329,8 +331,13 @@ class EmbeddedCluster:
         )
         broker.start_sync()
         with self._lock:
-            self.brokers[broker_id] = broker
-            self._ports[broker_id] = broker.port
+            stopped = self._state == "stopped"
+            if not stopped:
+                self.brokers[broker_id] = broker
+                self._ports[broker_id] = broker.port
+        if stopped:  # the cluster stopped meanwhile (a fault thread's restart): no orphan
+            broker.stop_sync()
+            raise RuntimeError(f"the cluster stopped while broker {broker_id} started")
         return broker
 
     def _subprocess(self, broker_id: int) -> EmbeddedBroker:
@@ -391,18 +398,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker_properties=metrics,
         data_root=args.data,
         ports=[args.port + i for i in range(args.brokers)],
+        # A controlled shutdown takes about a second; one stuck longer is killed.
+        shutdown_timeout=10.0,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with cluster:
-        print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
-        print(f"zookeeper.connect={cluster.zookeeper_connect}", flush=True)
-        print(f"data: {Path(args.data).resolve()}  (Ctrl-C stops the cluster)", flush=True)
-        for props_of in metrics.values():
-            print(f"metrics: {props_of['sluice.metrics.listener']}", flush=True)
-        stop.wait()
+    ids = ", ".join(map(str, cluster.ids))
+    interrupt_on_signals(
+        f"stopping the cluster: brokers {ids} in turn (controlled shutdown), then ZooKeeper"
+    )
+    try:
+        with cluster:
+            print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+            print(f"zookeeper.connect={cluster.zookeeper_connect}", flush=True)
+            print(f"data: {Path(args.data).resolve()}  (Ctrl-C stops the cluster)", flush=True)
+            for props_of in metrics.values():
+                print(f"metrics: {props_of['sluice.metrics.listener']}", flush=True)
+            threading.Event().wait()  # until a signal raises KeyboardInterrupt
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+    except TimeoutError as exc:  # a broker that did not stop in time was killed
+        print(f"stopped, not cleanly: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def interrupt_on_signals(message: str) -> None:
+    """The first SIGINT or SIGTERM prints ``message`` and raises ``KeyboardInterrupt`` in the
+    main thread, so the ``with`` blocks around it stop what they started, in order (brokers
+    before the ZooKeeper they need for a controlled shutdown); a later one only says a stop is
+    under way. Every child runs in its own session (:class:`EmbeddedBroker`,
+    :class:`~sluice.testing.zookeeper.ZooKeeperServer`): a terminal's Ctrl-C reaches this
+    process alone, and each child is stopped by its PID, bounded, then killed (stop times:
+    ``bench/NOTES.md``)."""
+    fired = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired
+        if fired:
+            print("already stopping (every step is bounded)", file=sys.stderr, flush=True)
+            return
+        fired = True
+        print(message, file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,12 @@ Two defaults differ from a production broker's, both for tests' sake, and an exp
 overrides either: ``group.initial.rebalance.delay.ms=0`` (Kafka's 3 s wait for more members
 before a new group's first rebalance would cost every consumer-group test 3 s; testcontainers'
 Kafka modules set it to 0 too) and ``sluice.shutdown.timeout.ms=2000``.
-The embedded broker does not configure logging (that is the application's call, STYLE item 9):
-in-process, the server's structlog events go wherever the application configured structlog.
+Logging is the application's (STYLE item 9). In-process, the server's structlog events go
+wherever the application configured structlog; an application that did not (structlog's
+defaults print every event, debug included, to stdout) gets them through the standard library's
+``logging`` instead, on loggers under ``sluice``: its logging configuration applies, and with
+none only warnings and errors reach stderr (:func:`log_through_the_application`). A subprocess
+broker's JSON log goes to :attr:`log_path`.
 
 Every wait is bounded by ``startup_timeout`` / ``shutdown_timeout`` seconds.
 """
@@ -54,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -250,6 +254,7 @@ class EmbeddedBroker:
         await self.stop()
 
     async def _start_server(self, props: dict[str, str]) -> None:
+        log_through_the_application()
         from sluice.server.core.config import Config
         from sluice.server.core.server import Server
 
@@ -360,9 +365,25 @@ class EmbeddedBroker:
         # Run the same checkout as the caller even when Sluice is not installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as out:
+            # Its own session: a terminal's Ctrl-C reaches only our process, which stops the
+            # broker itself (in order, bounded) instead of every process at once.
             self.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
             )
+        try:
+            self._wait_listening()
+        except BaseException:  # also Ctrl-C: its own session, the broker would outlive us
+            self._kill()
+            self._cleanup_dirs()
+            raise
+
+    def _wait_listening(self) -> None:
+        assert self.process is not None and self.log_path is not None
         deadline = time.monotonic() + self.startup_timeout
         while True:
             port = self._listening_port()
@@ -371,11 +392,8 @@ class EmbeddedBroker:
                 return
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")
-                self._cleanup_dirs()
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{log}")
             if time.monotonic() > deadline:
-                self._kill()
-                self._cleanup_dirs()
                 raise TimeoutError(f"broker not ready after {self.startup_timeout}s")
             time.sleep(0.01)
 
@@ -410,6 +428,42 @@ class EmbeddedBroker:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def log_through_the_application() -> None:
+    """Send structlog's events to the standard library's ``logging`` unless the application
+    configured structlog (then its configuration stays as it is).
+
+    Unconfigured, structlog prints every event to stdout, debug included: an embedded broker
+    wrote its whole log into the application's output (and a test's captured stdout). Routed
+    to ``logging`` (loggers named by module, ``sluice.server.core.server`` ...), the events
+    obey the application's handlers and levels; below a logger's level an event is dropped
+    before it is rendered (``filter_by_level``, first). Idempotent; an application that
+    configures structlog later replaces this."""
+    import structlog
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            _message_with_fields,
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _message_with_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
+    """``event key=value ...`` as the record's message (the fields would be invisible as
+    ``extra``); ``exc_info`` is passed on for ``logging`` to format."""
+    event_dict.pop("logger_name", None)  # the stdlib logger's own name says it
+    exc_info = event_dict.pop("exc_info", None)
+    event = event_dict.pop("event", "")
+    fields = " ".join(f"{key}={value!r}" for key, value in event_dict.items())
+    return {"msg": f"{event} {fields}" if fields else str(event), "exc_info": exc_info}
 
 
 def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:

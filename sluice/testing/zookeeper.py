@@ -249,16 +249,22 @@ class ZooKeeperServer:
             self._scratch = Path(tempfile.mkdtemp(prefix="sluice-zookeeper-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # A picked port can be taken between our probe and the JVM's bind: pick again (3 tries).
-        for attempt in range(3):
-            if self._pick_port and (attempt > 0 or self.port == 0):
-                self.port = _free_port(self.host)
-            try:
-                self._launch(java, classpath)
-                return self
-            except _AddressInUse:
-                if not self._pick_port:
-                    break
-        raise RuntimeError(f"ZooKeeper could not bind {self.host}:{self.port}:\n{self.log_tail()}")
+        try:
+            for attempt in range(3):
+                if self._pick_port and (attempt > 0 or self.port == 0):
+                    self.port = _free_port(self.host)
+                try:
+                    self._launch(java, classpath)
+                    return self
+                except _AddressInUse:
+                    if not self._pick_port:
+                        break
+        except BaseException:  # also Ctrl-C: in its own session, the JVM would outlive us
+            self.stop()
+            raise
+        message = f"ZooKeeper could not bind {self.host}:{self.port}:\n{self.log_tail()}"
+        self.stop()
+        raise RuntimeError(message)
 
     def stop(self) -> None:
         """SIGTERM (SIGKILL after ``shutdown_timeout``), then remove the temporary dirs."""
@@ -336,6 +342,9 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self._scratch,
+                # Its own session: a terminal's Ctrl-C must not kill ZooKeeper under brokers
+                # that still need it for their controlled shutdown; the owner stops it last.
+                start_new_session=True,
             )
         self.paused = False
         deadline = time.monotonic() + self.startup_timeout

@@ -6,7 +6,9 @@ on 127.0.0.1, every wait bounded, every process stopped by its PID:
 * **kill -9** (:func:`kill_trial`): a confluent-kafka producer (``acks=all``,
   ``enable.idempotence=false`` and ``retries=0``, so the client never sends a record twice: any
   duplicate is the broker's) writes unique values to 3 partitions as fast as it can; after a
-  random 0.3-1.5 s the broker is killed with SIGKILL. Three scenarios rotate: ``produce``
+  random 0.3-1.5 s the broker is killed with SIGKILL -- or later, once what the scenario is about
+  is under way on disk (:data:`UNDER_WAY`; a loaded machine writes less in 1.5 s, and a kill
+  before the first roll or deletion tested nothing of them). Three scenarios rotate: ``produce``
   (default segments), ``roll`` (32 KiB segments: a roll every few hundred records) and
   ``retention`` (16 KiB segments, ``log.retention.bytes`` of two, checked every 100 ms and
   deleted at once, so segments are being deleted when the kill lands). The broker is
@@ -44,7 +46,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,32 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
         "log.segment.delete.delay.ms=0",
     ),
 }
+
+
+def _written(data: Path) -> bool:
+    return any(os.path.getsize(p) > 0 for p in data.glob(f"{TOPIC}-*/*.log") if p.exists())
+
+
+def _rolled(data: Path) -> bool:
+    return any(len(list(d.glob("*.log"))) > 1 for d in data.glob(f"{TOPIC}-*"))
+
+
+def _deleted_by_retention(data: Path) -> bool:
+    """A partition's first segment is gone (``log.segment.delete.delay.ms=0``: at once)."""
+    first = "00000000000000000000.log"
+    return any(d.is_dir() and not (d / first).exists() for d in data.glob(f"{TOPIC}-*"))
+
+
+#: Per scenario, what must have happened on disk before the kill (the data dir's files, read
+#: while the broker runs): records written, a segment rolled, a segment deleted by retention.
+UNDER_WAY: dict[str, Callable[[Path], bool]] = {
+    "produce": _written,
+    "roll": _rolled,
+    "retention": _deleted_by_retention,
+}
+#: How long the producer may take to bring that about (a loaded machine is slow, not stuck).
+UNDER_WAY_TIMEOUT = 60.0
+
 #: The restart reads back with retention off: what it would delete now is not what the kill
 #: did, and a segment deleted under the reader would only make the read race retention.
 RESTART_OVERRIDES = ("log.retention.bytes=-1",)
@@ -195,10 +223,12 @@ class KillTrial:
 
 
 def _produce_until_killed(
-    broker: BrokerProcess, trial: int, kill_after: float
+    broker: BrokerProcess, trial: int, kill_after: float, under_way: Callable[[], bool]
 ) -> tuple[list[Send], float]:
-    """Produce unique values until the broker is SIGKILLed ``kill_after`` s in (by a timer
-    thread, so the kill lands wherever the broker is), then collect every outcome."""
+    """Produce unique values until the broker is SIGKILLed ``kill_after`` s in, or later once
+    ``under_way()`` holds (bounded by :data:`UNDER_WAY_TIMEOUT`), by a thread of its own so
+    the kill lands wherever the broker is; then collect every outcome. Returns the outcomes
+    and the seconds from the first send to the kill."""
     from confluent_kafka import KafkaError, Producer
 
     outcomes: dict[str, Send] = {}
@@ -213,13 +243,23 @@ def _produce_until_killed(
     producer = Producer(producer_config(broker.bootstrap))
     killed = threading.Event()
     started = time.monotonic()
+    cancelled = threading.Event()
+    killed_at: list[float] = []
 
     def kill() -> None:
+        # Polls the data dir: the condition is the broker's files, not a message to wait on.
+        if cancelled.wait(kill_after):
+            return
+        deadline = time.monotonic() + UNDER_WAY_TIMEOUT
+        while not under_way() and time.monotonic() < deadline:
+            if cancelled.wait(0.02):
+                return
         with contextlib.suppress(ProcessLookupError):
             os.kill(broker.pid, signal.SIGKILL)
+        killed_at.append(time.monotonic() - started)
         killed.set()
 
-    timer = threading.Timer(kill_after, kill)
+    timer = threading.Thread(target=kill, name="killer", daemon=True)
     timer.start()
     sent: list[str] = []
     pad = "x" * VALUE_PAD
@@ -239,9 +279,10 @@ def _produce_until_killed(
                 producer.poll(0)
         producer.flush(15)  # message.timeout.ms bounds each send
     finally:
-        timer.cancel()
+        cancelled.set()
+        timer.join(10)
         broker.proc.wait(10)
-    return [outcomes.get(v, Send(v, "unknown")) for v in sent], time.monotonic() - started
+    return [outcomes.get(v, Send(v, "unknown")) for v in sent], killed_at[0] if killed_at else 0.0
 
 
 def kill_trial(work: Path, trial: int, scenario: str, rnd: random.Random) -> KillTrial:
@@ -253,7 +294,11 @@ def kill_trial(work: Path, trial: int, scenario: str, rnd: random.Random) -> Kil
     try:
         create_topic(broker.bootstrap)
         result.killed_after_s = round(rnd.uniform(0.3, 1.5), 2)
-        history, _ = _produce_until_killed(broker, trial, result.killed_after_s)
+        under_way = UNDER_WAY[scenario]
+        history, killed_after = _produce_until_killed(
+            broker, trial, result.killed_after_s, lambda: under_way(data)
+        )
+        result.killed_after_s = round(killed_after, 2)
     finally:
         if broker.proc.poll() is None:
             broker.kill()

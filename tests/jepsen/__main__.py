@@ -7,8 +7,10 @@
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
-record per trial. The exit status is 1 when any trial broke its configuration's promise
-(:attr:`tests.jepsen.runner.TrialResult.valid`) or could not run.
+record per trial. Ctrl-C (or SIGTERM) stops the running trial's brokers, then ZooKeeper, prints
+the figures of the trials done and exits with 130. The exit status is otherwise 1 when any
+trial broke its configuration's promise (:attr:`tests.jepsen.runner.TrialResult.valid`) or
+could not run.
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ import json
 import sys
 from pathlib import Path
 
+from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.jepsen.runner import TrialConfig, aggregate, dumps, format_line, run_trial
+from tests.jepsen.runner import (
+    TrialConfig,
+    TrialResult,
+    aggregate,
+    dumps,
+    format_line,
+    run_trial,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +44,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="append one JSON record per trial here")
     args = parser.parse_args(argv)
 
-    results = []
+    results: list[TrialResult] = []
+    interrupt_on_signals(
+        "stopping: the trial's brokers, then ZooKeeper (the figures so far follow)"
+    )
+    try:
+        run_trials(args, results)
+    except KeyboardInterrupt:
+        print(json.dumps(aggregate(results), indent=1), flush=True)
+        return 130
+    figures = aggregate(results)
+    print(json.dumps(figures, indent=1), flush=True)
+    return 1 if figures["invalid"] else 0
+
+
+def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
     with ZooKeeperServer() as zookeeper:
         for i in range(args.trials):
             config = TrialConfig(
@@ -43,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 idempotence=args.idempotence,
                 duration=args.duration,
             )
+            print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
             result = run_trial(zookeeper, config)
             results.append(result)
             print(format_line(result), flush=True)
@@ -51,9 +76,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.out is not None:
                 with args.out.open("a") as f:
                     f.write(dumps(result) + "\n")
-    figures = aggregate(results)
-    print(json.dumps(figures, indent=1), flush=True)
-    return 1 if figures["invalid"] else 0
 
 
 if __name__ == "__main__":

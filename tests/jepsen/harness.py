@@ -127,8 +127,8 @@ class FaultCluster:
     def start(self) -> FaultCluster:
         try:
             self.cluster.start_sync()
-        except BaseException:
-            self._close_proxies()
+        except BaseException:  # also Ctrl-C: nothing of this trial may outlive it
+            self.stop()
             raise
         return self
 

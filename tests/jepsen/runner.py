@@ -169,19 +169,22 @@ class _Nemesis(threading.Thread):
         self.cluster, self.topic, self.steps, self.t0 = cluster, topic, steps, t0
         self.played: list[dict[str, Any]] = []
         self.error: BaseException | None = None
+        #: Set when the trial is interrupted: no further fault starts, a held one ends now.
+        self.halted = threading.Event()
 
     def run(self) -> None:
         try:
             for step in self.steps:
                 delay = self.t0 + step.at - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)  # the schedule's own clock, not synchronisation
+                # The schedule's own clock, not synchronisation.
+                if self.halted.wait(max(delay, 0.0)):
+                    return
                 broker = self._resolve(step)
                 sole = self._sole_isr(broker) if step.fault == "lose_unflushed" else []
                 started = time.monotonic() - self.t0
                 self.cluster.apply(step.fault, broker)
                 if step.hold:
-                    time.sleep(step.hold)
+                    self.halted.wait(step.hold)
                 self.cluster.undo(step.fault, broker)
                 self.played.append({
                     "fault": step.fault, "target": step.target, "broker": broker,
@@ -374,6 +377,9 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
             nemesis.start()
             try:
                 history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
+            except BaseException:
+                nemesis.halted.set()  # interrupted (Ctrl-C): stop faulting before the cluster
+                raise
             finally:
                 nemesis.join(60)
                 result.played = nemesis.played  # also when the trial fails: what led there

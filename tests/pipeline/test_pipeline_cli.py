@@ -19,5 +19,5 @@ def test_a_job_without_pyspark_says_which_extra_to_install(monkeypatch: pytest.M
     args = ["archive", "-b", "127.0.0.1:9", "-t", "t", "--path", "p", "--checkpoint", "c"]
     result = CliRunner().invoke(pipeline, args, obj={})
     assert result.exit_code == 1
-    assert "pip install 'sluice[spark]'" in result.output
+    assert "pip install 'sluice-broker[spark]'" in result.output
     assert "Traceback" not in result.output

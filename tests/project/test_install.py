@@ -106,7 +106,7 @@ def _build_wheel(source: Path, tmp_path: Path) -> Path:
         check=True,
         timeout=300,
     )
-    (wheel,) = dist.glob("sluice-*.whl")
+    (wheel,) = dist.glob("sluice_broker-*.whl")
     return wheel
 
 

@@ -441,3 +441,22 @@ def test_flushes_and_truncations_checkpoint_the_recovery_point(tmp_path: Path) -
     log.truncate_to(2)
     assert recovery.read()[("t", 0)] == 2
     m.close()
+
+
+def test_a_new_log_dir_is_said_to_be_new_not_uncleanly_shut_down(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as first:
+        manager = opened(tmp_path / "data")
+    manager.close()
+    with capture_logs() as second:
+        opened(tmp_path / "data").close()
+    (loaded,) = [e for e in first if e["event"] == "logs loaded"]
+    assert loaded["new_log_dir"] is True and "clean_shutdown" not in loaded
+    (again,) = [e for e in second if e["event"] == "logs loaded"]
+    assert again["clean_shutdown"] is True and "new_log_dir" not in again
+    # An empty directory made beforehand (a volume, mkdir data) is new too.
+    (tmp_path / "empty").mkdir()
+    with capture_logs() as third:
+        opened(tmp_path / "empty").close()
+    assert [e.get("new_log_dir") for e in third if e["event"] == "logs loaded"] == [True]

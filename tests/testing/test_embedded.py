@@ -4,6 +4,7 @@ real clients: ours, kafka-python (blocking) and confluent-kafka (librdkafka)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -214,3 +215,62 @@ def test_an_explicit_rebalance_delay_wins() -> None:
         assert value == "250"
         coordinator = b.call(lambda server: server.group_coordinator)
         assert coordinator is not None and coordinator.config.initial_rebalance_delay_ms == 250
+
+
+APP = """
+import io, json, logging, sys
+import structlog
+from sluice import EmbeddedBroker
+if sys.argv[1] == "logging":
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+if sys.argv[1] == "structlog":
+    structlog.configure(processors=[structlog.processors.JSONRenderer()],
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+with EmbeddedBroker() as broker:
+    print("app:", broker.bootstrap_servers)
+"""
+
+
+def run_app(setup: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter (structlog's global configuration untouched) embedding a broker."""
+    return subprocess.run(
+        [sys.executable, "-c", APP, setup], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+@pytest.mark.slow
+def test_an_in_process_broker_logs_through_the_applications_logging() -> None:
+    # Nothing configured: the application's stdout is its own, and nothing below a warning.
+    quiet = run_app("none")
+    assert quiet.stdout.splitlines() == [f"app: {quiet.stdout.split()[-1]}"]
+    assert quiet.stderr == ""
+    # The standard library's logging configured: the broker's events go there.
+    logged = run_app("logging")
+    assert logged.stdout.startswith("app: ")
+    (listening,) = [line for line in logged.stderr.splitlines() if " listening " in line]
+    assert listening.startswith("sluice.server") and "port=" in listening, logged.stderr
+    # structlog configured: left as the application set it.
+    own = run_app("structlog")
+    events = [json.loads(line)["event"] for line in own.stderr.splitlines()]
+    assert "listening" in events and "stopped" in events
+    assert own.stdout.startswith("app: ") and len(own.stdout.splitlines()) == 1
+
+
+def test_ctrl_c_during_a_subprocess_start_stops_the_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The broker runs in a session of its own (a terminal's Ctrl-C does not reach it): a start
+    # interrupted while waiting for it to listen must stop it, or it outlives the program.
+    broker = EmbeddedBroker(mode="subprocess")
+    started: list[Path] = []
+
+    def interrupted() -> int | None:
+        assert broker.process is not None and broker.log_path is not None
+        started.append(broker.log_path.parent)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(broker, "_listening_port", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        broker.start_sync()
+    assert broker.process is not None and broker.process.poll() is not None
+    assert started and not started[0].exists()  # the scratch dir is gone

@@ -189,3 +189,18 @@ def test_the_previous_tests_chroot_was_removed(sluice_zookeeper: ZooKeeperServer
     finally:
         client.stop()
         client.close()
+
+
+def test_ctrl_c_during_start_stops_the_jvm(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The JVM runs in a session of its own (a terminal's Ctrl-C does not reach it): a start
+    # interrupted while waiting for it to be ready must stop it, or it outlives the program.
+    server = ZooKeeperServer()
+
+    def interrupted(*_: object, **__: object) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server, "srvr", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert server.process is not None and server.process.poll() is not None
+    assert server._scratch is None  # removed

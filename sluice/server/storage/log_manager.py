@@ -79,6 +79,15 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _LOAD_PROGRESS_INTERVAL_S = 5.0  # a load taking longer logs "loading logs" (N/M) this often
 
 
+def _holds_nothing(log_dir: Path) -> bool:
+    """Missing, or empty but for a lock file (a start that stopped before writing anything)."""
+    try:
+        with os.scandir(log_dir) as entries:
+            return all(entry.name == LOCK_FILE for entry in entries)
+    except FileNotFoundError:
+        return True
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -154,6 +163,9 @@ class LogManager:
         self._closed = False
         self._lock_fd: int | None = None
         self.had_clean_shutdown = False
+        #: ``log_dir`` was missing or empty at :meth:`open` (a first start): no marker is
+        #: expected there, and its absence says nothing about an unclean shutdown.
+        self.new_log_dir = False
 
     # ------------------------------------------------------------------ files
 
@@ -252,6 +264,7 @@ class LogManager:
         """
         if self._opened:
             raise RuntimeError("LogManager already opened")
+        self.new_log_dir = _holds_nothing(self.log_dir)
         os.makedirs(self.log_dir, exist_ok=True)
         self._lock()
         try:
@@ -390,7 +403,12 @@ class LogManager:
             "logs loaded",
             log_dir=str(self.log_dir),
             partitions=len(self._logs),
-            clean_shutdown=self.had_clean_shutdown,
+            # A first start has no marker: "clean_shutdown: false" there read as a crash.
+            **(
+                {"new_log_dir": True}
+                if self.new_log_dir
+                else {"clean_shutdown": self.had_clean_shutdown}
+            ),
             seconds=round(time.monotonic() - started, 3),
             segments=sum(len(log.segments) for log in self._logs.values()),
             **cache.describe(),

@@ -353,7 +353,7 @@ class Controller:
             try:
                 await self._process(event)
             except Exception as exc:  # a bug: log it, fail the caller, keep the controller alive
-                log.exception("controller event failed", event=type(event).__name__)
+                log.exception("controller event failed", controller_event=type(event).__name__)
                 event.fail(exc)
             finally:
                 event.fail(errors.NotController("the event was not completed"))
@@ -389,7 +389,7 @@ class Controller:
                 if attempt == MAX_EVENT_ATTEMPTS:
                     log.error(
                         "controller event abandoned after connection failures",
-                        event=type(event).__name__,
+                        controller_event=type(event).__name__,
                         error=str(exc),
                     )
                     event.fail(errors.RequestTimedOut(str(exc)))
@@ -399,7 +399,9 @@ class Controller:
                         await self._resign("an event could not be completed", delete=True)
                         self._enqueue(_Reelect())
                     return
-                log.info("connection trouble; retrying the event", event=type(event).__name__)
+                log.info(
+                    "connection trouble; retrying the event", controller_event=type(event).__name__
+                )
                 await self.kzk.zk.wait_connected()
 
     async def _handle(self, event: _Event) -> Any:

@@ -120,11 +120,11 @@ async def test_an_event_failing_every_attempt_is_abandoned_and_the_controller_st
         with pytest.raises(errors.RequestTimedOut):
             await controller.elect_preferred_leaders()
         await until(h._is(controller), "elected again after resigning")
-    assert messages(logs)[:MAX_EVENT_ATTEMPTS] == [
-        ("info", "connection trouble; retrying the event")
-    ] * (MAX_EVENT_ATTEMPTS - 1) + [
-        ("error", "controller event abandoned after connection failures")
-    ]
+    retry = "connection trouble; retrying the event"
+    abandon = "controller event abandoned after connection failures"
+    assert [m for m in messages(logs) if m[1] in (retry, abandon)] == [("info", retry)] * (
+        MAX_EVENT_ATTEMPTS - 1
+    ) + [("error", abandon)]
     assert ("info", "resigned as controller") in messages(logs)
     assert controller.epoch is not None and controller.epoch.epoch == epoch.epoch + 1
     await still_running(h, controller)

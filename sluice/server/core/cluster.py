@@ -23,9 +23,9 @@
    znode).
 
 A topic gone from ``/brokers/topics`` (deleted by the controller) has its local logs deleted. A
-local topic ZooKeeper does not know is deleted too if this broker created its logs in cluster
-mode (a topic deleted while the broker was down); one from a standalone data dir is only
-reported, never deleted.
+local topic ZooKeeper has no record of when the broker starts (a reset ZooKeeper, another
+chroot, a standalone data dir) is kept and reported, never deleted: Kafka's stray logs (see
+:meth:`ClusterMember._check_strays`).
 
 Concurrency: everything runs on the event loop; ZooKeeper callbacks arrive there through the
 ZkClient. Partition state is applied in the order each watcher delivers it; a state may be
@@ -379,15 +379,31 @@ class ClusterMember:
         self.cache.changed()
 
     def _check_strays(self, names: set[str]) -> None:
-        for topic in sorted(set(self.logs.topics()) - names):
-            if self.logs.is_cluster_topic(topic):
-                log.warning("deleting the logs of a topic the cluster no longer has", topic=topic)
-                self.replicas.delete_topic(topic)
-            else:
-                log.warning(
-                    "local topic unknown to the cluster (from a standalone data dir): not served",
-                    topic=topic,
-                )
+        """Local partitions of topics ZooKeeper has no record of are kept, never deleted: Kafka's
+        stray logs. A broker deletes a partition only when told to (the topic gone from
+        ``/brokers/topics`` while it watches, the end of a DeleteTopics; the controller does
+        not finish a deletion while a replica's broker is down). A topic ZooKeeper does not
+        know may be one deleted in a way this broker missed, or ZooKeeper may have been reset
+        or ``zookeeper.connect`` point elsewhere: deleting would then destroy the cluster's
+        data, so the partitions are reported, not served, and left for the operator."""
+        strays = {
+            t: self.logs.hosted_partitions(t) for t in sorted(set(self.logs.topics()) - names)
+        }
+        if not strays:
+            return
+        why = (
+            "ZooKeeper has no topics at all (a new or reset ZooKeeper, or zookeeper.connect "
+            "names another cluster or chroot?)"
+            if not names
+            else "ZooKeeper has no record of these topics"
+        )
+        log.warning(
+            "stray partitions kept: not served, not deleted; remove their directories by hand "
+            "once sure they are not wanted",
+            reason=why,
+            partitions=[f"{t}-{p}" for t, parts in strays.items() for p in parts],
+            zookeeper=self.config.zookeeper_connect,
+        )
 
     def _on_topic_config(self, topic: str, value: tuple[bytes, ZnodeStat] | None) -> None:
         from sluice.server.zk.data import TopicConfig

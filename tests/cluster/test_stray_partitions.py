@@ -8,7 +8,9 @@ the brokers, finding no topics in ZooKeeper, deleted every partition they held.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import shutil
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from structlog.testing import capture_logs
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.core.server import Server
+from sluice.testing.zookeeper import ZooKeeperServer
 from tests.broker.test_follower_fetch import produce_request
 from tests.broker.test_server import DELETE_TOPICS, PRODUCE, batch, start_server
 from tests.broker_util import WireClient
@@ -194,3 +197,64 @@ async def test_a_topic_deleted_while_a_replicas_broker_is_down_is_deleted_when_i
         assert resp.topics[0].error_code == errors.UnknownTopicOrPartition.code
     finally:
         await c1.close()
+
+
+def advance_zxid(zookeeper: ZooKeeperServer, past: int) -> None:
+    """Write to ``zookeeper`` until its last zxid is beyond ``past`` (bounded)."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.hosts)
+    client.start(timeout=10)
+    try:
+        client.ensure_path("/zxid-padding")
+        for _ in range(1000):
+            if int(zookeeper.srvr()["Zxid"], 16) > past:
+                return
+            for _ in range(50):
+                client.set("/zxid-padding", b"")
+        raise AssertionError(f"zxid not beyond {past:#x}")
+    finally:
+        client.stop()
+        client.close()
+
+
+async def test_a_zookeeper_wiped_under_a_running_broker_does_not_make_it_delete_its_partitions(
+    brokers: Brokers, sluice_zookeeper_factory: Callable[..., ZooKeeperServer]
+) -> None:
+    """ZooKeeper restarted on an empty data dir: the broker's session is gone (a new one is
+    made), /brokers/topics is empty. The broker sees the /cluster/id it joined is missing and
+    keeps its partitions instead of taking every topic for deleted."""
+    zookeeper = sluice_zookeeper_factory()
+    server = await brokers.start(1, zookeeper.connect_string())
+    client = await brokers.client(1)
+    try:
+        assert (await create(client, "kept", 2, 1, timeout_ms=10_000)).error_code == 0
+        await wait_led_here(brokers, 1, "kept", 2)
+        await produce(client, "kept", 5)
+    finally:
+        await client.close()
+    member = server.cluster
+    assert member is not None
+    old_zxid = int(zookeeper.srvr()["Zxid"], 16)
+    with capture_logs() as logs:
+        await asyncio.to_thread(zookeeper.kill)
+        shutil.rmtree(zookeeper.data_dir)
+        zookeeper.data_dir.mkdir()
+        await asyncio.to_thread(zookeeper.restart)
+        # A client that has seen a later zxid than the server's is refused (it must "try
+        # another server"): the broker reconnects once the new ZooKeeper has done as many
+        # transactions, and then learns its session is gone.
+        await asyncio.to_thread(advance_zxid, zookeeper, old_zxid)
+        await until(lambda: "kept" not in member.cache.assignments, "the topic gone from the cache")
+        assert brokers.partition_dirs(1, "kept") == ["kept-0", "kept-1"]  # none renamed -delete
+        await until(
+            lambda: any(e["event"] == "re-registered" for e in logs), "registered again", 30
+        )
+    (error,) = [e for e in logs if e["event"].startswith("ZooKeeper does not hold")]
+    assert error["zookeeper_cluster_id"] is None and error["cluster_id"] == member.cluster_id
+    assert brokers.partition_dirs(1, "kept") == ["kept-0", "kept-1"]
+    logs_here = server.log_manager
+    assert logs_here is not None
+    log = logs_here.get_log("kept", 0)
+    assert log is not None and log.log_end_offset == 5
+    await brokers.stop(1)  # before its ZooKeeper stops

@@ -18,7 +18,9 @@
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
    ``replica.lag.time.max.ms / 2``;
 5. on **session loss** gives up leadership of everything at once (another broker may be elected
-   while we cannot hear about it), then, on the new session, registers again and re-reads and
+   while we cannot hear about it), then, on the new session, checks that ZooKeeper still holds
+   this cluster (the ``/cluster/id`` joined: a ZooKeeper restarted on an empty data dir does
+   not, and its empty topic list must not delete anything), registers again and re-reads and
    re-applies the state of every hosted partition (a watch does not re-deliver an unchanged
    znode).
 
@@ -187,6 +189,10 @@ class ClusterMember:
         self._state_watchers: dict[tuple[str, int], Watcher] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._topics_seen = asyncio.Event()
+        #: Whether the ZooKeeper watched is known to hold this cluster's state (the /cluster/id
+        #: joined). A new session may be on a ZooKeeper that lost it (a wiped data dir): until
+        #: the id is checked, topics gone from /brokers/topics keep their local partitions.
+        self._same_cluster = True
         self._stopping = False
         self._leaving = False  # controlled shutdown: no more fetching
         #: Changes of the ISR of partitions led here, stored by this leader or applied from the
@@ -372,7 +378,7 @@ class ClusterMember:
                 ),
             ]
         for topic in sorted(set(self._topic_watchers) - names):
-            self._topic_gone(topic)
+            self._topic_gone(topic, delete_local=self._same_cluster)
         if not self._topics_seen.is_set():
             self._topics_seen.set()
             self._check_strays(names)
@@ -447,7 +453,7 @@ class ClusterMember:
                 )
         self.cache.changed()
 
-    def _topic_gone(self, topic: str) -> None:
+    def _topic_gone(self, topic: str, *, delete_local: bool = True) -> None:
         for watcher in self._topic_watchers.pop(topic, []):
             watcher.cancel()
         count = (
@@ -462,6 +468,15 @@ class ClusterMember:
         hosted = self.logs.hosted_partitions(topic)
         if hosted:
             self.fetchers.unfollow([(topic, p) for p in hosted])
+        if not delete_local:
+            log.warning(
+                "topic gone from a ZooKeeper not known to hold this cluster's state: its local "
+                "partitions are kept (stray, not served)",
+                topic=topic,
+                partitions=[f"{topic}-{p}" for p in hosted],
+            )
+            return
+        if hosted:
             self.replicas.delete_topic(topic)
         log.info("topic deleted from the cluster", topic=topic, partitions=count, local=hosted)
 
@@ -780,15 +795,19 @@ class ClusterMember:
         if self._stopping:
             return
         if event.state is SessionState.LOST:
+            self._same_cluster = False  # until the new session's ZooKeeper is checked
             for partition in self.replicas.resign_all():
                 self._after_state(partition)
         elif event.state is SessionState.CONNECTED and event.new_session:
+            self._same_cluster = False
             self._spawn(self._rejoin(), "zk-rejoin")
 
     async def _rejoin(self) -> None:
         """A new session: register again, then re-read and re-apply every hosted partition's
         state (those we led were resigned when the old session was lost)."""
         assert self.kzk is not None
+        await self._check_same_cluster()
+        await self.kzk.create_top_level_paths()  # gone if ZooKeeper lost its state
         self.broker_epoch = await self.kzk.register_broker(self._broker_info())
         log.info("re-registered", broker_id=self.local_id, broker_epoch=self.broker_epoch)
         for partition in self.replicas.partitions():
@@ -796,6 +815,25 @@ class ClusterMember:
             state = await self.kzk.get_partition_state(TopicPartition(*key))
             if state is not None:
                 await self._on_state(key, state)
+
+    async def _check_same_cluster(self) -> None:
+        """A lost session may mean a ZooKeeper that lost everything (restarted on an empty data
+        dir): its /brokers/topics is empty, and deleting what is gone from it would delete the
+        cluster's data. Same /cluster/id: topics gone meanwhile are deleted now (a re-read of
+        the topic list). Otherwise they stay, kept as stray partitions until a restart."""
+        assert self.kzk is not None
+        found = await self.kzk.get_cluster_id()
+        if found != self.cluster_id:
+            log.error(
+                "ZooKeeper does not hold this cluster's state after a new session: topics "
+                "missing from it keep their local partitions (stray, not served)",
+                cluster_id=self.cluster_id,
+                zookeeper_cluster_id=found,
+                zookeeper=self.config.zookeeper_connect,
+            )
+            return
+        self._same_cluster = True
+        self._on_topics(await self.kzk.get_topics())
 
 
 def _replica_ids(assignment: Mapping[int, list[int]]) -> set[int]:

@@ -121,8 +121,9 @@ class EmbeddedCluster:
         self.brokers: dict[int, EmbeddedBroker] = {}
         self._ports: dict[int, int] = dict(zip(self.ids, ports, strict=True)) if ports else {}
         #: Kept after stop when given (with ZooKeeper's data in it when the cluster starts
-        #: its own); a temporary directory otherwise.
-        self._given_root = Path(data_root) if data_root is not None else None
+        #: its own); a temporary directory otherwise. Absolute, so that it means the same to
+        #: every process started here whatever its working directory.
+        self._given_root = Path(data_root).resolve() if data_root is not None else None
         self._root: Path | None = None
         self._lock = threading.Lock()
         self._state = "new"

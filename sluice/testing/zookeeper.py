@@ -141,7 +141,9 @@ class ZooKeeperServer:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
-        self._given_data_dir = Path(data_dir) if data_dir is not None else None
+        # Absolute: the JVM runs in the scratch directory, where a relative dataDir would be
+        # created and removed with it at stop.
+        self._given_data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._scratch: Path | None = None  # holds zoo.cfg, the log and (by default) the dataDir
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from sluice.testing.cluster import EmbeddedCluster
+from sluice.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
 
@@ -476,3 +478,73 @@ def test_kcat_lists_the_cluster(sluice_cluster: EmbeddedCluster) -> None:
         assert sorted(r["id"] for r in p["isrs"]) == [1, 2, 3]
         assert p["leader"] == cluster.leader_of("listed", p["partition"])
     assert sorted(p["leader"] for p in topic["partitions"]) == [1, 2, 3]  # Kafka's spread
+
+
+def test_an_election_after_zookeeper_restarts(
+    sluice_zookeeper_factory: Callable[..., ZooKeeperServer],
+) -> None:
+    """ZooKeeper hangs under a running cluster while the controller is at work (its preferred-
+    leader check runs every second), so an event meets connection trouble and is retried -- the
+    path that once crashed the controller's event task on a log call. ZooKeeper then restarts
+    (sessions survive). A broker that leads a partition dies: the controller from before must
+    elect a new leader, and every acknowledged record is read back."""
+    from confluent_kafka import Producer
+    from kazoo.client import KazooClient
+
+    zookeeper = sluice_zookeeper_factory()
+    props = {
+        **RF3,
+        "zookeeper.session.timeout.ms": "6000",  # sessions outlast the hang and the restart
+        "auto.leader.rebalance.enable": "true",
+        "leader.imbalance.check.interval.seconds": "1",
+    }
+    # (``copies``: a reconnect to the restarted server is not stuck for a whole session.)
+    with EmbeddedCluster(
+        3, zookeeper_connect=zookeeper.connect_string("/c", copies=4), properties=props
+    ) as cluster:
+        create_topic(cluster, "through-restart", partitions=3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        outcomes: list[Any] = []
+        for i in range(300):
+            producer.produce("through-restart", b"v-%04d" % i, partition=i % 3,
+                             on_delivery=lambda e, _m: outcomes.append(e))  # fmt: skip
+        assert producer.flush(30) == 0 and outcomes == [None] * 300
+        controller = cluster.metadata().controller_id
+        log_path = cluster.broker(controller).log_path
+        assert log_path is not None
+        zookeeper.pause()
+        try:
+            cluster.wait_for(
+                lambda: "connection trouble; retrying the event" in log_path.read_text(),
+                "the controller retries an event after losing its connection",
+            )
+        finally:
+            zookeeper.restart()
+        zk = KazooClient(hosts=zookeeper.connect_string("/c"))
+        zk.start(timeout=30)
+        try:
+            cluster.wait_for(
+                lambda: (
+                    sorted(zk.get_children("/brokers/ids")) == ["1", "2", "3"]
+                    and zk.exists("/controller") is not None
+                ),
+                "every broker registered and a controller, after the restart",
+            )
+        finally:
+            zk.stop()
+            zk.close()
+        assert cluster.metadata().controller_id == controller  # the same one lived through it
+        # A partition led by another broker than the controller: the surviving controller's
+        # event task is what must elect its new leader.
+        partition, victim = next(
+            (p, leader)
+            for p in range(3)
+            if (leader := cluster.wait_for_leader("through-restart", p)) != controller
+        )
+        cluster.kill(victim)
+        new_leader = cluster.wait_for_leader("through-restart", partition)
+        assert new_leader not in (victim, -1)
+        records = read_all(cluster, "through-restart", partitions=3)
+        assert sorted(v for part in records.values() for _, v in part) == [
+            b"v-%04d" % i for i in range(300)
+        ]

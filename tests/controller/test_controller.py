@@ -682,3 +682,36 @@ def test_settings_from_the_broker_config() -> None:
         leader_imbalance_per_broker_percentage=25,
     )
     assert ControllerSettings.from_config(Config()) == ControllerSettings()
+
+
+async def test_topic_deletion_waits_for_a_replicas_broker_that_is_down(h: Harness) -> None:
+    """Kafka's TopicDeletionManager: a topic with a replica on a dead broker is ineligible for
+    deletion until that broker is back (else its replica would outlive the topic, a stray log
+    the broker keeps). The request and the topic stay; the broker's return finishes it."""
+    await h.broker(1)
+    await h.broker(2)
+    controller = await h.active()
+    await h.topic("doomed", {0: [1, 2], 1: [2]})
+    await h.topic("local", {0: [1]})
+    await h.wait_state("doomed", 1, leader=2)
+    await h.kill(2)
+    await h.wait_state("doomed", 0, leader=1, isr=[1])
+    await h.observer.request_topic_deletion("doomed")
+    await h.observer.request_topic_deletion("local")
+
+    async def local_deleted() -> bool:
+        return await h.observer.get_topics() == ["doomed"]
+
+    await until(local_deleted, "the topic whose brokers are all up is deleted")
+    await controller.wait_idle()
+    assert await h.observer.get_topic_deletions() == ["doomed"]
+    assert await h.observer.get_topic_assignment("doomed") is not None
+    await h.broker(2)
+
+    async def doomed_deleted() -> bool:
+        zk = h.observer.zk
+        paths = (topic_path("doomed"), delete_topic_path("doomed"))
+        return [await zk.exists(p) for p in paths] == [None, None]
+
+    await until(doomed_deleted, "deleted once broker 2 is back")
+    assert await h.observer.get_topics() == []

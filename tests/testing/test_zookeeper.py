@@ -117,6 +117,28 @@ def test_given_data_dir_is_kept(tmp_path: Path) -> None:
             client.close()
 
 
+def test_a_relative_data_dir_is_kept_where_the_caller_meant_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make cluster`` passes ``cluster-data/zookeeper``: relative to the caller's directory,
+    not to the JVM's (a scratch directory removed at stop, which lost every topic)."""
+    monkeypatch.chdir(tmp_path)
+    with ZooKeeperServer(Path("cluster-data/zookeeper")) as server:
+        assert server.data_dir == tmp_path / "cluster-data" / "zookeeper"
+        client = _kazoo(server)
+        client.create("/persisted", b"x")
+        client.stop()
+        client.close()
+    assert (tmp_path / "cluster-data" / "zookeeper" / "version-2").is_dir()
+    with ZooKeeperServer("cluster-data/zookeeper") as again:
+        client = _kazoo(again)
+        try:
+            assert client.get("/persisted")[0] == b"x"
+        finally:
+            client.stop()
+            client.close()
+
+
 def test_port_taken_is_a_clear_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -541,6 +541,17 @@ async def test_start_up_requests_survive_a_dropped_connection(make_client: MakeC
     first = await kzk.get_or_create_cluster_id()
     assert dropped == [1, 1]
     assert await kzk.get_or_create_cluster_id() == first
+    dropped = drop_requests(kzk.zk, "get", times=1)
+    assert await kzk.get_cluster_id() == first
+    assert dropped == [1]
+
+
+async def test_get_cluster_id_is_none_on_a_new_zookeeper(make_client: MakeClient) -> None:
+    kzk = KafkaZkClient(await make_client())
+    assert await kzk.get_cluster_id() is None
+    assert await kzk.get_cluster_id() is None  # reading creates nothing
+    created = await kzk.get_or_create_cluster_id()
+    assert await kzk.get_cluster_id() == created
 
 
 async def test_until_connected_gives_up_after_its_budget(make_client: MakeClient) -> None:

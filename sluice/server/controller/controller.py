@@ -47,7 +47,8 @@ What each event does:
   brokers -> offline partitions they are a replica of get elected again.
 * **Topic change / partition modifications**: first states for new partitions.
 * **Topic deletion**: the topic's znodes and the request go in one fenced multi; brokers see the
-  topic gone and delete their logs.
+  topic gone and delete their logs. Not while a broker holding a replica is down: the request
+  waits for it (a broker change retries).
 * **Preferred-leader election**: every ``leader.imbalance.check.interval.seconds`` when
   ``auto.leader.rebalance.enable``, per broker: if more than
   ``leader.imbalance.per.broker.percentage`` % of the partitions whose preferred (first) replica
@@ -353,7 +354,7 @@ class Controller:
             try:
                 await self._process(event)
             except Exception as exc:  # a bug: log it, fail the caller, keep the controller alive
-                log.exception("controller event failed", event=type(event).__name__)
+                log.exception("controller event failed", controller_event=type(event).__name__)
                 event.fail(exc)
             finally:
                 event.fail(errors.NotController("the event was not completed"))
@@ -389,7 +390,7 @@ class Controller:
                 if attempt == MAX_EVENT_ATTEMPTS:
                     log.error(
                         "controller event abandoned after connection failures",
-                        event=type(event).__name__,
+                        controller_event=type(event).__name__,
                         error=str(exc),
                     )
                     event.fail(errors.RequestTimedOut(str(exc)))
@@ -399,7 +400,9 @@ class Controller:
                         await self._resign("an event could not be completed", delete=True)
                         self._enqueue(_Reelect())
                     return
-                log.info("connection trouble; retrying the event", event=type(event).__name__)
+                log.info(
+                    "connection trouble; retrying the event", controller_event=type(event).__name__
+                )
                 await self.kzk.zk.wait_connected()
 
     async def _handle(self, event: _Event) -> Any:
@@ -779,6 +782,8 @@ class Controller:
             await self._reconcile(topics, registered, f"brokers gone: {sorted(dead + bounced)}")
         why = f"brokers gone: {dead}" if dead and not new else f"live brokers: {sorted(current)}"
         await self._reconcile(topics, set(current), why)
+        if new or bounced:  # Kafka's onBrokerStartup: resume deletions that waited for them
+            await self._on_topic_deletion()
 
     async def _on_topic_change(self) -> None:
         topics = set(await self._read_armed("topics", _TopicChange, self.kzk.get_topics))
@@ -797,9 +802,28 @@ class Controller:
 
     async def _on_topic_deletion(self) -> None:
         """Kafka's ``TopicDeletion``, reduced to ZooKeeper: the topic's znodes and its request
-        go in one fenced multi; brokers notice the topic gone and delete their logs."""
+        go in one fenced multi; brokers notice the topic gone and delete their logs.
+
+        Only while every broker holding one of its replicas is registered (Kafka's
+        ``TopicDeletionManager``: a topic with a replica on a dead broker is ineligible for
+        deletion until that broker starts again; the request stays, the topic stays visible,
+        DeleteTopics times out). Otherwise the dead broker's replica would outlive the topic: the
+        broker, back, would find logs ZooKeeper has no record of, which it keeps as stray logs
+        (it cannot tell a deleted topic from a ZooKeeper that was reset, and deleting a whole
+        cluster's data on the second guess is not a risk to take). The broker change that
+        registers it retries the deletion."""
         topics = await self._read_armed("deletions", _TopicDeletion, self.kzk.get_topic_deletions)
         for topic in topics:
+            assignment = await self.kzk.get_topic_assignment(topic)
+            if assignment is not None:
+                replicas = {r for a in assignment.partitions.values() for r in a.replicas}
+                if down := sorted(replicas - set(self._live)):
+                    log.info(
+                        "topic deletion waits: replicas on brokers that are down",
+                        topic=topic,
+                        brokers=down,
+                    )
+                    continue
             await self.kzk.delete_topic(topic, self._active_fence())
             self._topics.discard(topic)
             log.info("topic deleted", topic=topic, controller_epoch=self._active_fence().epoch)

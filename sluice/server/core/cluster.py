@@ -18,14 +18,16 @@
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
    ``replica.lag.time.max.ms / 2``;
 5. on **session loss** gives up leadership of everything at once (another broker may be elected
-   while we cannot hear about it), then, on the new session, registers again and re-reads and
+   while we cannot hear about it), then, on the new session, checks that ZooKeeper still holds
+   this cluster (the ``/cluster/id`` joined: a ZooKeeper restarted on an empty data dir does
+   not, and its empty topic list must not delete anything), registers again and re-reads and
    re-applies the state of every hosted partition (a watch does not re-deliver an unchanged
    znode).
 
 A topic gone from ``/brokers/topics`` (deleted by the controller) has its local logs deleted. A
-local topic ZooKeeper does not know is deleted too if this broker created its logs in cluster
-mode (a topic deleted while the broker was down); one from a standalone data dir is only
-reported, never deleted.
+local topic ZooKeeper has no record of when the broker starts (a reset ZooKeeper, another
+chroot, a standalone data dir) is kept and reported, never deleted: Kafka's stray logs (see
+:meth:`ClusterMember._check_strays`).
 
 Concurrency: everything runs on the event loop; ZooKeeper callbacks arrive there through the
 ZkClient. Partition state is applied in the order each watcher delivers it; a state may be
@@ -238,6 +240,10 @@ class ClusterMember:
         self._states_read: set[tuple[str, int]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._topics_seen = asyncio.Event()
+        #: Whether the ZooKeeper watched is known to hold this cluster's state (the /cluster/id
+        #: joined). A new session may be on a ZooKeeper that lost it (a wiped data dir): until
+        #: the id is checked, topics gone from /brokers/topics keep their local partitions.
+        self._same_cluster = True
         self._stopping = False
         self._leaving = False  # controlled shutdown: no more fetching
         #: Changes of the ISR of partitions led here, stored by this leader or applied from the
@@ -432,22 +438,38 @@ class ClusterMember:
                 ),
             ]
         for topic in sorted(set(self._topic_watchers) - names):
-            self._topic_gone(topic)
+            self._topic_gone(topic, delete_local=self._same_cluster)
         if not self._topics_seen.is_set():
             self._topics_seen.set()
             self._check_strays(names)
         self.cache.changed()
 
     def _check_strays(self, names: set[str]) -> None:
-        for topic in sorted(set(self.logs.topics()) - names):
-            if self.logs.is_cluster_topic(topic):
-                log.warning("deleting the logs of a topic the cluster no longer has", topic=topic)
-                self.replicas.delete_topic(topic)
-            else:
-                log.warning(
-                    "local topic unknown to the cluster (from a standalone data dir): not served",
-                    topic=topic,
-                )
+        """Local partitions of topics ZooKeeper has no record of are kept, never deleted: Kafka's
+        stray logs. A broker deletes a partition only when told to (the topic gone from
+        ``/brokers/topics`` while it watches, the end of a DeleteTopics; the controller does
+        not finish a deletion while a replica's broker is down). A topic ZooKeeper does not
+        know may be one deleted in a way this broker missed, or ZooKeeper may have been reset
+        or ``zookeeper.connect`` point elsewhere: deleting would then destroy the cluster's
+        data, so the partitions are reported, not served, and left for the operator."""
+        strays = {
+            t: self.logs.hosted_partitions(t) for t in sorted(set(self.logs.topics()) - names)
+        }
+        if not strays:
+            return
+        why = (
+            "ZooKeeper has no topics at all (a new or reset ZooKeeper, or zookeeper.connect "
+            "names another cluster or chroot?)"
+            if not names
+            else "ZooKeeper has no record of these topics"
+        )
+        log.warning(
+            "stray partitions kept: not served, not deleted; remove their directories by hand "
+            "once sure they are not wanted",
+            reason=why,
+            partitions=[f"{t}-{p}" for t, parts in strays.items() for p in parts],
+            zookeeper=self.config.zookeeper_connect,
+        )
 
     def _on_topic_config(self, topic: str, value: tuple[bytes, ZnodeStat] | None) -> None:
         from sluice.server.zk.data import TopicConfig
@@ -491,7 +513,7 @@ class ClusterMember:
                 )
         self.cache.changed()
 
-    def _topic_gone(self, topic: str) -> None:
+    def _topic_gone(self, topic: str, *, delete_local: bool = True) -> None:
         for watcher in self._topic_watchers.pop(topic, []):
             watcher.cancel()
         held = self.cache.remove_topic(topic)
@@ -502,6 +524,15 @@ class ClusterMember:
         hosted = self.logs.hosted_partitions(topic)
         if hosted:
             self.fetchers.unfollow([(topic, p) for p in hosted])
+        if not delete_local:
+            log.warning(
+                "topic gone from a ZooKeeper not known to hold this cluster's state: its local "
+                "partitions are kept (stray, not served)",
+                topic=topic,
+                partitions=[f"{topic}-{p}" for p in hosted],
+            )
+            return
+        if hosted:
             self.replicas.delete_topic(topic)
         log.info("topic deleted from the cluster", topic=topic, partitions=count, local=hosted)
 
@@ -819,15 +850,19 @@ class ClusterMember:
         if self._stopping:
             return
         if event.state is SessionState.LOST:
+            self._same_cluster = False  # until the new session's ZooKeeper is checked
             for partition in self.replicas.resign_all():
                 self._after_state(partition)
         elif event.state is SessionState.CONNECTED and event.new_session:
+            self._same_cluster = False
             self._spawn(self._rejoin(), "zk-rejoin")
 
     async def _rejoin(self) -> None:
         """A new session: register again, then re-read and re-apply every hosted partition's
         state (those we led were resigned when the old session was lost)."""
         assert self.kzk is not None
+        await self._check_same_cluster()
+        await self.kzk.create_top_level_paths()  # gone if ZooKeeper lost its state
         self.broker_epoch = await self.kzk.register_broker(self._broker_info())
         log.info("re-registered", broker_id=self.local_id, broker_epoch=self.broker_epoch)
         for partition in self.replicas.partitions():
@@ -835,6 +870,25 @@ class ClusterMember:
             state = await self.kzk.get_partition_state(TopicPartition(*key))
             if state is not None:
                 await self._on_state(key, state)
+
+    async def _check_same_cluster(self) -> None:
+        """A lost session may mean a ZooKeeper that lost everything (restarted on an empty data
+        dir): its /brokers/topics is empty, and deleting what is gone from it would delete the
+        cluster's data. Same /cluster/id: topics gone meanwhile are deleted now (a re-read of
+        the topic list). Otherwise they stay, kept as stray partitions until a restart."""
+        assert self.kzk is not None
+        found = await self.kzk.get_cluster_id()
+        if found != self.cluster_id:
+            log.error(
+                "ZooKeeper does not hold this cluster's state after a new session: topics "
+                "missing from it keep their local partitions (stray, not served)",
+                cluster_id=self.cluster_id,
+                zookeeper_cluster_id=found,
+                zookeeper=self.config.zookeeper_connect,
+            )
+            return
+        self._same_cluster = True
+        self._on_topics(await self.kzk.get_topics())
 
 
 def _replica_ids(assignment: Mapping[int, list[int]]) -> set[int]:

@@ -552,10 +552,6 @@ class LogManager:
         entry = self._topics.get(topic)
         return [] if entry is None else self._partitions_of(topic, entry[0])
 
-    def is_cluster_topic(self, topic: str) -> bool:
-        """Whether ``topic``'s logs were created for a cluster (:meth:`create_log`)."""
-        return topic in self._hosted
-
     def create_log(
         self, topic: str, partition: int, partition_count: int, overrides: Mapping[str, str] = {}
     ) -> Log:

@@ -150,6 +150,14 @@ class KafkaZkClient:
                 continue  # another broker won, or our reply was lost: read what is there
         raise ZkError("no cluster id after 3 attempts")
 
+    async def get_cluster_id(self) -> str | None:
+        """``/cluster/id``, or None while there is none (a new or reset ZooKeeper)."""
+        try:
+            data, _ = await self.until_connected(lambda: self.zk.get(CLUSTER_ID_PATH))
+        except NoNodeError:
+            return None
+        return decode_cluster_id(data)
+
     async def create_top_level_paths(self) -> None:
         """Make sure the persistent parents exist (Kafka's ``createTopLevelPaths``)."""
         for path in PERSISTENT_PATHS:

@@ -4,7 +4,7 @@ Each room declares the broker keys it reads -- Kafka's name, a parser, the defau
 one-line doc -- next to the code that reads them: the storage layer its ``log.*`` keys
 (:data:`sluice.server.storage.log_config.BROKER_OPTIONS`), the group coordinator its
 ``group.*`` / ``offsets.*`` keys (:data:`sluice.server.group.coordinator.GROUP_OPTIONS`). The
-broker's ``Config`` (:mod:`sluice.server.core.config`) collects them into one table. Here, at
+broker's ``Config`` (:mod:`sluice.server.config`) collects them into one table. Here, at
 the bottom layer, so that every room may import it. Pure data and parsing, no I/O.
 """
 

@@ -13,7 +13,7 @@ Usage::
     with EmbeddedBroker(mode="subprocess") as broker:   # a separate ``python -m sluice.server``
         ...
 
-Three ways to run it, all the same :class:`sluice.server.core.server.Server` on a ``listeners``
+Three ways to run it, all the same :class:`sluice.server.server.Server` on a ``listeners``
 port 0 (the
 OS picks a free port, nothing to race for) and a fresh data directory (removed afterwards
 unless ``data_dir`` was given):
@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from sluice.server.core.server import Server
+    from sluice.server.server import Server
 
 __all__ = ["EmbeddedBroker"]
 
@@ -250,8 +250,8 @@ class EmbeddedBroker:
         await self.stop()
 
     async def _start_server(self, props: dict[str, str]) -> None:
-        from sluice.server.core.config import Config
-        from sluice.server.core.server import Server
+        from sluice.server.config import Config
+        from sluice.server.server import Server
 
         server = Server(Config.from_properties(props))
         await server.start()

@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker.test_server import FETCH, PRODUCE, batch, create_topic, fetch, start_server
 from tests.broker_util import WireClient
 

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from sluice.server.core.server import Server
+from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from sluice.server.server import Server
 from tests.broker.test_follower_fetch import produce_request
 from tests.broker.test_server import PRODUCE, batch, create_topic, start_server
 from tests.broker_util import WireClient

@@ -15,7 +15,7 @@ import pytest
 
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch
-from sluice.server.core.replica_manager import (
+from sluice.server.replication.replica_manager import (
     IsrUpdate,
     Partition,
     ReplicaManager,

@@ -12,7 +12,7 @@
   dump-log tool and the pipeline jobs).
 * Nothing but ``sluice.testing`` and the core imports the broker core; nothing imports
   ``sluice.testing`` except itself.
-* Metrics registration lives in the core: only ``sluice.server.core`` imports
+* Metrics registration lives in the metrics room: only ``sluice.server.metrics`` imports
   ``prometheus_client`` (and the HTTP server it brings).
 """
 
@@ -109,7 +109,7 @@ RULES = [
 ]
 #: Known, deliberate exceptions: the CLI wraps the dump-log tool and the Spark jobs.
 EXCEPTIONS = {
-    "sluice.client.cli": {"sluice.server.storage.dump_log", "sluice.pipeline.cli"},
+    "sluice.cli.main": {"sluice.server.storage.dump_log", "sluice.pipeline.cli"},
 }
 
 
@@ -135,11 +135,11 @@ def test_nothing_outside_testing_imports_testing() -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_only_the_core_imports_prometheus_client() -> None:
+def test_only_the_metrics_room_imports_prometheus_client() -> None:
     offenders = {
         module_name(p): sorted(n for n in imported(p) if n.split(".")[0] == "prometheus_client")
         for p in PACKAGE.rglob("*.py")
-        if not module_name(p).startswith("sluice.server.core")
+        if not module_name(p).startswith("sluice.server.metrics")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
     importers = {
@@ -147,19 +147,19 @@ def test_only_the_core_imports_prometheus_client() -> None:
         for p in PACKAGE.rglob("*.py")
         if any(n.split(".")[0] == "prometheus_client" for n in imported(p))
     }
-    assert importers == {"sluice.server.core.prometheus"}
+    assert importers == {"sluice.server.metrics.prometheus"}
 
 
 def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
     fake = tmp_path / "sluice" / "server" / "storage"
     fake.mkdir(parents=True)
     (fake / "bad.py").write_text(
-        "import socket\nfrom sluice.server.core.handlers import Handlers\nfrom . import log\n"
+        "import socket\nfrom sluice.server.api.handlers import Handlers\nfrom . import log\n"
         "from ..core import server\n"
     )
     found = room_violations(
         "sluice.server.storage", RULES[1][1], NETWORK_MODULES, tmp_path / "sluice"
     )
     assert found == {
-        "sluice.server.storage.bad": ["sluice.server.core", "sluice.server.core.handlers", "socket"]
+        "sluice.server.storage.bad": ["sluice.server.api.handlers", "sluice.server.core", "socket"]
     }

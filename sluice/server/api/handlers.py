@@ -2,7 +2,7 @@
 
 Handlers run on the event loop thread, one request at a time per connection (the connection
 awaits each before decoding the next). They decode, call the
-:class:`~sluice.server.core.replica_manager.ReplicaManager` (partition leadership, appends,
+:class:`~sluice.server.replication.replica_manager.ReplicaManager` (partition leadership, appends,
 reads, parked requests), the group coordinator or the LogManager (topic admin), and encode.
 
 Errors: storage raises ``sluice.protocol.errors.KafkaError`` subclasses, which become the
@@ -32,18 +32,22 @@ from sluice.protocol.framing import (
     unsupported_version_response,
 )
 from sluice.protocol.messages import RequestHeader
-from sluice.server.core.config_resources import ConfigResources
-from sluice.server.core.quotas import NO_BOUND
+from sluice.server.api.config_resources import ConfigResources
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
+from sluice.server.network.quotas import NO_BOUND
 
 if TYPE_CHECKING:
-    from sluice.server.core.cluster import ClusterMember
-    from sluice.server.core.config import Config
-    from sluice.server.core.metrics import Metrics
-    from sluice.server.core.producer_id_manager import ProducerIdManager
-    from sluice.server.core.replica_manager import AppendResult, DelayedProduce, ReplicaManager
+    from sluice.server.config import Config
     from sluice.server.group.coordinator import GroupCoordinator
+    from sluice.server.metadata.producer_id_manager import ProducerIdManager
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.replication.replica_manager import (
+        AppendResult,
+        DelayedProduce,
+        ReplicaManager,
+    )
 
 log = get_logger("sluice.handlers")
 
@@ -1474,7 +1478,7 @@ class Handlers:
         listed = [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
         return cls(error_code=0, throttle_time_ms=0, topics=listed)
 
-    # --- Configs (32, 33, 44): sluice.server.core.config_resources -------------------------------
+    # --- Configs (32, 33, 44): sluice.server.api.config_resources -------------------------------
 
     def describe_configs(
         self, header: RequestHeader, body: m.DescribeConfigsRequest

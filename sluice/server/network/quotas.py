@@ -3,8 +3,8 @@
 Topic and partition counts are bounded where topics are created (:mod:`handlers`,
 ``sluice.max.topics`` / ``sluice.max.partitions`` / ``sluice.max.partitions.per.topic``); the two
 bounds enforced per connection and per request live here, one object each, created once by the
-``Server`` and shared by every :class:`~sluice.server.core.connection.Connection`. Both run on the
-event loop thread only. With the defaults (2147483647, Kafka's "no bound") neither refuses or
+``Server`` and shared by every :class:`~sluice.server.network.connection.Connection`. Both run on
+the event loop thread only. With the defaults (2147483647, Kafka's "no bound") neither refuses or
 delays anything, so a broker configured as before behaves as before.
 
 **Connections** (:class:`ConnectionQuotas`, Kafka's ``SocketServer.ConnectionQuotas``): at most

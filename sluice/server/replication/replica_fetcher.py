@@ -46,7 +46,7 @@ from sluice.server.logging import get_logger
 from sluice.server.storage.leader_epoch import follower_truncation_offset
 
 if TYPE_CHECKING:
-    from sluice.server.core.replica_manager import Partition, PartitionKey, ReplicaManager
+    from sluice.server.replication.replica_manager import Partition, PartitionKey, ReplicaManager
 
 log = get_logger("sluice.replica_fetcher")
 

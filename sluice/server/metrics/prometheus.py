@@ -1,13 +1,13 @@
 """The Prometheus endpoint (``sluice.metrics.listener``): Kafka's broker metrics over HTTP.
 
-What is exported, under which names and from which Kafka MBeans: :data:`~sluice.server.core.
+What is exported, under which names and from which Kafka MBeans: :data:`~sluice.server.metrics.
 metrics.METRICS` (and the README's *Monitoring* section). The exposition format, the HTTP
 server and content negotiation (text or OpenMetrics, gzip) are ``prometheus_client``'s.
 
 **Threads.** The HTTP server is ``prometheus_client``'s (``wsgiref`` + ``ThreadingMixIn``): it
 accepts and answers on threads of its own, so a slow or stuck scraper never blocks the event loop,
 and the broker writes no HTTP code. But what a scrape reads -- the counters of
-:class:`~sluice.server.core.metrics.Metrics`, the ReplicaManager's partitions, the cluster's
+:class:`~sluice.server.metrics.metrics.Metrics`, the ReplicaManager's partitions, the cluster's
 metadata cache, the group coordinator's offsets -- belongs to the event loop thread and is not
 safe to iterate from another one (a dict changing size under a reader raises). So the broker's
 collector is wrapped in :class:`OnLoopCollector`: the HTTP thread asks the loop to build the
@@ -54,12 +54,12 @@ from prometheus_client.registry import Collector
 
 from sluice.protocol import messages as m
 from sluice.protocol.errors import error_name
-from sluice.server.core.metrics import METRICS
 from sluice.server.logging import get_logger
+from sluice.server.metrics.metrics import METRICS
 
 if TYPE_CHECKING:
-    from sluice.server.core.config import MetricsListener
-    from sluice.server.core.server import Server
+    from sluice.server.config import MetricsListener
+    from sluice.server.server import Server
 
 log = get_logger("sluice.metrics")
 

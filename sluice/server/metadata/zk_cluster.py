@@ -259,8 +259,8 @@ class ClusterMember:
         here; then wait (bounded by the backoff) for the new states to arrive, so this broker
         stops answering as a leader before it closes. Returns whether it succeeded; a failure
         is logged and the broker stops anyway (as Kafka does)."""
-        from sluice.client.connection import Connection
-        from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError
+        from sluice.net.connection import Connection
+        from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
         from sluice.protocol import messages as m
 
         config = self.config

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.client.connection import Connection
-from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError
+from sluice.net.connection import Connection
+from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.logging import get_logger

@@ -45,6 +45,7 @@ from sluice.client.cluster import Cluster, TopicPartition
 from sluice.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from sluice.client.group import delete_groups, describe_group, list_groups
 from sluice.client.producer import COMPRESSION_CODECS, Producer
+from sluice.pipeline.cli import pipeline as pipeline_jobs
 from sluice.protocol.config_resources import ConfigSource, ResourceType
 from sluice.protocol.errors import InvalidConfig, KafkaError, SluiceError, error_name
 
@@ -788,7 +789,7 @@ async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: in
         raise click.ClickException(f"only {result.records} of {messages} records arrived")
 
 
-cli.add_command(__import__("sluice.pipeline.cli", fromlist=["pipeline"]).pipeline)  # Spark jobs (K)
+cli.add_command(pipeline_jobs)  # the Spark jobs
 
 
 def main(argv: list[str] | None = None) -> None:

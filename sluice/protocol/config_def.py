@@ -59,3 +59,29 @@ def one_of(*choices: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+#: Kafka's "no bound" for an int option (``Int.MaxValue``): the default of the broker's
+#: connection, request-rate, topic and partition bounds.
+NO_BOUND = 2147483647
+
+
+def parse_ip_overrides(text: str) -> tuple[tuple[str, int], ...]:
+    """``max.connections.per.ip.overrides``: ``host:count[,host:count...]`` (Kafka's format; an
+    IPv6 literal in brackets); empty = none."""
+    out: list[tuple[str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, colon, count_text = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not colon or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise ValueError(f"{item!r}: count {count_text!r} is not a number") from None
+        if count < 0:
+            raise ValueError(f"{item!r}: count must be >= 0")
+        out.append((host, count))
+    return tuple(out)

@@ -44,9 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import javaproperties
 
-from sluice.protocol.config_def import ConfigKey, boolean, int_in
+from sluice.protocol.config_def import NO_BOUND, ConfigKey, boolean, int_in, parse_ip_overrides
 from sluice.server.group.coordinator import GROUP_OPTIONS
-from sluice.server.network.quotas import NO_BOUND, parse_ip_overrides
 from sluice.server.storage.log_config import BROKER_OPTIONS
 
 if TYPE_CHECKING:

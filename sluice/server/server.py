@@ -27,20 +27,22 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
+from sluice.protocol.config_def import NO_BOUND
 from sluice.server.api.handlers import Handlers
 from sluice.server.config import Config, MetricsListener
 from sluice.server.logging import get_logger
 from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
-from sluice.server.network.quotas import NO_BOUND, ConnectionQuotas, RequestQuota
-from sluice.server.replication.replica_manager import ReplicaManager, ReplicationSettings
+from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.replication.partition import ReplicationSettings
+from sluice.server.replication.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
-    from sluice.server.replication.replica_manager import Partition
+    from sluice.server.replication.partition import Partition
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 

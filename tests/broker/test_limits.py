@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.network.quotas import ConnectionQuotas, RequestQuota, parse_ip_overrides
+from sluice.protocol.config_def import parse_ip_overrides
+from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
 from sluice.server.server import Server
 from tests.broker.test_server import create_topic, metadata, start_server
 from tests.broker_util import WireClient

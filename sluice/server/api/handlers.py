@@ -18,7 +18,6 @@ readable on one of its partitions completes it, and the fetch reads again.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import acl, errors
 from sluice.protocol import messages as m
+from sluice.protocol.config_def import NO_BOUND
 from sluice.protocol.framing import (
     UnsupportedVersionError,
     api_versions_response,
@@ -35,7 +35,7 @@ from sluice.protocol.messages import RequestHeader
 from sluice.server.api.config_resources import ConfigResources
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.logging import get_logger
-from sluice.server.network.quotas import NO_BOUND
+from sluice.server.network.request import CLOSE_CONNECTION, REQUEST_CONTEXT
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -43,11 +43,8 @@ if TYPE_CHECKING:
     from sluice.server.metadata.producer_id_manager import ProducerIdManager
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.metrics import Metrics
-    from sluice.server.replication.replica_manager import (
-        AppendResult,
-        DelayedProduce,
-        ReplicaManager,
-    )
+    from sluice.server.replication.delayed import AppendResult, DelayedProduce
+    from sluice.server.replication.replica_manager import ReplicaManager
 
 log = get_logger("sluice.handlers")
 
@@ -62,14 +59,6 @@ DEBUGGING_REPLICA_ID = -2
 #: The one client id whose Produce may append to an internal topic (Kafka's
 #: ``AdminUtils.AdminClientId``, checked in ``KafkaApis.handleProduceRequest``): a repair tool.
 ADMIN_CLIENT_ID = "__admin_client"
-
-#: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
-CLOSE_CONNECTION: Any = object()
-
-#: The client address of the request being handled, as Kafka writes it (``InetAddress.toString``:
-#: ``"/127.0.0.1"``); set once by each connection's worker task, whose context its handlers run
-#: in (JoinGroup records it; DescribeGroups reports it). Empty outside a connection.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 @functools.cache
@@ -567,34 +556,37 @@ class Handlers:
             delayed = self.replicas.delayed_fetch(keys, isolation)
             if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
-                return self._fetch_answer(body, self._read_fetch(body, wanted, isolation))
+                return self._fetch_answer(body, self._read_fetch(body, wanted, isolation, False))
             self.metrics.inc("fetch.woken")
-            read = self._read_fetch(body, wanted, isolation)
+            read = self._read_fetch(body, wanted, isolation, False)
             _, size, had_error, _ = read
             done = size >= body.min_bytes or had_error or self._stopping
             if done or time.monotonic() >= deadline:
                 return self._fetch_answer(body, read)
 
     def _read_fetch(
-        self, body: m.FetchRequest, wanted: list[tuple[str, int, int, int, int]], isolation: Any
+        self,
+        body: m.FetchRequest,
+        wanted: list[tuple[str, int, int, int, int]],
+        isolation: Any,
+        record_follower: bool = True,
     ) -> _FetchRead:
         """``(response, record bytes, whether a partition has an error, [(topic, record bytes)]
-        of the partitions with data)``."""
-        # Hot path (every Fetch, every partition): classes resolved once, the partition looked
-        # up through the replica manager's dict, one response object per partition.
+        of the partitions with data)``. A long poll's re-reads pass ``record_follower=False``:
+        a follower's fetch is recorded once per request (``ReplicaManager.fetch_messages``)."""
+        # Hot path (every Fetch, every partition): classes resolved once, one response object
+        # per partition.
         cls = m.FetchResponse
         topic_cls = cls.FetchableTopicResponse
         part_cls = cls.PartitionData
-        get_partition = self.replicas.get_partition
-        budget = body.max_bytes if body.max_bytes > 0 else 0
-        replica_id = body.replica_id
-        min_one = True  # Kafka: the first partition with data may exceed the limits (KIP-74)
-        total = 0
         had_error = False
         sent: list[tuple[str, int]] = []
+        total = 0
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
-        for topic, part, offset, part_max, current_epoch in wanted:
-            partition = get_partition(topic, part)
+        reads = self.replicas.fetch_messages(
+            wanted, body.max_bytes, isolation, body.replica_id, record_follower
+        )
+        for (topic, part, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
             entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
@@ -608,50 +600,36 @@ class Handlers:
                     preferred_read_replica=-1,
                     records=b"",  # Kafka sends empty (not null) records with an error
                 )
+            elif info is None:
+                had_error = True
+                log_ = partition.log
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=_code(exc) if exc is not None else errors.UnknownServerError.code,
+                    high_watermark=log_.high_watermark,
+                    last_stable_offset=log_.high_watermark,
+                    log_start_offset=log_.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",  # Kafka sends empty (not null) records with an error
+                )
             else:
-                limit = max(min(part_max, budget - total), 0)
-                try:
-                    if replica_id >= 0:
-                        # A follower: its fetch offset is its LEO (recorded once its epoch
-                        # passed the check; HW may move and complete parked produces).
-                        partition.local_log(current_epoch)
-                        if partition.update_follower_end_offset(replica_id, offset):
-                            self.replicas.complete_delayed_requests((topic, part))
-                    # Fetch v9+ carries the client's leader epoch (-1 before: no check)
-                    info = partition.read(offset, limit, isolation, min_one, current_epoch)
-                except Exception as exc:
-                    if not isinstance(exc, errors.KafkaError):
-                        log.exception("fetch read failed", topic=topic, partition=part)
-                    had_error = True
-                    log_ = partition.log
-                    entry = part_cls(
-                        partition_index=part,
-                        error_code=_code(exc),
-                        high_watermark=log_.high_watermark,
-                        last_stable_offset=log_.high_watermark,
-                        log_start_offset=log_.log_start_offset,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=b"",  # Kafka sends empty (not null) records with an error
-                    )
-                else:
-                    records = info.slice
-                    hw = info.high_watermark
-                    size = records.size if records is not None else 0
-                    if size:
-                        total += size
-                        min_one = False
-                        sent.append((topic, size))
-                    entry = part_cls(
-                        partition_index=part,
-                        error_code=0,
-                        high_watermark=hw,
-                        last_stable_offset=hw,
-                        log_start_offset=info.log_start_offset,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=records if size else b"",
-                    )
+                records = info.slice
+                hw = info.high_watermark
+                size = records.size if records is not None else 0
+                if size:
+                    total += size
+                    sent.append((topic, size))
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=0,
+                    high_watermark=hw,
+                    last_stable_offset=hw,
+                    log_start_offset=info.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=records if size else b"",
+                )
             entries = topics.get(topic)
             if entries is None:
                 topics[topic] = [entry]
@@ -1237,7 +1215,7 @@ class Handlers:
             member_id=body.member_id,
             group_instance_id=body.group_instance_id,
             client_id=header.client_id or "",
-            client_host=CLIENT_HOST.get(),
+            client_host=REQUEST_CONTEXT.get().client_host,
             session_timeout_ms=body.session_timeout_ms,
             rebalance_timeout_ms=body.rebalance_timeout_ms,
             protocol_type=body.protocol_type,

@@ -44,13 +44,14 @@ from sluice.protocol import errors
 from sluice.protocol.structs import TopicPartition
 from sluice.server.logging import get_logger
 from sluice.server.metadata.producer_id_manager import BlockProducerIdManager
+from sluice.server.replication.partition import IsrUpdate
 from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from sluice.server.replication.replica_manager import IsrUpdate
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
     from sluice.server.controller.controller import Controller
-    from sluice.server.replication.replica_manager import Partition, ReplicaManager
+    from sluice.server.replication.partition import Partition
+    from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZnodeStat
     from sluice.server.zk.data import BrokerInfo, PartitionState, TopicAssignment
     from sluice.server.zk.kafka_zk import KafkaZkClient

@@ -33,7 +33,7 @@ import concurrent.futures
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import (
@@ -58,8 +58,14 @@ from sluice.server.logging import get_logger
 from sluice.server.metrics.metrics import METRICS
 
 if TYPE_CHECKING:
-    from sluice.server.config import MetricsListener
-    from sluice.server.server import Server
+    from collections.abc import Sized
+
+    from sluice.server.config import Config, MetricsListener
+    from sluice.server.group.coordinator import GroupCoordinator
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.replication.replica_manager import ReplicaManager
+    from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.metrics")
 
@@ -77,11 +83,38 @@ def _family(name: str) -> Any:
     return kind(d.name, d.doc, labels=d.labels)
 
 
-class BrokerCollector(Collector):
-    """Every family of METRICS for one :class:`Server`. Call :meth:`collect` on the event loop
-    thread only (:class:`OnLoopCollector` does)."""
+class _ServedApis(Protocol):
+    @property
+    def served_api_keys(self) -> frozenset[int]: ...
 
-    def __init__(self, server: Server) -> None:
+
+class BrokerState(Protocol):
+    """What the collector reads of a running broker (``sluice.server.server.Server``), read-only:
+    the metrics room reads the broker's state, the broker never hands it its internals to own."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def connections(self) -> Sized: ...
+    @property
+    def handlers(self) -> _ServedApis | None: ...
+    @property
+    def cluster(self) -> ClusterMember | None: ...
+    @property
+    def log_manager(self) -> LogManager | None: ...
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+
+class BrokerCollector(Collector):
+    """Every family of METRICS for one broker. Call :meth:`collect` on the event loop thread only
+    (:class:`OnLoopCollector` does)."""
+
+    def __init__(self, server: BrokerState) -> None:
         self._server = server
 
     def describe(self) -> list[Metric]:
@@ -264,7 +297,7 @@ class MetricsEndpoint:
     Started by ``Server.start`` after the Kafka listener, stopped first thing at shutdown.
     """
 
-    def __init__(self, listener: MetricsListener, server: Server) -> None:
+    def __init__(self, listener: MetricsListener, server: BrokerState) -> None:
         self.listener = listener
         self.registry = CollectorRegistry(auto_describe=True)
         loop = asyncio.get_running_loop()

@@ -61,11 +61,15 @@ from sluice.protocol.framing import (
     decode_request,
     encode_response,
 )
-from sluice.server.api.handlers import CLIENT_HOST, CLOSE_CONNECTION
 from sluice.server.logging import get_logger
+from sluice.server.network.request import (
+    CLOSE_CONNECTION,
+    REQUEST_CONTEXT,
+    RequestContext,
+    RequestHandler,
+)
 
 if TYPE_CHECKING:
-    from sluice.server.api.handlers import Handlers
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
 
@@ -88,7 +92,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(
         self,
-        handlers: Handlers,
+        handlers: RequestHandler,
         metrics: Metrics,
         *,
         max_frame_size: int,
@@ -274,7 +278,7 @@ class Connection(asyncio.Protocol):
         # The worker task's own context: handlers of this connection's requests see its peer.
         peer = self._peer
         if isinstance(peer, tuple) and peer:
-            CLIENT_HOST.set(f"/{peer[0]}")
+            REQUEST_CONTEXT.set(RequestContext(client_host=f"/{peer[0]}"))
         try:
             while True:
                 while not self._frames:

@@ -31,7 +31,7 @@ VOLUME ["/var/lib/sluice"]
 EXPOSE 9092
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["python", "-m", "sluice.server.core.healthcheck", "127.0.0.1:9092"]
+    CMD ["python", "-m", "sluice.server.network.healthcheck", "127.0.0.1:9092"]
 
 # Every broker key can be set with an environment variable: SLUICE_ + the key in upper case with
 # '.' written '_' (a '_' of the key '__', a '-' '___'), e.g. docker run -e

@@ -1,5 +1,6 @@
-"""Shared pieces of the interop tests (``tests/test_interop_*.py``): Kafka clients nobody here
-wrote (confluent-kafka/librdkafka, kafka-python, aiokafka, kcat) against a real broker subprocess.
+"""Shared pieces of the interop tests (``tests/interop/test_interop_*.py``): Kafka clients nobody
+here wrote (confluent-kafka/librdkafka, kafka-python, aiokafka, kcat) against a real broker
+subprocess.
 
 * :func:`broker_fixture` — the body of each interop module's module-scoped ``broker`` fixture:
   one ``python -m sluice.server`` per module (started with :func:`tests.broker_util.start_broker`

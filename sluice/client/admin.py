@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from sluice.net.connection import Connection
 from sluice.protocol import messages
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.protocol.errors import KafkaError, for_code
 
 from .cluster import Cluster, PartitionInfo, TopicPartition
-from .connection import Connection
 from .consumer import EARLIEST, LATEST, Consumer, OffsetAndTimestamp
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 :class:`Cluster` knows the brokers (node id -> host:port) and, for each topic it was asked
 about, the partitions and their leaders, from Metadata responses. It owns one
-:class:`~sluice.client.connection.Connection` per node, opened on first use and re-opened after it
+:class:`~sluice.net.connection.Connection` per node, opened on first use and re-opened after it
 breaks. Refreshes are coalesced: concurrent callers of :meth:`Cluster.refresh` share one Metadata
 request. Everything runs on one event loop; nothing here is thread-safe.
 """
@@ -16,11 +16,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sluice.net.connection import Connection
 from sluice.protocol import messages
 from sluice.protocol.errors import KafkaError, LeaderNotAvailable, UnknownTopicOrPartition, for_code
 from sluice.protocol.structs import TopicPartition
 
-from .connection import Connection
 from .errors import KafkaConnectionError, KafkaTimeoutError
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicPartition", "parse_bootstrap"]

@@ -5,11 +5,17 @@ Layering (STYLE item 7): a Kafka error code from a response becomes its
 happen on the client's side of the wire (cannot connect, timed out, used after close, a feature
 the broker or this client does not have yet) are :class:`ClientError` subclasses. Both derive from
 :class:`sluice.protocol.errors.SluiceError`, so ``except SluiceError`` catches everything Sluice
-raises.
+raises. The connection's own errors (:mod:`sluice.net.errors`) are re-exported here.
 """
 
 from __future__ import annotations
 
+from sluice.net.errors import (
+    ClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
 from sluice.protocol.errors import KafkaError, ProtocolError, SluiceError, for_code
 
 __all__ = [
@@ -30,24 +36,6 @@ __all__ = [
 ]
 
 
-class ClientError(SluiceError):
-    """Base of every error raised by the client itself (not carried in a response)."""
-
-    retriable = False
-
-
-class KafkaConnectionError(ClientError):
-    """Could not connect to a broker, or the connection broke with requests in flight."""
-
-    retriable = True
-
-
-class KafkaTimeoutError(ClientError):
-    """A request, a metadata wait or a delivery did not finish in its time bound."""
-
-    retriable = True
-
-
 class ProducerClosedError(ClientError):
     """``send`` on a producer that is stopped (or stopping)."""
 
@@ -63,10 +51,6 @@ class NoOffsetForPartitionError(ClientError):
 
 class RecordTooLargeError(ClientError, ValueError):
     """A single record that cannot fit a request of ``max_request_size`` bytes."""
-
-
-class UnsupportedVersionError(ClientError):
-    """The broker implements no version of an API that this client can speak."""
 
 
 class GroupsNotSupportedError(ClientError, NotImplementedError):

@@ -30,11 +30,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from sluice.net.connection import Connection
 from sluice.protocol import consumer_protocol, messages
 from sluice.protocol.errors import KafkaError, ProtocolError, for_code
 
 from .cluster import Cluster, TopicPartition
-from .connection import Connection
 from .errors import KafkaConnectionError, KafkaTimeoutError
 
 __all__ = [

@@ -6,8 +6,8 @@ on partition ``toPositive(murmur2(key)) % numPartitions``, where ``murmur2`` is 
 of MurmurHash2 (seed 0x9747b28c, little-endian 4-byte words) and ``toPositive`` clears the sign
 bit (``& 0x7fffffff``, not ``abs``: ``abs(INT32_MIN)`` would stay negative). Matching this
 exactly is what lets a Python producer and a Java or librdkafka producer agree on where a key
-lives -- the property per-key ordering depends on. ``tests/test_client_partitioner.py`` checks it
-against confluent-kafka (``partitioner=murmur2_random``) on a real broker.
+lives -- the property per-key ordering depends on. ``tests/client/test_client_partitioner.py``
+checks it against confluent-kafka (``partitioner=murmur2_random``) on a real broker.
 
 Records without a key are not hashed: the producer spreads them with a *sticky* choice (KIP-480):
 one random partition per topic until the batch it fills is sent, then another. That keeps

@@ -1,6 +1,6 @@
 """``sluice pipeline ...``: the Spark jobs of :mod:`sluice.pipeline.jobs` from the command line.
 
-The click group ``pipeline`` is attached to the ``sluice`` CLI (client/cli.py) and runs on
+The click group ``pipeline`` is attached to the ``sluice`` CLI (sluice/cli/main.py) and runs on
 its own as ``python -m sluice.pipeline.cli``::
 
     sluice pipeline archive -b 127.0.0.1:9092 -t events --path /data/archive \\

@@ -4,7 +4,7 @@ Kept on purpose, although ``client/`` exists: Spark calls ``read(partition)``/``
 synchronously in its Python workers, so this module speaks the few requests the pipeline needs
 over one blocking socket, with the project's one codec (``sluice.protocol.framing`` for
 requests/responses, ``sluice.protocol.records`` for batches) — no second codec, but a second
-connection next to ``sluice.client.connection``.
+connection next to ``sluice.net.connection``.
 
 The asyncio client was measured as a replacement and was slower, and a Spark task would need an
 event loop per call (``bench/NOTES.md``).

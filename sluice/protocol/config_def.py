@@ -4,7 +4,7 @@ Each room declares the broker keys it reads -- Kafka's name, a parser, the defau
 one-line doc -- next to the code that reads them: the storage layer its ``log.*`` keys
 (:data:`sluice.server.storage.log_config.BROKER_OPTIONS`), the group coordinator its
 ``group.*`` / ``offsets.*`` keys (:data:`sluice.server.group.coordinator.GROUP_OPTIONS`). The
-broker's ``Config`` (:mod:`sluice.server.core.config`) collects them into one table. Here, at
+broker's ``Config`` (:mod:`sluice.server.config`) collects them into one table. Here, at
 the bottom layer, so that every room may import it. Pure data and parsing, no I/O.
 """
 
@@ -59,3 +59,29 @@ def one_of(*choices: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+#: Kafka's "no bound" for an int option (``Int.MaxValue``): the default of the broker's
+#: connection, request-rate, topic and partition bounds.
+NO_BOUND = 2147483647
+
+
+def parse_ip_overrides(text: str) -> tuple[tuple[str, int], ...]:
+    """``max.connections.per.ip.overrides``: ``host:count[,host:count...]`` (Kafka's format; an
+    IPv6 literal in brackets); empty = none."""
+    out: list[tuple[str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, colon, count_text = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not colon or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise ValueError(f"{item!r}: count {count_text!r} is not a number") from None
+        if count < 0:
+            raise ValueError(f"{item!r}: count must be >= 0")
+        out.append((host, count))
+    return tuple(out)

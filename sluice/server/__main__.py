@@ -4,7 +4,7 @@ Also ``python -m sluice.server``.
 
 Mirrors ``kafka-server-start.sh``: an optional properties file, then ``SLUICE_*`` environment
 variables (``SLUICE_ADVERTISED_LISTENERS`` sets ``advertised.listeners``: what a container image
-is configured with, see :mod:`sluice.server.core.config`), then overrides. Loads the config
+is configured with, see :mod:`sluice.server.config`), then overrides. Loads the config
 once, configures logging once, runs the Server on uvloop until SIGTERM/SIGINT.
 """
 
@@ -15,12 +15,12 @@ import sys
 
 import click
 
-from sluice.server.core.config import Config, ConfigError
+from sluice.server.config import Config, ConfigError
 from sluice.server.logging import configure_logging, get_logger
 
 
 async def _serve(config: Config) -> None:
-    from sluice.server.core.server import Server
+    from sluice.server.server import Server
 
     server = Server(config)
     server.install_signal_handlers()

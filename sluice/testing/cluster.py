@@ -359,7 +359,7 @@ class EmbeddedCluster:
 
 
 async def _request(port: int, api_key: int, body: Any) -> Any:
-    from sluice.client.connection import Connection
+    from sluice.net.connection import Connection
 
     conn = await Connection.open("127.0.0.1", port, client_id="sluice-cluster")
     try:

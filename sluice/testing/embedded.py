@@ -13,7 +13,7 @@ Usage::
     with EmbeddedBroker(mode="subprocess") as broker:   # a separate ``python -m sluice.server``
         ...
 
-Three ways to run it, all the same :class:`sluice.server.core.server.Server` on a ``listeners``
+Three ways to run it, all the same :class:`sluice.server.server.Server` on a ``listeners``
 port 0 (the
 OS picks a free port, nothing to race for) and a fresh data directory (removed afterwards
 unless ``data_dir`` was given):
@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from sluice.server.core.server import Server
+    from sluice.server.server import Server
 
 __all__ = ["EmbeddedBroker"]
 
@@ -255,8 +255,8 @@ class EmbeddedBroker:
 
     async def _start_server(self, props: dict[str, str]) -> None:
         log_through_the_application()
-        from sluice.server.core.config import Config
-        from sluice.server.core.server import Server
+        from sluice.server.config import Config
+        from sluice.server.server import Server
 
         server = Server(Config.from_properties(props))
         await server.start()
@@ -436,7 +436,7 @@ def log_through_the_application() -> None:
 
     Unconfigured, structlog prints every event to stdout, debug included: an embedded broker
     wrote its whole log into the application's output (and a test's captured stdout). Routed
-    to ``logging`` (loggers named by module, ``sluice.server.core.server`` ...), the events
+    to ``logging`` (loggers named by module, ``sluice.server.server`` ...), the events
     obey the application's handlers and levels; below a logger's level an event is dropped
     before it is rendered (``filter_by_level``, first). Idempotent; an application that
     configures structlog later replaces this."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker.test_server import start_server
 from tests.broker_util import WireClient
 

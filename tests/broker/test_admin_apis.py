@@ -11,7 +11,7 @@ import pytest
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker.test_server import batch, create_topic, produce
 from tests.broker_util import WireClient
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.server.core import config as config_mod
-from sluice.server.core.config import Config, ConfigError, Listener
+from sluice.server import config as config_mod
+from sluice.server.config import Config, ConfigError, Listener
 
 
 def test_defaults_match_the_option_table() -> None:
@@ -210,7 +210,7 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
 
 
 def test_group_option_defaults_match_the_coordinator() -> None:
-    from sluice.server.core.config import OPTIONS
+    from sluice.server.config import OPTIONS
     from sluice.server.group.coordinator import GroupConfig
 
     table = {o.key: o.default for o in OPTIONS}
@@ -449,7 +449,7 @@ DECLARED = {
 
 
 def test_every_key_is_declared_once_with_its_default_and_doc() -> None:
-    from sluice.server.core.config import OPTIONS
+    from sluice.server.config import OPTIONS
     from sluice.server.group.coordinator import GROUP_OPTIONS
     from sluice.server.storage.log_config import BROKER_OPTIONS
 
@@ -467,7 +467,7 @@ def test_every_key_is_declared_once_with_its_default_and_doc() -> None:
 
 
 def test_example_properties_file_lists_every_declared_key() -> None:
-    from sluice.server.core.config import OPTIONS_BY_KEY
+    from sluice.server.config import OPTIONS_BY_KEY
 
     example = Path(__file__).resolve().parents[2] / "config" / "server.properties"
     documented = {

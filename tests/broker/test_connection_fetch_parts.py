@@ -107,8 +107,8 @@ def test_no_sendfile_to_a_closing_transport(monkeypatch: pytest.MonkeyPatch) -> 
     import socket
     from types import SimpleNamespace
 
-    from sluice.server.core.connection import Connection
-    from sluice.server.core.metrics import Metrics
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.network.connection import Connection
 
     calls: list[tuple[int, ...]] = []
     monkeypatch.setattr(os, "sendfile", lambda *a: calls.append(a) or 0)

@@ -17,8 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from sluice.protocol import errors
-from sluice.server.core.config import Config
-from sluice.server.core.server import Server
+from sluice.server.config import Config
+from sluice.server.server import Server
 from tests.broker.test_server import batch, create_topic, fetch, produce
 from tests.broker_util import WireClient
 from tests.storage.fullfs import FullDiskVFS

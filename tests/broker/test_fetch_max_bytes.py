@@ -11,7 +11,7 @@ import pytest
 
 from sluice.protocol import messages as m
 from sluice.protocol.records import iter_batches
-from sluice.server.core.config import Config
+from sluice.server.config import Config
 from tests.broker.test_server import batch, create_topic, fetch_request, produce, start_server
 from tests.broker_util import WireClient
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker.test_server import FETCH, PRODUCE, batch, create_topic, fetch, start_server
 from tests.broker_util import WireClient
 
@@ -104,6 +104,37 @@ async def test_a_follower_fetch_at_leo_parks_until_an_append(tmp_path: Path) -> 
         assert resp.responses[0].partition_responses[0].error_code == 0
         answer = await follower.receive(FETCH, 11, correlation, timeout=WAIT_S)
         assert len(bytes(answer.responses[0].partitions[0].records)) > 0
+    finally:
+        await producer.close()
+        await follower.close()
+        await server.shutdown()
+
+
+async def test_a_long_poll_records_the_follower_once_not_on_its_re_read(tmp_path: Path) -> None:
+    """The follower's fetch is its report, taken when the request is read: the re-read after the
+    append woke it must not record it again (with the leader's new LEO as the LEO it fetched
+    against, the caught-up rule would be judged against a fetch that never happened)."""
+    server = await start_server(tmp_path)
+    producer = await WireClient.connect("127.0.0.1", server.port)
+    follower = await WireClient.connect("127.0.0.1", server.port)
+    try:
+        await replicated_topic(server, producer, "r")
+        replicas = server.replica_manager
+        assert replicas is not None
+        partition = replicas.get_partition("r", 0)
+        assert partition is not None
+        correlation = await follower.send(
+            FETCH, 11, follower_fetch("r", 0, epoch=1, max_wait_ms=30_000)
+        )
+        await asyncio.wait_for(_until(lambda: len(replicas.fetch_purgatory) == 1), WAIT_S)
+        state = partition._followers[FOLLOWER]
+        assert (state.leo, state.last_fetch_leader_leo) == (0, 0)
+        fetched_at = state.last_fetch_ms
+        resp = await producer.request(PRODUCE, 8, produce_request("r", batch(3), acks=1))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        answer = await follower.receive(FETCH, 11, correlation, timeout=WAIT_S)
+        assert len(bytes(answer.responses[0].partitions[0].records)) > 0  # the re-read happened
+        assert (state.leo, state.last_fetch_leader_leo, state.last_fetch_ms) == (0, 0, fetched_at)
     finally:
         await producer.close()
         await follower.close()

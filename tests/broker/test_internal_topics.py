@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.server import Server
 from tests.broker.test_admin_apis import create_partitions
 from tests.broker.test_server import batch, create_topic, list_offset, start_server
 from tests.broker_util import WireClient

@@ -20,8 +20,9 @@ import pytest
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.records import build_batch, iter_batches
-from sluice.server.core.replica_manager import NO_LEADER, ReplicaManager
-from sluice.server.core.server import Server
+from sluice.server.replication.partition import NO_LEADER
+from sluice.server.replication.replica_manager import ReplicaManager
+from sluice.server.server import Server
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 from tests.broker.test_server import create_topic, metadata, produce, start_server

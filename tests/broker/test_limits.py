@@ -16,8 +16,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.quotas import ConnectionQuotas, RequestQuota, parse_ip_overrides
-from sluice.server.core.server import Server
+from sluice.protocol.config_def import parse_ip_overrides
+from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.server import Server
 from tests.broker.test_server import create_topic, metadata, start_server
 from tests.broker_util import WireClient
 
@@ -176,7 +177,7 @@ async def test_connections_over_the_bound_are_closed(
 
 
 def test_zero_per_ip_needs_overrides() -> None:
-    from sluice.server.core.config import Config, ConfigError
+    from sluice.server.config import Config, ConfigError
 
     with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip\.overrides"):
         Config.load(None, ["max.connections.per.ip=0"])

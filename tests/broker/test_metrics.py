@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.protocol import messages as m
 from sluice.protocol.errors import error_name
-from sluice.server.core.config import Config, ConfigError, MetricsListener
-from sluice.server.core.metrics import METRICS, Histogram, error_codes
+from sluice.server.config import Config, ConfigError, MetricsListener
+from sluice.server.metrics.metrics import METRICS, Histogram, error_codes
 from sluice.testing import EmbeddedBroker
 from tests.broker_util import WireClient
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from sluice.server.core.producer_id_manager import BlockProducerIdManager
+from sluice.server.metadata.producer_id_manager import BlockProducerIdManager
 
 
 class Blocks:

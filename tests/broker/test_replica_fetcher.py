@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from sluice.server.core.server import Server
+from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from sluice.server.server import Server
 from tests.broker.test_follower_fetch import produce_request
 from tests.broker.test_server import PRODUCE, batch, create_topic, start_server
 from tests.broker_util import WireClient
@@ -71,3 +71,29 @@ async def test_follower_copies_the_leader_and_acks_all_waits_for_it(tmp_path: Pa
         await peer.close()
         await leader.shutdown()
         await follower.shutdown()
+
+
+def test_the_fetcher_writes_the_log_only_through_partition() -> None:
+    """The follower's writes (append, HW, log start, truncation) go through ``Partition``, which
+    owns the log's state; the fetcher only reads ``partition.log``."""
+    import ast
+
+    from sluice.server.replication import replica_fetcher
+
+    writes = {
+        "append_as_follower",
+        "update_high_watermark",
+        "delete_records",
+        "truncate_to",
+        "truncate_fully_and_start_at",
+    }
+    source = Path(replica_fetcher.__file__).read_text()
+    direct = [
+        f"{ast.unparse(node.func)} (line {node.lineno})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in writes
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "partition")
+    ]
+    assert direct == []

@@ -14,8 +14,9 @@ import pytest
 
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch, decode_batch
-from sluice.server.core.producer_id_manager import ProducerIdManager
-from sluice.server.core.replica_manager import DelayedProduce, ReplicaManager
+from sluice.server.metadata.producer_id_manager import ProducerIdManager
+from sluice.server.replication.delayed import DelayedProduce
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager

@@ -15,12 +15,8 @@ import pytest
 
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch
-from sluice.server.core.replica_manager import (
-    IsrUpdate,
-    Partition,
-    ReplicaManager,
-    ReplicationSettings,
-)
+from sluice.server.replication.partition import IsrUpdate, Partition, ReplicationSettings
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 

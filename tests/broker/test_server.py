@@ -15,8 +15,8 @@ import uvloop
 from sluice.protocol import messages as m
 from sluice.protocol.framing import ADVERTISED_VERSIONS
 from sluice.protocol.records import build_batch, decode_batch, iter_batches
-from sluice.server.core.config import Config
-from sluice.server.core.server import Server
+from sluice.server.config import Config
+from sluice.server.server import Server
 from tests.broker_util import WireClient
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = (m.Produce.key, m.Fetch.key, m.ListOffsets.key,

@@ -18,7 +18,7 @@ import pytest
 from sluice.protocol import messages as m
 from sluice.protocol.framing import encode_request
 from sluice.protocol.records import build_batch, iter_batches
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker.test_server import create_topic, fetch, metadata, produce, start_server
 from tests.broker_util import WireClient
 

@@ -22,7 +22,7 @@ def test_standalone_start_does_not_load_kazoo(monkeypatch: pytest.MonkeyPatch) -
         for line in log.splitlines()
         if line.startswith("import time:")
     }
-    assert "sluice.server.core.server" in imported  # the importtime lines are really there
+    assert "sluice.server.server" in imported  # the importtime lines are really there
     assert not {m for m in imported if m.split(".")[0] == "kazoo"}
     assert not {m for m in imported if m.startswith("sluice.server.zk")}
     assert not {m for m in imported if m.split(".")[0] == "prometheus_client"}

@@ -15,7 +15,10 @@ from sluice.testing.embedded import EmbeddedBroker
 from tests.broker_util import free_port
 
 SCRIPT = Path(sys.executable).with_name("sluice")
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "sluice.client.cli"]
+# The installed script when it is this tree's entry point (an editable install made before the
+# CLI moved still names the old module), else the module itself.
+_CURRENT = SCRIPT.exists() and "sluice.cli.main" in SCRIPT.read_text(errors="replace")
+COMMAND = [str(SCRIPT)] if _CURRENT else [sys.executable, "-m", "sluice.cli.main"]
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sluice.client import Consumer, Producer, TopicPartition
-from sluice.client.connection import Connection
 from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from sluice.net.connection import Connection
 from sluice.protocol import messages
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.framing import (

@@ -163,7 +163,7 @@ async def test_small_buffers_keep_order_across_partitions(broker: EmbeddedBroker
 
 
 async def test_groups_need_a_group_id(broker: EmbeddedBroker) -> None:
-    """Group features without ``group_id`` refuse loudly (tests/test_groups_client.py has
+    """Group features without ``group_id`` refuse loudly (tests/client/test_groups_client.py has
     the group behaviour itself)."""
     async with Consumer(broker.bootstrap_servers) as c:
         with pytest.raises(NotImplementedError, match="group_id"):

@@ -1,12 +1,13 @@
-"""sluice.client packs no Kafka frame itself with ``struct``: one codec for broker and client
-(STYLE item 2). What it may import is checked with the other rooms in test_layering.py."""
+"""sluice.client and the connection under it (sluice.net) pack no Kafka frame themselves with
+``struct``: one codec for broker and client (STYLE item 2). What they may import is checked with
+the other rooms in test_layering.py."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-CLIENT = Path(__file__).resolve().parents[2] / "sluice" / "client"
+PACKAGE = Path(__file__).resolve().parents[2] / "sluice"
 
 
 def imports(path: Path) -> set[str]:
@@ -24,5 +25,6 @@ def test_only_frame_sizes_and_hashing_use_struct() -> None:
     # The size prefix is the one thing the connection reads itself (to know how much to await);
     # everything inside a frame is decoded by protocol/. The partitioner unpacks murmur2's
     # little-endian words of the key, which are not wire data.
-    users = sorted(p.name for p in CLIENT.glob("*.py") if "struct" in imports(p))
-    assert users == ["connection.py", "partitioner.py"], users
+    files = [*(PACKAGE / "client").glob("*.py"), *(PACKAGE / "net").glob("*.py")]
+    users = sorted(str(p.relative_to(PACKAGE)) for p in files if "struct" in imports(p))
+    assert users == ["client/partitioner.py", "net/connection.py"], users

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sluice.client.cli import cli
+from sluice.cli.main import cli
 from tests.broker_util import BrokerProcess, start_broker
 
 pytestmark = pytest.mark.interop

@@ -16,7 +16,7 @@ import pytest
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.structs import TopicPartition
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from sluice.server.zk.client import ZkClient
 from sluice.server.zk.data import PartitionState, partition_state_path
 from sluice.server.zk.kafka_zk import ControllerEpoch, KafkaZkClient

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from sluice.testing.cluster import EmbeddedCluster
 from tests.broker.test_server import CREATE_TOPICS
 from tests.cluster.test_cluster_member import IDS, Cluster, metadata, until
@@ -54,7 +54,7 @@ def polling_metadata(ports: list[int], topic: str, partitions: int) -> Iterator[
     """Poll Metadata for ``topic`` from every port (one connection each) until the block ends;
     yields a dict filled with ``answers`` (count), ``listed`` (the ports whose answers listed
     the topic's partitions) and ``partial`` (what was wrong, per port)."""
-    from sluice.client.connection import Connection
+    from sluice.net.connection import Connection
 
     seen: dict[str, Any] = {"answers": 0, "partial": [], "listed": set()}
     stop = threading.Event()

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.broker.test_follower_fetch import produce_request
 from tests.broker.test_server import DELETE_TOPICS, PRODUCE, batch, start_server

@@ -664,7 +664,7 @@ async def test_topic_deletion_removes_its_znodes(h: Harness) -> None:
 
 
 def test_settings_from_the_broker_config() -> None:
-    from sluice.server.core.config import Config
+    from sluice.server.config import Config
 
     config = Config.load(
         None,

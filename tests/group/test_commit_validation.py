@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from sluice.protocol import messages as m
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker_util import WireClient
 from tests.group.test_groups import WAIT, connect, join, start, sync
 

@@ -1,6 +1,6 @@
 """Group coordinator over real sockets: the classic protocol's state machine and error codes.
 
-An in-process :class:`sluice.server.core.server.Server` on 127.0.0.1:0 and
+An in-process :class:`sluice.server.server.Server` on 127.0.0.1:0 and
 :class:`tests.broker_util.WireClient`
 connections speaking our codec (one connection per member, as JoinGroup/SyncGroup block their
 connection while the rebalance runs). Real clients are in ``test_interop_groups.py``; these tests
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from sluice.protocol import messages as m
-from sluice.server.core.config import Config
-from sluice.server.core.server import Server
+from sluice.server.config import Config
+from sluice.server.server import Server
 from tests.broker_util import WireClient
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (

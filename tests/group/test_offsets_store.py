@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from sluice.protocol.errors import ProtocolError
-from sluice.server.core.offsets_appender import ReplicaAppender
-from sluice.server.core.replica_manager import ReplicaManager
 from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
 from sluice.server.group.offsets_store import (
     OFFSETS_TOPIC,
@@ -29,6 +27,8 @@ from sluice.server.group.offsets_store import (
     offset_commit_record,
     partition_for,
 )
+from sluice.server.replication.offsets_appender import ReplicaAppender
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 

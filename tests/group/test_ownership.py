@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 
 from sluice.protocol import messages as m
-from sluice.server.core.replica_manager import ReplicaManager
-from sluice.server.core.server import Server
 from sluice.server.group.coordinator import (
     Group,
     GroupCoordinator,
@@ -32,6 +30,8 @@ from sluice.server.group.offsets_store import (
     OffsetRecord,
     partition_for,
 )
+from sluice.server.replication.replica_manager import ReplicaManager
+from sluice.server.server import Server
 from tests.broker.test_server import create_topic
 from tests.broker_util import WireClient
 from tests.group.test_groups import (

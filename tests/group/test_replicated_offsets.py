@@ -11,10 +11,10 @@ import asyncio
 from pathlib import Path
 
 from sluice.protocol import messages as m
-from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from sluice.server.core.server import Server
 from sluice.server.group.coordinator import GroupCoordinator
 from sluice.server.group.offsets_store import OFFSETS_TOPIC, OffsetRecord
+from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from sluice.server.server import Server
 from tests.broker.test_server import create_topic
 from tests.group.test_groups import commit, connect, join_new, start, sync
 from tests.group.test_ownership import fetch, until

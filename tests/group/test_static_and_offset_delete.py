@@ -13,7 +13,7 @@ import pytest
 
 from sluice.protocol import messages as m
 from sluice.protocol.consumer_protocol import encode_subscription
-from sluice.server.core.server import Server
+from sluice.server.server import Server
 from tests.broker_util import WireClient
 from tests.group.test_groups import (
     WAIT,

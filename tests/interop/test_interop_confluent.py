@@ -164,7 +164,7 @@ class _Lines(logging.Handler):
 def test_api_versions_v3_handshake_and_metadata(broker: BrokerProcess, admin: AdminClient) -> None:
     """librdkafka's own debug log shows its ApiVersions v3 request answered at v3 (no fallback),
     the MsgVer2 feature (RecordBatch v2) enabled, and the group features enabled (the broker
-    serves the group APIs: tests/test_interop_groups.py); Metadata lists the topic with its
+    serves the group APIs: tests/interop/test_interop_groups.py); Metadata lists the topic with its
     partitions."""
     handler = _Lines()
     logger = logging.getLogger(f"{__name__}.librdkafka")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sluice.server.core.config import Config
+from sluice.server.config import Config
 from tests.project.test_dockerfile import _exec_form, _image_env, _instruction
 
 REPO = Path(__file__).resolve().parents[2]

@@ -79,7 +79,7 @@ def _on_host(argv: list[str], port: int, data_dir: Path) -> list[str]:
 def test_image_is_non_root_with_volume_healthcheck_and_cached_dependencies() -> None:
     assert _instruction("USER") not in {"root", "0"}
     assert "/var/lib/sluice" in _instruction("VOLUME")
-    assert "sluice.server.core.healthcheck" in _instruction("HEALTHCHECK")
+    assert "sluice.server.network.healthcheck" in _instruction("HEALTHCHECK")
     deps = DOCKERFILE.index("pip install -r")
     first_source = DOCKERFILE.index("COPY sluice ")
     assert deps < first_source, "dependencies must be installed before the source is copied"
@@ -107,7 +107,7 @@ def test_image_copies_what_the_package_is_built_from() -> None:
 
 def test_healthcheck_fails_when_nothing_listens() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sluice.server.core.healthcheck", f"127.0.0.1:{free_port()}"],
+        [sys.executable, "-m", "sluice.server.network.healthcheck", f"127.0.0.1:{free_port()}"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -214,7 +214,7 @@ def test_docker_run_e_advertises_another_address(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["nonsense", "host:port"])
 def test_healthcheck_rejects_a_bad_target(bad: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sluice.server.core.healthcheck", bad],
+        [sys.executable, "-m", "sluice.server.network.healthcheck", bad],
         capture_output=True,
         text=True,
         timeout=30,

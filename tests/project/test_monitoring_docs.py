@@ -1,5 +1,5 @@
 """The monitoring docs hold to what the broker exports: the README's metric table lists exactly
-the declared families (:data:`sluice.server.core.metrics.METRICS`), and every metric the Grafana
+the declared families (:data:`sluice.server.metrics.metrics.METRICS`), and every metric the Grafana
 dashboard queries is a sample name the endpoint serves (``tests/broker/test_metrics.py`` checks
 that a scrape has every declared family)."""
 
@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sluice.server.core.metrics import METRICS
+from sluice.server.metrics.metrics import METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "config" / "grafana-dashboard.json"

@@ -136,7 +136,7 @@ def test_mypy_rejects_a_misspelt_field(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 CLIENT_SNIPPET = """
-    from sluice.client.connection import Connection
+    from sluice.net.connection import Connection
     from sluice.protocol.messages import Fetch, FetchRequest
 
     async def high_watermark(conn: Connection) -> int:

@@ -128,7 +128,7 @@ class GroupState(enum.Enum):
 
 
 #: The coordinator's broker keys as the broker's Config lists them (text defaults, parsers for
-#: load-time checks, docs); collected by sluice.server.core.config. GroupConfig's field defaults
+#: load-time checks, docs); collected by sluice.server.config. GroupConfig's field defaults
 #: are the same values, parsed (a test keeps them equal).
 GROUP_OPTIONS: tuple[ConfigKey, ...] = (
     ConfigKey(

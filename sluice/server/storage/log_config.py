@@ -187,7 +187,7 @@ BROKER_KEYS: dict[str, str] = {
 
 #: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
 #: lists them: text defaults, parsers for load-time checks, docs. Declared here, collected by
-#: sluice.server.core.config; the LogConfig field defaults below are the same values, parsed
+#: sluice.server.config; the LogConfig field defaults below are the same values, parsed
 #: (a test keeps them equal).
 BROKER_OPTIONS: tuple[ConfigKey, ...] = (
     ConfigKey("log.segment.bytes", int_in(14), "1073741824", "segment size before rolling"),

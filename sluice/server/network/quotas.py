@@ -3,8 +3,8 @@
 Topic and partition counts are bounded where topics are created (:mod:`handlers`,
 ``sluice.max.topics`` / ``sluice.max.partitions`` / ``sluice.max.partitions.per.topic``); the two
 bounds enforced per connection and per request live here, one object each, created once by the
-``Server`` and shared by every :class:`~sluice.server.core.connection.Connection`. Both run on the
-event loop thread only. With the defaults (2147483647, Kafka's "no bound") neither refuses or
+``Server`` and shared by every :class:`~sluice.server.network.connection.Connection`. Both run on
+the event loop thread only. With the defaults (2147483647, Kafka's "no bound") neither refuses or
 delays anything, so a broker configured as before behaves as before.
 
 **Connections** (:class:`ConnectionQuotas`, Kafka's ``SocketServer.ConnectionQuotas``): at most
@@ -47,33 +47,10 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
+from sluice.protocol.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 
 log = get_logger("sluice.quotas")
-
-#: Kafka's "no bound" for an int option (``Int.MaxValue``): the defaults of every bound here.
-NO_BOUND = 2147483647
-
-
-def parse_ip_overrides(text: str) -> tuple[tuple[str, int], ...]:
-    """``max.connections.per.ip.overrides``: ``host:count[,host:count...]`` (Kafka's format; an
-    IPv6 literal in brackets); empty = none."""
-    out: list[tuple[str, int]] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        host, colon, count_text = item.rpartition(":")
-        host = host.strip().strip("[]")
-        if not colon or not host:
-            raise ValueError(f"{item!r} is not host:count")
-        try:
-            count = int(count_text)
-        except ValueError:
-            raise ValueError(f"{item!r}: count {count_text!r} is not a number") from None
-        if count < 0:
-            raise ValueError(f"{item!r}: count must be >= 0")
-        out.append((host, count))
-    return tuple(out)
 
 
 def _resolve(host: str) -> list[str]:

@@ -25,7 +25,7 @@ connection after the responses already due are sent (ApiVersions with an unknown
 gets the v0 ``UNSUPPORTED_VERSION`` answer the protocol defines). Each case logs one structured
 line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touched.
 
-Limits (:mod:`sluice.server.core.quotas`). A connection over ``max.connections.per.ip`` or
+Limits (:mod:`sluice.server.network.quotas`). A connection over ``max.connections.per.ip`` or
 ``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
 open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
 worker waits that long before taking the next request (Kafka mutes the channel the same way);
@@ -61,13 +61,17 @@ from sluice.protocol.framing import (
     decode_request,
     encode_response,
 )
-from sluice.server.core.handlers import CLIENT_HOST, CLOSE_CONNECTION
 from sluice.server.logging import get_logger
+from sluice.server.network.request import (
+    CLOSE_CONNECTION,
+    REQUEST_CONTEXT,
+    RequestContext,
+    RequestHandler,
+)
 
 if TYPE_CHECKING:
-    from sluice.server.core.handlers import Handlers
-    from sluice.server.core.metrics import Metrics
-    from sluice.server.core.quotas import ConnectionQuotas, RequestQuota
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
 
 log = get_logger("sluice.connection")
 
@@ -88,7 +92,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(
         self,
-        handlers: Handlers,
+        handlers: RequestHandler,
         metrics: Metrics,
         *,
         max_frame_size: int,
@@ -274,7 +278,7 @@ class Connection(asyncio.Protocol):
         # The worker task's own context: handlers of this connection's requests see its peer.
         peer = self._peer
         if isinstance(peer, tuple) and peer:
-            CLIENT_HOST.set(f"/{peer[0]}")
+            REQUEST_CONTEXT.set(RequestContext(client_host=f"/{peer[0]}"))
         try:
             while True:
                 while not self._frames:

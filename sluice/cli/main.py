@@ -40,14 +40,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sluice.client.admin import Admin, ConfigEntry
+from sluice.client.cluster import Cluster, TopicPartition
+from sluice.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
+from sluice.client.group import delete_groups, describe_group, list_groups
+from sluice.client.producer import COMPRESSION_CODECS, Producer
+from sluice.pipeline.cli import pipeline as pipeline_jobs
 from sluice.protocol.config_resources import ConfigSource, ResourceType
 from sluice.protocol.errors import InvalidConfig, KafkaError, SluiceError, error_name
-
-from .admin import Admin, ConfigEntry
-from .cluster import Cluster, TopicPartition
-from .consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
-from .group import delete_groups, describe_group, list_groups
-from .producer import COMPRESSION_CODECS, Producer
 
 T = TypeVar("T")
 
@@ -739,7 +739,7 @@ async def perf_produce(
     compression: str | None,
 ) -> None:
     """Send NUM-RECORDS records of RECORD-SIZE bytes; print records/s, MB/s and latencies."""
-    from .perf import run_produce
+    from sluice.client.perf import run_produce
 
     async with Producer(
         bootstrap,
@@ -772,7 +772,7 @@ async def perf_produce(
 @async_command
 async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: int) -> None:
     """Read MESSAGES records from the beginning of TOPIC; print records/s and MB/s."""
-    from .perf import run_consume
+    from sluice.client.perf import run_consume
 
     async with Consumer(bootstrap, client_id="sluice-perf") as consumer:
         with _progress("consuming") as bar:
@@ -789,7 +789,7 @@ async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: in
         raise click.ClickException(f"only {result.records} of {messages} records arrived")
 
 
-cli.add_command(__import__("sluice.pipeline.cli", fromlist=["pipeline"]).pipeline)  # Spark jobs (K)
+cli.add_command(pipeline_jobs)  # the Spark jobs
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,8 +11,8 @@
    partition's state znode, keeping a :class:`MetadataCache` that the request handlers read;
 3. for each partition assigned here, creates its log (``LogManager.create_log``) the first time
    a state arrives, **applies the state** to the
-   :class:`~sluice.server.core.replica_manager.ReplicaManager` (which ignores a state not newer
-   than the one it holds, by ``(leader_epoch, zkVersion)``) and then starts or stops the
+   :class:`~sluice.server.replication.replica_manager.ReplicaManager` (which ignores a state not
+   newer than the one it holds, by ``(leader_epoch, zkVersion)``) and then starts or stops the
    follower fetcher for it, and tells the leadership listeners (the group coordinator);
 4. writes the leader's **ISR changes** to the state znode conditionally on the zkVersion it
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
@@ -44,15 +44,16 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import errors
 from sluice.protocol.structs import TopicPartition
-from sluice.server.core.producer_id_manager import BlockProducerIdManager
-from sluice.server.core.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from sluice.server.core.replica_manager import IsrUpdate
 from sluice.server.logging import get_logger
+from sluice.server.metadata.producer_id_manager import BlockProducerIdManager
+from sluice.server.replication.partition import IsrUpdate
+from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 
 if TYPE_CHECKING:
+    from sluice.server.config import Config
     from sluice.server.controller.controller import Controller
-    from sluice.server.core.config import Config
-    from sluice.server.core.replica_manager import Partition, ReplicaManager
+    from sluice.server.replication.partition import Partition
+    from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZnodeStat
     from sluice.server.zk.data import BrokerInfo, PartitionState, TopicAssignment
     from sluice.server.zk.kafka_zk import KafkaZkClient
@@ -319,8 +320,8 @@ class ClusterMember:
         here; then wait (bounded by the backoff) for the new states to arrive, so this broker
         stops answering as a leader before it closes. Returns whether it succeeded; a failure
         is logged and the broker stops anyway (as Kafka does)."""
-        from sluice.client.connection import Connection
-        from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError
+        from sluice.net.connection import Connection
+        from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
         from sluice.protocol import messages as m
 
         config = self.config

@@ -1,13 +1,13 @@
 """The Prometheus endpoint (``sluice.metrics.listener``): Kafka's broker metrics over HTTP.
 
-What is exported, under which names and from which Kafka MBeans: :data:`~sluice.server.core.
+What is exported, under which names and from which Kafka MBeans: :data:`~sluice.server.metrics.
 metrics.METRICS` (and the README's *Monitoring* section). The exposition format, the HTTP
 server and content negotiation (text or OpenMetrics, gzip) are ``prometheus_client``'s.
 
 **Threads.** The HTTP server is ``prometheus_client``'s (``wsgiref`` + ``ThreadingMixIn``): it
 accepts and answers on threads of its own, so a slow or stuck scraper never blocks the event loop,
 and the broker writes no HTTP code. But what a scrape reads -- the counters of
-:class:`~sluice.server.core.metrics.Metrics`, the ReplicaManager's partitions, the cluster's
+:class:`~sluice.server.metrics.metrics.Metrics`, the ReplicaManager's partitions, the cluster's
 metadata cache, the group coordinator's offsets -- belongs to the event loop thread and is not
 safe to iterate from another one (a dict changing size under a reader raises). So the broker's
 collector is wrapped in :class:`OnLoopCollector`: the HTTP thread asks the loop to build the
@@ -33,7 +33,7 @@ import concurrent.futures
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import (
@@ -54,12 +54,18 @@ from prometheus_client.registry import Collector
 
 from sluice.protocol import messages as m
 from sluice.protocol.errors import error_name
-from sluice.server.core.metrics import METRICS
 from sluice.server.logging import get_logger
+from sluice.server.metrics.metrics import METRICS
 
 if TYPE_CHECKING:
-    from sluice.server.core.config import MetricsListener
-    from sluice.server.core.server import Server
+    from collections.abc import Sized
+
+    from sluice.server.config import Config, MetricsListener
+    from sluice.server.group.coordinator import GroupCoordinator
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.replication.replica_manager import ReplicaManager
+    from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.metrics")
 
@@ -77,11 +83,38 @@ def _family(name: str) -> Any:
     return kind(d.name, d.doc, labels=d.labels)
 
 
-class BrokerCollector(Collector):
-    """Every family of METRICS for one :class:`Server`. Call :meth:`collect` on the event loop
-    thread only (:class:`OnLoopCollector` does)."""
+class _ServedApis(Protocol):
+    @property
+    def served_api_keys(self) -> frozenset[int]: ...
 
-    def __init__(self, server: Server) -> None:
+
+class BrokerState(Protocol):
+    """What the collector reads of a running broker (``sluice.server.server.Server``), read-only:
+    the metrics room reads the broker's state, the broker never hands it its internals to own."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def connections(self) -> Sized: ...
+    @property
+    def handlers(self) -> _ServedApis | None: ...
+    @property
+    def cluster(self) -> ClusterMember | None: ...
+    @property
+    def log_manager(self) -> LogManager | None: ...
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+
+class BrokerCollector(Collector):
+    """Every family of METRICS for one broker. Call :meth:`collect` on the event loop thread only
+    (:class:`OnLoopCollector` does)."""
+
+    def __init__(self, server: BrokerState) -> None:
         self._server = server
 
     def describe(self) -> list[Metric]:
@@ -264,7 +297,7 @@ class MetricsEndpoint:
     Started by ``Server.start`` after the Kafka listener, stopped first thing at shutdown.
     """
 
-    def __init__(self, listener: MetricsListener, server: Server) -> None:
+    def __init__(self, listener: MetricsListener, server: BrokerState) -> None:
         self.listener = listener
         self.registry = CollectorRegistry(auto_describe=True)
         loop = asyncio.get_running_loop()

@@ -8,7 +8,7 @@ Two kinds of figures, and a rule for where each is computed:
   no object built per request. Only the event loop thread writes them.
 * **state** -- partitions, leaders, under-replicated and offline partitions, the active
   controller, consumer-group lag, open connections -- is *not* tracked per request at all: the
-  Prometheus collector (:mod:`sluice.server.core.prometheus`) reads it from the ReplicaManager,
+  Prometheus collector (:mod:`sluice.server.metrics.prometheus`) reads it from the ReplicaManager,
   the cluster member and the group coordinator when scraped.
 
 Names. The generic counters are dotted (``requests.Produce``, ``connections.closed.bad_frame``);

@@ -12,8 +12,9 @@ partition in each request, in two phases per partition (Kafka's ``AbstractFetche
    epoch and asks again with its (now older) latest epoch.
 2. **Fetching**: Fetch v11 (``replica_id`` = this broker, ``current_leader_epoch``), from LEO --
    the fetch offset *is* the follower's LEO, which the leader uses to advance HW and the ISR.
-   Returned batches are appended as they are (:meth:`Log.append_as_follower`: the leader's
-   offsets and epochs); the follower's HW becomes ``min(leader HW, LEO)``.
+   Returned batches are appended as they are, through :meth:`Partition.append_as_follower` (the
+   leader's offsets and epochs; the fetcher writes the log only through ``Partition``); the
+   follower's HW becomes ``min(leader HW, LEO)``.
 
 Errors per partition (Kafka's handling): FENCED_LEADER_EPOCH means this broker's state is older
 than the leader's -- the partition waits for the newer state (its ``follow`` call restarts it);
@@ -38,15 +39,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.client.connection import Connection
-from sluice.client.errors import KafkaConnectionError, KafkaTimeoutError
+from sluice.net.connection import Connection
+from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.logging import get_logger
 from sluice.server.storage.leader_epoch import follower_truncation_offset
 
 if TYPE_CHECKING:
-    from sluice.server.core.replica_manager import Partition, PartitionKey, ReplicaManager
+    from sluice.server.replication.partition import Partition, PartitionKey
+    from sluice.server.replication.replica_manager import ReplicaManager
 
 log = get_logger("sluice.replica_fetcher")
 
@@ -299,8 +301,7 @@ class ReplicaFetcher:
                 to_offset=offset,
                 reason=why,
             )
-        # Also when nothing goes: the epoch cache drops the entries from ``offset`` on.
-        log_.truncate_to(offset)
+        partition.truncate_to(offset)
 
     # --- phase 2: fetching ------------------------------------------------------------------
 
@@ -369,17 +370,8 @@ class ReplicaFetcher:
         leader_hw: int,
         leader_log_start: int = -1,
     ) -> None:
-        log_ = partition.log
-        if log_.log_end_offset != fetched_at:
-            return  # truncated meanwhile (cannot happen on one loop; cheap to be sure)
-        if isinstance(records, bytes | bytearray | memoryview) and len(records) > 0:
-            log_.append_as_follower(records)
-        log_.update_high_watermark(min(leader_hw, log_.log_end_offset))
-        # The leader's log start moved (retention, DeleteRecords): follow it, up to what this
-        # replica knows is committed (Kafka's maybeIncrementLogStartOffset on the follower).
-        start = min(leader_log_start, log_.high_watermark)
-        if start > log_.log_start_offset:
-            log_.delete_records(start)
+        # False when truncated meanwhile (cannot happen on one loop; cheap to be sure)
+        partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
 
     def _on_error(
         self,
@@ -412,7 +404,7 @@ class ReplicaFetcher:
                     log_end_offset=partition.log.log_end_offset,
                     leader_log_start_offset=leader_log_start,
                 )
-                partition.log.truncate_fully_and_start_at(leader_log_start)
+                partition.truncate_fully_and_start_at(leader_log_start)
                 return
             state.phase = Phase.TRUNCATING  # diverged: find out where by epoch again
             return

@@ -27,20 +27,22 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from sluice.server.core.config import Config, MetricsListener
-from sluice.server.core.connection import Connection
-from sluice.server.core.handlers import Handlers
-from sluice.server.core.metrics import Metrics
-from sluice.server.core.producer_id_manager import ProducerIdManager
-from sluice.server.core.quotas import NO_BOUND, ConnectionQuotas, RequestQuota
-from sluice.server.core.replica_manager import ReplicaManager, ReplicationSettings
+from sluice.protocol.config_def import NO_BOUND
+from sluice.server.api.handlers import Handlers
+from sluice.server.config import Config, MetricsListener
 from sluice.server.logging import get_logger
+from sluice.server.metadata.producer_id_manager import ProducerIdManager
+from sluice.server.metrics.metrics import Metrics
+from sluice.server.network.connection import Connection
+from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.replication.partition import ReplicationSettings
+from sluice.server.replication.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
-    from sluice.server.core.cluster import ClusterMember
-    from sluice.server.core.prometheus import MetricsEndpoint
-    from sluice.server.core.replica_manager import Partition
     from sluice.server.group.coordinator import GroupCoordinator
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.metrics.prometheus import MetricsEndpoint
+    from sluice.server.replication.partition import Partition
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
@@ -158,7 +160,7 @@ class Server:
         )
 
     async def _start_metrics(self, listener: MetricsListener) -> None:
-        from sluice.server.core.prometheus import MetricsEndpoint
+        from sluice.server.metrics.prometheus import MetricsEndpoint
 
         endpoint = MetricsEndpoint(listener, self)
         endpoint.start()
@@ -172,7 +174,7 @@ class Server:
     async def _join_cluster(self, replicas: ReplicaManager, handlers: Handlers) -> None:
         """Register in ZooKeeper and follow the cluster's state (after listening: the
         registration advertises the bound port). A failure leaves nothing running."""
-        from sluice.server.core.cluster import ClusterMember
+        from sluice.server.metadata.zk_cluster import ClusterMember
 
         cluster = ClusterMember(self.config, replicas, handlers.advertised)
         cluster.leadership_listeners.append(self._offsets_leadership)
@@ -214,9 +216,9 @@ class Server:
         """Consumer groups and committed offsets: writes through the replica layer. Standalone
         it loads (owns) every ``__consumer_offsets`` partition now, so it is built on the running
         loop; in a cluster it owns those this broker leads, as their states arrive."""
-        from sluice.server.core.offsets_appender import ReplicaAppender
         from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
         from sluice.server.group.offsets_store import OffsetsStore
+        from sluice.server.replication.offsets_appender import ReplicaAppender
 
         group_config = GroupConfig.from_properties(self.config.properties)
         coordinator = GroupCoordinator(

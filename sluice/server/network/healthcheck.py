@@ -1,10 +1,9 @@
 """Container healthcheck: is a broker answering the Kafka protocol at HOST:PORT?
 
-``python -m sluice.server.core.healthcheck [HOST:PORT]`` sends one ApiVersions v0 request and exits
-0 when the
-broker answers it with error code 0, 1 otherwise (printing why). A TCP connect alone would call a
-wedged broker healthy; a protocol round trip does not. Blocking sockets on purpose: it is a
-one-shot process, not part of the server.
+``python -m sluice.server.network.healthcheck [HOST:PORT]`` sends one ApiVersions v0 request
+and exits 0 when the broker answers it with error code 0, 1 otherwise (printing why). A TCP
+connect alone would call a wedged broker healthy; a protocol round trip does not. Blocking
+sockets on purpose: it is a one-shot process, not part of the server.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         print(
-            f"usage: python -m sluice.server.core.healthcheck [HOST:PORT] (got {target!r})",
+            f"usage: python -m sluice.server.network.healthcheck [HOST:PORT] (got {target!r})",
             file=sys.stderr,
         )
         return 2

@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import javaproperties
 
-from sluice.protocol.config_def import ConfigKey, boolean, int_in
-from sluice.server.core.quotas import NO_BOUND, parse_ip_overrides
+from sluice.protocol.config_def import NO_BOUND, ConfigKey, boolean, int_in, parse_ip_overrides
 from sluice.server.group.coordinator import GROUP_OPTIONS
 from sluice.server.storage.log_config import BROKER_OPTIONS
 
@@ -248,7 +247,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
     ),
-    # --- limits a client can exhaust (sluice.server.core.quotas; 2147483647: no bound) --------
+    # --- limits a client can exhaust (sluice.server.network.quotas; 2147483647: no bound) --------
     Option(
         "max.connections.per.ip",
         "max_connections_per_ip",

@@ -43,8 +43,8 @@ from sluice.server.storage.log_config import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from sluice.server.core.cluster import ClusterMember
-    from sluice.server.core.config import Config
+    from sluice.server.config import Config
+    from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.storage.log_manager import LogManager
 
 RESOURCE_TOPIC, RESOURCE_BROKER = ResourceType.TOPIC, ResourceType.BROKER
@@ -146,7 +146,7 @@ class ConfigResources:
     def _describe_broker(
         self, name: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
-        from sluice.server.core.config import OPTIONS
+        from sluice.server.config import OPTIONS
 
         self._check_broker_name(name)
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym

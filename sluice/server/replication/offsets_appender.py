@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 
-from sluice.server.core.replica_manager import AppendResult, DelayedProduce, ReplicaManager
 from sluice.server.group.offsets_store import OFFSETS_TOPIC, AppendOutcome
+from sluice.server.replication.delayed import AppendResult, DelayedProduce
+from sluice.server.replication.replica_manager import ReplicaManager
 
 
 def _outcome(result: AppendResult) -> AppendOutcome:

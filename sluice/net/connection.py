@@ -21,7 +21,7 @@ lists if it answers UNSUPPORTED_VERSION, KIP-511) and keeps, per API, the highes
 sides implement (:meth:`Connection.version`). Callers never pick versions themselves.
 
 When the connection breaks, every request in flight fails with
-:class:`sluice.client.errors.KafkaConnectionError` (retriable); the owner
+:class:`sluice.net.errors.KafkaConnectionError` (retriable); the owner
 (:class:`sluice.client.cluster.Cluster`) opens a new one on next use. All methods run on the
 event loop that opened the connection.
 """
@@ -34,12 +34,11 @@ import struct
 from collections import OrderedDict
 from typing import Literal, TypeVar, cast, overload
 
+from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from sluice.protocol import messages
 from sluice.protocol.errors import ProtocolError, for_code
 from sluice.protocol.framing import SUPPORTED_VERSIONS, decode_response, encode_request
 from sluice.protocol.schema import Message, RequestMessage, ResponseMessage
-
-from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
 __all__ = ["CLIENT_SOFTWARE_NAME", "CLIENT_SOFTWARE_VERSION", "Connection"]
 

@@ -1,0 +1,1 @@
+"""Request handlers (Kafka's ``KafkaApis``): one decoded request in, one response out."""

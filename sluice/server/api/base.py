@@ -1,0 +1,198 @@
+"""The state and helpers every API family shares (:class:`ApiBase`), and the constants of the
+handlers. The families: :mod:`~sluice.server.api.cluster` (ApiVersions, Metadata, DescribeCluster,
+DescribeLogDirs, ControlledShutdown), :mod:`~sluice.server.api.produce_fetch` (Produce, Fetch,
+ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId), :mod:`~sluice.server.api.topics`
+(CreateTopics, CreatePartitions, DeleteTopics), :mod:`~sluice.server.api.groups` (the group and
+offset APIs) and :mod:`~sluice.server.api.configs`; :mod:`~sluice.server.api.handlers` joins them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING, Any
+
+from sluice.protocol import errors
+from sluice.protocol import messages as m
+from sluice.protocol.config_def import NO_BOUND
+from sluice.server.api.config_resources import ConfigResources
+from sluice.server.api.registry import HandlerRegistry
+from sluice.server.logging import get_logger
+
+if TYPE_CHECKING:
+    from sluice.server.config import Config
+    from sluice.server.group.coordinator import GroupCoordinator
+    from sluice.server.metadata.producer_id_manager import ProducerIdManager
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.metrics.metrics import Metrics
+    from sluice.server.replication.replica_manager import ReplicaManager
+
+log = get_logger("sluice.handlers")
+
+CLUSTER_ID = "sluice-single-node"
+#: Kafka's ``GroupType.CLASSIC`` name: the JoinGroup/SyncGroup protocol, the only one served.
+GROUP_TYPE_CLASSIC = "classic"
+#: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
+CONSUMER_REPLICA_ID = -1
+#: ``replica_id`` of a debugging client (ListOffsets: may read a follower, bounded by LEO).
+DEBUGGING_REPLICA_ID = -2
+
+#: The one client id whose Produce may append to an internal topic (Kafka's
+#: ``AdminUtils.AdminClientId``, checked in ``KafkaApis.handleProduceRequest``): a repair tool.
+ADMIN_CLIENT_ID = "__admin_client"
+
+
+@functools.cache
+def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
+    """The Log read bound of a Fetch: a follower (``replica_id`` = its broker id) reads up to
+    LEO; a consumer below HW (``isolation_level`` 1 = read_committed)."""
+    from sluice.server.storage.log import Isolation  # lazy, as elsewhere in this module
+
+    if replica_id >= 0:
+        return Isolation.LOG_END
+    return Isolation.TXN_COMMITTED if isolation_level == 1 else Isolation.HIGH_WATERMARK
+
+
+#: What :meth:`Handlers._read_fetch` returns.
+_FetchRead = tuple[Any, int, bool, list[tuple[str, int]]]
+
+
+def _code(exc: BaseException) -> int:
+    return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
+
+
+def _topic_failure(exc: Exception, what: str, topic: str) -> tuple[int, str | None]:
+    """One topic of an admin request failed: ``(error code, message)``. A KafkaError is the
+    client's answer as it is; anything else is logged with its traceback (call this from the
+    ``except`` block) and answered UNKNOWN_SERVER_ERROR with the exception's type."""
+    if isinstance(exc, errors.KafkaError):
+        return exc.code, str(exc.args[0]) if exc.args else None
+    log.exception(what, topic=topic)
+    return _code(exc), type(exc).__name__
+
+
+class _Granted:
+    """Topics (and their partitions) one CreateTopics request has been granted so far, for
+    :meth:`Handlers._check_topic_limits` while the broker's counts do not show them yet."""
+
+    __slots__ = ("partitions",)
+
+    def __init__(self) -> None:
+        self.partitions: dict[str, int] = {}
+
+    def add(self, name: str, count: int) -> None:
+        self.partitions[name] = count
+
+    def totals(self) -> tuple[int, int]:
+        return len(self.partitions), sum(self.partitions.values())
+
+
+class ApiBase:
+    """What every API family shares: the broker's parts the handlers call, the cluster once
+    joined, the typed handler table (filled by :class:`~sluice.server.api.handlers.Handlers`).
+    Created once by ``Server`` (as ``Handlers``); shared by every connection."""
+
+    def __init__(
+        self,
+        config: Config,
+        replicas: ReplicaManager,
+        groups: GroupCoordinator,
+        producer_ids: ProducerIdManager,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.groups = groups
+        self.producer_ids = producer_ids
+        self.metrics = metrics
+        self.config_resources = ConfigResources(config, replicas.logs)
+        self._stopping = False
+        #: Cluster mode: set by the Server once the broker has joined (None standalone).
+        self.cluster: ClusterMember | None = None
+        self._auto_creating: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        advertised = config.advertised_listener
+        self._advertised = (advertised.host, advertised.port)
+        self._dispatch = HandlerRegistry()
+        # Counter names built once (one per request otherwise), by the API's name.
+        self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
+
+    def set_advertised(self, host: str, port: int) -> None:
+        self._advertised = (host, port)
+
+    def join_cluster(self, cluster: ClusterMember) -> None:
+        """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
+        broker-to-controller API, never advertised by a standalone broker) is served."""
+        self.cluster = cluster
+        self.config_resources.cluster = cluster
+
+    def _cluster_id(self) -> str:
+        return CLUSTER_ID if self.cluster is None else self.cluster.cluster_id
+
+    def advertised(self) -> tuple[str, int]:
+        """Where clients reach this broker (host, port)."""
+        return self._advertised
+
+    def _brokers(self) -> tuple[list[tuple[int, str, int, str | None]], int]:
+        """``([(id, host, port, rack)], controller id)``: this broker alone standalone, the
+        live brokers in a cluster."""
+        cluster = self.cluster
+        if cluster is None:
+            host, port = self._advertised
+            node = self.config.node_id
+            return [(node, host, port, None)], node
+        out = []
+        for broker_id, info in sorted(cluster.cache.brokers.items()):
+            address = cluster.cache.address(broker_id)
+            if address is not None:
+                out.append((broker_id, address[0], address[1], info.rack))
+        return out, cluster.cache.controller_id
+
+    def shutting_down(self) -> None:
+        """Server shutdown: long-polls answer now with what they have (and do not park again)."""
+        self._stopping = True
+        self.replicas.shutdown()
+
+    @property
+    def served_api_keys(self) -> frozenset[int]:
+        """API keys with a handler: ApiVersions advertises the codec's versions of exactly these."""
+        return frozenset(self._dispatch)
+
+    def _check_topic_limits(self, name: str, count: int, granted: _Granted | None = None) -> None:
+        """Raise if topic ``name`` having ``count`` partitions (created, or grown to that) would
+        pass ``sluice.max.partitions.per.topic`` (INVALID_PARTITIONS), ``sluice.max.topics`` or
+        ``sluice.max.partitions`` (POLICY_VIOLATION, what Kafka answers when a CreateTopics
+        policy refuses, or when one request asks more than its 10,000 partitions).
+
+        Kafka itself has no such bounds (KIP-578 proposed them); without them any client may
+        auto-create topics by the thousand with Metadata requests. Counted over the topics this
+        broker knows (in a cluster: its cache of ZooKeeper's, so each broker applies its own
+        setting to the requests it receives, and two requests racing at two brokers may both
+        pass), internal topics included, plus ``granted``: what earlier topics of the same
+        request take but the counts do not show yet."""
+        c = self.config
+        if count > c.max_partitions_per_topic:
+            raise errors.InvalidPartitions(
+                f"topic {name!r} cannot have {count} partitions: the limit is "
+                f"{c.max_partitions_per_topic} (sluice.max.partitions.per.topic)"
+            )
+        if c.max_topics >= NO_BOUND and c.max_partitions >= NO_BOUND:
+            return
+        counts = self.cluster.cache.topics() if self.cluster is not None else self.logs.topics()
+        extra_topics, extra_partitions = (0, 0) if granted is None else granted.totals()
+        current = counts.get(name)
+        if current is None:
+            topics = len(counts) + extra_topics + 1
+            if topics > c.max_topics:
+                raise errors.PolicyViolation(
+                    f"cannot create topic {name!r}: the broker has {topics - 1} topics, the "
+                    f"limit is {c.max_topics} (sluice.max.topics)"
+                )
+        added = count - (current or 0)
+        total = sum(counts.values()) + extra_partitions
+        if added > 0 and total + added > c.max_partitions:
+            raise errors.PolicyViolation(
+                f"cannot add {added} partitions for topic {name!r}: the broker has {total} "
+                f"partitions, the limit is {c.max_partitions} (sluice.max.partitions)"
+            )

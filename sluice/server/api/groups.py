@@ -1,0 +1,356 @@
+"""The group APIs (FindCoordinator, JoinGroup ... OffsetDelete) over the group coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from sluice.protocol import acl, errors
+from sluice.protocol import messages as m
+from sluice.protocol.messages import RequestHeader
+from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.network.request import REQUEST_CONTEXT
+
+if TYPE_CHECKING:
+    from sluice.server.metadata.zk_cluster import ClusterMember
+
+from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code, log
+
+
+class GroupApis(ApiBase):
+    """This family\'s handlers (module docstring); mixed into ``Handlers``."""
+
+    # --- Consumer groups (10-16, 42) and committed offsets (8, 9): sluice.server.group.coordinator
+    # --
+
+    def find_coordinator(
+        self, header: RequestHeader, body: m.FindCoordinatorRequest
+    ) -> m.FindCoordinatorResponse:
+        """Standalone this broker coordinates every group (key type 0); in a cluster the leader
+        of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
+        cls = m.FindCoordinatorResponse
+        host, port = self._advertised
+        if self.cluster is not None and body.key_type == 0:
+            return self._cluster_coordinator(self.cluster, body.key)
+        if body.key_type == 0:
+            code = self.groups.ensure_ready()
+        else:
+            code = errors.CoordinatorNotAvailable.code
+        if code:
+            message = "transactions are not supported" if body.key_type else None
+            return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
+                       host="", port=-1)  # fmt: skip
+        return cls(throttle_time_ms=0, error_code=0, error_message=None,
+                   node_id=self.config.node_id, host=host, port=port)  # fmt: skip
+
+    def _cluster_coordinator(self, cluster: ClusterMember, group: str) -> m.FindCoordinatorResponse:
+        """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets
+        topic has no live leader there, or does not exist yet (then it is created, with
+        ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
+        Kafka's ``createInternalTopic``)."""
+        cls = m.FindCoordinatorResponse
+        cache = cluster.cache
+        assignment = cache.assignments.get(OFFSETS_TOPIC)
+        unavailable = cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
+                          error_message=None, node_id=-1, host="", port=-1)  # fmt: skip
+        if assignment is None:
+            self._create_offsets_topic(cluster)
+            return unavailable
+        from sluice.server.group.offsets_store import partition_for
+
+        partition = partition_for(group, len(assignment.partitions))
+        leader = cache.leader(OFFSETS_TOPIC, partition)
+        address = cache.address(leader) if leader >= 0 else None
+        if address is None:
+            return unavailable
+        return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader,
+                   host=address[0], port=address[1])  # fmt: skip
+
+    def _create_offsets_topic(self, cluster: ClusterMember) -> None:
+        from sluice.server.group.offsets_store import OFFSETS_TOPIC_CONFIG
+
+        if OFFSETS_TOPIC in self._auto_creating:
+            return
+        group_config = self.groups.config
+        rf = group_config.offsets_topic_replication_factor
+        if len(cluster.cache.brokers) < rf:
+            log.warning(
+                "cannot create the offsets topic yet",
+                live_brokers=len(cluster.cache.brokers),
+                replication_factor=rf,
+            )
+            return
+        try:
+            assignment = cluster.validate_new_topic(
+                OFFSETS_TOPIC, group_config.offsets_topic_num_partitions, rf, None,
+                OFFSETS_TOPIC_CONFIG,
+            )  # fmt: skip
+        except errors.TopicAlreadyExists:
+            return
+        self._auto_creating.add(OFFSETS_TOPIC)
+
+        async def create() -> None:
+            try:
+                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
+            except errors.TopicAlreadyExists:
+                pass
+            except Exception as exc:
+                log.warning("creating the offsets topic failed", error=repr(exc))
+            finally:
+                self._auto_creating.discard(OFFSETS_TOPIC)
+
+        task = asyncio.get_running_loop().create_task(create())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def join_group(
+        self, header: RequestHeader, body: m.JoinGroupRequest
+    ) -> m.JoinGroupResponse:
+        cls = m.JoinGroupResponse
+        member_cls = m.JoinGroupResponse.JoinGroupResponseMember
+        result = await self.groups.join_group(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            client_id=header.client_id or "",
+            client_host=REQUEST_CONTEXT.get().client_host,
+            session_timeout_ms=body.session_timeout_ms,
+            rebalance_timeout_ms=body.rebalance_timeout_ms,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            require_known_member_id=header.api_version >= 4,
+        )
+        self.metrics.inc("groups.joins")
+        return cls(
+            throttle_time_ms=0,
+            error_code=result.error_code,
+            generation_id=result.generation_id,
+            protocol_name=result.protocol_name,
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                member_cls(member_id=m, group_instance_id=i, metadata=md)
+                for m, i, md in result.members
+            ],
+        )
+
+    async def sync_group(
+        self, header: RequestHeader, body: m.SyncGroupRequest
+    ) -> m.SyncGroupResponse:
+        code, assignment = await self.groups.sync_group(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            assignments=[(a.member_id, bytes(a.assignment)) for a in body.assignments],
+        )
+        return m.SyncGroupResponse(throttle_time_ms=0, error_code=code, assignment=assignment)
+
+    def heartbeat(self, header: RequestHeader, body: m.HeartbeatRequest) -> m.HeartbeatResponse:
+        code = self.groups.heartbeat(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+        )
+        return m.HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+    def leave_group(self, header: RequestHeader, body: m.LeaveGroupRequest) -> m.LeaveGroupResponse:
+        cls = m.LeaveGroupResponse
+        member_cls = m.LeaveGroupResponse.MemberResponse
+        if header.api_version >= 3:
+            who = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            who = [(body.member_id, None)]
+        code, results = self.groups.leave_group(body.group_id, who)
+        if header.api_version < 3 and code == 0 and results:
+            code = results[0]
+        return cls(
+            throttle_time_ms=0,
+            error_code=code,
+            members=[
+                member_cls(member_id=m, group_instance_id=i, error_code=c)
+                for (m, i), c in zip(who, results, strict=False)
+            ],
+        )
+
+    def offset_commit(
+        self, header: RequestHeader, body: m.OffsetCommitRequest
+    ) -> m.OffsetCommitResponse | Awaitable[m.OffsetCommitResponse]:
+        wanted = [
+            (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+             p.committed_metadata)
+            for t in body.topics
+            for p in t.partitions
+        ]  # fmt: skip
+        codes = self.groups.commit_offsets(
+            group_id=body.group_id,
+            generation_id=body.generation_id_or_member_epoch,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            offsets=wanted,
+        )
+        self.metrics.inc("groups.offset_commits")
+        if not isinstance(codes, list):  # answered once the offsets topic's replicas have it
+            return self._offset_commit_later(wanted, codes)
+        return self._offset_commit_response(wanted, codes)
+
+    async def _offset_commit_later(
+        self, wanted: list[Any], codes: Awaitable[list[int]]
+    ) -> m.OffsetCommitResponse:
+        return self._offset_commit_response(wanted, await codes)
+
+    def _offset_commit_response(
+        self, wanted: list[Any], codes: list[int]
+    ) -> m.OffsetCommitResponse:
+        cls = m.OffsetCommitResponse
+        topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
+        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
+        topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
+        for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
+            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+        return cls(
+            throttle_time_ms=0,
+            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
+        )
+
+    def offset_fetch(
+        self, header: RequestHeader, body: m.OffsetFetchRequest
+    ) -> m.OffsetFetchResponse:
+        cls = m.OffsetFetchResponse
+        topic_cls = m.OffsetFetchResponse.OffsetFetchResponseTopic
+        part_cls = m.OffsetFetchResponse.OffsetFetchResponsePartition
+        wanted = (
+            None
+            if body.topics is None
+            else [(t.name, p) for t in body.topics for p in t.partition_indexes]
+        )
+        try:
+            found = self.groups.fetch_offsets(body.group_id, wanted)
+        except Exception as exc:
+            return cls(throttle_time_ms=0, topics=[], error_code=_code(exc))
+        topics: dict[str, list[m.OffsetFetchResponse.OffsetFetchResponsePartition]] = {}
+        for topic, part, value in found:
+            topics.setdefault(topic, []).append(
+                part_cls(
+                    partition_index=part,
+                    committed_offset=value.offset if value else -1,
+                    committed_leader_epoch=value.leader_epoch if value else -1,
+                    metadata=value.metadata if value else "",
+                    error_code=0,
+                )
+            )
+        return cls(
+            throttle_time_ms=0,
+            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
+            error_code=0,
+        )
+
+    def list_groups(self, header: RequestHeader, body: m.ListGroupsRequest) -> m.ListGroupsResponse:
+        """The groups this broker coordinates, with their state (v4+, KIP-518) and type (v5+,
+        KIP-848: every group here is a ``classic`` one). ``states_filter`` / ``types_filter``
+        keep the groups whose state / type is listed (case-insensitive, as Kafka compares);
+        empty means all."""
+        cls = m.ListGroupsResponse
+        group_cls = m.ListGroupsResponse.ListedGroup
+        listed = self.groups.list_groups(body.states_filter)
+        types = {t.lower() for t in body.types_filter}
+        if types and GROUP_TYPE_CLASSIC not in types:
+            listed = []
+        return cls(
+            throttle_time_ms=0,
+            # Kafka: the groups it has, and this error while some offsets partition loads.
+            error_code=errors.CoordinatorLoadInProgress.code if self.groups.loading else 0,
+            groups=[
+                group_cls(group_id=g, protocol_type=t, group_state=s, group_type=GROUP_TYPE_CLASSIC)
+                for g, t, s in listed
+            ],
+        )
+
+    def describe_groups(
+        self, header: RequestHeader, body: m.DescribeGroupsRequest
+    ) -> m.DescribeGroupsResponse:
+        cls = m.DescribeGroupsResponse
+        group_cls = m.DescribeGroupsResponse.DescribedGroup
+        member_cls = m.DescribeGroupsResponse.DescribedGroupMember
+        described = []
+        ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
+        for group_id in body.groups:
+            try:
+                group = self.groups.describe_group(group_id)
+            except errors.KafkaError as exc:  # not the coordinator (now) of this group
+                described.append(group_cls(error_code=exc.code, group_id=group_id, group_state="",
+                                           members=[], authorized_operations=ops))  # fmt: skip
+                continue
+            if group is None:
+                # Kafka (v0-5): an unknown group is described as Dead, without an error.
+                described.append(group_cls(error_code=0, group_id=group_id, group_state="Dead",
+                                           members=[], authorized_operations=ops))  # fmt: skip
+                continue
+            stable = group.state.value == "Stable"
+            protocol = group.protocol_name or ""
+            described.append(
+                group_cls(
+                    error_code=0,
+                    group_id=group_id,
+                    group_state=group.state.value,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=protocol if stable else "",
+                    members=[
+                        member_cls(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata_for(protocol) if stable else b"",
+                            member_assignment=m.assignment if stable else b"",
+                        )
+                        for m in group.members.values()
+                    ],
+                    authorized_operations=ops,
+                )
+            )
+        return cls(throttle_time_ms=0, groups=described)
+
+    def delete_groups(
+        self, header: RequestHeader, body: m.DeleteGroupsRequest
+    ) -> m.DeleteGroupsResponse:
+        cls = m.DeleteGroupsResponse
+        result_cls = m.DeleteGroupsResponse.DeletableGroupResult
+        codes = self.groups.delete_groups(list(body.groups_names))
+        return cls(
+            throttle_time_ms=0,
+            results=[
+                result_cls(group_id=g, error_code=c)
+                for g, c in zip(body.groups_names, codes, strict=True)
+            ],
+        )
+
+    def offset_delete(
+        self, header: RequestHeader, body: m.OffsetDeleteRequest
+    ) -> m.OffsetDeleteResponse:
+        """OffsetDelete (47): a partition of a topic that does not exist is
+        UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis check); the rest is the coordinator's."""
+        cls = m.OffsetDeleteResponse
+        topic_cls = m.OffsetDeleteResponse.OffsetDeleteResponseTopic
+        part_cls = m.OffsetDeleteResponse.OffsetDeleteResponsePartition
+        existing = self.logs.topics()
+        codes: dict[tuple[str, int], int] = {}
+        known: list[tuple[str, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if 0 <= p.partition_index < existing.get(t.name, 0):
+                    known.append(tp)
+                else:
+                    codes[tp] = errors.UnknownTopicOrPartition.code
+        group_code, found = self.groups.delete_offsets(body.group_id, known)
+        if group_code:
+            return cls(error_code=group_code, throttle_time_ms=0, topics=[])
+        codes.update(found)
+        topics: dict[str, list[m.OffsetDeleteResponse.OffsetDeleteResponsePartition]] = {}
+        for (topic, part), code in codes.items():
+            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+        listed = [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
+        return cls(error_code=0, throttle_time_ms=0, topics=listed)

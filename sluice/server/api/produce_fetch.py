@@ -1,0 +1,412 @@
+"""The log APIs: Produce, Fetch (long poll included), ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, InitProducerId."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.protocol import errors
+from sluice.protocol import messages as m
+from sluice.protocol.messages import RequestHeader
+from sluice.server.api.registry import Answer
+from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.network.request import CLOSE_CONNECTION
+
+if TYPE_CHECKING:
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.replication.delayed import AppendResult, DelayedProduce
+
+from sluice.server.api.base import (
+    ADMIN_CLIENT_ID,
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    ApiBase,
+    _code,
+    _fetch_isolation,
+    _FetchRead,
+    log,
+)
+
+
+class ProduceFetchApis(ApiBase):
+    """This family\'s handlers (module docstring); mixed into ``Handlers``."""
+
+    # --- Produce (0) -----------------------------------------------------------------------------
+
+    def produce(self, header: RequestHeader, body: m.ProduceRequest) -> Answer[m.ProduceResponse]:
+        """The response (None for acks=0), or a coroutine for it when acks=-1 has to wait for
+        the high watermark (never on a single broker: the ISR is just the leader)."""
+        topic_data = body.topic_data
+        results, delayed = self.replicas.append_records(
+            [(t.name, pd.index, pd.records) for t in topic_data for pd in t.partition_data],
+            body.acks,
+            body.timeout_ms,
+            internal_topics_allowed=header.client_id == ADMIN_CLIENT_ID,
+        )
+        if delayed is None:
+            return self._produce_response(body, results)
+        return self._produce_wait(body, delayed)
+
+    async def _produce_wait(
+        self, body: m.ProduceRequest, delayed: DelayedProduce
+    ) -> m.ProduceResponse | None:
+        self.metrics.inc("produce.delayed")
+        await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
+        return self._produce_response(body, delayed.results)
+
+    def _produce_response(
+        self, body: m.ProduceRequest, results: list[AppendResult]
+    ) -> m.ProduceResponse | None:
+        cls = m.ProduceResponse
+        topic_cls = m.ProduceResponse.TopicProduceResponse
+        part_cls = m.ProduceResponse.PartitionProduceResponse
+        responses = []
+        failed = 0
+        records = 0
+        # Kafka's BrokerTopicMetrics: the request's (validated) batch bytes and records.
+        bytes_in = self.metrics.bytes_in
+        messages_in = self.metrics.messages_in
+        it = iter(results)
+        for topic in body.topic_data:
+            parts = []
+            name = topic.name
+            for _ in topic.partition_data:
+                r = next(it)
+                info = r.info
+                if r.error or info is None:
+                    failed += 1
+                    if r.error:
+                        self.metrics.request_errors[(m.Produce.key, r.error)] += 1
+                    parts.append(part_cls(index=r.partition, error_code=r.error, base_offset=-1,
+                                          log_append_time_ms=-1, log_start_offset=-1,
+                                          error_message=r.message))  # fmt: skip
+                    continue
+                records += info.record_count
+                bytes_in[name] += info.valid_bytes
+                messages_in[name] += info.record_count
+                parts.append(
+                    part_cls(
+                        index=r.partition,
+                        error_code=0,
+                        base_offset=info.first_offset,
+                        log_append_time_ms=info.log_append_time,
+                        log_start_offset=r.log_start_offset,
+                        error_message=None,
+                    )
+                )
+            responses.append(topic_cls(name=topic.name, partition_responses=parts))
+        if records:
+            self.metrics.inc("produce.records", records)
+        if failed:
+            self.metrics.inc("produce.errors", failed)
+        if body.acks == 0:
+            # acks=0: the client expects no response at all (Kafka sends none). On an error
+            # Kafka closes the connection instead, the only way such a client can notice.
+            self.metrics.inc("produce.acks0")
+            if failed:
+                log.info("acks=0 produce failed: closing the connection", errors=failed)
+                return CLOSE_CONNECTION
+            return None
+        return cls(responses=responses, throttle_time_ms=0)
+
+    # --- Fetch (1) -------------------------------------------------------------------------------
+
+    def fetch(self, header: RequestHeader, body: m.FetchRequest) -> Answer[m.FetchResponse]:
+        """The response, or a coroutine for it when the request has to wait (long poll).
+
+        Not a coroutine function: the usual fetch (data there, or ``max_wait_ms`` 0) is answered
+        without creating and driving a coroutine; :meth:`handle` awaits what needs awaiting.
+
+        ``fetch.max.bytes`` caps what any request may ask for (``max_bytes``, and ``min_bytes``
+        below it), followers' too, as Kafka's ``KafkaApis.handleFetchRequest``: the bound on
+        what one response holds in memory (copy path) or in flight (zero copy), whatever a
+        client asks; the first batch may still exceed it (KIP-74).
+        """
+        cap = self.config.fetch_max_bytes
+        if body.max_bytes > cap:
+            body.max_bytes = cap  # (the decoded request is this call's own)
+        if body.min_bytes > body.max_bytes:
+            body.min_bytes = body.max_bytes
+        isolation = _fetch_isolation(body.isolation_level, body.replica_id)
+        wanted = [
+            (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+            for t in body.topics
+            for p in t.partitions
+        ]
+        deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
+        read = self._read_fetch(body, wanted, isolation)
+        if read[1] >= body.min_bytes or read[2] or not wanted or self._stopping:
+            return self._fetch_answer(body, read)
+        if time.monotonic() >= deadline:
+            return self._fetch_answer(body, read)
+        return self._fetch_wait(body, wanted, isolation, deadline)
+
+    def _fetch_answer(self, body: m.FetchRequest, read: _FetchRead) -> m.FetchResponse:
+        """The response of a read that is sent: count its bytes per topic (Kafka's
+        BytesOutPerSec; a follower's ReplicationBytesOutPerSec) and its errors."""
+        response, _size, had_error, sent = read
+        metrics = self.metrics
+        if sent:
+            if body.replica_id >= 0:
+                metrics.replication_bytes_out += sum(size for _, size in sent)
+            else:
+                bytes_out = metrics.bytes_out
+                for topic, size in sent:
+                    bytes_out[topic] += size
+        if had_error:
+            metrics.count_errors(m.Fetch.key, response)
+        return response
+
+    async def _fetch_wait(
+        self,
+        body: m.FetchRequest,
+        wanted: list[tuple[str, int, int, int, int]],
+        isolation: Any,
+        deadline: float,
+    ) -> m.FetchResponse:
+        """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
+        keys = [(topic, part) for topic, part, *_ in wanted]
+        purgatory = self.replicas.fetch_purgatory
+        while True:
+            delayed = self.replicas.delayed_fetch(keys, isolation)
+            if not await purgatory.wait(delayed, deadline - time.monotonic()):
+                # timed out: one last read, whatever it holds
+                return self._fetch_answer(body, self._read_fetch(body, wanted, isolation, False))
+            self.metrics.inc("fetch.woken")
+            read = self._read_fetch(body, wanted, isolation, False)
+            _, size, had_error, _ = read
+            done = size >= body.min_bytes or had_error or self._stopping
+            if done or time.monotonic() >= deadline:
+                return self._fetch_answer(body, read)
+
+    def _read_fetch(
+        self,
+        body: m.FetchRequest,
+        wanted: list[tuple[str, int, int, int, int]],
+        isolation: Any,
+        record_follower: bool = True,
+    ) -> _FetchRead:
+        """``(response, record bytes, whether a partition has an error, [(topic, record bytes)]
+        of the partitions with data)``. A long poll's re-reads pass ``record_follower=False``:
+        a follower's fetch is recorded once per request (``ReplicaManager.fetch_messages``)."""
+        # Hot path (every Fetch, every partition): classes resolved once, one response object
+        # per partition.
+        cls = m.FetchResponse
+        topic_cls = cls.FetchableTopicResponse
+        part_cls = cls.PartitionData
+        had_error = False
+        sent: list[tuple[str, int]] = []
+        total = 0
+        topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
+        reads = self.replicas.fetch_messages(
+            wanted, body.max_bytes, isolation, body.replica_id, record_follower
+        )
+        for (topic, part, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
+            entry: m.FetchResponse.PartitionData
+            if partition is None:
+                had_error = True
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=self.replicas.missing_partition_code(topic, part),
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",  # Kafka sends empty (not null) records with an error
+                )
+            elif info is None:
+                had_error = True
+                log_ = partition.log
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=_code(exc) if exc is not None else errors.UnknownServerError.code,
+                    high_watermark=log_.high_watermark,
+                    last_stable_offset=log_.high_watermark,
+                    log_start_offset=log_.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",  # Kafka sends empty (not null) records with an error
+                )
+            else:
+                records = info.slice
+                hw = info.high_watermark
+                size = records.size if records is not None else 0
+                if size:
+                    total += size
+                    sent.append((topic, size))
+                entry = part_cls(
+                    partition_index=part,
+                    error_code=0,
+                    high_watermark=hw,
+                    last_stable_offset=hw,
+                    log_start_offset=info.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=records if size else b"",
+                )
+            entries = topics.get(topic)
+            if entries is None:
+                topics[topic] = [entry]
+            else:
+                entries.append(entry)
+        response = cls(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=[topic_cls(topic=name, partitions=parts) for name, parts in topics.items()],
+        )
+        return response, total, had_error, sent
+
+    # --- ListOffsets (2) -------------------------------------------------------------------------
+
+    def list_offsets(
+        self, header: RequestHeader, body: m.ListOffsetsRequest
+    ) -> m.ListOffsetsResponse:
+        """Kafka's rules by ``replica_id``: a consumer (-1) reads below HW (or the committed
+        bound with read_committed) and must reach the leader; a broker (>= 0) is bounded by
+        LEO; the debugging id (-2) is bounded by LEO and may ask a follower. v4+ carries
+        ``current_leader_epoch`` (checked) and answers the offset's leader epoch."""
+        cls = m.ListOffsetsResponse
+        topic_cls = m.ListOffsetsResponse.ListOffsetsTopicResponse
+        part_cls = m.ListOffsetsResponse.ListOffsetsPartitionResponse
+        isolation = None
+        if body.replica_id == CONSUMER_REPLICA_ID:
+            isolation = _fetch_isolation(body.isolation_level)
+        require_leader = body.replica_id != DEBUGGING_REPLICA_ID
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                partition = self.replicas.get_partition(topic.name, p.partition_index)
+                code, ts, offset, epoch = 0, -1, -1, -1
+                if partition is None:
+                    code = self.replicas.missing_partition_code(topic.name, p.partition_index)
+                else:
+                    try:
+                        found = partition.fetch_offset_for_timestamp(
+                            p.timestamp, isolation, p.current_leader_epoch, require_leader
+                        )
+                    except Exception as exc:
+                        if not isinstance(exc, errors.KafkaError):
+                            log.exception("list offsets failed", topic=topic.name)
+                        code = _code(exc)
+                    else:
+                        if found is not None:
+                            ts, offset, epoch = found
+                parts.append(
+                    part_cls(
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
+            topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- OffsetForLeaderEpoch (23) ---------------------------------------------------------------
+
+    def offset_for_leader_epoch(
+        self, header: RequestHeader, body: m.OffsetForLeaderEpochRequest
+    ) -> m.OffsetForLeaderEpochResponse:
+        """The end offset of each asked epoch in the leader's log (KIP-101/KIP-279 for
+        followers, KIP-320 for consumers validating their position after an epoch change).
+
+        Leader only for every ``replica_id`` -- consumer (-1), broker (>= 0) and the debugging
+        id (-2, what v0-2 mean) alike: Kafka's ``ReplicaManager.lastOffsetForLeaderEpoch``
+        always requires the leader, and uses the replica id only to choose the permission it
+        checks (none here). Per partition, in Kafka's order: UNKNOWN_TOPIC_OR_PARTITION,
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v2+ ``current_leader_epoch``),
+        NOT_LEADER_OR_FOLLOWER; else NONE with ``(epoch, end offset)``, ``(-1, -1)`` when the
+        epoch is undefined (asked above every epoch, or -1)."""
+        cls = m.OffsetForLeaderEpochResponse
+        topic_cls = m.OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        part_cls = m.OffsetForLeaderEpochResponse.EpochEndOffset
+        lookup = self.replicas.last_offset_for_leader_epoch
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = lookup(t.topic, p.partition, p.current_leader_epoch,
+                                          p.leader_epoch)  # fmt: skip
+                parts.append(
+                    part_cls(error_code=code, partition=p.partition, leader_epoch=epoch,
+                             end_offset=end)
+                )  # fmt: skip
+            topics.append(topic_cls(topic=t.topic, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- DeleteRecords (21) ----------------------------------------------------------------------
+
+    def delete_records(
+        self, header: RequestHeader, body: m.DeleteRecordsRequest
+    ) -> m.DeleteRecordsResponse:
+        """Move each partition's log start offset (on the leader; followers follow).
+
+        ``__consumer_offsets`` is refused with INVALID_TOPIC_EXCEPTION, "Cannot delete records
+        of internal topic", before the partition is looked up, as Kafka's
+        ``ReplicaManager.deleteRecords`` does (2.6 to 3.x)."""
+        cls = m.DeleteRecordsResponse
+        topic_cls = m.DeleteRecordsResponse.DeleteRecordsTopicResult
+        part_cls = m.DeleteRecordsResponse.DeleteRecordsPartitionResult
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                partition = self.replicas.get_partition(topic.name, p.partition_index)
+                code, low = 0, -1
+                if topic.name == OFFSETS_TOPIC:
+                    code = errors.InvalidTopic.code
+                    log.warning("refused to delete records of an internal topic",
+                                topic=topic.name)  # fmt: skip
+                elif partition is None:
+                    code = self.replicas.missing_partition_code(topic.name, p.partition_index)
+                else:
+                    try:
+                        # The leader moves it; followers follow from their fetches.
+                        low = partition.local_log().delete_records(p.offset)
+                    except Exception as exc:
+                        if not isinstance(exc, errors.KafkaError):
+                            log.exception("delete records failed", topic=topic.name)
+                        code = _code(exc)
+                parts.append(
+                    part_cls(partition_index=p.partition_index, low_watermark=low, error_code=code)
+                )
+            topics.append(topic_cls(name=topic.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # --- InitProducerId (22) ---------------------------------------------------------------------
+
+    def init_producer_id(
+        self, header: RequestHeader, body: m.InitProducerIdRequest
+    ) -> Answer[m.InitProducerIdResponse]:
+        """A fresh producer id, epoch 0, for an idempotent producer.
+
+        Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
+        epoch checks on append are the storage layer's (sluice.server.storage.producer_state via
+        Log).
+        """
+        cls = m.InitProducerIdResponse
+        if body.transactional_id is not None:
+            return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
+        if self.cluster is not None:
+            return self._cluster_init_producer_id(self.cluster)
+        producer_id = self.producer_ids.generate()
+        self.metrics.inc("producer_ids.allocated")
+        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+    async def _cluster_init_producer_id(self, cluster: ClusterMember) -> m.InitProducerIdResponse:
+        cls = m.InitProducerIdResponse
+        try:
+            producer_id = await cluster.producer_ids.generate()
+        except Exception as exc:
+            # ZooKeeper unreachable (or too contended): retriable for the client.
+            log.warning("no producer id block", error=repr(exc))
+            return cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
+        self.metrics.inc("producer_ids.allocated")
+        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

@@ -1,1 +1,0 @@
-"""The broker core: config, server lifecycle, connections, request routing, replica manager."""

@@ -1,0 +1,56 @@
+"""What the network layer hands the API layer with each request, and what it expects back.
+
+The API layer sees a connection only through :class:`RequestContext` (its client address now; the
+authenticated principal when SASL lands, set by the connection's authenticator) and answers
+through :class:`RequestHandler`; it never reaches into :class:`~sluice.server.network.connection.
+Connection`. The context travels down in a context variable that each connection's worker task
+sets once: every handler of that connection's requests runs in the worker's context, so nothing
+on the per-request path pays for carrying it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sluice.protocol.framing import UnsupportedVersionError
+
+__all__ = ["CLOSE_CONNECTION", "REQUEST_CONTEXT", "RequestContext", "RequestHandler"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """The per-connection facts a handler may use (Kafka's ``RequestContext``)."""
+
+    #: The client's address as Kafka writes it (``InetAddress.toString``: ``"/127.0.0.1"``);
+    #: empty outside a connection (in-process callers, tests).
+    client_host: str = ""
+
+
+_NO_CONNECTION = RequestContext()  # frozen: one shared default is safe
+
+#: The context of the request being handled; set by each connection's worker task.
+REQUEST_CONTEXT: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
+    "request_context", default=_NO_CONNECTION
+)
+
+#: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
+CLOSE_CONNECTION: Any = object()
+
+
+class RequestHandler(Protocol):
+    """The API layer as the connection calls it (implemented by ``sluice.server.api``)."""
+
+    def serves(self, api_key: int) -> bool:
+        """False for an API the codec knows but no handler serves (it is not advertised)."""
+        ...
+
+    def dispatch(self, header: Any, body: Any) -> Any:
+        """The response body, None (send nothing), :data:`CLOSE_CONNECTION`, or a coroutine to
+        await for one of those."""
+        ...
+
+    def unsupported_version(self, exc: UnsupportedVersionError) -> list[Any] | None:
+        """The frame to answer a request of a version not served, None to close instead."""
+        ...

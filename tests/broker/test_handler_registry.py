@@ -1,0 +1,60 @@
+"""The handler table is typed: mypy rejects a handler registered for an API whose request or
+response it does not take or give (``sluice.server.api.registry``)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+WIRING = """
+from sluice.protocol import messages as m
+from sluice.protocol.messages import RequestHeader
+from sluice.server.api.registry import HandlerRegistry
+
+
+def produce(header: RequestHeader, body: m.ProduceRequest) -> m.ProduceResponse | None:
+    raise NotImplementedError
+
+
+async def heartbeat(header: RequestHeader, body: m.HeartbeatRequest) -> m.HeartbeatResponse:
+    raise NotImplementedError
+
+
+registry = HandlerRegistry()
+registry.register(m.Produce, produce)
+registry.register(m.Heartbeat, heartbeat)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("wrong", "expected"),
+    [
+        ("", None),
+        ("registry.register(m.Fetch, produce)", "FetchRequest"),
+    ],
+)
+def test_mypy_checks_each_registration(tmp_path: Path, wrong: str, expected: str | None) -> None:
+    source = tmp_path / "wiring.py"
+    source.write_text(textwrap.dedent(WIRING) + wrong + "\n")
+    out, err, status = mypy_api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    )
+    if expected is None:
+        assert status == 0, out + err
+    else:
+        assert status == 1 and "[arg-type]" in out and expected in out, out + err
+
+
+def test_every_api_is_wired_through_the_typed_table() -> None:
+    """Each API the codec declares has its handler registered with ``register(m.<Api>, ...)``
+    (so mypy checked it); ``ControlledShutdown`` is registered when the broker joins a cluster."""
+    from sluice.protocol import messages as m
+    from sluice.server.api import handlers
+
+    source = Path(handlers.__file__).read_text()
+    missing = [api.name for api in m.APIS.values() if f"register(m.{api.name}, " not in source]
+    assert missing == []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.server.config_def import HIGH, INT
 from sluice.server.core import config as config_mod
 from sluice.server.core.config import Config, ConfigError, Listener
 
@@ -209,15 +210,25 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
     assert (gc.initial_rebalance_delay_ms, gc.offsets_topic_num_partitions) == (0, 3)
 
 
-def test_group_option_defaults_match_the_coordinator() -> None:
-    from sluice.server.core.config import OPTIONS
-    from sluice.server.group.coordinator import GroupConfig
+def test_typed_config_defaults_are_the_declared_ones() -> None:
+    """The typed config objects take their defaults from the declarations, field by field."""
+    from sluice.server.config_def import fields_by_key
+    from sluice.server.controller.controller import ControllerSettings
+    from sluice.server.group.config import GROUP_CONFIG, GroupConfig
 
-    table = {o.key: o.default for o in OPTIONS}
-    defaults = GroupConfig()
-    for key, attr in GroupConfig.KEYS.items():
-        assert int(table[key] or 0) == getattr(defaults, attr), key
-    assert int(table["offsets.retention.minutes"] or 0) * 60000 == defaults.offsets_retention_ms
+    group = GroupConfig()
+    for key, attr in fields_by_key(GroupConfig).items():
+        scale = 60000 if key == "offsets.retention.minutes" else 1
+        assert getattr(group, attr) == GROUP_CONFIG.default(key) * scale, key
+    assert group.offsets_retention_ms == 7 * 24 * 3600 * 1000  # Kafka's 7 days
+    assert set(fields_by_key(GroupConfig)) == set(GROUP_CONFIG.names())
+    settings = ControllerSettings.from_config(Config())
+    assert settings == ControllerSettings()
+    assert settings.leader_imbalance_check_interval_s == 300.0
+    from sluice.server.storage.log_config import SERVER_LOG_CONFIG
+
+    read = set(fields_by_key(Config)) | set(GROUP_CONFIG.names()) | set(SERVER_LOG_CONFIG.names())
+    assert set(config_mod.OPTIONS_BY_KEY) - read == {"log.dir", "broker.id"}  # the aliases
 
 
 @pytest.mark.parametrize(
@@ -449,21 +460,18 @@ DECLARED = {
 
 
 def test_every_key_is_declared_once_with_its_default_and_doc() -> None:
+    from sluice.server.config_def import ConfigDef, int_in
     from sluice.server.core.config import OPTIONS
-    from sluice.server.group.coordinator import GROUP_OPTIONS
-    from sluice.server.storage.log_config import BROKER_OPTIONS
 
     keys = [o.key for o in OPTIONS]
     assert len(keys) == len(set(keys)), "a key declared twice"
     assert {o.key: (o.default, o.doc) for o in OPTIONS} == DECLARED
-    collected = {o.key: o for o in OPTIONS}
-    for declared in (*BROKER_OPTIONS, *GROUP_OPTIONS):
-        option = collected[declared.key]
-        assert (option.parse, option.default, option.doc) == (
-            declared.parse,
-            declared.default,
-            declared.doc,
+    with pytest.raises(ValueError, match="declared twice"):
+        ConfigDef().define("a.b", INT, 1, int_in(0), HIGH, "x").define(
+            "a.b", INT, 1, int_in(0), HIGH, "y"
         )
+    with pytest.raises(ValueError, match="default '-1' is invalid"):
+        ConfigDef().define("a.b", INT, -1, int_in(0), HIGH, "x")
 
 
 def test_example_properties_file_lists_every_declared_key() -> None:
@@ -512,3 +520,13 @@ def test_replica_socket_timeout_must_cover_the_fetch_wait() -> None:
     with pytest.raises(ConfigError, match=r"replica\.socket\.timeout\.ms \(400\) must be at least"):
         Config.load(None, ["replica.socket.timeout.ms=400", "replica.fetch.wait.max.ms=500"])
     assert Config.load(None, ["replica.socket.timeout.ms=3000"]).replica_socket_timeout_ms == 3000
+
+
+def test_example_properties_file_is_generated_from_the_declarations() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "server.properties"
+    assert example.read_text() == config_mod.example_properties(), (
+        "config/server.properties is stale: python -m sluice.server.core.config > "
+        "config/server.properties"
+    )
+    assert "\n# --- consumer groups and committed offsets ---\n" in example.read_text()
+    assert "\n#log.segment.bytes=1073741824\n" in example.read_text()

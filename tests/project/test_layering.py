@@ -1,6 +1,8 @@
 """The rooms of the ``sluice`` package and what each may import (STYLE items 1 and 13).
 
 * ``sluice.protocol`` is sans-I/O: no I/O module, nothing else of Sluice.
+* ``sluice.server.config_def`` (how settings are declared) imports nothing of Sluice: every
+  room of the server may import it.
 * ``sluice.server.storage`` imports only ``sluice.protocol`` and itself, and no network code.
 * ``sluice.server.group`` (coordinator, offsets store) sits on storage, never on the core.
 * ``sluice.server.zk`` (everything that talks to ZooKeeper) knows the protocol's value types and
@@ -57,8 +59,9 @@ def room_violations(
 ) -> dict[str, list[str]]:
     """Modules of ``room`` importing a ``sluice`` module outside ``allowed`` or a ``forbidden``
     root."""
-    files = sorted((root.parent / room.replace(".", "/")).rglob("*.py"))
-    assert files, f"{room} has no modules"
+    base = root.parent / room.replace(".", "/")
+    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    assert all(f.exists() for f in files) and files, f"{room} has no modules"
     found: dict[str, list[str]] = {}
     for path in files:
         bad = sorted(
@@ -74,11 +77,17 @@ def room_violations(
 
 RULES = [
     ("sluice.protocol", ("sluice.protocol",), IO_MODULES),
-    ("sluice.server.storage", ("sluice.protocol", "sluice.server.storage"), NETWORK_MODULES),
+    ("sluice.server.config_def", (), IO_MODULES),
+    (
+        "sluice.server.storage",
+        ("sluice.protocol", "sluice.server.config_def", "sluice.server.storage"),
+        NETWORK_MODULES,
+    ),
     (
         "sluice.server.group",
         (
             "sluice.protocol",
+            "sluice.server.config_def",
             "sluice.server.storage",
             "sluice.server.group",
             "sluice.server.logging",
@@ -94,6 +103,7 @@ RULES = [
         "sluice.server.controller",
         (
             "sluice.protocol",
+            "sluice.server.config_def",
             "sluice.server.controller",
             "sluice.server.zk",
             "sluice.server.logging",
@@ -158,7 +168,7 @@ def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
         "from ..core import server\n"
     )
     found = room_violations(
-        "sluice.server.storage", RULES[1][1], NETWORK_MODULES, tmp_path / "sluice"
+        "sluice.server.storage", RULES[2][1], NETWORK_MODULES, tmp_path / "sluice"
     )
     assert found == {
         "sluice.server.storage.bad": ["sluice.server.core", "sluice.server.core.handlers", "socket"]

@@ -530,3 +530,55 @@ def test_example_properties_file_is_generated_from_the_declarations() -> None:
     )
     assert "\n# --- consumer groups and committed offsets ---\n" in example.read_text()
     assert "\n#log.segment.bytes=1073741824\n" in example.read_text()
+
+
+def test_describe_configs_derives_types_docs_and_synonyms_from_the_declarations(
+    tmp_path: Path,
+) -> None:
+    """DescribeConfigs answers from the declarations: a broker key's Kafka type and doc, a topic
+    key's type, doc and broker synonyms (most specific first)."""
+    from sluice.protocol import messages as m
+    from sluice.protocol.config_resources import ConfigSource, ResourceType
+    from sluice.server.config_def import Type
+    from sluice.server.core.config_resources import ConfigResources
+    from sluice.server.storage.log_manager import LogManager
+
+    config = Config.load(None, ["log.retention.hours=2", f"log.dirs={tmp_path}"])
+    logs = LogManager(tmp_path, config.log_config())
+    logs.open()
+    try:
+        logs.create_topic("t", 1, {"retention.ms": "5000"})
+        resources = ConfigResources(config, logs)
+        req = m.DescribeConfigsRequest
+        body = req(
+            resources=[
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.BROKER,
+                    resource_name="0",
+                    configuration_keys=["num.partitions", "auto.create.topics.enable"],
+                ),
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.TOPIC,
+                    resource_name="t",
+                    configuration_keys=["retention.ms", "cleanup.policy"],
+                ),
+            ],
+            include_synonyms=True,
+            include_documentation=True,
+        )
+        broker, topic = resources.describe(body, 4).results
+    finally:
+        logs.close()
+    entries = {e.name: e for e in broker.configs}
+    assert entries["num.partitions"].config_type == Type.INT
+    assert entries["auto.create.topics.enable"].config_type == Type.BOOLEAN
+    assert entries["num.partitions"].documentation == config_mod.BROKER_CONFIG["num.partitions"].doc
+    entries = {e.name: e for e in topic.configs}
+    retention = entries["retention.ms"]
+    assert (retention.value, retention.config_type) == ("5000", Type.LONG)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("retention.ms", "5000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert entries["cleanup.policy"].config_type == Type.LIST

@@ -11,7 +11,7 @@ Sources, later wins (like ``kafka-server-start.sh server.properties --override k
    ``offsets.*`` keys in :mod:`sluice.server.group.config`; :data:`BROKER_CONFIG` collects
    them all, and the fields of :class:`Config`, DescribeConfigs' broker entries and the example
    ``config/server.properties`` (:func:`example_properties`) derive from it;
-2. a Java ``.properties`` file (parsed by the ``javaproperties`` package: comments, ``key=value``,
+2. a Java ``.properties`` file (:func:`load_properties`: comments, ``key=value``,
    ``key: value``, ``key value``, continuation lines and ``\\uXXXX`` escapes behave exactly as in
    Java's ``Properties.load``);
 3. environment variables ``SLUICE_<KEY>`` (what a container is configured with; see
@@ -71,6 +71,96 @@ if TYPE_CHECKING:
 
 
 __all__ = ["BROKER_CONFIG", "Config", "ConfigError", "Listener", "MetricsListener"]
+
+
+_EOL = re.compile(r"\r\n|\r|\n")
+_ESCAPE = re.compile(r"\\(u.{0,4}|.)", re.DOTALL)
+_HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_UNESCAPES = {"t": "\t", "n": "\n", "f": "\f", "r": "\r"}
+_BLANK = " \t\f"
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """The key-value pairs of a ``.properties`` document, as Java's ``Properties.load`` reads
+    them (later keys win). Java's rules, in its ``LineReader`` / ``loadConvert`` order:
+
+    1. natural lines end at ``\\n``, ``\\r`` or ``\\r\\n``; leading blanks (space, tab,
+       form feed) are skipped; a line that is then empty, or starts with ``#`` or ``!``, is
+       skipped;
+    2. a line ending in an odd number of backslashes continues on the next one (whose leading
+       blanks are skipped; it is never a comment);
+    3. the key ends at the first unescaped ``=``, ``:`` or blank; blanks, then one ``=`` or
+       ``:`` (if the key did not end at one), then blanks are skipped; the rest is the value;
+    4. escapes in key and value: ``\\t \\n \\f \\r \\uXXXX``; a backslash before any
+       other character stands for that character; a ``\\u`` without four hex digits is an
+       error (ValueError).
+
+    Sluice's own reader rather than a package's: the one we used brings in ``urllib`` and
+    ``xml`` (~70 ms at every start); a property test holds this one to ``javaproperties``.
+    """
+    props: dict[str, str] = {}
+    lines = _EOL.split(text)
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continued(line):
+            line = line[:-1]
+            if i < len(lines):
+                line += lines[i].lstrip(_BLANK)
+                i += 1
+        if line:
+            key, value = _split_key(line)
+            props[_unescape(key)] = _unescape(value)
+    return props
+
+
+def _continued(line: str) -> bool:
+    """An odd number of backslashes at the end: the line goes on."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_key(line: str) -> tuple[str, str]:
+    end, n = 0, len(line)
+    while end < n and line[end] not in "=: \t\f":
+        end += 2 if line[end] == "\\" else 1
+    end = min(end, n)
+    start = end
+    separator = start < n and line[start] in "=:"
+    if separator:
+        start += 1
+    while start < n and line[start] in _BLANK:
+        start += 1
+    if not separator and start < n and line[start] in "=:":
+        start += 1
+        while start < n and line[start] in _BLANK:
+            start += 1
+    return line[:end], line[start:]
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+
+    def one(match: re.Match[str]) -> str:
+        escape = match.group(1)
+        if escape[0] == "u":
+            if not _HEX4.fullmatch(escape):
+                raise ValueError(f"malformed \\uxxxx escape: \\{escape}")
+            return chr(int(escape[1:], 16))
+        return _UNESCAPES.get(escape, escape)
+
+    decoded = _ESCAPE.sub(one, text)
+    # \uD83D\uDE00 (how Java writes a character beyond the BMP) is one character
+    return _SURROGATE_PAIR.sub(_join_surrogates, decoded)
+
+
+def _join_surrogates(match: re.Match[str]) -> str:
+    high, low = map(ord, match.group())
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
 
 
 @dataclass(frozen=True)
@@ -430,12 +520,14 @@ class Config:
         props: dict[str, str] = {}
         if path is not None:
             try:
-                import javaproperties  # only when there is a file: it costs ~70 ms of imports
-
                 with open(path, encoding="utf-8") as fh:
-                    props.update(javaproperties.load(fh))
-            except OSError as exc:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+            try:
+                props.update(load_properties(text))
+            except ValueError as exc:
+                raise ConfigError(f"config file {path}: {exc}") from exc
         from_env, ignored_env = properties_from_env(environ or {})
         props.update(from_env)
         for item in overrides:

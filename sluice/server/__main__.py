@@ -13,9 +13,10 @@ the command line with ``argparse`` (click costs ~40 ms of imports, and the broke
 options), then imports what a plain start needs. With JSON logs (the default off a terminal)
 structlog is imported without ``rich``: structlog's package imports its dev console renderer,
 which imports rich (~70-150 ms) when it is installed, only to pretty-print tracebacks on a
-terminal (:func:`_import_structlog_without_rich`). ZooKeeper, Prometheus and the group
-coordinator's heavier parts load when the config asks for them. ``bench/startup.py`` measures
-the ready time, ``tests/broker/test_startup.py`` keeps heavy modules out of a plain start.
+terminal (:func:`_import_structlog_without_rich`). ZooKeeper (kazoo, the controller, the
+replica fetcher) and Prometheus load only when the config asks for them (``zookeeper.connect``,
+``sluice.metrics.listener``). ``bench/startup.py`` measures the ready time,
+``tests/broker/test_startup.py`` keeps heavy modules out of a plain start.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ half a second after ready (idle: no client). Then SIGTERM.
 
 ``--compare-tree DIR`` alternates every run with a broker from another checkout (``DIR`` as
 its working directory and ``PYTHONPATH``: e.g. a worktree of the previous commit), so both
-builds see the same neighbours' load. ``--importtime`` also runs each build once under
-``python -X importtime`` and prints its total import time and slowest imports (cumulative),
-the profile that says where the start-up time goes.
+builds see the same neighbours' load. ``--importtime`` also starts each build ``--runs``
+times under ``python -X importtime`` and prints its import time until ready and its slowest
+imports (cumulative; each module's best over the runs), the profile that says where the
+start-up time goes.
 
 Before measuring, each tree's ``sluice`` package is byte-compiled (``compileall``), as an
 installed package is: this machine's environment sets ``PYTHONDONTWRITEBYTECODE``, and without
@@ -109,20 +110,23 @@ def one_run(tree: Path, python_args: tuple[str, ...] = ()) -> tuple[float, float
     return ready, cpu, rss, stderr
 
 
-def import_profile(stderr: str, top: int = 12) -> tuple[float, list[tuple[float, str]]]:
-    """(total import ms, the ``top`` slowest imports as (cumulative ms, module)) of a
-    ``-X importtime`` run's stderr, up to the moment it was stopped."""
-    rows: list[tuple[float, str]] = []
-    total = 0.0
-    for line in stderr.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        _self, cumulative, name = line.split("|")
-        ms = int(cumulative) / 1000
-        if not name.startswith("  "):  # top level: nothing imported it
-            total += ms
-        rows.append((ms, name.strip()))
-    return total, sorted(rows, reverse=True)[:top]
+def import_profile(stderrs: list[str], top: int = 12) -> tuple[float, list[tuple[float, str]]]:
+    """(total import ms, the ``top`` slowest imports as (cumulative ms, module)) of
+    ``-X importtime`` runs' stderr, each module's least time over the runs (the one least
+    disturbed by the neighbours)."""
+    cumulative: dict[str, float] = {}
+    top_level: set[str] = set()
+    for stderr in stderrs:
+        for line in stderr.splitlines():
+            if not line.startswith("import time:") or "cumulative" in line:
+                continue
+            _self, cum, name = line.split("|")
+            module = name.strip()
+            cumulative[module] = min(cumulative.get(module, float("inf")), int(cum) / 1000)
+            if not name.startswith("  "):  # top level: nothing imported it
+                top_level.add(module)
+    total = sum(cumulative[m] for m in top_level)
+    return total, sorted(((ms, m) for m, ms in cumulative.items()), reverse=True)[:top]
 
 
 def main(argv: list[str]) -> int:
@@ -160,9 +164,12 @@ def main(argv: list[str]) -> int:
             f"idle RSS median {statistics.median(rsses):.1f} MB"
         )
     if args.importtime:
-        for name, tree in trees.items():
-            *_, stderr = one_run(tree, ("-X", "importtime"))
-            total, rows = import_profile(stderr)
+        stderrs: dict[str, list[str]] = {name: [] for name in trees}
+        for _ in range(args.runs):  # alternating, as above
+            for name, tree in trees.items():
+                stderrs[name].append(one_run(tree, ("-X", "importtime"))[3])
+        for name in trees:
+            total, rows = import_profile(stderrs[name])
             print(f"{name}: imports until ready {total:.0f} ms; slowest (cumulative ms):")
             for ms, module in rows:
                 print(f"  {ms:7.1f}  {module}")

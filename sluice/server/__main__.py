@@ -15,8 +15,9 @@ structlog is imported without ``rich``: structlog's package imports its dev cons
 which imports rich (~70-150 ms) when it is installed, only to pretty-print tracebacks on a
 terminal (:func:`_import_structlog_without_rich`). ZooKeeper (kazoo, the controller, the
 replica fetcher) and Prometheus load only when the config asks for them (``zookeeper.connect``,
-``sluice.metrics.listener``). ``bench/startup.py`` measures the ready time,
-``tests/broker/test_startup.py`` keeps heavy modules out of a plain start.
+``sluice.metrics.listener``). ``bench/startup.py`` measures the ready time (figures and import
+profiles in bench/NOTES.md), ``tests/broker/test_startup.py`` keeps heavy modules out of a
+plain start.
 """
 
 from __future__ import annotations

@@ -55,12 +55,12 @@ from sluice.server.config_def import (
     MEDIUM,
     STRING,
     ConfigDef,
-    ConfigError,
     ConfigKey,
     boolean,
     int_in,
     typed_values,
 )
+from sluice.server.config_def import ConfigError as ConfigError  # raised by Config.load
 from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.core.quotas import NO_BOUND, parse_ip_overrides
 from sluice.server.group.config import GROUP_CONFIG
@@ -68,9 +68,6 @@ from sluice.server.storage.log_config import LONG_MAX, SERVER_LOG_CONFIG
 
 if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
-
-
-__all__ = ["BROKER_CONFIG", "Config", "ConfigError", "Listener", "MetricsListener"]
 
 
 _EOL = re.compile(r"\r\n|\r|\n")

@@ -91,7 +91,7 @@ def _long_in(lo: int, hi: int = LONG_MAX) -> Validator:
 
 def _gzip_level(text: str) -> int:
     # Kafka: 1..9, or -1 for the codec's default (Deflater.DEFAULT_COMPRESSION).
-    value = _long_in(-1, 9)(text)
+    value: int = _long_in(-1, 9)(text)
     if value == 0:
         raise ValueError("must be in [1, 9] or -1")
     return value

@@ -85,3 +85,18 @@ def test_a_plain_start_imports_nothing_heavy(tmp_path: Path) -> None:
     assert "sluice.server.core.server" in modules  # the probe saw a real start
     heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert heavy == []
+
+
+def test_importing_the_entrypoint_imports_only_the_standard_library() -> None:
+    """``import sluice.server.__main__`` (what ``-m`` and the console script do first) loads no
+    other Sluice module and no third-party package: ``main()`` decides what a start needs."""
+    code = "import json, sys; import sluice.server.__main__; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    modules = json.loads(out)
+    assert [m for m in modules if m.startswith("sluice")] == [
+        "sluice", "sluice.server", "sluice.server.__main__",
+    ]  # fmt: skip
+    for package in ("structlog", "uvloop", "click", "rich", "crc32c", "cramjam"):
+        assert package not in modules

@@ -193,6 +193,8 @@ _T = TOPIC_CONFIG.__getitem__
 
 #: The broker's ``log.*`` keys: each supplies a topic key's default (its *synonym*, Kafka's
 #: ``ServerTopicConfigSynonyms``), with the topic key's type, validator and default unless said.
+#: (A storage key that is the broker's only, such as a cleaner's thread count, is a plain
+#: ``define`` in its own ``section``.)
 #: The coarser-unit keys (``log.retention.hours``...) are declared with their own defaults and
 #: converted by :data:`_UNIT_MS`; the finer key wins when both are set (Kafka's precedence
 #: ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``: declaration

@@ -2,13 +2,16 @@
 
 Sources, later wins (like ``kafka-server-start.sh server.properties --override k=v``):
 
-1. the defaults in :data:`OPTIONS` (Kafka's, except ``listeners`` and ``log.dirs`` which default
-   to a local, unprivileged setup). Each key is declared once, by the room that reads it: the
-   network and broker keys here, the ``log.*`` keys by the storage layer
-   (:data:`sluice.server.storage.log_config.BROKER_OPTIONS`), the ``group.*`` / ``offsets.*``
-   keys by the group coordinator (:data:`sluice.server.group.coordinator.GROUP_OPTIONS`);
-   :data:`OPTIONS` collects them all;
-2. a Java ``.properties`` file (parsed by the ``javaproperties`` package: comments, ``key=value``,
+1. the defaults declared in :data:`BROKER_CONFIG` (Kafka's, except ``listeners`` and
+   ``log.dirs`` which default to a local, unprivileged setup). Each key is declared once
+   (:mod:`sluice.server.config_def`), by the room that reads it: the network, broker, replica
+   and ZooKeeper keys here, the controller's in :mod:`sluice.server.controller.config`, the
+   ``log.*`` keys by the storage layer
+   (:data:`sluice.server.storage.log_config.SERVER_LOG_CONFIG`), the ``group.*`` /
+   ``offsets.*`` keys in :mod:`sluice.server.group.config`; :data:`BROKER_CONFIG` collects
+   them all, and the fields of :class:`Config`, DescribeConfigs' broker entries and the example
+   ``config/server.properties`` (:func:`example_properties`) derive from it;
+2. a Java ``.properties`` file (:func:`load_properties`: comments, ``key=value``,
    ``key: value``, ``key value``, continuation lines and ``\\uXXXX`` escapes behave exactly as in
    Java's ``Properties.load``);
 3. environment variables ``SLUICE_<KEY>`` (what a container is configured with; see
@@ -26,8 +29,9 @@ tools (:data:`NON_BROKER_ENV`).
 
 Unknown keys (including Kafka keys Sluice does not use, such as ``num.network.threads``) are kept
 in :attr:`Config.ignored_keys` so the entrypoint can warn once; invalid values raise
-:class:`ConfigError` naming the key and the value. The ``log.*`` storage defaults are validated
-and converted by :meth:`sluice.server.storage.log_config.LogConfig.from_broker_properties` (owned
+:class:`ConfigError` naming the key and the value. The ``log.*`` storage defaults are converted
+(and checked together) by
+:meth:`sluice.server.storage.log_config.LogConfig.from_broker_properties` (owned
 by the storage layer); :meth:`Config.log_config` hands it the merged properties.
 
 A ``Config`` is immutable; ``Server`` and the handlers read it, nobody writes it.
@@ -37,23 +41,124 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import javaproperties
-
-from sluice.protocol.config_def import NO_BOUND, ConfigKey, boolean, int_in, parse_ip_overrides
-from sluice.server.group.coordinator import GROUP_OPTIONS
-from sluice.server.storage.log_config import BROKER_OPTIONS
+from sluice.server.config_def import (
+    BOOLEAN,
+    HIGH,
+    INT,
+    LONG,
+    LOW,
+    MEDIUM,
+    NO_BOUND,
+    STRING,
+    ConfigDef,
+    ConfigKey,
+    boolean,
+    int_in,
+    parse_ip_overrides,
+    typed_values,
+)
+from sluice.server.config_def import ConfigError as ConfigError  # raised by Config.load
+from sluice.server.controller.config import CONTROLLER_CONFIG
+from sluice.server.group.config import GROUP_CONFIG
+from sluice.server.storage.log_config import LONG_MAX, SERVER_LOG_CONFIG
 
 if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
 
 
-class ConfigError(ValueError):
-    """A configuration key has a value Sluice cannot use (message names key and value)."""
+_EOL = re.compile(r"\r\n|\r|\n")
+_ESCAPE = re.compile(r"\\(u.{0,4}|.)", re.DOTALL)
+_HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_UNESCAPES = {"t": "\t", "n": "\n", "f": "\f", "r": "\r"}
+_BLANK = " \t\f"
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """The key-value pairs of a ``.properties`` document, as Java's ``Properties.load`` reads
+    them (later keys win). Java's rules, in its ``LineReader`` / ``loadConvert`` order:
+
+    1. natural lines end at ``\\n``, ``\\r`` or ``\\r\\n``; leading blanks (space, tab,
+       form feed) are skipped; a line that is then empty, or starts with ``#`` or ``!``, is
+       skipped;
+    2. a line ending in an odd number of backslashes continues on the next one (whose leading
+       blanks are skipped; it is never a comment);
+    3. the key ends at the first unescaped ``=``, ``:`` or blank; blanks, then one ``=`` or
+       ``:`` (if the key did not end at one), then blanks are skipped; the rest is the value;
+    4. escapes in key and value: ``\\t \\n \\f \\r \\uXXXX``; a backslash before any
+       other character stands for that character; a ``\\u`` without four hex digits is an
+       error (ValueError).
+
+    Sluice's own reader rather than a package's: the one we used brings in ``urllib`` and
+    ``xml`` (~70 ms at every start); a property test holds this one to ``javaproperties``.
+    """
+    props: dict[str, str] = {}
+    lines = _EOL.split(text)
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continued(line):
+            line = line[:-1]
+            if i < len(lines):
+                line += lines[i].lstrip(_BLANK)
+                i += 1
+        if line:
+            key, value = _split_key(line)
+            props[_unescape(key)] = _unescape(value)
+    return props
+
+
+def _continued(line: str) -> bool:
+    """An odd number of backslashes at the end: the line goes on."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_key(line: str) -> tuple[str, str]:
+    end, n = 0, len(line)
+    while end < n and line[end] not in "=: \t\f":
+        end += 2 if line[end] == "\\" else 1
+    end = min(end, n)
+    start = end
+    separator = start < n and line[start] in "=:"
+    if separator:
+        start += 1
+    while start < n and line[start] in _BLANK:
+        start += 1
+    if not separator and start < n and line[start] in "=:":
+        start += 1
+        while start < n and line[start] in _BLANK:
+            start += 1
+    return line[:end], line[start:]
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+
+    def one(match: re.Match[str]) -> str:
+        escape = match.group(1)
+        if escape[0] == "u":
+            if not _HEX4.fullmatch(escape):
+                raise ValueError(f"malformed \\uxxxx escape: \\{escape}")
+            return chr(int(escape[1:], 16))
+        return _UNESCAPES.get(escape, escape)
+
+    decoded = _ESCAPE.sub(one, text)
+    # \uD83D\uDE00 (how Java writes a character beyond the BMP) is one character
+    return _SURROGATE_PAIR.sub(_join_surrogates, decoded)
+
+
+def _join_surrogates(match: re.Match[str]) -> str:
+    high, low = map(ord, match.group())
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
 
 
 @dataclass(frozen=True)
@@ -149,350 +254,72 @@ def _log_dirs(text: str) -> str:
     return dirs[0]
 
 
-@dataclass(frozen=True)
-class Option:
-    """One broker option: Kafka key, ``Config`` attribute, parser, default and a one-line doc."""
+#: Every broker key: this room's (network, broker, replica, ZooKeeper, storage lifecycle), the
+#: controller's, the storage layer's ``log.*`` and the group coordinator's, in the order of
+#: DescribeConfigs and of the example file. One line per key:
+#: ``define(name, type, default, validator, importance, doc)``.
+BROKER_CONFIG = (
+    ConfigDef()
+    .section("network")
+    .define("listeners", STRING, "PLAINTEXT://127.0.0.1:9092", parse_listeners, HIGH, "where the broker listens (port 0 = any free port)")  # noqa: E501
+    .define("advertised.listeners", STRING, None, parse_listeners, HIGH, "what Metadata tells clients to connect to; defaults to listeners")  # noqa: E501
+    .define("socket.request.max.bytes", INT, 104857600, int_in(1), HIGH, "largest request frame; a bigger one closes the connection before its body is read")  # noqa: E501
+    # Kafka: 102400 for both buffers; the kernel's autotuning fetches ~2x faster on loopback
+    .define("socket.send.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_SNDBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
+    .define("socket.receive.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_RCVBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
+    .define("queued.max.requests", INT, 500, int_in(1), HIGH, "per connection: unanswered requests before the broker stops reading from it")  # noqa: E501
+    .define("sluice.connection.max.unsent.bytes", INT, 4194304, int_in(1), MEDIUM, "per connection: bytes buffered for a slow reader; above it sending and reading wait")  # noqa: E501
+    .define("fetch.max.bytes", INT, 57671680, int_in(1024), MEDIUM, "largest Fetch response; a request asking more gets this (its first batch may exceed it)")  # noqa: E501
+    .define("sluice.fetch.zero.copy", BOOLEAN, True, boolean, LOW, "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)")  # noqa: E501
+    .define("sluice.shutdown.timeout.ms", INT, 10000, int_in(0), MEDIUM, "graceful shutdown: how long in-flight requests may take before connections close")  # noqa: E501
+    .define("sluice.metrics.listener", STRING, None, parse_metrics_listener, MEDIUM, "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none")  # noqa: E501
+    .section("limits a client can exhaust; 2147483647 (Kafka's Int.MaxValue) is no bound")
+    .define("max.connections.per.ip", INT, NO_BOUND, int_in(0), MEDIUM, "open connections from one address; more are closed when accepted")  # noqa: E501
+    .define("max.connections.per.ip.overrides", STRING, "", parse_ip_overrides, MEDIUM, "host:count,... : max.connections.per.ip for the addresses (or host names) named")  # noqa: E501
+    .define("max.connections", INT, NO_BOUND, int_in(0), MEDIUM, "open connections in all; more are closed when accepted")  # noqa: E501
+    .define("sluice.quota.requests.per.second", INT, NO_BOUND, int_in(1), MEDIUM, "requests per second per client id; above it responses carry throttle_time_ms and the connection waits that long")  # noqa: E501
+    .define("quota.window.num", INT, 11, int_in(2), LOW, "samples the request rate is measured over")  # noqa: E501
+    .define("quota.window.size.seconds", INT, 1, int_in(1), LOW, "length of one request-rate sample (also the longest throttle)")  # noqa: E501
+    .define("sluice.max.topics", INT, NO_BOUND, int_in(1), MEDIUM, "topics in all (internal ones included); creating more is POLICY_VIOLATION")  # noqa: E501
+    .define("sluice.max.partitions", INT, NO_BOUND, int_in(1), MEDIUM, "partitions of all topics (internal ones included); more is POLICY_VIOLATION")  # noqa: E501
+    .define("sluice.max.partitions.per.topic", INT, 10000, int_in(1), MEDIUM, "partitions of one topic; more is INVALID_PARTITIONS")  # noqa: E501
+    .section("broker identity and topics")
+    .define("node.id", INT, 0, int_in(0), HIGH, "this broker's id (in Metadata)")
+    .define("broker.id", INT, None, int_in(-1), HIGH, "Kafka's old name for node.id; node.id wins")
+    .define("num.partitions", INT, 1, int_in(1), MEDIUM, "partitions of an auto-created topic or CreateTopics with num_partitions -1")  # noqa: E501
+    .define("default.replication.factor", INT, 1, int_in(1), MEDIUM, "replicas of an auto-created topic or CreateTopics with replication_factor -1 (standalone: only 1)")  # noqa: E501
+    .define("auto.create.topics.enable", BOOLEAN, True, boolean, HIGH, "create a topic on Metadata/Produce for an unknown name")  # noqa: E501
+    .define("delete.topic.enable", BOOLEAN, True, boolean, HIGH, "allow DeleteTopics")
+    .section("cluster (ZooKeeper mode); without zookeeper.connect the broker is standalone")
+    .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
+    .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
+    .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
+    .define("replica.lag.time.max.ms", LONG, 30000, int_in(1), HIGH, "a follower not caught up for this long leaves the ISR")  # noqa: E501
+    .define("replica.fetch.wait.max.ms", INT, 500, int_in(0), MEDIUM, "how long a follower's fetch waits at the leader for new data")  # noqa: E501
+    .define("replica.fetch.min.bytes", INT, 1, int_in(1), MEDIUM, "bytes a follower's fetch waits for")  # noqa: E501
+    .define("replica.fetch.max.bytes", INT, 1048576, int_in(0), MEDIUM, "bytes per partition a follower fetches at once (at least one batch)")  # noqa: E501
+    .define("replica.fetch.response.max.bytes", INT, 10485760, int_in(0), MEDIUM, "bytes per follower fetch response (at least one batch)")  # noqa: E501
+    .define("replica.fetch.backoff.ms", INT, 1000, int_in(0), MEDIUM, "pause before a follower retries after a fetch error")  # noqa: E501
+    .define("replica.socket.timeout.ms", INT, 30000, int_in(1), HIGH, "how long a follower waits for a fetch answer before reconnecting")  # noqa: E501
+    .include(CONTROLLER_CONFIG)
+    .section("cluster: controlled shutdown")
+    .define("controlled.shutdown.enable", BOOLEAN, True, boolean, MEDIUM, "on SIGTERM, move leadership away before stopping")  # noqa: E501
+    .define("controlled.shutdown.max.retries", INT, 3, int_in(0), MEDIUM, "controlled shutdown attempts before stopping anyway")  # noqa: E501
+    .define("controlled.shutdown.retry.backoff.ms", LONG, 5000, int_in(0), MEDIUM, "pause between controlled shutdown attempts")  # noqa: E501
+    .section("storage (log.dirs is the broker's; the other log.* keys are the topics' defaults)")
+    .define("log.dirs", STRING, None, _log_dirs, HIGH, "the data directory (exactly one)")
+    .define("log.dir", STRING, "./data", _log_dirs, HIGH, "used when log.dirs is not set")
+    .define("log.retention.check.interval.ms", LONG, 300000, int_in(1), MEDIUM, "how often retention runs")  # noqa: E501
+    .define("log.flush.scheduler.interval.ms", LONG, LONG_MAX, int_in(0), HIGH, "how often the flush check runs (unset: every second, which also flushes rolled segments)")  # noqa: E501
+    .define("sluice.log.open.files.max", INT, None, int_in(1), MEDIUM, "segment files kept open at once; the least recently read old segments are closed beyond it (unset: the open-file limit less a quarter of it, or 64 if more)")  # noqa: E501
+    .define("log.flush.offset.checkpoint.interval.ms", INT, 60000, int_in(0), HIGH, "how often recovery points are checkpointed")  # noqa: E501
+    .include(SERVER_LOG_CONFIG)
+    .include(GROUP_CONFIG)
+)  # fmt: skip
 
-    key: str
-    attr: str | None  # None: read by another room (storage, group) or an alias (log.dir)
-    parse: Callable[[str], Any]
-    default: str | None  # as text, like in server.properties; None = unset (Kafka's "null")
-    doc: str
-
-    @classmethod
-    def declared(cls, key: ConfigKey) -> Option:
-        """An option declared by another room (storage, group): read from :attr:`Config.properties`
-        by that room, so no ``Config`` attribute."""
-        return cls(key.key, None, key.parse, key.default, key.doc)
-
-
-_LONG_MAX = 9223372036854775807
-
-OPTIONS: tuple[Option, ...] = (
-    # --- network -------------------------------------------------------------------------------
-    Option(
-        "listeners",
-        "listeners",
-        parse_listeners,
-        "PLAINTEXT://127.0.0.1:9092",
-        "where the broker listens (port 0 = any free port)",
-    ),
-    Option(
-        "advertised.listeners",
-        "advertised_listeners",
-        parse_listeners,
-        None,
-        "what Metadata tells clients to connect to; defaults to listeners",
-    ),
-    Option(
-        "socket.request.max.bytes",
-        "socket_request_max_bytes",
-        int_in(1),
-        "104857600",
-        "largest request frame; a bigger one closes the connection before its body is read",
-    ),
-    Option(
-        "socket.send.buffer.bytes",
-        "socket_send_buffer_bytes",
-        int_in(-1),
-        "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
-        "SO_SNDBUF of client connections (-1: the OS default, with autotuning)",
-    ),
-    Option(
-        "socket.receive.buffer.bytes",
-        "socket_receive_buffer_bytes",
-        int_in(-1),
-        "-1",  # Kafka: 102400; the kernel's autotuning fetches ~2x faster on loopback
-        "SO_RCVBUF of client connections (-1: the OS default, with autotuning)",
-    ),
-    Option(
-        "queued.max.requests",
-        "queued_max_requests",
-        int_in(1),
-        "500",
-        "per connection: unanswered requests before the broker stops reading from it",
-    ),
-    Option(
-        "sluice.connection.max.unsent.bytes",
-        "max_unsent_bytes",
-        int_in(1),
-        "4194304",
-        "per connection: bytes buffered for a slow reader; above it sending and reading wait",
-    ),
-    Option(
-        "fetch.max.bytes",
-        "fetch_max_bytes",
-        int_in(1024),
-        "57671680",
-        "largest Fetch response; a request asking more gets this (its first batch may exceed it)",
-    ),
-    Option(
-        "sluice.fetch.zero.copy",
-        "fetch_zero_copy",
-        boolean,
-        "true",
-        "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)",
-    ),
-    Option(
-        "sluice.shutdown.timeout.ms",
-        "shutdown_timeout_ms",
-        int_in(0),
-        "10000",
-        "graceful shutdown: how long in-flight requests may take before connections close",
-    ),
-    Option(
-        "sluice.metrics.listener",
-        "metrics_listener",
-        parse_metrics_listener,
-        None,
-        "Prometheus endpoint, http://host:port (path /metrics); unset or empty: none",
-    ),
-    # --- limits a client can exhaust (sluice.server.network.quotas; 2147483647: no bound) --------
-    Option(
-        "max.connections.per.ip",
-        "max_connections_per_ip",
-        int_in(0),
-        str(NO_BOUND),
-        "open connections from one address; more are closed when accepted",
-    ),
-    Option(
-        "max.connections.per.ip.overrides",
-        "max_connections_per_ip_overrides",
-        parse_ip_overrides,
-        "",
-        "host:count,... : max.connections.per.ip for the addresses (or host names) named",
-    ),
-    Option(
-        "max.connections",
-        "max_connections",
-        int_in(0),
-        str(NO_BOUND),
-        "open connections in all; more are closed when accepted",
-    ),
-    Option(
-        "sluice.quota.requests.per.second",
-        "quota_requests_per_second",
-        int_in(1),
-        str(NO_BOUND),
-        "requests per second per client id; above it responses carry throttle_time_ms and the "
-        "connection waits that long",
-    ),
-    Option(
-        "quota.window.num",
-        "quota_window_num",
-        int_in(2),
-        "11",
-        "samples the request rate is measured over",
-    ),
-    Option(
-        "quota.window.size.seconds",
-        "quota_window_size_seconds",
-        int_in(1),
-        "1",
-        "length of one request-rate sample (also the longest throttle)",
-    ),
-    Option(
-        "sluice.max.topics",
-        "max_topics",
-        int_in(1),
-        str(NO_BOUND),
-        "topics in all (internal ones included); creating more is POLICY_VIOLATION",
-    ),
-    Option(
-        "sluice.max.partitions",
-        "max_partitions",
-        int_in(1),
-        str(NO_BOUND),
-        "partitions of all topics (internal ones included); more is POLICY_VIOLATION",
-    ),
-    Option(
-        "sluice.max.partitions.per.topic",
-        "max_partitions_per_topic",
-        int_in(1),
-        "10000",
-        "partitions of one topic; more is INVALID_PARTITIONS",
-    ),
-    # --- broker identity and topics ------------------------------------------------------------
-    Option("node.id", "node_id", int_in(0), "0", "this broker's id (in Metadata)"),
-    Option("broker.id", None, int_in(-1), None, "Kafka's old name for node.id; node.id wins"),
-    Option(
-        "num.partitions",
-        "num_partitions",
-        int_in(1),
-        "1",
-        "partitions of an auto-created topic or CreateTopics with num_partitions -1",
-    ),
-    Option(
-        "default.replication.factor",
-        "default_replication_factor",
-        int_in(1),
-        "1",
-        "replicas of an auto-created topic or CreateTopics with replication_factor -1 "
-        "(standalone: only 1)",
-    ),
-    Option(
-        "auto.create.topics.enable",
-        "auto_create_topics_enable",
-        boolean,
-        "true",
-        "create a topic on Metadata/Produce for an unknown name",
-    ),
-    Option("delete.topic.enable", "delete_topic_enable", boolean, "true", "allow DeleteTopics"),
-    # --- cluster: ZooKeeper mode (no zookeeper.connect = a standalone broker) ------------------
-    Option(
-        "zookeeper.connect",
-        "zookeeper_connect",
-        _zookeeper_connect,
-        None,
-        "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker",
-    ),
-    Option(
-        "zookeeper.session.timeout.ms",
-        "zookeeper_session_timeout_ms",
-        int_in(1),
-        "18000",
-        "ZooKeeper session timeout: how long a dead broker keeps its registration",
-    ),
-    Option(
-        "zookeeper.connection.timeout.ms",
-        "zookeeper_connection_timeout_ms",
-        int_in(1),
-        None,
-        "how long to wait for a ZooKeeper connection (unset: the session timeout)",
-    ),
-    Option(
-        "replica.lag.time.max.ms",
-        "replica_lag_time_max_ms",
-        int_in(1),
-        "30000",
-        "a follower not caught up for this long leaves the ISR",
-    ),
-    Option(
-        "replica.fetch.wait.max.ms",
-        "replica_fetch_wait_max_ms",
-        int_in(0),
-        "500",
-        "how long a follower's fetch waits at the leader for new data",
-    ),
-    Option(
-        "replica.fetch.min.bytes",
-        "replica_fetch_min_bytes",
-        int_in(1),
-        "1",
-        "bytes a follower's fetch waits for",
-    ),
-    Option(
-        "replica.fetch.max.bytes",
-        "replica_fetch_max_bytes",
-        int_in(0),
-        "1048576",
-        "bytes per partition a follower fetches at once (at least one batch)",
-    ),
-    Option(
-        "replica.fetch.response.max.bytes",
-        "replica_fetch_response_max_bytes",
-        int_in(0),
-        "10485760",
-        "bytes per follower fetch response (at least one batch)",
-    ),
-    Option(
-        "replica.fetch.backoff.ms",
-        "replica_fetch_backoff_ms",
-        int_in(0),
-        "1000",
-        "pause before a follower retries after a fetch error",
-    ),
-    Option(
-        "replica.socket.timeout.ms",
-        "replica_socket_timeout_ms",
-        int_in(1),
-        "30000",
-        "how long a follower waits for a fetch answer before reconnecting",
-    ),
-    Option(
-        "auto.leader.rebalance.enable",
-        "auto_leader_rebalance_enable",
-        boolean,
-        "true",
-        "the controller moves leadership back to preferred replicas",
-    ),
-    Option(
-        "leader.imbalance.check.interval.seconds",
-        "leader_imbalance_check_interval_seconds",
-        int_in(1),
-        "300",
-        "how often the controller checks for non-preferred leaders",
-    ),
-    Option(
-        "leader.imbalance.per.broker.percentage",
-        "leader_imbalance_per_broker_percentage",
-        int_in(0, 100),
-        "10",
-        "rebalance a broker's partitions when more than this % of those it should lead it does not",
-    ),
-    Option(
-        "controlled.shutdown.enable",
-        "controlled_shutdown_enable",
-        boolean,
-        "true",
-        "on SIGTERM, move leadership away before stopping",
-    ),
-    Option(
-        "controlled.shutdown.max.retries",
-        "controlled_shutdown_max_retries",
-        int_in(0),
-        "3",
-        "controlled shutdown attempts before stopping anyway",
-    ),
-    Option(
-        "controlled.shutdown.retry.backoff.ms",
-        "controlled_shutdown_retry_backoff_ms",
-        int_in(0),
-        "5000",
-        "pause between controlled shutdown attempts",
-    ),
-    # --- storage (log.dirs is ours; the other log.* keys go to LogConfig) ----------------------
-    Option("log.dirs", "log_dirs", _log_dirs, None, "the data directory (exactly one)"),
-    Option("log.dir", None, _log_dirs, "./data", "used when log.dirs is not set"),
-    Option(
-        "log.retention.check.interval.ms",
-        "log_retention_check_interval_ms",
-        int_in(1),
-        "300000",
-        "how often retention runs",
-    ),
-    Option(
-        "log.flush.scheduler.interval.ms",
-        "log_flush_scheduler_interval_ms",
-        int_in(0),
-        str(_LONG_MAX),
-        "how often the flush check runs (unset: every second, which also flushes rolled segments)",
-    ),
-    Option(
-        "sluice.log.open.files.max",
-        "log_open_files_max",
-        int_in(1),
-        None,
-        "segment files kept open at once; the least recently read old segments are closed "
-        "beyond it (unset: the open-file limit less a quarter of it, or 64 if more)",
-    ),
-    Option(
-        "log.flush.offset.checkpoint.interval.ms",
-        "log_checkpoint_interval_ms",
-        int_in(0),
-        "60000",
-        "how often recovery points are checkpointed",
-    ),
-    # --- storage: the topic-level defaults, declared by the storage layer --------------------
-    *(Option.declared(k) for k in BROKER_OPTIONS),
-    # --- consumer groups: declared by the group coordinator --------------------------------------
-    *(Option.declared(k) for k in GROUP_OPTIONS),
-)
-
-#: The keys handed to LogConfig.from_broker_properties.
-_LOG_KEYS = frozenset(k.key for k in BROKER_OPTIONS)
-
-OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+#: The declared keys, as the option table (DescribeConfigs' order).
+OPTIONS: tuple[ConfigKey, ...] = tuple(BROKER_CONFIG)
+OPTIONS_BY_KEY: dict[str, ConfigKey] = {o.name: o for o in OPTIONS}
 
 #: The prefix of the environment variables that set broker keys (module docstring).
 ENV_PREFIX = "SLUICE_"
@@ -536,56 +363,68 @@ def properties_from_env(environ: Mapping[str, str]) -> tuple[dict[str, str], tup
     return props, tuple(sorted(ignored))
 
 
+_setting = BROKER_CONFIG.setting
+
+
 @dataclass(frozen=True)
 class Config:
-    """Every broker option, typed. Build with :meth:`load` (or ``Config()`` for all defaults)."""
+    """Every broker option, typed: a field per key of :data:`BROKER_CONFIG` this room reads
+    (the keys of storage and groups are read by those rooms from :attr:`properties`). Build
+    with :meth:`load` (or ``Config()`` for all defaults)."""
 
-    listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
-    advertised_listeners: tuple[Listener, ...] | None = None
-    socket_request_max_bytes: int = 104857600
-    socket_send_buffer_bytes: int = -1
-    socket_receive_buffer_bytes: int = -1
-    queued_max_requests: int = 500
-    max_unsent_bytes: int = 4194304
-    fetch_max_bytes: int = 57671680
-    fetch_zero_copy: bool = True
-    shutdown_timeout_ms: int = 10000
-    metrics_listener: MetricsListener | None = None
-    max_connections_per_ip: int = NO_BOUND
-    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
-    max_connections: int = NO_BOUND
-    quota_requests_per_second: int = NO_BOUND
-    quota_window_num: int = 11
-    quota_window_size_seconds: int = 1
-    max_topics: int = NO_BOUND
-    max_partitions: int = NO_BOUND
-    max_partitions_per_topic: int = 10000
-    node_id: int = 0
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    delete_topic_enable: bool = True
-    zookeeper_connect: str | None = None
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int | None = None
-    replica_lag_time_max_ms: int = 30000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_min_bytes: int = 1
-    replica_fetch_max_bytes: int = 1048576
-    replica_fetch_response_max_bytes: int = 10485760
-    replica_fetch_backoff_ms: int = 1000
-    replica_socket_timeout_ms: int = 30_000
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    controlled_shutdown_enable: bool = True
-    controlled_shutdown_max_retries: int = 3
-    controlled_shutdown_retry_backoff_ms: int = 5000
-    log_dirs: str = "./data"
-    log_retention_check_interval_ms: int = 300000
-    log_flush_scheduler_interval_ms: int = _LONG_MAX
-    log_checkpoint_interval_ms: int = 60000
-    log_open_files_max: int | None = None
+    listeners: tuple[Listener, ...] = _setting("listeners")
+    advertised_listeners: tuple[Listener, ...] | None = _setting("advertised.listeners")
+    socket_request_max_bytes: int = _setting("socket.request.max.bytes")
+    socket_send_buffer_bytes: int = _setting("socket.send.buffer.bytes")
+    socket_receive_buffer_bytes: int = _setting("socket.receive.buffer.bytes")
+    queued_max_requests: int = _setting("queued.max.requests")
+    max_unsent_bytes: int = _setting("sluice.connection.max.unsent.bytes")
+    fetch_max_bytes: int = _setting("fetch.max.bytes")
+    fetch_zero_copy: bool = _setting("sluice.fetch.zero.copy")
+    shutdown_timeout_ms: int = _setting("sluice.shutdown.timeout.ms")
+    metrics_listener: MetricsListener | None = _setting("sluice.metrics.listener")  # noqa: RUF009
+    max_connections_per_ip: int = _setting("max.connections.per.ip")
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = _setting(
+        "max.connections.per.ip.overrides"
+    )
+    max_connections: int = _setting("max.connections")
+    quota_requests_per_second: int = _setting("sluice.quota.requests.per.second")
+    quota_window_num: int = _setting("quota.window.num")
+    quota_window_size_seconds: int = _setting("quota.window.size.seconds")
+    max_topics: int = _setting("sluice.max.topics")
+    max_partitions: int = _setting("sluice.max.partitions")
+    max_partitions_per_topic: int = _setting("sluice.max.partitions.per.topic")
+    node_id: int = _setting("node.id")
+    num_partitions: int = _setting("num.partitions")
+    default_replication_factor: int = _setting("default.replication.factor")
+    auto_create_topics_enable: bool = _setting("auto.create.topics.enable")
+    delete_topic_enable: bool = _setting("delete.topic.enable")
+    zookeeper_connect: str | None = _setting("zookeeper.connect")
+    zookeeper_session_timeout_ms: int = _setting("zookeeper.session.timeout.ms")
+    zookeeper_connection_timeout_ms: int | None = _setting("zookeeper.connection.timeout.ms")
+    replica_lag_time_max_ms: int = _setting("replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = _setting("replica.fetch.wait.max.ms")
+    replica_fetch_min_bytes: int = _setting("replica.fetch.min.bytes")
+    replica_fetch_max_bytes: int = _setting("replica.fetch.max.bytes")
+    replica_fetch_response_max_bytes: int = _setting("replica.fetch.response.max.bytes")
+    replica_fetch_backoff_ms: int = _setting("replica.fetch.backoff.ms")
+    replica_socket_timeout_ms: int = _setting("replica.socket.timeout.ms")
+    auto_leader_rebalance_enable: bool = _setting("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = _setting(
+        "leader.imbalance.check.interval.seconds"
+    )
+    leader_imbalance_per_broker_percentage: int = _setting("leader.imbalance.per.broker.percentage")
+    controlled_shutdown_enable: bool = _setting("controlled.shutdown.enable")
+    controlled_shutdown_max_retries: int = _setting("controlled.shutdown.max.retries")
+    controlled_shutdown_retry_backoff_ms: int = _setting("controlled.shutdown.retry.backoff.ms")
+    #: ``log.dirs``; unset, ``log.dir`` (whose default this is)
+    log_dirs: str = dataclasses.field(
+        default=BROKER_CONFIG.default("log.dir"), metadata={"config": "log.dirs", "scale": 1}
+    )
+    log_retention_check_interval_ms: int = _setting("log.retention.check.interval.ms")
+    log_flush_scheduler_interval_ms: int = _setting("log.flush.scheduler.interval.ms")
+    log_checkpoint_interval_ms: int = _setting("log.flush.offset.checkpoint.interval.ms")
+    log_open_files_max: int | None = _setting("sluice.log.open.files.max")
     #: every key explicitly given (file + overrides), as text; log.* keys are read from here.
     properties: Mapping[str, str] = field(default_factory=dict)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).
@@ -619,7 +458,7 @@ class Config:
 
     def log_properties(self) -> dict[str, str]:
         """Broker-level storage keys given explicitly (defaults are LogConfig's, the same)."""
-        return {k: v for k, v in self.properties.items() if k in _LOG_KEYS}
+        return {k: v for k, v in self.properties.items() if k in SERVER_LOG_CONFIG}
 
     def log_config(self) -> LogConfig:
         """The default topic config, built by the storage layer from the ``log.*`` keys."""
@@ -630,26 +469,16 @@ class Config:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> Config:
         """Typed config from text properties (no file). Raises :class:`ConfigError`."""
-        values: dict[str, Any] = {}
-        ignored: list[str] = []
-        for key, text in props.items():
-            option = OPTIONS_BY_KEY.get(key)
-            if option is None:
-                ignored.append(key)
-                continue
-            try:
-                value = option.parse(text)
-            except ValueError as exc:
-                raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from exc
-            if option.attr is not None:
-                values[option.attr] = value
-        if "log_dirs" not in values and "log.dir" in props:
-            values["log_dirs"] = _log_dirs(props["log.dir"])
-        if "node_id" not in values and "broker.id" in props and int(props["broker.id"]) >= 0:
-            values["node_id"] = int(props["broker.id"])
+        parsed = BROKER_CONFIG.parse(props)  # ConfigError naming key and value
+        ignored = [key for key in props if key not in BROKER_CONFIG]
+        values = typed_values(cls, parsed)
+        if "log_dirs" not in values and "log.dir" in parsed:
+            values["log_dirs"] = parsed["log.dir"]
+        broker_id = parsed.get("broker.id")
+        if "node_id" not in values and broker_id is not None and broker_id >= 0:
+            values["node_id"] = broker_id
         config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
         config._check_log_config()
-        config._check_group_config()
         if config.replica_socket_timeout_ms < config.replica_fetch_wait_max_ms:
             raise ConfigError(  # Kafka's own check: a waiting fetch would always time out
                 f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at "
@@ -667,15 +496,6 @@ class Config:
                 "supports only 1"
             )
         return config
-
-    def _check_group_config(self) -> None:
-        """Fail at load when the group coordinator rejects a ``group.*`` / ``offsets.*`` value."""
-        from sluice.server.group.coordinator import GroupConfig
-
-        try:
-            GroupConfig.from_properties(self.properties)
-        except ValueError as exc:
-            raise ConfigError(f"invalid group configuration: {exc}") from exc
 
     def _check_log_config(self) -> None:
         """Fail at load, not at startup, when the storage layer rejects a ``log.*`` value."""
@@ -699,9 +519,13 @@ class Config:
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as fh:
-                    props.update(javaproperties.load(fh))
-            except OSError as exc:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+            try:
+                props.update(load_properties(text))
+            except ValueError as exc:
+                raise ConfigError(f"config file {path}: {exc}") from exc
         from_env, ignored_env = properties_from_env(environ or {})
         props.update(from_env)
         for item in overrides:
@@ -718,10 +542,59 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
+#: Keys the example file sets (uncommented), at their defaults: what a first start needs.
+_EXAMPLE_SET = ("listeners", "node.id", "num.partitions", "log.dir")
+
+_EXAMPLE_HEADER = """\
+# Sluice broker configuration. Key names and defaults are Apache Kafka's (server.properties);
+# keys prefixed sluice. are Sluice's own. Every option is listed with its default: uncomment to
+# change it. Unknown keys are ignored with a warning; invalid values stop the broker at startup.
+#
+#   sluice-server config/server.properties [--override key=value ...]
+#   python -m sluice.server config/server.properties --override log.dirs=/var/lib/sluice
+#
+# Every key can also be set from the environment (after this file, before --override):
+# SLUICE_ + the key in upper case with '.' written '_' (a '_' of the key '__', a '-' '___'),
+# e.g. SLUICE_ADVERTISED_LISTENERS=PLAINTEXT://broker.example:9092 sets advertised.listeners.
+#
+# Topic-level settings (segment.bytes, retention.ms, ...) default to the log.* keys below and can
+# be overridden per topic with CreateTopics configs.
+#
+# Generated from the declarations (sluice.server.config.BROKER_CONFIG):
+#   python -m sluice.server.config > config/server.properties
+"""
+
+
+def example_properties() -> str:
+    """The example ``config/server.properties``: every declared key with its doc and default,
+    by section (a test keeps the file equal to this)."""
+    import textwrap
+
+    out = [_EXAMPLE_HEADER]
+    section = None
+    for key in BROKER_CONFIG:
+        if key.group != section:
+            section = key.group
+            out.append(f"\n# --- {section} ---\n")
+        doc = textwrap.wrap(key.doc, width=98, break_on_hyphens=False)
+        comment = "" if key.name in _EXAMPLE_SET else "#"
+        out.append("\n" + "".join(f"# {line}\n" for line in doc))
+        out.append(f"{comment}{key.name}={key.default or ''}\n")
+    return "".join(out)
+
+
 def _check_defaults() -> None:
-    """The table's defaults and the dataclass defaults must agree (run by the tests)."""
+    """Every declared default passes its validator and is the default of its ``Config`` field
+    (run by the tests)."""
     default = Config()
-    for option in OPTIONS:
-        if option.attr is None or option.default is None:
-            continue
-        assert getattr(default, option.attr) == option.parse(option.default), option.key
+    for key in BROKER_CONFIG:
+        if key.default is not None:
+            assert key.parse(key.default) == key.value, key.name
+    for f in dataclasses.fields(Config):
+        name = f.metadata.get("config")
+        if name is not None and name != "log.dirs":
+            assert getattr(default, f.name) == BROKER_CONFIG.default(name), name
+
+
+if __name__ == "__main__":
+    print(example_properties(), end="")

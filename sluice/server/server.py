@@ -27,9 +27,9 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from sluice.protocol.config_def import NO_BOUND
 from sluice.server.api.handlers import Handlers
 from sluice.server.config import Config, MetricsListener
+from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.metrics.metrics import Metrics

@@ -8,6 +8,7 @@ import pytest
 
 from sluice.server import config as config_mod
 from sluice.server.config import Config, ConfigError, Listener
+from sluice.server.config_def import HIGH, INT
 
 
 def test_defaults_match_the_option_table() -> None:
@@ -209,15 +210,25 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
     assert (gc.initial_rebalance_delay_ms, gc.offsets_topic_num_partitions) == (0, 3)
 
 
-def test_group_option_defaults_match_the_coordinator() -> None:
-    from sluice.server.config import OPTIONS
-    from sluice.server.group.coordinator import GroupConfig
+def test_typed_config_defaults_are_the_declared_ones() -> None:
+    """The typed config objects take their defaults from the declarations, field by field."""
+    from sluice.server.config_def import fields_by_key
+    from sluice.server.controller.controller import ControllerSettings
+    from sluice.server.group.config import GROUP_CONFIG, GroupConfig
 
-    table = {o.key: o.default for o in OPTIONS}
-    defaults = GroupConfig()
-    for key, attr in GroupConfig.KEYS.items():
-        assert int(table[key] or 0) == getattr(defaults, attr), key
-    assert int(table["offsets.retention.minutes"] or 0) * 60000 == defaults.offsets_retention_ms
+    group = GroupConfig()
+    for key, attr in fields_by_key(GroupConfig).items():
+        scale = 60000 if key == "offsets.retention.minutes" else 1
+        assert getattr(group, attr) == GROUP_CONFIG.default(key) * scale, key
+    assert group.offsets_retention_ms == 7 * 24 * 3600 * 1000  # Kafka's 7 days
+    assert set(fields_by_key(GroupConfig)) == set(GROUP_CONFIG.names())
+    settings = ControllerSettings.from_config(Config())
+    assert settings == ControllerSettings()
+    assert settings.leader_imbalance_check_interval_s == 300.0
+    from sluice.server.storage.log_config import SERVER_LOG_CONFIG
+
+    read = set(fields_by_key(Config)) | set(GROUP_CONFIG.names()) | set(SERVER_LOG_CONFIG.names())
+    assert set(config_mod.OPTIONS_BY_KEY) - read == {"log.dir", "broker.id"}  # the aliases
 
 
 @pytest.mark.parametrize(
@@ -450,20 +461,17 @@ DECLARED = {
 
 def test_every_key_is_declared_once_with_its_default_and_doc() -> None:
     from sluice.server.config import OPTIONS
-    from sluice.server.group.coordinator import GROUP_OPTIONS
-    from sluice.server.storage.log_config import BROKER_OPTIONS
+    from sluice.server.config_def import ConfigDef, int_in
 
     keys = [o.key for o in OPTIONS]
     assert len(keys) == len(set(keys)), "a key declared twice"
     assert {o.key: (o.default, o.doc) for o in OPTIONS} == DECLARED
-    collected = {o.key: o for o in OPTIONS}
-    for declared in (*BROKER_OPTIONS, *GROUP_OPTIONS):
-        option = collected[declared.key]
-        assert (option.parse, option.default, option.doc) == (
-            declared.parse,
-            declared.default,
-            declared.doc,
+    with pytest.raises(ValueError, match="declared twice"):
+        ConfigDef().define("a.b", INT, 1, int_in(0), HIGH, "x").define(
+            "a.b", INT, 1, int_in(0), HIGH, "y"
         )
+    with pytest.raises(ValueError, match="default '-1' is invalid"):
+        ConfigDef().define("a.b", INT, -1, int_in(0), HIGH, "x")
 
 
 def test_example_properties_file_lists_every_declared_key() -> None:
@@ -512,3 +520,66 @@ def test_replica_socket_timeout_must_cover_the_fetch_wait() -> None:
     with pytest.raises(ConfigError, match=r"replica\.socket\.timeout\.ms \(400\) must be at least"):
         Config.load(None, ["replica.socket.timeout.ms=400", "replica.fetch.wait.max.ms=500"])
     assert Config.load(None, ["replica.socket.timeout.ms=3000"]).replica_socket_timeout_ms == 3000
+
+
+def test_example_properties_file_is_generated_from_the_declarations() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "server.properties"
+    assert example.read_text() == config_mod.example_properties(), (
+        "config/server.properties is stale: python -m sluice.server.config > "
+        "config/server.properties"
+    )
+    assert "\n# --- consumer groups and committed offsets ---\n" in example.read_text()
+    assert "\n#log.segment.bytes=1073741824\n" in example.read_text()
+
+
+def test_describe_configs_derives_types_docs_and_synonyms_from_the_declarations(
+    tmp_path: Path,
+) -> None:
+    """DescribeConfigs answers from the declarations: a broker key's Kafka type and doc, a topic
+    key's type, doc and broker synonyms (most specific first)."""
+    from sluice.server.api.config_resources import ConfigResources
+
+    from sluice.protocol import messages as m
+    from sluice.protocol.config_resources import ConfigSource, ResourceType
+    from sluice.server.config_def import Type
+    from sluice.server.storage.log_manager import LogManager
+
+    config = Config.load(None, ["log.retention.hours=2", f"log.dirs={tmp_path}"])
+    logs = LogManager(tmp_path, config.log_config())
+    logs.open()
+    try:
+        logs.create_topic("t", 1, {"retention.ms": "5000"})
+        resources = ConfigResources(config, logs)
+        req = m.DescribeConfigsRequest
+        body = req(
+            resources=[
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.BROKER,
+                    resource_name="0",
+                    configuration_keys=["num.partitions", "auto.create.topics.enable"],
+                ),
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.TOPIC,
+                    resource_name="t",
+                    configuration_keys=["retention.ms", "cleanup.policy"],
+                ),
+            ],
+            include_synonyms=True,
+            include_documentation=True,
+        )
+        broker, topic = resources.describe(body, 4).results
+    finally:
+        logs.close()
+    entries = {e.name: e for e in broker.configs}
+    assert entries["num.partitions"].config_type == Type.INT
+    assert entries["auto.create.topics.enable"].config_type == Type.BOOLEAN
+    assert entries["num.partitions"].documentation == config_mod.BROKER_CONFIG["num.partitions"].doc
+    entries = {e.name: e for e in topic.configs}
+    retention = entries["retention.ms"]
+    assert (retention.value, retention.config_type) == ("5000", Type.LONG)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("retention.ms", "5000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert entries["cleanup.policy"].config_type == Type.LIST

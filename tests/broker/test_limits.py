@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.protocol.config_def import parse_ip_overrides
+from sluice.server.config_def import parse_ip_overrides
 from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
 from sluice.server.server import Server
 from tests.broker.test_server import create_topic, metadata, start_server

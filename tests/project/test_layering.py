@@ -9,17 +9,20 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.protocol`` is sans-I/O: no I/O module, nothing else of Sluice.
 * ``sluice.net`` (one asyncio connection to a broker) speaks through the protocol only; both the
   user-facing client and the broker's inter-broker client sit on it.
-* ``sluice.server.storage`` imports only the protocol, and no network code.
+* ``sluice.server.config_def`` (how settings are declared: Kafka's ``ConfigDef``) imports nothing
+  of Sluice and no I/O: every room of the broker may declare its keys with it.
+* ``sluice.server.storage`` imports only the protocol and ``config_def``, and no network code.
 * ``sluice.server.group`` (coordinator, offsets store) sits on storage.
 * ``sluice.server.zk`` knows the protocol's value types and logging; ``sluice.server.controller``
   decides cluster state from what ZooKeeper holds: it sees ZooKeeper, never the broker's rooms.
 * ``sluice.server.security`` (TLS, SASL, credentials, ACLs) sees the protocol and ZooKeeper
   (credentials and ACLs live there), never the broker's rooms: the broker wires it in.
 * ``sluice.server.config`` (the broker's settings) sits at the bottom of the broker: protocol,
-  storage's topic keys, logging.
+  ``config_def``, the keys declared by storage (``log_config``), the group room
+  (``group.config``) and the controller (``controller.config``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
-  storage and the group store's topic name; ``sluice.server.metadata`` (what this broker knows of
-  the cluster) drives replication from ZooKeeper and the controller.
+  storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
+  (what this broker knows of the cluster) drives replication from ZooKeeper and the controller.
 * ``sluice.server.metrics`` reads the state of the rooms below it; only it imports
   ``prometheus_client``.
 * ``sluice.server.network`` (connections, quotas) knows metrics and config, never the handlers:
@@ -46,22 +49,32 @@ NETWORK_MODULES = {"socket", "selectors", "ssl", "uvloop", "kazoo"}
 PROTOCOL = "sluice.protocol"
 LOGGING = "sluice.server.logging"
 STORAGE = "sluice.server.storage"
+CONFIG_DEF = "sluice.server.config_def"
 #: room -> what it may import besides itself (rooms, or single modules of a room).
 ROOMS: dict[str, tuple[str, ...]] = {
     PROTOCOL: (),
     "sluice.net": (PROTOCOL,),
     LOGGING: (),
-    STORAGE: (PROTOCOL,),
-    "sluice.server.group": (PROTOCOL, STORAGE, LOGGING),
+    CONFIG_DEF: (),
+    STORAGE: (PROTOCOL, CONFIG_DEF),
+    "sluice.server.group": (PROTOCOL, CONFIG_DEF, STORAGE, LOGGING),
     "sluice.server.zk": (PROTOCOL, LOGGING),
-    "sluice.server.controller": (PROTOCOL, "sluice.server.zk", LOGGING),
+    "sluice.server.controller": (PROTOCOL, CONFIG_DEF, "sluice.server.zk", LOGGING),
     "sluice.server.security": (PROTOCOL, "sluice.server.zk", LOGGING),
-    "sluice.server.config": (PROTOCOL, "sluice.server.storage.log_config", LOGGING),
+    "sluice.server.config": (
+        PROTOCOL,
+        CONFIG_DEF,
+        "sluice.server.storage.log_config",
+        "sluice.server.group.config",
+        "sluice.server.controller.config",
+        LOGGING,
+    ),
     "sluice.server.replication": (
         PROTOCOL,
         "sluice.net",
         STORAGE,
         "sluice.server.group.offsets_store",
+        "sluice.server.config",
         LOGGING,
     ),
     "sluice.server.metadata": (
@@ -83,9 +96,10 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.config",
         LOGGING,
     ),
-    "sluice.server.network": (PROTOCOL, "sluice.server.metrics.metrics", LOGGING),
+    "sluice.server.network": (PROTOCOL, CONFIG_DEF, "sluice.server.metrics.metrics", LOGGING),
     "sluice.server.api": (
         PROTOCOL,
+        CONFIG_DEF,
         STORAGE,
         "sluice.server.group",
         "sluice.server.replication",
@@ -97,6 +111,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     ),
     "sluice.server.server": (
         PROTOCOL,
+        CONFIG_DEF,
         STORAGE,
         "sluice.server.group",
         "sluice.server.replication",
@@ -132,10 +147,14 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "sluice": ("sluice.client", "sluice.testing"),  # lazy exports of the short names
 }
 #: Room -> I/O modules it must not import.
-FORBIDDEN = {PROTOCOL: IO_MODULES, STORAGE: NETWORK_MODULES, "sluice.server.group": NETWORK_MODULES}
-#: Known exceptions, each to be removed by the change named: the broker's config imports the
-#: group coordinator only for its option table (goes with the one ConfigDef, issue 25).
-EXCEPTIONS = {"sluice.server.config": {"sluice.server.group.coordinator"}}
+FORBIDDEN = {
+    PROTOCOL: IO_MODULES,
+    CONFIG_DEF: IO_MODULES,
+    STORAGE: NETWORK_MODULES,
+    "sluice.server.group": NETWORK_MODULES,
+}
+#: Known, deliberate exceptions to the rows above (none today).
+EXCEPTIONS: dict[str, set[str]] = {}
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:

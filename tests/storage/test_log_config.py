@@ -184,17 +184,37 @@ def test_broker_properties_validated_too() -> None:
 
 
 def test_declared_broker_defaults_are_the_log_config_defaults() -> None:
-    from sluice.server.storage.log_config import _BROKER_UNIT_FALLBACKS, BROKER_KEYS, BROKER_OPTIONS
+    from sluice.server.config_def import fields_by_key
+    from sluice.server.storage.log_config import SERVER_LOG_CONFIG, TOPIC_CONFIG, broker_synonyms
 
-    declared = {k.key: k for k in BROKER_OPTIONS}
-    read = set(BROKER_KEYS.values()) | {
-        key for fallbacks in _BROKER_UNIT_FALLBACKS.values() for key, _ in fallbacks
-    }
-    assert sorted(declared) == sorted(read)
-    defaults = {k.key: k.default for k in BROKER_OPTIONS if k.default is not None}
+    assert list(fields_by_key(LogConfig)) == TOPIC_CONFIG.names() == list(TOPIC_KEYS)
+    defaults = {k.name: k.default for k in SERVER_LOG_CONFIG if k.default is not None}
     assert LogConfig.from_broker_properties(defaults) == LogConfig()
-    for key in defaults:  # each default also passes its own load-time parser
-        declared[key].parse(defaults[key])
+    assert LogConfig() == LogConfig.from_properties(
+        {k.name: k.default for k in TOPIC_CONFIG if k.default is not None}
+    )
+    for key in SERVER_LOG_CONFIG:  # a broker key supplying a topic key's default is its synonym
+        if key.synonym_of is not None:
+            assert key.synonym_of in TOPIC_CONFIG and key.name in broker_synonyms(key.synonym_of)
+    assert broker_synonyms("retention.ms") == (
+        "log.retention.ms", "log.retention.minutes", "log.retention.hours",
+    )  # fmt: skip
+    assert BROKER_KEYS["max.message.bytes"] == "message.max.bytes"
+    # a broker key is validated as its topic key is, and the message names the broker key
+    with pytest.raises(InvalidConfig, match=r"log\.segment\.bytes=13: must be in \[14, "):
+        LogConfig.from_broker_properties({"log.segment.bytes": "13"})
+
+
+def test_messages_name_key_and_value() -> None:
+    for props, message in [
+        ({"segment.bytes": "13"}, "segment.bytes=13: must be in [14, 2147483647]"),
+        ({"segment.bytes": "abc"}, "segment.bytes='abc': not an integer"),
+        ({"preallocate": "true"}, "preallocate=true: segment preallocation is not implemented"),
+        ({"compression.type": "brotli"}, "compression.type='brotli': must be one of"),
+    ]:
+        with pytest.raises(InvalidConfig) as info:
+            LogConfig.from_properties(props)
+        assert str(info.value.args[0]).startswith(message)
 
 
 @pytest.mark.parametrize(

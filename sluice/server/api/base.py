@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
-from sluice.protocol.config_def import NO_BOUND
 from sluice.server.api.config_resources import ConfigResources
 from sluice.server.api.registry import HandlerRegistry
+from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:

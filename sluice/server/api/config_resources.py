@@ -2,7 +2,7 @@
 
 Resources (Kafka's ``ConfigResource.Type``):
 
-* **TOPIC** (2): every topic key of :data:`sluice.server.storage.log_config.TOPIC_KEYS`, with
+* **TOPIC** (2): every topic key of :data:`sluice.server.storage.log_config.TOPIC_CONFIG`, with
   its effective value and where it comes from, as Kafka's ``ConfigHelper`` reports it: the
   topic's own override (TOPIC_CONFIG), else a broker key given in server.properties
   (STATIC_BROKER_CONFIG), else the default (DEFAULT_CONFIG); the synonyms list those sources,
@@ -11,7 +11,8 @@ Resources (Kafka's ``ConfigResource.Type``):
   validates the whole resulting set first (an unknown key, a bad value or one Sluice cannot
   honour is INVALID_CONFIG with the reason) and then persists it and applies it to the open
   logs (``LogManager.alter_topic_config``); ``validate_only`` stops after the validation.
-* **BROKER** (4): the broker's static options (read-only; name: this node id or empty).
+* **BROKER** (4): the broker's static options (read-only; name: this node id or empty), each
+  with its declared type and doc (:data:`sluice.server.config.BROKER_CONFIG`).
   Dynamic broker configs are not supported: altering them is INVALID_REQUEST, saying so.
 
 Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
+from sluice.server.config_def import Type
 from sluice.server.storage.log_config import (
     TOPIC_DOCS,
     TOPIC_KEYS,
@@ -60,8 +62,7 @@ SOURCE_DEFAULT_CONFIG = ConfigSource.DEFAULT_CONFIG
 OP_SET, OP_DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
 OP_APPEND, OP_SUBTRACT = AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT
 
-_LIST_TYPE = 7  # ConfigType.LIST: the keys APPEND / SUBTRACT apply to
-_STRING_TYPE = 2
+_LIST_TYPE = Type.LIST  # the keys APPEND / SUBTRACT apply to
 
 
 class ConfigResources:
@@ -146,21 +147,21 @@ class ConfigResources:
     def _describe_broker(
         self, name: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
-        from sluice.server.config import OPTIONS
+        from sluice.server.config import BROKER_CONFIG
 
         self._check_broker_name(name)
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
         props = self.config.properties
         out = []
-        for option in OPTIONS:
-            if wanted is not None and option.key not in wanted:
+        for key in BROKER_CONFIG:
+            if wanted is not None and key.name not in wanted:
                 continue
-            given = option.key in props
-            value = props[option.key] if given else option.default
+            given = key.name in props
+            value = props[key.name] if given else key.default
             source = SOURCE_STATIC_BROKER_CONFIG if given else SOURCE_DEFAULT_CONFIG
-            synonyms = [synonym_cls(name=option.key, value=value, source=source)]
-            out.append(self._entry(option.key, value, source, True, synonyms, _STRING_TYPE,
-                                   option.doc, body, version))  # fmt: skip
+            synonyms = [synonym_cls(name=key.name, value=value, source=source)]
+            out.append(self._entry(key.name, value, source, True, synonyms, key.type,
+                                   key.doc, body, version))  # fmt: skip
         return out
 
     def _check_broker_name(self, name: str) -> None:

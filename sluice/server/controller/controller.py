@@ -70,8 +70,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from sluice.protocol import errors
-from sluice.protocol.config_def import boolean
 from sluice.protocol.structs import TopicPartition
+from sluice.server.config_def import boolean
+from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.logging import get_logger
 from sluice.server.zk.client import SessionEvent, SessionState, WatchCallback, WatchEvent
 from sluice.server.zk.data import PartitionState, TopicAssignment
@@ -132,18 +133,23 @@ class BrokerConfigLike(Protocol):
     def log_config(self) -> _LogConfigLike: ...
 
 
+_setting = CONTROLLER_CONFIG.setting
+
+
 @dataclass(frozen=True)
 class ControllerSettings:
-    """The broker keys the controller acts on (Kafka's names in the comments)."""
+    """The broker keys the controller acts on: fields of
+    :data:`sluice.server.controller.config.CONTROLLER_CONFIG`'s keys."""
 
     #: ``unclean.leader.election.enable``: the broker default; ``/config/topics/<t>`` overrides.
+    #: A topic key, declared by storage, which this room does not import: Kafka's default here,
+    #: kept equal by ``from_config(Config()) == ControllerSettings()`` (test_controller).
     unclean_leader_election_enable: bool = False
-    #: ``auto.leader.rebalance.enable``
-    auto_leader_rebalance_enable: bool = True
-    #: ``leader.imbalance.check.interval.seconds``
-    leader_imbalance_check_interval_s: float = 300.0
-    #: ``leader.imbalance.per.broker.percentage``
-    leader_imbalance_per_broker_percentage: int = 10
+    auto_leader_rebalance_enable: bool = _setting("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_s: float = _setting(
+        "leader.imbalance.check.interval.seconds", scale=1.0
+    )
+    leader_imbalance_per_broker_percentage: int = _setting("leader.imbalance.per.broker.percentage")
 
     @classmethod
     def from_config(cls, config: BrokerConfigLike) -> ControllerSettings:

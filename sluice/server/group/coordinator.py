@@ -91,13 +91,13 @@ import asyncio
 import enum
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from sluice.protocol import errors
-from sluice.protocol.config_def import ConfigKey, int_in
 from sluice.protocol.consumer_protocol import decode_subscription
+from sluice.server.group.config import GroupConfig
 from sluice.server.group.offsets_store import (
     AppendOutcome,
     GroupMetadataValue,
@@ -125,132 +125,6 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-#: The coordinator's broker keys as the broker's Config lists them (text defaults, parsers for
-#: load-time checks, docs); collected by sluice.server.config. GroupConfig's field defaults
-#: are the same values, parsed (a test keeps them equal).
-GROUP_OPTIONS: tuple[ConfigKey, ...] = (
-    ConfigKey(
-        "group.initial.rebalance.delay.ms",
-        int_in(0),
-        "3000",
-        "wait this long for more members before the first rebalance of an empty group",
-    ),
-    ConfigKey("group.min.session.timeout.ms", int_in(1), "6000", "smallest session timeout"),
-    ConfigKey("group.max.session.timeout.ms", int_in(1), "1800000", "largest session timeout"),
-    ConfigKey("group.max.size", int_in(1), "2147483647", "members per group"),
-    ConfigKey(
-        "offsets.topic.num.partitions",
-        int_in(1),
-        "1",
-        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
-    ),
-    ConfigKey(
-        "offsets.topic.replication.factor",
-        int_in(1),
-        "3",
-        "replicas of __consumer_offsets in a cluster (standalone: 1); created when that many "
-        "brokers live",
-    ),
-    ConfigKey(
-        "offsets.retention.minutes",
-        int_in(1),
-        "10080",
-        "committed offsets of an empty group expire after this long",
-    ),
-    ConfigKey(
-        "offsets.retention.check.interval.ms",
-        int_in(1),
-        "600000",
-        "how often expired offsets are removed",
-    ),
-    ConfigKey("offset.metadata.max.bytes", int_in(0), "4096", "largest commit metadata string"),
-    ConfigKey(
-        "offsets.commit.timeout.ms",
-        int_in(1),
-        "5000",
-        "an offset commit or group write waits this long for the offsets topic's replicas",
-    ),
-    ConfigKey(
-        "offsets.commit.required.acks",
-        int_in(-1, 1),
-        "-1",
-        "acks of the coordinator's writes to the offsets topic (keep -1)",
-    ),
-    ConfigKey(
-        "offsets.load.buffer.size",
-        int_in(1),
-        "5242880",
-        "bytes read per step when loading an offsets partition",
-    ),
-    ConfigKey(
-        "sluice.offsets.compaction.min.records",
-        int_in(1),
-        "10000",
-        "restate __consumer_offsets when it holds this many more records than live offsets",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class GroupConfig:
-    """Broker settings of the coordinator, with Kafka's names and defaults (except
-    ``offsets.topic.num.partitions``: 1 instead of 50 -- one broker, and fewer files)."""
-
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
-    offsets_topic_num_partitions: int = 1
-    #: Cluster mode: replicas of ``__consumer_offsets``; FindCoordinator answers
-    #: COORDINATOR_NOT_AVAILABLE until that many brokers are alive to create it (Kafka's rule).
-    offsets_topic_replication_factor: int = 3
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600000
-    offset_metadata_max_bytes: int = 4096
-    max_size: int = 2147483647
-    #: compaction (see GroupCoordinator.compact) runs when a partition holds this many more
-    #: records than live keys; checked at start-up and every retention check interval
-    offsets_compaction_min_records: int = 10000
-    offsets_commit_timeout_ms: int = 5000
-    offsets_commit_required_acks: int = -1
-    offsets_load_buffer_size: int = 5242880
-
-    KEYS: ClassVar[dict[str, str]] = {
-        "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
-        "group.min.session.timeout.ms": "min_session_timeout_ms",
-        "group.max.session.timeout.ms": "max_session_timeout_ms",
-        "offsets.topic.num.partitions": "offsets_topic_num_partitions",
-        "offsets.topic.replication.factor": "offsets_topic_replication_factor",
-        "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
-        "offset.metadata.max.bytes": "offset_metadata_max_bytes",
-        "group.max.size": "max_size",
-        "sluice.offsets.compaction.min.records": "offsets_compaction_min_records",
-        "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
-        "offsets.commit.required.acks": "offsets_commit_required_acks",
-        "offsets.load.buffer.size": "offsets_load_buffer_size",
-    }
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
-        """From broker properties (Kafka names; ``offsets.retention.minutes`` for retention).
-
-        Raises ValueError for a value that is not an integer or out of range.
-        """
-        values: dict[str, int] = {}
-        for key, attr in cls.KEYS.items():
-            if key in props:
-                values[attr] = int(props[key])
-        if "offsets.retention.minutes" in props:
-            values["offsets_retention_ms"] = int(props["offsets.retention.minutes"]) * 60000
-        config = cls(**values)
-        if config.offsets_topic_num_partitions < 1:
-            raise ValueError("offsets.topic.num.partitions must be >= 1")
-        if config.offsets_topic_replication_factor < 1:
-            raise ValueError("offsets.topic.replication.factor must be >= 1")
-        if config.initial_rebalance_delay_ms < 0:
-            raise ValueError("group.initial.rebalance.delay.ms must be >= 0")
-        return config
 
 
 #: Records per batch when compaction restates a partition (well under message.max.bytes).

@@ -15,7 +15,7 @@ with an int16 *version*, followed by the struct of that version (schemas declare
 
 **Placement**: group ``g`` lives in partition ``abs(javaHashCode(g)) % n`` (Kafka's
 ``partitionFor``), ``n`` = ``offsets.topic.num.partitions`` (Kafka's default is 50; ours is 1 for a
-single broker, documented in :class:`sluice.server.group.coordinator.GroupConfig`). The partition
+single broker, documented in :class:`sluice.server.group.config.GroupConfig`). The partition
 count
 of an existing topic wins over the config (changing it would move groups).
 

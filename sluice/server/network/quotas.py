@@ -47,7 +47,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-from sluice.protocol.config_def import NO_BOUND
+from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 
 log = get_logger("sluice.quotas")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.protocol import errors
 from sluice.protocol.records import NO_TIMESTAMP
+from sluice.server.config import BROKER_CONFIG
 from sluice.server.logging import get_logger
 from sluice.server.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -73,7 +74,7 @@ class ReplicationSettings:
 
     def __init__(
         self,
-        replica_lag_time_max_ms: int = 30_000,
+        replica_lag_time_max_ms: int = BROKER_CONFIG.default("replica.lag.time.max.ms"),
         min_insync_replicas: Callable[[Partition], int] | None = None,
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:

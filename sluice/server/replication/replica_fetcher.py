@@ -43,6 +43,7 @@ from sluice.net.connection import Connection
 from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
 from sluice.protocol import errors
 from sluice.protocol import messages as m
+from sluice.server.config import BROKER_CONFIG
 from sluice.server.logging import get_logger
 from sluice.server.storage.leader_epoch import follower_truncation_offset
 
@@ -56,16 +57,19 @@ log = get_logger("sluice.replica_fetcher")
 BrokerAddress = Callable[[int], "tuple[str, int] | None"]
 
 
+_setting = BROKER_CONFIG.setting
+
+
 @dataclass(frozen=True)
 class FetcherConfig:
-    """Kafka's ``replica.fetch.*`` settings."""
+    """Kafka's ``replica.fetch.*`` settings (defaults: the broker's declarations)."""
 
-    wait_max_ms: int = 500
-    min_bytes: int = 1
-    max_bytes: int = 1_048_576  # per partition (replica.fetch.max.bytes)
-    response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
-    backoff_ms: int = 1000
-    request_timeout_ms: int = 30_000
+    wait_max_ms: int = _setting("replica.fetch.wait.max.ms")
+    min_bytes: int = _setting("replica.fetch.min.bytes")
+    max_bytes: int = _setting("replica.fetch.max.bytes")  # per partition
+    response_max_bytes: int = _setting("replica.fetch.response.max.bytes")
+    backoff_ms: int = _setting("replica.fetch.backoff.ms")
+    request_timeout_ms: int = _setting("replica.socket.timeout.ms")
 
 
 class Phase(enum.Enum):

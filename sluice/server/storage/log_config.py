@@ -1,20 +1,26 @@
 """Per-topic log configuration, with Kafka's names, defaults and validation.
 
+Each key is declared once (:mod:`sluice.server.config_def`): the topic keys in
+:data:`TOPIC_CONFIG` (name, type, default, validator, importance, doc), the broker's ``log.*``
+keys that supply their defaults in :data:`SERVER_LOG_CONFIG`. Everything else here is derived
+from those two tables: the fields of :class:`LogConfig` and their defaults, validation, the
+broker-key mapping and DescribeConfigs' types, synonyms and docs.
+
 A :class:`LogConfig` is immutable. Every attribute corresponds to one Kafka *topic-level* config
-name (``segment.bytes`` -> ``segment_bytes``) and, through :data:`BROKER_KEYS`, to the broker-level
-``log.*`` name that supplies its default. A topic's effective config is the broker default
-(:meth:`LogConfig.from_broker_properties`) overlaid with the topic's overrides
+name (``segment.bytes`` -> ``segment_bytes``) and, through :func:`broker_synonyms`, to the
+broker-level ``log.*`` names that supply its default. A topic's effective config is the broker
+default (:meth:`LogConfig.from_broker_properties`) overlaid with the topic's overrides
 (:meth:`LogConfig.from_properties` with ``base=``). Values are validated the way Kafka validates
 them; anything wrong (unknown name, not an integer, out of range, a policy Sluice does not
 implement) raises :class:`sluice.protocol.errors.InvalidConfig` with a message naming the key, so
 that nothing is silently ignored.
 
-Every topic key of Kafka's ``LogConfig`` is known (:data:`TOPIC_KEYS`, documented in
-:data:`TOPIC_DOCS`). Sluice honours most of them; settings of subsystems it does not have
-(compaction, tiered storage, replication throttling) are accepted where Kafka itself would give
-them no effect on a topic with ``cleanup.policy=delete`` and no remote storage, and refused
-otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds are applied by
-``Log.append_as_leader`` (see :attr:`LogConfig.conform_on_append`).
+Every topic key of Kafka's ``LogConfig`` is known. Sluice honours most of them; settings of
+subsystems it does not have (compaction, tiered storage, replication throttling) are accepted
+where Kafka itself would give them no effect on a topic with ``cleanup.policy=delete`` and no
+remote storage, and refused otherwise. ``compression.type`` and the
+``message.timestamp.*.max.ms`` bounds are applied by ``Log.append_as_leader`` (see
+:attr:`LogConfig.conform_on_append`).
 
 "Never" for ``flush.messages`` / ``flush.ms`` is Kafka's ``Long.MAX_VALUE``, kept as is so that
 :meth:`LogConfig.to_properties` round-trips and DescribeConfigs shows what Kafka would show.
@@ -23,11 +29,29 @@ otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds ar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.protocol.config_def import ConfigKey, boolean, int_in, one_of, string
 from sluice.protocol.errors import InvalidConfig
+from sluice.server.config_def import (
+    BOOLEAN,
+    DOUBLE,
+    HIGH,
+    INT,
+    LIST,
+    LONG,
+    LOW,
+    MEDIUM,
+    STRING,
+    ConfigDef,
+    Validator,
+    boolean,
+    fields_by_key,
+    format_value,
+    int_in,
+    one_of,
+)
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -46,203 +70,197 @@ _CODEC_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 # overhead (14); keep Kafka's bound so configs valid there are valid here (tests use tiny segments).
 MIN_SEGMENT_BYTES = 14
 
-# Topic-level config name -> attribute name: every key of Kafka's ``LogConfig`` (3.9), in
-# Kafka's order after Sluice's original ones. The order is the order of to_properties().
-TOPIC_KEYS: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "max.message.bytes": "max_message_bytes",
-    "message.timestamp.type": "message_timestamp_type",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "cleanup.policy": "cleanup_policy",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "delete.retention.ms": "delete_retention_ms",
-    "min.compaction.lag.ms": "min_compaction_lag_ms",
-    "max.compaction.lag.ms": "max_compaction_lag_ms",
-    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
-    "unclean.leader.election.enable": "unclean_leader_election_enable",
-    "min.insync.replicas": "min_insync_replicas",
-    "compression.type": "compression_type",
-    "compression.gzip.level": "compression_gzip_level",
-    "compression.lz4.level": "compression_lz4_level",
-    "compression.zstd.level": "compression_zstd_level",
-    "preallocate": "preallocate",
-    "message.format.version": "message_format_version",
-    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
-    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
-    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
-    "leader.replication.throttled.replicas": "leader_replication_throttled_replicas",
-    "follower.replication.throttled.replicas": "follower_replication_throttled_replicas",
-    "message.downconversion.enable": "message_downconversion_enable",
-    "remote.storage.enable": "remote_storage_enable",
-    "local.retention.ms": "local_retention_ms",
-    "local.retention.bytes": "local_retention_bytes",
-    "remote.log.copy.disable": "remote_log_copy_disable",
-    "remote.log.delete.on.disable": "remote_log_delete_on_disable",
-}
 
-#: What each key does in Sluice (DescribeConfigs' documentation). Keys whose every valid value
-#: Sluice honours say what they do; keys whose effect needs a subsystem Sluice does not have
-#: accept only the values that need none of it (the others raise InvalidConfig saying so).
-TOPIC_DOCS: dict[str, str] = {
-    "segment.bytes": "segment size before rolling",
-    "segment.ms": "segment age before rolling",
-    "segment.jitter.ms": "max random jitter subtracted from segment.ms",
-    "segment.index.bytes": "max size of an index file",
-    "index.interval.bytes": "bytes between offset index entries",
-    "retention.ms": "retention by age (-1 forever)",
-    "retention.bytes": "retention by size per partition (negative: unlimited)",
-    "max.message.bytes": "largest record batch accepted",
-    "message.timestamp.type": "CreateTime keeps the producer's timestamps, LogAppendTime stamps",
-    "flush.messages": "fsync after this many messages",
-    "flush.ms": "fsync after this long",
-    "cleanup.policy": "delete (compact is refused: Sluice has no log compaction)",
-    "file.delete.delay.ms": "delay between renaming a segment to .deleted and removing it",
-    "delete.retention.ms": "tombstone retention of compacted topics (no effect with delete)",
-    "min.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
-    "max.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
-    "min.cleanable.dirty.ratio": "compaction setting (no effect with cleanup.policy=delete)",
-    "unclean.leader.election.enable": "with no live in-sync replica, an out-of-sync one may lead "
-    "(the controller's choice; acknowledged records may be lost)",
-    "min.insync.replicas": "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size",
-    "compression.type": "producer keeps batches as sent; a codec makes the broker store it",
-    "compression.gzip.level": "gzip level when the broker compresses (-1: default)",
-    "compression.lz4.level": "lz4 level when the broker compresses",
-    "compression.zstd.level": "zstd level when the broker compresses",
-    "preallocate": "false only (segment preallocation is not implemented)",
-    "message.format.version": "ignored as by Kafka 3 (batches are always record format v2)",
-    "message.timestamp.difference.max.ms": "CreateTime records further from now are refused",
-    "message.timestamp.before.max.ms": "CreateTime records older than now minus this are refused",
-    "message.timestamp.after.max.ms": "CreateTime records newer than now plus this are refused",
-    "leader.replication.throttled.replicas": "empty only (no replication throttling)",
-    "follower.replication.throttled.replicas": "empty only (no replication throttling)",
-    "message.downconversion.enable": "accepted; Sluice never down-converts (Fetch v4+ only)",
-    "remote.storage.enable": "false only (tiered storage is not implemented)",
-    "local.retention.ms": "tiered storage setting (no effect without remote storage)",
-    "local.retention.bytes": "tiered storage setting (no effect without remote storage)",
-    "remote.log.copy.disable": "tiered storage setting (no effect without remote storage)",
-    "remote.log.delete.on.disable": "tiered storage setting (no effect without remote storage)",
-}
+# --- validators of topic keys: text -> value, or ValueError with the reason -----------------
 
-#: The type of each key as DescribeConfigs v3+ reports it (Kafka's ``ConfigType``).
-CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
-CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = 6, 7
-_INT_KEYS = frozenset(
-    {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
-     "min.insync.replicas", "compression.gzip.level", "compression.lz4.level",
-     "compression.zstd.level"}
+
+def _long_in(lo: int, hi: int = LONG_MAX) -> Validator:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError("not an integer") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"must be in [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _gzip_level(text: str) -> int:
+    # Kafka: 1..9, or -1 for the codec's default (Deflater.DEFAULT_COMPRESSION).
+    value: int = _long_in(-1, 9)(text)
+    if value == 0:
+        raise ValueError("must be in [1, 9] or -1")
+    return value
+
+
+def _false_only(feature: str) -> Validator:
+    """A boolean whose ``true`` needs ``feature``, which Sluice does not have."""
+
+    def parse(text: str) -> bool:
+        if boolean(text):
+            raise ValueError(f"{feature} is not implemented by Sluice")
+        return False
+
+    return parse
+
+
+def _cleanup_policy(text: str) -> str:
+    policies = [p.strip() for p in text.split(",") if p.strip()]
+    if not policies or any(p not in ("delete", "compact") for p in policies):
+        raise ValueError("must be 'delete' (or 'compact', unsupported)")
+    if "compact" in policies:
+        raise ValueError("log compaction is not implemented by Sluice; use 'delete'")
+    return "delete"
+
+
+#: Kafka 3.9's ``MetadataVersion``: each release with its number of internal versions
+#: (``-IV0``, ``-IV1``, ...; 0: the release alone names its one version, as ``0.9.0``).
+_METADATA_RELEASES = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0,
+    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
+    "1.0": 1, "1.1": 1,
+    "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2,
+    "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1,
+    "3.9": 1, "4.0": 2,
+}  # fmt: skip
+#: Every name ``MetadataVersion.fromVersionString`` knows in Kafka 3.9: each version's full name
+#: (``0.8.2``, ``0.10.0-IV1``, ``3.0-IV1``) and each release up to the latest production one
+#: (3.9; ``4.0`` is known only by its full names) for its latest internal version.
+METADATA_VERSION_NAMES = frozenset(
+    [f"{release}-IV{i}" if count else release
+     for release, count in _METADATA_RELEASES.items() for i in range(max(count, 1))]
+    + [release for release in _METADATA_RELEASES if release != "4.0"]
 )  # fmt: skip
-_BOOL_KEYS = frozenset(
-    {"unclean.leader.election.enable", "preallocate", "message.downconversion.enable",
-     "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable"}
+
+
+def _version(text: str) -> str:
+    """Check a Kafka version name as Kafka 3.9's ``MetadataVersionValidator`` does (for
+    ``message.format.version``, which Kafka 3 then ignores: its batches are always v2) and
+    return it, trimmed as Kafka's STRING configs are. ``MetadataVersion.fromVersionString``
+    looks up the first three dot-separated parts of a name starting ``0.`` (``0.10.0.0`` and
+    ``0.10.0.x`` are ``0.10.0``), the first two of any other (``1.0.1`` is ``1.0``, ``2.8.1`` is
+    ``2.8``), the whole name when it has no more parts than that (``0.10.0-IV1``,
+    ``3.0-IV1``). Anything else is refused with Kafka's message."""
+    value = text.strip()
+    parts = value.split(".")
+    while parts and not parts[-1]:
+        parts.pop()  # Java's String.split drops trailing empty strings
+    count = 3 if value.startswith("0.") else 2
+    name = value if count >= len(parts) else ".".join(parts[:count])
+    if name not in METADATA_VERSION_NAMES:
+        raise ValueError(
+            f"Invalid value {value} for configuration message.format.version: "
+            f"Version {value} is not a valid version"
+        )
+    return value
+
+
+def _ratio(text: str) -> float:
+    try:
+        ratio = float(text.strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError("must be in [0.0, 1.0]")
+    return ratio
+
+
+def _no_throttling(text: str) -> str:
+    if text.strip():
+        raise ValueError("replication throttling is not implemented by Sluice; leave it empty")
+    return ""
+
+
+_NO_COMPACTION = "compaction setting (no effect with cleanup.policy=delete)"
+_NO_TIERING = "tiered storage setting (no effect without remote storage)"
+
+#: Every topic key of Kafka's ``LogConfig`` (3.9), in Kafka's order after Sluice's original
+#: ones (the order of :meth:`LogConfig.to_properties`). The docs say what each key does in
+#: Sluice (DescribeConfigs' documentation): keys whose effect needs a subsystem Sluice does not
+#: have accept only the values that need none of it, and the validator says so for the others.
+TOPIC_CONFIG = (
+    ConfigDef()
+    .define("segment.bytes", INT, 1_073_741_824, _long_in(MIN_SEGMENT_BYTES, INT_MAX), HIGH, "segment size before rolling")  # noqa: E501
+    .define("segment.ms", LONG, 604_800_000, _long_in(1), HIGH, "segment age before rolling")
+    .define("segment.jitter.ms", LONG, 0, _long_in(0), MEDIUM, "max random jitter subtracted from segment.ms")  # noqa: E501
+    .define("segment.index.bytes", INT, 10_485_760, _long_in(4, INT_MAX), MEDIUM, "max size of an index file")  # noqa: E501
+    .define("index.interval.bytes", INT, 4096, _long_in(0, INT_MAX), MEDIUM, "bytes between offset index entries")  # noqa: E501
+    .define("retention.ms", LONG, 604_800_000, _long_in(-1), HIGH, "retention by age (-1 forever)")
+    .define("retention.bytes", LONG, -1, _long_in(-(2**63)), HIGH, "retention by size per partition (negative: unlimited)")  # noqa: E501
+    .define("max.message.bytes", INT, 1_048_588, _long_in(0, INT_MAX), HIGH, "largest record batch accepted")  # noqa: E501
+    .define("message.timestamp.type", STRING, CREATE_TIME, one_of(*TIMESTAMP_TYPES), MEDIUM, "CreateTime keeps the producer's timestamps, LogAppendTime stamps")  # noqa: E501
+    .define("flush.messages", LONG, LONG_MAX, _long_in(1), HIGH, "fsync after this many messages")
+    .define("flush.ms", LONG, LONG_MAX, _long_in(0), HIGH, "fsync after this long")
+    .define("cleanup.policy", LIST, "delete", _cleanup_policy, MEDIUM, "delete (compact is refused: Sluice has no log compaction)")  # noqa: E501
+    .define("file.delete.delay.ms", LONG, 60_000, _long_in(0), HIGH, "delay between renaming a segment to .deleted and removing it")  # noqa: E501
+    .define("delete.retention.ms", LONG, 86_400_000, _long_in(0), MEDIUM, "tombstone retention of compacted topics (no effect with delete)")  # noqa: E501
+    .define("min.compaction.lag.ms", LONG, 0, _long_in(0), MEDIUM, _NO_COMPACTION)
+    .define("max.compaction.lag.ms", LONG, LONG_MAX, _long_in(1), MEDIUM, _NO_COMPACTION)
+    .define("min.cleanable.dirty.ratio", DOUBLE, 0.5, _ratio, MEDIUM, _NO_COMPACTION)
+    .define("unclean.leader.election.enable", BOOLEAN, False, boolean, HIGH, "with no live in-sync replica, an out-of-sync one may lead (the controller's choice; acknowledged records may be lost)")  # noqa: E501
+    .define("min.insync.replicas", INT, 1, _long_in(1, INT_MAX), HIGH, "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size")  # noqa: E501
+    .define("compression.type", STRING, PRODUCER_COMPRESSION, one_of(*COMPRESSION_TYPES), HIGH, "producer keeps batches as sent; a codec makes the broker store it")  # noqa: E501
+    .define("compression.gzip.level", INT, -1, _gzip_level, MEDIUM, "gzip level when the broker compresses (-1: default)")  # noqa: E501
+    .define("compression.lz4.level", INT, 9, _long_in(1, 17), MEDIUM, "lz4 level when the broker compresses")  # noqa: E501
+    .define("compression.zstd.level", INT, 3, _long_in(-131072, 22), MEDIUM, "zstd level when the broker compresses")  # noqa: E501
+    .define("preallocate", BOOLEAN, False, _false_only("segment preallocation"), MEDIUM, "false only (segment preallocation is not implemented)")  # noqa: E501
+    .define("message.format.version", STRING, "3.0-IV1", _version, MEDIUM, "ignored as by Kafka 3 (batches are always record format v2)")  # noqa: E501
+    .define("message.timestamp.difference.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records further from now are refused")  # noqa: E501
+    .define("message.timestamp.before.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records older than now minus this are refused")  # noqa: E501
+    .define("message.timestamp.after.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records newer than now plus this are refused")  # noqa: E501
+    .define("leader.replication.throttled.replicas", LIST, "", _no_throttling, MEDIUM, "empty only (no replication throttling)")  # noqa: E501
+    .define("follower.replication.throttled.replicas", LIST, "", _no_throttling, MEDIUM, "empty only (no replication throttling)")  # noqa: E501
+    .define("message.downconversion.enable", BOOLEAN, True, boolean, LOW, "accepted; Sluice never down-converts (Fetch v4+ only)")  # noqa: E501
+    .define("remote.storage.enable", BOOLEAN, False, _false_only("tiered (remote) storage"), MEDIUM, "false only (tiered storage is not implemented)")  # noqa: E501
+    .define("local.retention.ms", LONG, -2, _long_in(-2), MEDIUM, _NO_TIERING)
+    .define("local.retention.bytes", LONG, -2, _long_in(-2), MEDIUM, _NO_TIERING)
+    .define("remote.log.copy.disable", BOOLEAN, False, boolean, MEDIUM, _NO_TIERING)
+    .define("remote.log.delete.on.disable", BOOLEAN, False, boolean, MEDIUM, _NO_TIERING)
 )  # fmt: skip
-_LIST_KEYS = frozenset(
-    {"cleanup.policy", "leader.replication.throttled.replicas",
-     "follower.replication.throttled.replicas"}
+
+_T = TOPIC_CONFIG.__getitem__
+
+#: The broker's ``log.*`` keys: each supplies a topic key's default (its *synonym*, Kafka's
+#: ``ServerTopicConfigSynonyms``), with the topic key's type, validator and default unless said.
+#: (A storage key that is the broker's only, such as a cleaner's thread count, is a plain
+#: ``define`` in its own ``section``.)
+#: The coarser-unit keys (``log.retention.hours``...) are declared with their own defaults and
+#: converted by :data:`_UNIT_MS`; the finer key wins when both are set (Kafka's precedence
+#: ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``: declaration
+#: order). Collected by the broker's Config (sluice.server.config).
+SERVER_LOG_CONFIG = (
+    ConfigDef()
+    .section("storage: the defaults of the topic-level keys")
+    .define_synonym("log.segment.bytes", _T("segment.bytes"))
+    .define_synonym("log.roll.ms", _T("segment.ms"), default=None, doc="segment age before rolling; overrides hours")  # noqa: E501
+    .define("log.roll.hours", INT, 168, int_in(1), HIGH, "segment age before rolling", synonym_of="segment.ms")  # noqa: E501
+    .define_synonym("log.roll.jitter.ms", _T("segment.jitter.ms"), default=None, doc="max random jitter subtracted from roll")  # noqa: E501
+    .define("log.roll.jitter.hours", INT, 0, int_in(0), HIGH, "max random jitter subtracted from roll", synonym_of="segment.jitter.ms")  # noqa: E501
+    .define_synonym("log.index.size.max.bytes", _T("segment.index.bytes"))
+    .define_synonym("log.index.interval.bytes", _T("index.interval.bytes"), doc="bytes between index entries")  # noqa: E501
+    .define_synonym("log.retention.ms", _T("retention.ms"), default=None)
+    .define("log.retention.minutes", INT, None, int_in(-1), HIGH, "retention by age", synonym_of="retention.ms")  # noqa: E501
+    .define("log.retention.hours", INT, 168, int_in(-1), HIGH, "retention by age", synonym_of="retention.ms")  # noqa: E501
+    .define_synonym("log.retention.bytes", _T("retention.bytes"), doc="retention by size per partition")  # noqa: E501
+    .define_synonym("message.max.bytes", _T("max.message.bytes"))
+    .define_synonym("log.message.timestamp.type", _T("message.timestamp.type"), doc="which timestamp a batch keeps")  # noqa: E501
+    .define_synonym("log.flush.interval.messages", _T("flush.messages"))
+    .define_synonym("log.flush.interval.ms", _T("flush.ms"), default=None)
+    .define_synonym("log.cleanup.policy", _T("cleanup.policy"), doc="delete (compaction is not implemented)")  # noqa: E501
+    .define_synonym("log.segment.delete.delay.ms", _T("file.delete.delay.ms"))
+    .define_synonym("min.insync.replicas", _T("min.insync.replicas"), doc="ISR size an acks=all produce needs")  # noqa: E501
+    .define_synonym("unclean.leader.election.enable", _T("unclean.leader.election.enable"), doc="cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)")  # noqa: E501
+    .define_synonym("compression.type", _T("compression.type"), doc="codec batches are stored in (producer: as sent)")  # noqa: E501
 )  # fmt: skip
-_STRING_KEYS = frozenset({"message.timestamp.type", "compression.type", "message.format.version"})
 
-
-def config_type(key: str) -> int:
-    """Kafka's ``ConfigType`` code of a topic key."""
-    if key in _INT_KEYS:
-        return CONFIG_TYPE_INT
-    if key in _BOOL_KEYS:
-        return CONFIG_TYPE_BOOLEAN
-    if key in _LIST_KEYS:
-        return CONFIG_TYPE_LIST
-    if key in _STRING_KEYS:
-        return CONFIG_TYPE_STRING
-    if key == "min.cleanable.dirty.ratio":
-        return CONFIG_TYPE_DOUBLE
-    return CONFIG_TYPE_LONG
-
-
-# Topic-level name -> the broker-level name that provides its default (Kafka's LogConfig mapping),
-# for the keys whose broker default Sluice reads. The other topic keys default to Kafka's value.
-BROKER_KEYS: dict[str, str] = {
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "segment.jitter.ms": "log.roll.jitter.ms",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "cleanup.policy": "log.cleanup.policy",
-    "file.delete.delay.ms": "log.segment.delete.delay.ms",
-    "min.insync.replicas": "min.insync.replicas",
-    "compression.type": "compression.type",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
-
-#: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
-#: lists them: text defaults, parsers for load-time checks, docs. Declared here, collected by
-#: sluice.server.config; the LogConfig field defaults below are the same values, parsed
-#: (a test keeps them equal).
-BROKER_OPTIONS: tuple[ConfigKey, ...] = (
-    ConfigKey("log.segment.bytes", int_in(14), "1073741824", "segment size before rolling"),
-    ConfigKey("log.roll.ms", int_in(1), None, "segment age before rolling; overrides hours"),
-    ConfigKey("log.roll.hours", int_in(1), "168", "segment age before rolling"),
-    ConfigKey("log.roll.jitter.ms", int_in(0), None, "max random jitter subtracted from roll"),
-    ConfigKey("log.roll.jitter.hours", int_in(0), "0", "max random jitter subtracted from roll"),
-    ConfigKey("log.index.size.max.bytes", int_in(4), "10485760", "max size of an index file"),
-    ConfigKey("log.index.interval.bytes", int_in(0), "4096", "bytes between index entries"),
-    ConfigKey("log.retention.ms", int_in(-1), None, "retention by age (-1 forever)"),
-    ConfigKey("log.retention.minutes", int_in(-1), None, "retention by age"),
-    ConfigKey("log.retention.hours", int_in(-1), "168", "retention by age"),
-    ConfigKey("log.retention.bytes", int_in(-1), "-1", "retention by size per partition"),
-    ConfigKey("message.max.bytes", int_in(0), "1048588", "largest record batch accepted"),
-    ConfigKey(
-        "log.message.timestamp.type",
-        one_of("CreateTime", "LogAppendTime"),
-        "CreateTime",
-        "which timestamp a batch keeps",
-    ),
-    ConfigKey(
-        "log.flush.interval.messages",
-        int_in(1),
-        str(LONG_MAX),
-        "fsync after this many messages",
-    ),
-    ConfigKey("log.flush.interval.ms", int_in(0), None, "fsync after this long"),
-    ConfigKey("log.cleanup.policy", string, "delete", "delete (compaction is not implemented)"),
-    ConfigKey(
-        "log.segment.delete.delay.ms",
-        int_in(0),
-        "60000",
-        "delay between renaming a segment to .deleted and removing it",
-    ),
-    ConfigKey("min.insync.replicas", int_in(1), "1", "ISR size an acks=all produce needs"),
-    ConfigKey(
-        "unclean.leader.election.enable",
-        boolean,
-        "false",
-        "cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)",
-    ),
-    ConfigKey(
-        "compression.type",
-        one_of(*COMPRESSION_TYPES),
-        "producer",
-        "codec batches are stored in (producer: as sent)",
-    ),
-)
-
-# Broker keys given in coarser units; the finer key wins when both are set (Kafka's precedence:
-# log.retention.ms > log.retention.minutes > log.retention.hours).
-_BROKER_UNIT_FALLBACKS: dict[str, tuple[tuple[str, int], ...]] = {
-    "segment.ms": (("log.roll.hours", 3_600_000),),
-    "segment.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
-    "retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+#: The coarser-unit broker keys: milliseconds per unit.
+_UNIT_MS = {
+    "log.roll.hours": 3_600_000,
+    "log.roll.jitter.hours": 3_600_000,
+    "log.retention.minutes": 60_000,
+    "log.retention.hours": 3_600_000,
 }
 
 
@@ -251,96 +269,81 @@ def broker_synonyms(topic_key: str) -> tuple[str, ...]:
     (``retention.ms`` -> ``log.retention.ms``, ``log.retention.minutes``,
     ``log.retention.hours``); empty for a key with no broker default in Sluice. DescribeConfigs
     lists them as the synonyms of a topic setting."""
-    first = BROKER_KEYS.get(topic_key)
-    if first is None:
-        return ()
-    return (first, *(key for key, _ in _BROKER_UNIT_FALLBACKS.get(topic_key, ())))
+    return _SYNONYMS.get(topic_key, ())
 
 
-def _parse_int(key: str, value: str) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise InvalidConfig(f"{key}={value!r}: not an integer") from None
+_SYNONYMS: dict[str, tuple[str, ...]] = {}
+for _key in SERVER_LOG_CONFIG:
+    if _key.synonym_of is not None:
+        _SYNONYMS[_key.synonym_of] = (*_SYNONYMS.get(_key.synonym_of, ()), _key.name)
+
+#: Topic-level name -> the broker-level name that supplies its default (the first synonym).
+BROKER_KEYS: dict[str, str] = {topic: names[0] for topic, names in _SYNONYMS.items()}
 
 
-def _at_least(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, int], None]:
-    def check(key: str, value: int) -> None:
-        if not minimum <= value <= maximum:
-            raise InvalidConfig(f"{key}={value}: must be in [{minimum}, {maximum}]")
-
-    return check
+def config_type(key: str) -> int:
+    """Kafka's ``ConfigType`` code of a topic key."""
+    return int(TOPIC_CONFIG[key].type)
 
 
-_INT_CHECKS: dict[str, Callable[[str, int], None]] = {
-    "segment.bytes": _at_least(MIN_SEGMENT_BYTES, INT_MAX),
-    "segment.ms": _at_least(1),
-    "segment.jitter.ms": _at_least(0),
-    "segment.index.bytes": _at_least(4, INT_MAX),
-    "index.interval.bytes": _at_least(0, INT_MAX),
-    "retention.ms": _at_least(-1),
-    "retention.bytes": _at_least(-(2**63)),  # any long; negative = unlimited
-    "max.message.bytes": _at_least(0, INT_MAX),
-    "flush.messages": _at_least(1),
-    "flush.ms": _at_least(0),
-    "file.delete.delay.ms": _at_least(0),
-    "delete.retention.ms": _at_least(0),
-    "min.compaction.lag.ms": _at_least(0),
-    "max.compaction.lag.ms": _at_least(1),
-    "min.insync.replicas": _at_least(1, INT_MAX),
-    "compression.lz4.level": _at_least(1, 17),
-    "compression.zstd.level": _at_least(-131072, 22),
-    "message.timestamp.difference.max.ms": _at_least(0),
-    "message.timestamp.before.max.ms": _at_least(0),
-    "message.timestamp.after.max.ms": _at_least(0),
-    "local.retention.ms": _at_least(-2),
-    "local.retention.bytes": _at_least(-2),
-}
+def _shown(text: str) -> str:
+    """A value in a message: a number or boolean as is, anything else quoted."""
+    value = text.strip()
+    return value if _PLAIN.fullmatch(value) else repr(text)
+
+
+_PLAIN = re.compile(r"-?\d+|true|false")
+
+
+_T_SETTING = TOPIC_CONFIG.setting
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """The effective configuration of one partition log. Defaults are Kafka's (storage spec §6).
+    """The effective configuration of one partition log: one field per key of
+    :data:`TOPIC_CONFIG`, defaulting to the declared default (Kafka's, storage spec §6).
 
     Immutable: to change a topic's config build a new one and hand it to ``Log.update_config``.
     """
 
-    segment_bytes: int = 1_073_741_824
-    segment_ms: int = 604_800_000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10_485_760
-    index_interval_bytes: int = 4096
-    retention_ms: int = 604_800_000  # -1 = keep forever
-    retention_bytes: int = -1  # negative = unlimited
-    max_message_bytes: int = 1_048_588
-    message_timestamp_type: str = CREATE_TIME
-    flush_messages: int = LONG_MAX  # LONG_MAX = never: leave it to the OS page cache
-    flush_ms: int = LONG_MAX
-    cleanup_policy: str = "delete"
-    file_delete_delay_ms: int = 60_000
-    delete_retention_ms: int = 86_400_000
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    min_cleanable_dirty_ratio: float = 0.5
-    unclean_leader_election_enable: bool = False
-    min_insync_replicas: int = 1
-    compression_type: str = PRODUCER_COMPRESSION
-    compression_gzip_level: int = -1  # Deflater.DEFAULT_COMPRESSION (zlib's 6)
-    compression_lz4_level: int = 9
-    compression_zstd_level: int = 3
-    preallocate: bool = False
-    message_format_version: str = "3.0-IV1"
-    message_timestamp_difference_max_ms: int = LONG_MAX
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
-    leader_replication_throttled_replicas: str = ""
-    follower_replication_throttled_replicas: str = ""
-    message_downconversion_enable: bool = True
-    remote_storage_enable: bool = False
-    local_retention_ms: int = -2
-    local_retention_bytes: int = -2
-    remote_log_copy_disable: bool = False
-    remote_log_delete_on_disable: bool = False
+    segment_bytes: int = _T_SETTING("segment.bytes")
+    segment_ms: int = _T_SETTING("segment.ms")
+    segment_jitter_ms: int = _T_SETTING("segment.jitter.ms")
+    segment_index_bytes: int = _T_SETTING("segment.index.bytes")
+    index_interval_bytes: int = _T_SETTING("index.interval.bytes")
+    retention_ms: int = _T_SETTING("retention.ms")  # -1 = keep forever
+    retention_bytes: int = _T_SETTING("retention.bytes")  # negative = unlimited
+    max_message_bytes: int = _T_SETTING("max.message.bytes")
+    message_timestamp_type: str = _T_SETTING("message.timestamp.type")
+    flush_messages: int = _T_SETTING("flush.messages")  # LONG_MAX = never: the OS page cache
+    flush_ms: int = _T_SETTING("flush.ms")
+    cleanup_policy: str = _T_SETTING("cleanup.policy")
+    file_delete_delay_ms: int = _T_SETTING("file.delete.delay.ms")
+    delete_retention_ms: int = _T_SETTING("delete.retention.ms")
+    min_compaction_lag_ms: int = _T_SETTING("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _T_SETTING("max.compaction.lag.ms")
+    min_cleanable_dirty_ratio: float = _T_SETTING("min.cleanable.dirty.ratio")
+    unclean_leader_election_enable: bool = _T_SETTING("unclean.leader.election.enable")
+    min_insync_replicas: int = _T_SETTING("min.insync.replicas")
+    compression_type: str = _T_SETTING("compression.type")
+    compression_gzip_level: int = _T_SETTING("compression.gzip.level")  # -1: zlib's 6
+    compression_lz4_level: int = _T_SETTING("compression.lz4.level")
+    compression_zstd_level: int = _T_SETTING("compression.zstd.level")
+    preallocate: bool = _T_SETTING("preallocate")
+    message_format_version: str = _T_SETTING("message.format.version")
+    message_timestamp_difference_max_ms: int = _T_SETTING("message.timestamp.difference.max.ms")
+    message_timestamp_before_max_ms: int = _T_SETTING("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _T_SETTING("message.timestamp.after.max.ms")
+    leader_replication_throttled_replicas: str = _T_SETTING("leader.replication.throttled.replicas")
+    follower_replication_throttled_replicas: str = _T_SETTING(
+        "follower.replication.throttled.replicas"
+    )
+    message_downconversion_enable: bool = _T_SETTING("message.downconversion.enable")
+    remote_storage_enable: bool = _T_SETTING("remote.storage.enable")
+    local_retention_ms: int = _T_SETTING("local.retention.ms")
+    local_retention_bytes: int = _T_SETTING("local.retention.bytes")
+    remote_log_copy_disable: bool = _T_SETTING("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _T_SETTING("remote.log.delete.on.disable")
     #: True when an append must do more than validate and assign offsets: recompress
     #: (``compression.type`` not ``producer``) or check timestamps (a bound below "never").
     #: Derived; the append path reads this one flag.
@@ -401,29 +404,30 @@ class LogConfig:
             attr = TOPIC_KEYS.get(key)
             if attr is None:
                 raise InvalidConfig(f"unknown or unsupported topic config {key!r}")
-            changes[attr] = _parse_value(key, raw)
+            changes[attr] = _parse(TOPIC_CONFIG, key, raw)
         return dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
-        """Build the broker-wide default from broker ``log.*`` names (see :data:`BROKER_KEYS`).
+        """Build the broker-wide default from broker ``log.*`` names (:data:`SERVER_LOG_CONFIG`):
+        each topic key from its most specific synonym given, else its default.
 
         Keys that are not log settings are ignored here: a broker config holds many other things.
         """
         topic_props: dict[str, str] = {}
-        for topic_key, broker_key in BROKER_KEYS.items():
-            if broker_key in props:
-                topic_props[topic_key] = props[broker_key]
-                continue
-            for coarse_key, factor in _BROKER_UNIT_FALLBACKS.get(topic_key, ()):
-                if coarse_key in props:
-                    topic_props[topic_key] = str(_parse_int(coarse_key, props[coarse_key]) * factor)
+        for topic_key, names in _SYNONYMS.items():
+            for name in names:
+                if name in props:
+                    value = _parse(SERVER_LOG_CONFIG, name, props[name])
+                    if name in _UNIT_MS:
+                        value = int(value) * _UNIT_MS[name]  # type: ignore[call-overload]
+                    topic_props[topic_key] = format_value(value)
                     break
         return cls.from_properties(topic_props)
 
     def to_properties(self) -> dict[str, str]:
         """Every setting under its topic-level Kafka name, as strings (as Kafka prints them)."""
-        return {key: _format(getattr(self, attr)) for key, attr in TOPIC_KEYS.items()}
+        return {key: format_value(getattr(self, attr)) for key, attr in TOPIC_KEYS.items()}
 
     def overrides_against(self, base: LogConfig) -> dict[str, str]:
         """The topic-level settings whose value differs from ``base``."""
@@ -431,106 +435,15 @@ class LogConfig:
         return {k: v for k, v in mine.items() if theirs[k] != v}
 
 
-def _format(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _parse(config: ConfigDef, key: str, raw: str) -> object:
+    """The value of ``key`` declared in ``config``; InvalidConfig naming key, value and reason."""
+    try:
+        return config[key].parse(str(raw))
+    except ValueError as exc:
+        raise InvalidConfig(f"{key}={_shown(str(raw))}: {exc}") from None
 
 
-#: Kafka 3.9's ``MetadataVersion``: each release with its number of internal versions
-#: (``-IV0``, ``-IV1``, ...; 0: the release alone names its one version, as ``0.9.0``).
-_METADATA_RELEASES = {
-    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0,
-    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
-    "1.0": 1, "1.1": 1,
-    "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2,
-    "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1,
-    "3.9": 1, "4.0": 2,
-}  # fmt: skip
-#: Every name ``MetadataVersion.fromVersionString`` knows in Kafka 3.9: each version's full name
-#: (``0.8.2``, ``0.10.0-IV1``, ``3.0-IV1``) and each release up to the latest production one
-#: (3.9; ``4.0`` is known only by its full names) for its latest internal version.
-METADATA_VERSION_NAMES = frozenset(
-    [f"{release}-IV{i}" if count else release
-     for release, count in _METADATA_RELEASES.items() for i in range(max(count, 1))]
-    + [release for release in _METADATA_RELEASES if release != "4.0"]
-)  # fmt: skip
-
-
-def metadata_version(key: str, raw: object) -> str:
-    """Check a Kafka version name as Kafka 3.9's ``MetadataVersionValidator`` does (for
-    ``message.format.version``, which Kafka then ignores: its batches are always v2) and
-    return it, trimmed as Kafka's STRING configs are. ``MetadataVersion.fromVersionString``
-    looks up the first three dot-separated parts of a name starting ``0.`` (``0.10.0.0`` and
-    ``0.10.0.x`` are ``0.10.0``), the first two of any other (``1.0.1`` is ``1.0``, ``2.8.1`` is
-    ``2.8``), the whole name when it has no more parts than that (``0.10.0-IV1``,
-    ``3.0-IV1``). Anything else is refused with Kafka's message."""
-    value = str(raw).strip()
-    parts = value.split(".")
-    while parts and not parts[-1]:
-        parts.pop()  # Java's String.split drops trailing empty strings
-    count = 3 if value.startswith("0.") else 2
-    name = value if count >= len(parts) else ".".join(parts[:count])
-    if name not in METADATA_VERSION_NAMES:
-        raise InvalidConfig(
-            f"Invalid value {value} for configuration {key}: Version {value} is not a valid version"
-        )
-    return value
-
-
-def _parse_value(key: str, raw: str) -> object:
-    value = str(raw).strip()
-    if key == "message.timestamp.type":
-        if value not in TIMESTAMP_TYPES:
-            raise InvalidConfig(f"{key}={raw!r}: must be one of {', '.join(TIMESTAMP_TYPES)}")
-        return value
-    if key == "cleanup.policy":
-        policies = [p.strip() for p in value.split(",") if p.strip()]
-        if not policies or any(p not in ("delete", "compact") for p in policies):
-            raise InvalidConfig(f"{key}={raw!r}: must be 'delete' (or 'compact', unsupported)")
-        if "compact" in policies:
-            raise InvalidConfig(
-                f"{key}={raw!r}: log compaction is not implemented by Sluice; use 'delete'"
-            )
-        return "delete"
-    if key == "compression.type":
-        if value not in COMPRESSION_TYPES:
-            raise InvalidConfig(f"{key}={raw!r}: must be one of {', '.join(COMPRESSION_TYPES)}")
-        return value
-    if key == "message.format.version":
-        # Kafka 3 validates the version name and then ignores it (IBP >= 3.0 writes v2 only).
-        return metadata_version(key, value)
-    if key == "min.cleanable.dirty.ratio":
-        try:
-            ratio = float(value)
-        except ValueError:
-            raise InvalidConfig(f"{key}={raw!r}: not a number") from None
-        if not 0.0 <= ratio <= 1.0:
-            raise InvalidConfig(f"{key}={raw!r}: must be in [0.0, 1.0]")
-        return ratio
-    if key in _BOOL_KEYS:
-        if value.lower() not in ("true", "false"):
-            raise InvalidConfig(f"{key}={raw!r}: must be true or false")
-        flag = value.lower() == "true"
-        unsupported = {
-            "preallocate": "segment preallocation",
-            "remote.storage.enable": "tiered (remote) storage",
-        }
-        if flag and key in unsupported:
-            raise InvalidConfig(f"{key}=true: {unsupported[key]} is not implemented by Sluice")
-        return flag
-    if key in _LIST_KEYS:  # the two throttled-replica lists
-        if value:
-            raise InvalidConfig(
-                f"{key}={raw!r}: replication throttling is not implemented by Sluice; "
-                "leave it empty"
-            )
-        return ""
-    number = _parse_int(key, value)
-    if key == "compression.gzip.level":
-        # Kafka: 1..9, or -1 for the codec's default (Deflater.DEFAULT_COMPRESSION).
-        if number != -1 and not 1 <= number <= 9:
-            raise InvalidConfig(f"{key}={number}: must be in [1, 9] or -1")
-        return number
-    _INT_CHECKS[key](key, number)
-    return number
+#: Topic-level config name -> LogConfig attribute, in declaration order.
+TOPIC_KEYS: dict[str, str] = {k.name: fields_by_key(LogConfig)[k.name] for k in TOPIC_CONFIG}
+#: What each key does in Sluice (DescribeConfigs' documentation).
+TOPIC_DOCS: dict[str, str] = {k.name: k.doc for k in TOPIC_CONFIG}

@@ -26,7 +26,6 @@ had at least ``min.insync.replicas`` members; every parked produce is answered e
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Coroutine
@@ -49,8 +48,8 @@ from sluice.server.core.replica_manager import (
 )
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
+from tests.properties.support import SCRATCH
 
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 LEADER = 0
 FOLLOWERS = (1, 2)
 REPLICAS = (LEADER, *FOLLOWERS)
@@ -234,7 +233,6 @@ class PartitionMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        # tmpfs when there is one: the log's checkpoints fsync, and a disk's fsync costs ms.
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-props-", dir=SCRATCH))
         self.logs = LogManager(self.dir, LogConfig.from_properties({}))
         self.logs.open()

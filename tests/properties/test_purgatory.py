@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,25 +47,13 @@ from sluice.server.core.replica_manager import (
 from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
+from tests.properties.support import CLOCK_RESOLUTION, SCRATCH, VirtualTimeLoop
 
-CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # as asyncio's loop uses
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 LEADER, FOLLOWER = 0, 1
 PARTITIONS = (0, 1)
 NONE = 0
 NOT_LEADER = errors.NotLeaderOrFollower.code
 TIMED_OUT = errors.RequestTimedOut.code
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock moves only when the test says: timers fire exactly then."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        super().__init__()
-
-    def time(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -138,16 +124,8 @@ class PurgatoryMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def run(self, step: Any) -> Any:
-        """Run ``step`` on the loop, then let every task it woke run to its end (bounded: a
-        woken wait finishes within a few loop steps; nothing here does I/O)."""
-
-        async def body() -> Any:
-            result = step()
-            for _ in range(10):
-                await asyncio.sleep(0)
-            return result
-
-        return self.loop.run_until_complete(body())
+        """Run ``step`` on the loop, then let every task it woke run to its end."""
+        return self.loop.run_step(step)
 
     def apply(self, p: int, leader: int, leader_epoch: int, partition_epoch: int) -> None:
         applied = self.run(

@@ -24,7 +24,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self.now
 
-    def run_step(self, step: object = None, yields: int = 10) -> object:
+    def run_step(self, step: object = None, yields: int = 5) -> object:
         """Call ``step`` (if callable) on the loop, then let what it woke run: ``yields`` loop
         iterations, bounded (a woken task finishes within a few; nothing here does I/O)."""
 

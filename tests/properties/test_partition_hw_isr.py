@@ -376,11 +376,71 @@ class PartitionMachine(RuleBasedStateMachine):
         proposed = self.run(self.rm.maybe_shrink_isr)
         assert proposed == int(self.model.shrink())
 
+    def _store_every_isr_write(self) -> None:
+        for index, answer in enumerate(self.store.answers):
+            if not answer.done():
+                self._answer(index, "stored")
+                self.check()
+
+    def check(self) -> None:
+        """The invariants, between the events of a rule that makes several."""
+        self.agrees_with_the_model()
+        self.hw_is_safe()
+        self.every_parked_produce_is_answered_once_and_rightly()
+
+    @precondition(lambda self: self.model.leader)
+    @rule()
+    def idle_partition(self) -> None:
+        """The followers reach the leader's LEO, then nothing is produced for three lag times:
+        a follower at the LEO is in sync however long ago it caught up."""
+        for replica in FOLLOWERS:
+            self._fetch(replica, self.model.leo)
+            self.check()
+        self._store_every_isr_write()
+        self.time_passes(3 * LAG_MS)
+        self.shrink_check()
+
+    @precondition(lambda self: self.model.leader)
+    @rule(replica=st.sampled_from(FOLLOWERS))
+    def follower_falls_out_and_comes_back(self, replica: int) -> None:
+        """One follower keeps up, the other (``replica``) stops fetching while records arrive
+        and is dropped from the ISR; later it fetches from the HW while the leader has more:
+        it is proposed for the ISR although it has not been caught up for long, so HW must
+        wait for it from then on (the maximal ISR), also when the other follower catches up --
+        records produced next must not count as committed before it has them."""
+        other = FOLLOWERS[0] if replica != FOLLOWERS[0] else FOLLOWERS[1]
+        self._store_every_isr_write()
+        for step in (
+            lambda: self._produce(2, 1),
+            lambda: self._fetch(other, self.model.leo),
+            lambda: self.time_passes(3 * LAG_MS),
+            lambda: self._fetch(other, self.model.leo),
+            self.shrink_check,
+            self._store_every_isr_write,
+            lambda: self._produce(2, 1),
+            lambda: self._fetch(replica, self.model.hw),
+            lambda: self._fetch(other, self.model.leo),
+        ):
+            step()
+            self.check()
+
+    @precondition(lambda self: self.model.leader)
+    @rule(count=st.integers(1, 3))
+    def leadership_moves_while_produce_waits(self, count: int) -> None:
+        """An acks=all produce parks, then the controller moves leadership to broker 1: it
+        answers NOT_LEADER_OR_FOLLOWER, never NONE."""
+        self._produce(count, -1)
+        self.check()
+        m = self.model
+        self.apply_state(1, m.leader_epoch + 1, (1, 2), m.partition_epoch + 1)
+
     @precondition(lambda self: self.store.returned < len(self.store.answers))
     @rule(data=st.data(), outcome=st.sampled_from(["stored", "stored", "conflict", "error"]))
     def answer_isr_write(self, data: st.DataObject, outcome: str) -> None:
         waiting = [i for i, a in enumerate(self.store.answers) if not a.done()]
-        index = data.draw(st.sampled_from(waiting))
+        self._answer(data.draw(st.sampled_from(waiting)), outcome)
+
+    def _answer(self, index: int, outcome: str) -> None:
         update = self.store.updates[index]
         answer = self.store.answers[index]
         version = update.partition_epoch + 1 if outcome == "stored" else None
@@ -432,6 +492,7 @@ class PartitionMachine(RuleBasedStateMachine):
         m = self.model
         self.apply_state(LEADER, m.leader_epoch + 1, m.isr, m.partition_epoch + 1)
         for replica in FOLLOWERS:
+            self.check()
             self._fetch(replica, max(m.followers[replica].leo, 0))
 
     # --- checks -----------------------------------------------------------------------------

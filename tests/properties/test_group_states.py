@@ -40,8 +40,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sluice.protocol import errors
-from sluice.server.core.offsets_appender import ReplicaAppender
-from sluice.server.core.replica_manager import ReplicaManager
 from sluice.server.group.coordinator import (
     Group,
     GroupConfig,
@@ -50,6 +48,8 @@ from sluice.server.group.coordinator import (
     JoinResult,
 )
 from sluice.server.group.offsets_store import OffsetsStore
+from sluice.server.replication.offsets_appender import ReplicaAppender
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 from tests.properties.support import SCRATCH, VirtualTimeLoop

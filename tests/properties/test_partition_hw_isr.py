@@ -39,13 +39,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch
-from sluice.server.core.replica_manager import (
-    DelayedProduce,
-    IsrUpdate,
-    Partition,
-    ReplicaManager,
-    ReplicationSettings,
-)
+from sluice.server.replication.delayed import DelayedProduce
+from sluice.server.replication.partition import IsrUpdate, Partition, ReplicationSettings
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 from tests.properties.support import SCRATCH

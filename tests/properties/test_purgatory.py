@@ -37,13 +37,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sluice.protocol import errors
 from sluice.protocol.records import build_batch
-from sluice.server.core.replica_manager import (
-    EXPIRY_TICK_S,
-    DelayedOperation,
-    DelayedProduce,
-    ReplicaManager,
-    ReplicationSettings,
-)
+from sluice.server.replication.delayed import DelayedProduce
+from sluice.server.replication.partition import ReplicationSettings
+from sluice.server.replication.purgatory import EXPIRY_TICK_S, DelayedOperation
+from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager

@@ -11,7 +11,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
-from sluice.server.network.request import CLOSE_CONNECTION
+from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 
 if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
@@ -50,14 +50,14 @@ class ProduceFetchApis(ApiBase):
 
     async def _produce_wait(
         self, body: m.ProduceRequest, delayed: DelayedProduce
-    ) -> m.ProduceResponse | None:
+    ) -> m.ProduceResponse | CloseConnection | None:
         self.metrics.inc("produce.delayed")
         await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
         return self._produce_response(body, delayed.results)
 
     def _produce_response(
         self, body: m.ProduceRequest, results: list[AppendResult]
-    ) -> m.ProduceResponse | None:
+    ) -> m.ProduceResponse | CloseConnection | None:
         cls = m.ProduceResponse
         topic_cls = m.ProduceResponse.TopicProduceResponse
         part_cls = m.ProduceResponse.PartitionProduceResponse

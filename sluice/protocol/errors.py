@@ -132,6 +132,15 @@ OutOfOrderSequenceNumber = _define(
 )
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
 InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+InvalidTxnState = _define(
+    "InvalidTxnState",
+    48,
+    False,
+    "the producer attempted a transactional operation in an invalid state",
+)
+TransactionCoordinatorFenced = _define(
+    "TransactionCoordinatorFenced", 52, False, "a newer transaction coordinator is active"
+)
 KafkaStorageError = _define("KafkaStorageError", 56, True, "disk error accessing the log")
 TopicDeletionDisabled = _define("TopicDeletionDisabled", 73, False, "topic deletion is disabled")
 FencedLeaderEpoch = _define("FencedLeaderEpoch", 74, True, "leader epoch older than the broker's")

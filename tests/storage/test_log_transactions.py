@@ -115,6 +115,20 @@ def test_commit_abort_and_the_last_stable_offset(tmp_path: Path) -> None:
     assert values == [b"a1", b"a2", b"p", b"b1"]
 
 
+def test_first_unstable_offset_is_not_below_the_log_start(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", CONFIG)
+    log.append_as_leader(txn_batch(1, 0, [b"a", b"b"]), leader_epoch=0)  # 0-1, open
+    log.append_as_leader(plain_batch([b"p", b"q"]), leader_epoch=0)  # 2-3
+    log.maybe_increment_high_watermark(4)
+    assert log.last_stable_offset == 0
+    log.delete_records(2)
+    assert log.first_unstable_offset == 2 == log.last_stable_offset
+    assert read_committed(log) == []
+    log.append_end_txn_marker(1, 0, 0, commit=True, leader_epoch=0)
+    log.maybe_increment_high_watermark(5)
+    assert log.first_unstable_offset is None and read_committed(log) == [b"p", b"q"]
+
+
 def test_transaction_rules_on_append(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", CONFIG)
     log.append_as_leader(txn_batch(1, 0, [b"x"], epoch=2), leader_epoch=0)
@@ -486,3 +500,51 @@ def test_crash_at_every_step_of_an_abort_leaves_a_consistent_index(tmp_path: Pat
                 image,
             )
             after.close()
+
+
+# -- dump-log ------------------------------------------------------------------------------------
+
+
+def test_dump_log_shows_markers_and_the_txn_index(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sluice.server.storage import dump_log
+
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, CONFIG)
+    log.append_as_leader(txn_batch(7, 0, [b"a", b"b"]), leader_epoch=0)  # 0-1
+    log.append_end_txn_marker(7, 0, 3, commit=False, leader_epoch=0, timestamp=NOW)  # 2
+    log.append_as_leader(txn_batch(7, 2, [b"c"]), leader_epoch=0)  # 3
+    log.append_end_txn_marker(7, 0, 3, commit=True, leader_epoch=0, timestamp=NOW)  # 4
+    log.close()
+    segment = directory / f"{0:020d}.log"
+    index = directory / f"{0:020d}.txnindex"
+    runner = CliRunner()
+    result = runner.invoke(dump_log.main, [str(index)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"Dumping {index}",
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 2 lastStableOffset: 3",
+    ]
+    deep = runner.invoke(dump_log.main, ["--deep-iteration", str(segment)]).output.splitlines()
+    records = [line for line in deep if line.startswith("| ")]
+    assert records == [
+        f"| offset: 0 CreateTime: {NOW} keySize: -1 valueSize: 1 sequence: 0 headerKeys: []",
+        f"| offset: 1 CreateTime: {NOW} keySize: -1 valueSize: 1 sequence: 1 headerKeys: []",
+        f"| offset: 2 CreateTime: {NOW} keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: ABORT coordinatorEpoch: 3",
+        f"| offset: 3 CreateTime: {NOW} keySize: -1 valueSize: 1 sequence: 2 headerKeys: []",
+        f"| offset: 4 CreateTime: {NOW} keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: COMMIT coordinatorEpoch: 3",
+    ]
+    data = runner.invoke(dump_log.main, ["--print-data-log", str(segment)]).output
+    assert "payload: c" in data and "endTxnMarker: COMMIT coordinatorEpoch: 3" in data
+    assert dump_log.verify_partition(directory) == []
+    # An entry that names no ABORT marker, and a torn file, are found.
+    index.write_bytes(index.read_bytes() + AbortedTxn(7, 3, 4, 5).encode())
+    problems = dump_log.verify_partition(directory)
+    assert len(problems) == 1 and "names no ABORT marker of producer 7 at offset 4" in problems[0]
+    index.write_bytes(index.read_bytes()[:40])
+    (problem,) = dump_log.verify_partition(directory)
+    assert "not a multiple" in problem
+    assert "Unreadable transaction index" in runner.invoke(dump_log.main, [str(index)]).output

@@ -1429,14 +1429,19 @@ class Log:
     @property
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest transaction that is open or whose marker is not below HW
-        yet; None when there is none (Kafka's ``firstUnstableOffset``)."""
-        return self.producer_state().first_unstable_offset()
+        yet; None when there is none (Kafka's ``firstUnstableOffset``). Never below the log
+        start offset: a transaction whose start retention or DeleteRecords removed is unstable
+        from the first offset still there, as Kafka's ``updateFirstUnstableOffset`` clamps it."""
+        first = self.producer_state().first_unstable_offset()
+        if first is not None and first < self._log_start_offset:
+            return self._log_start_offset
+        return first
 
     @property
     def last_stable_offset(self) -> int:
         """LSO = min(first unstable offset, HW): the bound of read_committed reads and of
         ListOffsets latest for them; Fetch v4+ reports it (see the class docstring)."""
-        first = self.producer_state().first_unstable_offset()
+        first = self.first_unstable_offset
         hw = self._hw
         return first if first is not None and first < hw else hw
 

@@ -11,13 +11,14 @@ a model that knows which transaction every record belongs to.
 from __future__ import annotations
 
 import heapq
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sluice.protocol import records as rec
@@ -305,10 +306,16 @@ class Model:
 
 
 PIDS = (1, 2, 3)
+txn_op = st.tuples(st.just("txn"), st.sampled_from(PIDS), st.integers(1, 3))
+end_op = st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans())
+# Appends and markers weigh more than the rest: interleaved open transactions are the point.
 operation = st.one_of(
-    st.tuples(st.just("txn"), st.sampled_from(PIDS), st.integers(1, 3)),
+    txn_op,
+    txn_op,
+    txn_op,
+    end_op,
+    end_op,
     st.tuples(st.just("plain"), st.integers(1, 3)),
-    st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans()),
     st.tuples(st.just("hw"), st.floats(0, 1)),
     st.tuples(st.just("truncate"), st.floats(0, 1)),
     st.tuples(st.just("restart"), st.sampled_from(["clean", "crash", "corrupt"])),
@@ -316,11 +323,12 @@ operation = st.one_of(
 
 
 @settings(
-    max_examples=40,
+    max_examples=int(os.environ.get("TXN_MODEL_EXAMPLES", "40")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(ops=st.lists(operation, min_size=1, max_size=40))
+@given(ops=st.lists(operation, min_size=3, max_size=40))
+@example(ops=[("txn", 1, 1), ("txn", 2, 1), ("end", 1, False), ("hw", 1.0), ("end", 2, False)])
 def test_log_against_a_transaction_model(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[object, ...]]
 ) -> None:
@@ -410,7 +418,19 @@ def test_log_against_a_transaction_model(
         assert log.high_watermark == model.hw
         assert log.last_stable_offset == model.lso(), op
         assert all_aborted(log) == model.aborted, op
-    assert read_committed(log) == model.committed_view()
+        assert read_committed(log) == model.committed_view(), op
+    # A follower copying the log batch by batch builds the same index and stable offsets.
+    follower = Log.open(root / "follower" / "t-0", CONFIG)
+    start = 0
+    while start < log.log_end_offset:
+        fetched = log.read(start, 400, Isolation.LOG_END).slice
+        assert fetched is not None
+        start = follower.append_as_follower(fetched.read_bytes()).last_offset + 1
+    follower.update_high_watermark(model.hw)
+    assert all_aborted(follower) == model.aborted
+    assert follower.last_stable_offset == model.lso()
+    assert read_committed(follower) == model.committed_view()
+    follower.close()
     log.close()
 
 

@@ -646,8 +646,14 @@ class Log:
         """``(header, marker)`` of every batch from offset ``start`` on (marker: that of a
         control batch; only control batches are read beyond their header)."""
         first = max(0, bisect.bisect_right(self._bases, start) - 1)
-        for segment in self._segments[first:]:
-            for position, header in segment.batches():
+        for i, segment in enumerate(self._segments[first:]):
+            begin = 0
+            if i == 0 and start > segment.base_offset:
+                found = segment.translate_offset(start)  # the offset index, not a scan
+                if found is None:
+                    continue
+                begin = found.position
+            for position, header in segment.batches(begin):
                 if header.base_offset < start:
                     continue
                 marker = None

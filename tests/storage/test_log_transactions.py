@@ -240,9 +240,11 @@ def test_corrupt_txn_index_is_rebuilt_at_load(tmp_path: Path) -> None:
     log.close()
     (index,) = directory.glob("*.txnindex")
     index.write_bytes(index.read_bytes()[:50])  # torn
+    orphan = directory / f"{500:020d}.txnindex"  # no .log: removed at load
+    orphan.write_bytes(AbortedTxn(1, 0, 500, 501).encode())
     again = Log.open(directory, CONFIG, high_watermark=4)
     assert all_aborted(again) == expected
-    assert len(index.read_bytes()) == 68
+    assert len(index.read_bytes()) == 68 and not orphan.exists()
 
 
 # -- model test ---------------------------------------------------------------------------------

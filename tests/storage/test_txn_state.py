@@ -232,3 +232,26 @@ def test_damaged_txn_index_is_reported(tmp_path: Path) -> None:
         TransactionIndex(path, 0).sanity_check(5)
     with pytest.raises(CorruptIndexError, match="outside"):
         TransactionIndex(path, 10).sanity_check()
+
+
+def test_txn_index_follows_its_segment(tmp_path: Path) -> None:
+    from sluice.server.storage.segment import LogSegment
+
+    segment = LogSegment.open(tmp_path, 100)
+    assert segment.txn_index.path == tmp_path / "00000000000000000100.txnindex"
+    segment.txn_index.append(AbortedTxn(1, 100, 101, 102))
+    segment.change_file_suffixes("", ".swap")
+    assert (tmp_path / "00000000000000000100.txnindex.swap").exists()
+    segment.change_file_suffixes(".swap", "")
+    segment.rename_to_deleted()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "00000000000000000100.txnindex.deleted" in names
+    assert all(name.endswith(".deleted") for name in names)
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
+    # A segment without aborts has no file: renames and deletion only change the name.
+    other = LogSegment.open(tmp_path, 200)
+    other.rename_to_deleted()
+    assert other.txn_index.path.name == "00000000000000000200.txnindex.deleted"
+    other.delete()
+    assert list(tmp_path.iterdir()) == []

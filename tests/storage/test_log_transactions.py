@@ -102,6 +102,9 @@ def test_commit_abort_and_the_last_stable_offset(tmp_path: Path) -> None:
     log.maybe_increment_high_watermark(log.log_end_offset)
     assert log.first_unstable_offset == 3 and log.last_stable_offset == 3
     assert read_committed(log) == [b"p"]
+    # ListOffsets for read_committed: latest is the LSO.
+    assert log.fetch_offset_by_timestamp(-1, Isolation.TXN_COMMITTED) == (-1, 3)
+    assert log.fetch_offset_by_timestamp(-1, Isolation.HIGH_WATERMARK) == (-1, 5)
     log.append_end_txn_marker(2, 0, 0, commit=True, leader_epoch=0)  # COMMIT at 5
     assert log.last_stable_offset == 3  # HW still 5
     log.update_high_watermark(6)

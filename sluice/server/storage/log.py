@@ -269,8 +269,10 @@ class Log:
       With read_uncommitted answer ``last_stable_offset`` too and ``aborted_transactions``
       null. A reader that never asks for transactions costs nothing: the producer state is
       built on first use.
-    * ListOffsets latest (-1) with read_committed answers ``last_stable_offset`` instead of
-      HW.
+    * ListOffsets with read_committed: :meth:`fetch_offset_by_timestamp` with
+      ``Isolation.TXN_COMMITTED`` answers latest (-1) with the LSO and finds timestamps below
+      it only (Kafka's ``lastFetchableOffset``); a caller that answers latest itself (the
+      replica manager today) must use ``last_stable_offset`` instead of HW for read_committed.
 
     **Invariants**: ``log_start_offset <= high_watermark <= log_end_offset``; segments are
     sorted by base offset, do not overlap, and only the last (*active*) one is written; HW only
@@ -1753,15 +1755,22 @@ class Log:
     def fetch_offset_by_timestamp(
         self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
     ) -> TimestampAndOffset | None:
-        """ListOffsets: -2 earliest (log start offset), -1 latest (HW for consumers, LEO for
-        ``LOG_END``), -3 the first offset holding the max timestamp, otherwise the first offset
-        whose timestamp is >= ``timestamp``. None when there is no such offset (or, for
-        consumers, it is not yet committed). Timestamp -1 in the answer means "not applicable".
+        """ListOffsets: -2 earliest (log start offset), -1 latest (HW for consumers, the last
+        stable offset for read_committed ones -- ``TXN_COMMITTED`` --, LEO for ``LOG_END``), -3
+        the first offset holding the max timestamp, otherwise the first offset whose timestamp
+        is >= ``timestamp``. None when there is no such offset (or, for consumers, it is not
+        below that bound: Kafka's ``lastFetchableOffset``). Timestamp -1 in the answer means
+        "not applicable".
         """
         self._check_open()
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(rec.NO_TIMESTAMP, self._log_start_offset)
-        bound = self._leo if isolation is Isolation.LOG_END else self._hw
+        if isolation is Isolation.LOG_END:
+            bound = self._leo
+        elif isolation is Isolation.TXN_COMMITTED:
+            bound = self.last_stable_offset
+        else:
+            bound = self._hw
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(rec.NO_TIMESTAMP, bound)
         if timestamp == MAX_TIMESTAMP:

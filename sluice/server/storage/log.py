@@ -425,10 +425,11 @@ class Log:
         9. Transaction indexes: a ``.txnindex`` that fails its check (not a multiple of 34
            bytes, unknown version, markers not increasing or outside its segment), the one of
            a segment swapped in, and those of the segments recovered in step 3 whose walk met
-           a control batch are rebuilt (the others only lose entries past their end):
-           the producer state is replayed from the newest snapshot at or below the first of
-           them (else from the log start) to LEO, and each ABORT marker in those segments
-           writes its entry with the last stable offset as of that marker (Kafka's LogLoader
+           a control batch are rebuilt -- the latter from the recovery point on: entries of
+           markers below it were fsynced with them (the others only lose entries past their
+           end). The producer state is replayed from the newest snapshot at or below the first
+           offset rebuilt (else from the log start) to LEO, and each ABORT marker from there
+           in those segments writes its entry with the last stable offset as of that marker (Kafka's LogLoader
            recovering segments with a ProducerStateManager). The replayed state is the log's
            producer state from then on, ongoing transactions included.
 
@@ -478,7 +479,8 @@ class Log:
         # 2. open segments, rebuilding missing or inconsistent indexes
         segments: list[LogSegment] = []
         max_record_size = config.max_message_bytes
-        rebuild_txn = set(swapped)  # segments whose .txnindex step 9 rebuilds
+        # Segments whose .txnindex step 9 rebuilds -> the offset from which (None: all of it).
+        rebuild_txn: dict[int, int | None] = dict.fromkeys(swapped)
         for i, base in enumerate(bases):
             segment = cls._open_segment(
                 directory, base, config, clock_ms(), vfs, file_cache, active=False
@@ -505,13 +507,13 @@ class Log:
                     truncated_bytes=truncated,
                 )
                 if segment.recovered_control:
-                    rebuild_txn.add(base)
+                    rebuild_txn[base] = None
             try:
                 end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
                 segment.txn_index.sanity_check(end)
             except CorruptIndexError as exc:
                 log.warning("rebuilding transaction index", segment=base, reason=str(exc))
-                rebuild_txn.add(base)
+                rebuild_txn[base] = None
 
         # A swapped-in segment replaces every segment its offsets cover.
         for base in swapped:
@@ -536,7 +538,8 @@ class Log:
                 )
                 scanned += size - segment.recovered_from
                 if segment.recovered_control:
-                    rebuild_txn.add(segment.base_offset)
+                    # Entries of markers below the recovery point were fsynced with them.
+                    rebuild_txn.setdefault(segment.base_offset, recovery_point)
                 else:  # no marker in what was walked: no entry can describe it
                     segment.txn_index.truncate_to(segment.read_next_offset())
                 log.info(
@@ -607,7 +610,7 @@ class Log:
         )
 
         # 9. transaction indexes
-        targets = [s for s in segments if s.base_offset in rebuild_txn]
+        targets = {s: rebuild_txn[s.base_offset] for s in segments if s.base_offset in rebuild_txn}
         if targets:
             loaded._rebuild_txn_indexes(targets)
             log.info(
@@ -617,14 +620,22 @@ class Log:
             )
         return loaded
 
-    def _rebuild_txn_indexes(self, targets: list[LogSegment]) -> None:
-        """Step 9 of :meth:`open`: empty the ``.txnindex`` of ``targets`` and refill it by
-        replaying the producer state over the log; keep that state."""
-        for segment in targets:
-            segment.txn_index.reset()
+    def _rebuild_txn_indexes(self, targets: dict[LogSegment, int | None]) -> None:
+        """Step 9 of :meth:`open`: drop the entries of each target's ``.txnindex`` from the
+        offset given (None: the whole file, which may be unreadable) and refill them by
+        replaying the producer state over the log, from the newest snapshot at or below the
+        lowest such offset (else from the log start); keep that state."""
+        cuts: dict[int, int] = {}
+        for segment, cut in targets.items():
+            if cut is None or cut <= segment.base_offset:
+                segment.txn_index.reset()
+                cuts[segment.base_offset] = segment.base_offset
+            else:
+                segment.txn_index.truncate_to(cut)
+                cuts[segment.base_offset] = cut
         by_base = {s.base_offset: s for s in targets}
         found = load_latest_snapshot(self.directory, self._leo, self._vfs)
-        if found is not None and found[0] <= targets[0].base_offset:
+        if found is not None and found[0] <= min(cuts.values()):
             start, producers = found
         else:
             start, producers = -1, ProducerStateManager()
@@ -632,8 +643,9 @@ class Log:
 
         def on_complete(txn: CompletedTxn, lso: int) -> None:
             if txn.is_aborted:
-                segment = by_base.get(bases[bisect.bisect_right(bases, txn.last_offset) - 1])
-                if segment is not None:
+                base = bases[bisect.bisect_right(bases, txn.last_offset) - 1]
+                segment = by_base.get(base)
+                if segment is not None and txn.last_offset >= cuts[base]:
                     segment.txn_index.append(
                         AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
                     )

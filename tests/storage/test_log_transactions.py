@@ -573,3 +573,32 @@ def test_dump_log_shows_markers_and_the_txn_index(tmp_path: Path) -> None:
     (problem,) = dump_log.verify_partition(directory)
     assert "not a multiple" in problem
     assert "Unreadable transaction index" in runner.invoke(dump_log.main, [str(index)]).output
+
+
+def test_failed_txn_index_write_takes_the_marker_back(tmp_path: Path) -> None:
+    def setup(root: Path) -> tuple[Log, CrashVFS]:
+        vfs = CrashVFS(root)
+        log = Log.open(root / "t-0", CRASH_CONFIG, vfs=vfs)
+        log.append_as_leader(txn_batch(1, 0, [b"gone"]), leader_epoch=0)
+        log.append_as_leader(plain_batch([b"kept"]), leader_epoch=0)
+        return log, vfs
+
+    dry, vfs = setup(tmp_path / "dry")
+    opened = len(vfs.steps)
+    dry.append_end_txn_marker(1, 0, 0, commit=False, leader_epoch=0)
+    kinds = [(s.kind, s.path.suffix) for s in vfs.steps]
+    failing = kinds.index(("pwrite", ".txnindex"), opened)
+    dry.close()
+
+    log, vfs = setup(tmp_path / "run")
+    vfs.fail_at = failing
+    with pytest.raises(OSError):
+        log.append_end_txn_marker(1, 0, 0, commit=False, leader_epoch=0)
+    assert log.log_end_offset == 2 and all_aborted(log) == []
+    log.maybe_increment_high_watermark(2)
+    assert log.first_unstable_offset == 0  # the transaction is still open
+    log.append_end_txn_marker(1, 0, 0, commit=False, leader_epoch=0)  # the coordinator retries
+    log.maybe_increment_high_watermark(3)
+    assert all_aborted(log) == [AbortedTxn(1, 0, 2, 3)]
+    assert read_committed(log) == [b"kept"]
+    log.close()

@@ -429,9 +429,9 @@ class Log:
            markers below it were fsynced with them (the others only lose entries past their
            end). The producer state is replayed from the newest snapshot at or below the first
            offset rebuilt (else from the log start) to LEO, and each ABORT marker from there
-           in those segments writes its entry with the last stable offset as of that marker (Kafka's LogLoader
-           recovering segments with a ProducerStateManager). The replayed state is the log's
-           producer state from then on, ongoing transactions included.
+           in those segments writes its entry with the last stable offset as of that marker
+           (Kafka's LogLoader recovering segments with a ProducerStateManager). The replayed
+           state is the log's producer state from then on, ongoing transactions included.
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
@@ -1412,7 +1412,13 @@ class Log:
         self._leo = first_offset + 1
         if self._leo - self._recovery_point >= self._config.flush_messages:
             self._flush_or_take_back(first_offset)
-        self._record_marker(producers, active, header, first_offset, marker)
+        try:
+            self._record_marker(producers, active, header, first_offset, marker)
+        except BaseException:
+            # The .txnindex write failed: take the marker back, the coordinator retries.
+            active.truncate_to(first_offset)
+            self._leo = first_offset
+            raise
         return AppendInfo(
             first_offset,
             first_offset,
@@ -1433,15 +1439,21 @@ class Log:
         marker: EndTxnMarker | None,
     ) -> None:
         """Producer state and ``.txnindex`` for a control batch written at ``offset`` in
-        ``segment`` (the index entry before the completion: Kafka's order, so a failed index
-        write leaves the transaction open rather than an abort unindexed)."""
+        ``segment``: the index entry is written before the transaction completes (Kafka's
+        order). If that write fails the producer state is dropped -- it is rebuilt from the
+        log on next use -- and the error propagates."""
         completed = producers.update(header, offset, marker)
         if completed is None:
             return
         if completed.is_aborted:
             lso = producers.last_stable_offset(completed)
             entry = AbortedTxn(completed.producer_id, completed.first_offset, offset, lso)
-            if segment.txn_index.append(entry):
+            try:
+                created = segment.txn_index.append(entry)
+            except BaseException:
+                self._producers = None
+                raise
+            if created:
                 self._dir_version += 1  # a new file: the next flush fsyncs the directory
         producers.complete_txn(completed)
         producers.on_high_watermark_updated(self._hw)

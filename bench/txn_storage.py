@@ -7,7 +7,7 @@
   the same after a clean restart (from the snapshot), and then per call; a read bounded by the
   LSO against one bounded by HW.
 
-Figures and their reading: bench/NOTES.md, "sluice.server.storage.log -- transactions".
+Figures and their reading: bench/NOTES.md, "bench.txn_storage".
 """
 
 from __future__ import annotations

@@ -61,11 +61,14 @@ from sluice.server.storage.vfs import DEFAULT_VFS, VFS
 
 logger = structlog.get_logger("sluice.storage")
 
-# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants). -3 is KIP-734 (v7+),
+# -4 KIP-405 (v8+), -5 KIP-1005 (v9+); Sluice has no tiered storage, so -4 is the log start offset
+# and -5 has no answer, as in a Kafka broker without remote storage.
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 _I32 = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch header, none of
@@ -1516,16 +1519,7 @@ class Log:
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(rec.NO_TIMESTAMP, bound)
         if timestamp == MAX_TIMESTAMP:
-            best: LogSegment | None = None
-            for segment in self._segments:
-                if segment.size > 0 and (
-                    best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
-                ):
-                    best = segment
-            if best is None or best.max_timestamp_so_far < 0:
-                return None
-            target = best.max_timestamp_so_far
-            found = best.find_offset_by_timestamp(target, self._log_start_offset)
+            found: tuple[int, int] | None = self._max_timestamp_and_offset()
         elif timestamp < 0:
             raise InvalidRequest(f"unsupported ListOffsets timestamp {timestamp}")
         else:
@@ -1541,6 +1535,32 @@ class Log:
         if result.offset >= bound or result.offset < self._log_start_offset:
             return None
         return result
+
+    def _max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """ListOffsets -3 (KIP-734): the largest timestamp at or above the log start offset and
+        the first offset holding it, not its batch's last offset (Kafka 3.9's
+        ``UnifiedLog.fetchOffsetByTimestamp`` after KAFKA-16310). Each segment's max timestamp
+        is known in memory (its time index's last entry), so only the winning segment is read.
+        In the segment the log start offset cuts (after DeleteRecords) the max may lie below it
+        (Kafka would answer that unreadable offset): if no record from the log start on holds
+        it, that segment's max from there is found by a scan. Ties: the earliest offset."""
+        start = self._log_start_offset
+        best: tuple[int, LogSegment] | None = None
+        for i, segment in enumerate(self._segments):
+            end = self._bases[i + 1] if i + 1 < len(self._bases) else self._leo
+            if segment.size == 0 or end <= start:
+                continue
+            top = segment.max_timestamp_so_far
+            if segment.base_offset < start and (
+                top < 0 or segment.find_offset_by_timestamp(top, start) is None
+            ):
+                cut = segment.max_timestamp_from(start)
+                top = rec.NO_TIMESTAMP if cut is None else cut.timestamp
+            if best is None or top > best[0]:
+                best = (top, segment)
+        if best is None or best[0] < 0:
+            return None
+        return best[1].find_offset_by_timestamp(best[0], start)
 
     # ------------------------------------------------------------------ log start / retention
 

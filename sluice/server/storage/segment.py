@@ -850,6 +850,27 @@ class LogSegment:
                     return TimestampAndOffset(record_timestamp, record_offset)
         return None
 
+    def max_timestamp_from(self, start_offset: int) -> TimestampAndOffset | None:
+        """The largest record timestamp among offsets >= ``start_offset`` and the first offset
+        holding it; None if no such record has a timestamp. For a segment the log start offset
+        cuts (after DeleteRecords): ``max_timestamp_so_far`` may belong to a record below it.
+        Batches whose max timestamp cannot beat the best so far are skipped by header."""
+        if not self._open:
+            self._reopen()
+        elif not self._active and self._cache is not None:
+            self._cache.touch(self)
+        best: TimestampAndOffset | None = None
+        position = self.offset_index.lookup(start_offset).position
+        for batch_position, header in self.batches(position):
+            if header.last_offset < start_offset or (
+                best is not None and header.max_timestamp <= best[0]
+            ):
+                continue
+            for record_offset, record_timestamp in self._record_timestamps(batch_position, header):
+                if record_offset >= start_offset and (best is None or record_timestamp > best[0]):
+                    best = TimestampAndOffset(record_timestamp, record_offset)
+        return best if best is not None and best[0] >= 0 else None
+
     def _record_timestamps(self, position: int, header: BatchHeader) -> Iterator[tuple[int, int]]:
         """``(offset, timestamp)`` of each record of the batch at ``position``."""
         batch = self._file.pread(header.size, position)

@@ -57,7 +57,7 @@ from sluice.server.storage.producer_state import (
     write_snapshot,
 )
 from sluice.server.storage.segment import FetchSlice, LogSegment
-from sluice.server.storage.vfs import DEFAULT_VFS, VFS
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, as_path
 
 logger = structlog.get_logger("sluice.storage")
 
@@ -387,8 +387,10 @@ class Log:
            recovery point := LEO after a clean shutdown, else min(checkpoint, LEO) (recovered
            bytes are valid but not known to be on disk: only a flush advances it, as in Kafka);
            HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
-        7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
-           when it was closed) so it can take new entries; it stays open from now on.
+        7. The active segment's indexes take ``segment.index.bytes`` as their size; trimmed
+           when it was closed, they are re-extended by its first append (not here: most
+           partitions of a restarting broker may not be written for a while); it stays open
+           from now on.
         8. Leader epochs: read ``leader-epoch-checkpoint``, drop entries starting past LEO
            (their records were lost) and restate those before the log start offset as Kafka's
            load does (rewriting the file only if that changed it); then check the last batch's
@@ -400,7 +402,7 @@ class Log:
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
-        directory = Path(directory)
+        directory = as_path(directory)
         clock_ms = clock
         os.makedirs(directory, exist_ok=True)
         parse_partition_dir(directory.name)  # fail early on a bad directory name
@@ -540,7 +542,7 @@ class Log:
 
         # 7. the active segment takes new index entries again
         segments[-1].set_active(True)
-        segments[-1].resize_indexes(config.segment_index_bytes)
+        segments[-1].resize_indexes(config.segment_index_bytes, extend=False)
 
         # 8. leader epochs
         epochs = cls._load_leader_epochs(directory, segments, log_start_offset, leo, vfs)

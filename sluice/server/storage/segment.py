@@ -62,7 +62,7 @@ from .index import (
     TimeIndex,
 )
 from .layout import DELETED_SUFFIX, segment_file_names
-from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile
+from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile, as_path
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
@@ -165,7 +165,7 @@ class FetchSlice:
 def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
     """Paths of the ``.log``, ``.index`` and ``.timeindex`` files (plus ``suffix``)."""
     log_name, index_name, time_index_name = segment_file_names(base_offset, suffix)
-    directory = Path(directory)
+    directory = as_path(directory)
     return directory / log_name, directory / index_name, directory / time_index_name
 
 
@@ -242,7 +242,7 @@ class LogSegment:
         active: bool = True,
     ) -> None:
         """Use :meth:`open`."""
-        self.directory = Path(directory)
+        self.directory = as_path(directory)
         self.base_offset = base_offset
         self._file = log_file
         self.log_path = log_path
@@ -965,15 +965,21 @@ class LogSegment:
             or not 0 <= max_offset_in_messages - self.base_offset <= _INT32_MAX
         )
 
-    def resize_indexes(self, size: int | None = None) -> None:
+    def resize_indexes(self, size: int | None = None, *, extend: bool = True) -> None:
         """Set both index files to ``size`` bytes (default ``max_index_size``), which becomes
         the new ``max_index_size`` (``segment.index.bytes`` may have changed): the Log calls
-        this on the segment that is active after load."""
+        this on the segment that is active after load.
+
+        ``extend=False`` leaves a trimmed (shorter) index as it is: the first append or roll
+        check re-extends it (:meth:`_ensure_indexes_extended`), so a load does not pay a
+        truncate and a remap of two files per partition that may never be written again; a
+        longer one (``segment.index.bytes`` lowered) is still cut now."""
         if size is not None:
             self.max_index_size = size
             self.offset_index.max_index_size = self.time_index.max_index_size = size
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
+        for index in (self.offset_index, self.time_index):
+            if extend or not index.trimmed:
+                index.resize(self.max_index_size)
 
     def _ensure_indexes_extended(self) -> None:
         for index in (self._offset_index, self._time_index):

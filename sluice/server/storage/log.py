@@ -288,6 +288,7 @@ class Log:
         vfs: VFS,
         leader_epochs: LeaderEpochFileCache,
         file_cache: OpenFileCache | None = None,
+        directory_synced: bool = False,
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
@@ -317,10 +318,14 @@ class Log:
         # fsync) while these differ: every change bumps the version, an fsync of the directory
         # records the version it started at. Versions rather than a flag so that a background
         # flush (:meth:`begin_flush`) finishing late never marks clean a change made after it
-        # started. Dirty at first: Log.open may have created the directory's first segment (or
-        # completed a swap, truncated, deleted segments), and a flush must make those durable.
+        # started. Dirty at first if Log.open created the directory's first segment (or
+        # completed a swap, truncated, deleted segments): a flush must make those durable.
+        # Clean (``directory_synced``) when it changed no entry after a clean shutdown, whose
+        # close fsynced the directory: a restart then costs no directory fsync per partition
+        # at the next flush or close. Not after an unclean one: an entry listed at load may
+        # be one a power loss can still take back.
         self._dir_version = 1
-        self._dir_synced_version = 0
+        self._dir_synced_version = 1 if directory_synced else 0
         # Bumped by every truncation: a background flush that started before one is discarded.
         self._truncations = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -410,6 +415,10 @@ class Log:
 
         # 1. clean up leftovers; complete an interrupted segment swap
         names = vfs.listdir(directory)
+        listed = set(names)
+        # Whether this load changed the directory's entries (renamed, removed or created a
+        # file): if not, after a clean shutdown (whose close fsynced it) it needs no fsync.
+        touched = False
         swapped: list[int] = []
         for name in names:
             # A "<base>.log.swap" is a finished cleaned segment that Kafka's compaction was
@@ -421,11 +430,14 @@ class Log:
                 vfs.remove(directory / index_name)  # described the replaced segment
                 vfs.remove(directory / time_index_name)
                 swapped.append(swap_base)
+                touched = True
                 log.warning("completed interrupted segment swap", segment=swap_base)
             elif name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
-        names = vfs.listdir(directory)
+                touched = True
+        if touched:
+            names = vfs.listdir(directory)
         bases: list[int] = []
         for name in names:
             base = parse_offset_file_name(name, LOG_SUFFIX)
@@ -440,6 +452,7 @@ class Log:
             ):
                 log.info("removing orphan index file", file=name)
                 vfs.remove(directory / name)
+                touched = True
         bases.sort()
 
         # 2. open segments, rebuilding missing or inconsistent indexes
@@ -478,6 +491,7 @@ class Log:
             while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
                 log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
                 segments.pop(i + 1).delete()
+                touched = True
                 bases.pop(i + 1)
 
         # 3. recover everything above the recovery point after an unclean shutdown
@@ -509,6 +523,7 @@ class Log:
                     )
                     for later in segments[i + 1 :]:
                         later.delete()
+                        touched = True
                     del segments[i + 1 :]
                     break
             log.info(
@@ -534,6 +549,7 @@ class Log:
                 cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs, file_cache)
             ]
             leo = log_start_offset
+            touched = True
 
         # 6. clamp the offsets
         log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -547,6 +563,10 @@ class Log:
         # 8. leader epochs
         epochs = cls._load_leader_epochs(directory, segments, log_start_offset, leo, vfs)
 
+        # Every segment file was listed at the start (none created by an open above).
+        touched = touched or any(
+            name not in listed for s in segments for name in segment_file_names(s.base_offset)
+        )
         return cls(
             directory,
             config,
@@ -558,6 +578,7 @@ class Log:
             vfs=vfs,
             leader_epochs=epochs,
             file_cache=file_cache,
+            directory_synced=had_clean_shutdown and not touched,
         )
 
     @staticmethod

@@ -116,6 +116,29 @@ def test_never_led_logs_get_their_first_epoch_in_parallel_and_once(tmp_path: Pat
     logs.close()
 
 
+class _FailingEpochVFS(_EpochWriteVFS):
+    """Fails the epoch checkpoint write of partition ``bad-1`` (a disk error)."""
+
+    def rename(self, src: Path, dst: Path) -> None:
+        if Path(dst).parent.name == "bad-1" and Path(dst).name == LEADER_EPOCH_CHECKPOINT:
+            raise OSError(5, "Input/output error")
+        super().rename(src, dst)
+
+
+def test_a_failed_first_epoch_write_leaves_that_partition_to_its_first_request(
+    tmp_path: Path,
+) -> None:
+    logs = LogManager(tmp_path, LogConfig.from_properties({}), vfs=_FailingEpochVFS())
+    logs.open()
+    made = logs.create_topic("bad", 3)
+    replicas = ReplicaManager(logs, LOCAL)
+    replicas.lead([(log_.topic, log_.partition) for log_ in made])  # does not raise
+    assert [replicas.leader_epoch("bad", p) for p in (0, 2)] == [0, 0]
+    with pytest.raises(OSError):
+        replicas.get_partition("bad", 1)  # the error surfaces where it did before
+    logs.close()
+
+
 def test_append_moves_hw_to_leo_when_isr_is_the_leader(rm: ReplicaManager) -> None:
     results, delayed = rm.append_records([("t", 0, batch(3)), ("t", 0, batch(2))], -1, 1000)
     assert delayed is None  # acks=-1 completes at once: HW is already past the records

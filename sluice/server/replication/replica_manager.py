@@ -214,21 +214,36 @@ class ReplicaManager:
         :data:`FIRST_EPOCH_WRITERS` threads (fsync releases the GIL; the file system commits
         concurrent fsyncs together). Each thread writes one log's file and nothing else, and
         the event loop serves nothing meanwhile; leadership itself is then taken in order
-        (its epoch assignment now a no-op)."""
+        (its epoch assignment now a no-op). A partition whose write failed (a disk error) is
+        left to be led at its first request, which reports the error then (as before)."""
         keys = [key for key in partitions if key not in self._partitions]
-        fresh = [
-            log_
+        fresh = {
+            key: log_
             for key in keys
             if (log_ := self.logs.get_log(*key)) is not None and log_.latest_epoch is None
-        ]
+        }
+        failed: set[tuple[str, int]] = set()
         if len(fresh) > 1:
+
+            def first_epoch(key: tuple[str, int]) -> OSError | None:
+                try:
+                    fresh[key].assign_leader_epoch(0)
+                except OSError as exc:
+                    return exc
+                return None
+
             with ThreadPoolExecutor(
                 min(FIRST_EPOCH_WRITERS, len(fresh)), thread_name_prefix="first-epoch"
             ) as pool:
-                for _ in pool.map(lambda log_: log_.assign_leader_epoch(0), fresh):
-                    pass  # (re-raises the first failure)
+                for key, error in zip(fresh, pool.map(first_epoch, fresh), strict=True):
+                    if error is not None:
+                        # Left to the first request for it, which reports the storage error.
+                        log.warning("cannot lead partition yet", topic=key[0],
+                                    partition=key[1], error=str(error))  # fmt: skip
+                        failed.add(key)
         for topic, index in keys:
-            self.get_partition(topic, index)
+            if (topic, index) not in failed:
+                self.get_partition(topic, index)
 
     def shutdown(self) -> None:
         """Parked fetches answer now with what they have; parked produces time out; ISR writes in

@@ -18,6 +18,7 @@ KNOWN = (
     "cluster",
     "startup",
     "txn_storage",
+    "restart",
 )
 
 

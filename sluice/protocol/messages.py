@@ -124,7 +124,7 @@ Fetch = api(
 )
 
 ListOffsets = api(
-    2, "ListOffsets", versions="1-5", flexible="6+",
+    2, "ListOffsets", versions="1-9", flexible="6+",
     request=[
         F("replica_id", "int32"),
         F("isolation_level", "int8", "2+"),

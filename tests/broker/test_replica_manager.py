@@ -7,6 +7,7 @@ with ISR [0, 1] and follower 1's LEO is fed by hand (what the follower fetch pat
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from sluice.protocol.records import build_batch, decode_batch
 from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.replication.delayed import DelayedProduce
 from sluice.server.replication.replica_manager import ReplicaManager
+from sluice.server.storage.layout import LEADER_EPOCH_CHECKPOINT
 from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
+from sluice.server.storage.vfs import OSVFS
 from tests.broker.test_server import batch as wire_batch
 from tests.broker.test_server import create_topic, list_offset, metadata, produce, start_server
 from tests.broker_util import WireClient
@@ -62,6 +65,78 @@ def test_standalone_leads_every_partition_at_epoch_0(rm: ReplicaManager) -> None
     assert (partition.replicas, partition.isr) == ((LOCAL,), (LOCAL,))
     assert rm.get_partition("t", 2) is None
     assert rm.leader_epoch("t", 2) == -1
+
+
+class _EpochWriteVFS(OSVFS):
+    """Records the thread of every atomic rename (each checkpoint write ends with one)."""
+
+    def __init__(self) -> None:
+        self.renames: list[tuple[str, str]] = []
+
+    def rename(self, src: Path, dst: Path) -> None:
+        self.renames.append((Path(dst).name, threading.current_thread().name))
+        super().rename(src, dst)
+
+
+def test_never_led_logs_get_their_first_epoch_in_parallel_and_once(tmp_path: Path) -> None:
+    """Issue 27: a standalone restart of thousands of never-led partitions was bound by one
+    durable leader-epoch write after the other. ``lead`` writes them on a thread pool;
+    CreateTopics leads at once (as Kafka's controller elects a new partition's leader), so a
+    later restart writes none."""
+    vfs = _EpochWriteVFS()
+    logs = LogManager(tmp_path, LogConfig.from_properties({}), vfs=vfs)
+    logs.open()
+    logs.create_topic("old", 6)  # as a data dir created before leading at creation
+    logs.close()
+
+    logs = LogManager(tmp_path, LogConfig.from_properties({}), vfs=vfs)
+    logs.open()
+    vfs.renames.clear()
+    ReplicaManager(logs, LOCAL).startup()
+    epoch_writes = [t for name, t in vfs.renames if name == LEADER_EPOCH_CHECKPOINT]
+    assert len(epoch_writes) == 6
+    assert all(t.startswith("first-epoch") for t in epoch_writes)
+    for p in range(6):
+        lines = (tmp_path / f"old-{p}" / LEADER_EPOCH_CHECKPOINT).read_text().split("\n")
+        assert lines[:3] == ["0", "1", "0 0"]
+
+    replicas = ReplicaManager(logs, LOCAL)
+    made = logs.create_topic("new", 3)
+    replicas.lead([(log_.topic, log_.partition) for log_ in made])
+    assert all((tmp_path / f"new-{p}" / LEADER_EPOCH_CHECKPOINT).exists() for p in range(3))
+    logs.close()
+
+    logs = LogManager(tmp_path, LogConfig.from_properties({}), vfs=vfs)
+    logs.open()
+    vfs.renames.clear()
+    restarted = ReplicaManager(logs, LOCAL)
+    restarted.startup()
+    assert [name for name, _ in vfs.renames if name == LEADER_EPOCH_CHECKPOINT] == []
+    assert all(restarted.leader_epoch("new", p) == 0 for p in range(3))
+    logs.close()
+
+
+class _FailingEpochVFS(_EpochWriteVFS):
+    """Fails the epoch checkpoint write of partition ``bad-1`` (a disk error)."""
+
+    def rename(self, src: Path, dst: Path) -> None:
+        if Path(dst).parent.name == "bad-1" and Path(dst).name == LEADER_EPOCH_CHECKPOINT:
+            raise OSError(5, "Input/output error")
+        super().rename(src, dst)
+
+
+def test_a_failed_first_epoch_write_leaves_that_partition_to_its_first_request(
+    tmp_path: Path,
+) -> None:
+    logs = LogManager(tmp_path, LogConfig.from_properties({}), vfs=_FailingEpochVFS())
+    logs.open()
+    made = logs.create_topic("bad", 3)
+    replicas = ReplicaManager(logs, LOCAL)
+    replicas.lead([(log_.topic, log_.partition) for log_ in made])  # does not raise
+    assert [replicas.leader_epoch("bad", p) for p in (0, 2)] == [0, 0]
+    with pytest.raises(OSError):
+        replicas.get_partition("bad", 1)  # the error surfaces where it did before
+    logs.close()
 
 
 def test_append_moves_hw_to_leo_when_isr_is_the_leader(rm: ReplicaManager) -> None:

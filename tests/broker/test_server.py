@@ -454,6 +454,27 @@ async def test_list_offsets(client: WireClient) -> None:
     assert (await list_offset(client, "nope", -1)).error_code == 3
 
 
+async def test_list_offsets_v7_to_v9_special_timestamps(client: WireClient) -> None:
+    """ListOffsets v7 (-3, max timestamp: the first record holding it, mid-batch), v8 (-4,
+    earliest local: the log start offset without tiered storage) and v9 (-5, latest tiered:
+    nothing is tiered, so offset -1, epoch -1, no error), Kafka 3.9's answers."""
+    assert await create_topic(client, "lo-max") == 0
+    ts = 1_700_000_000_000
+    for stamps in ([ts, ts + 50, ts + 7], [ts + 9, ts + 99, ts + 2, ts + 99]):
+        b = build_batch([(t, None, b"x") for t in stamps])
+        assert (await produce(client, "lo-max", b)).error_code == 0
+    for version in (7, 8, 9):
+        found = await list_offset(client, "lo-max", -3, version=version)
+        assert (found.error_code, found.offset, found.timestamp) == (0, 4, ts + 99)
+        assert found.leader_epoch == 0
+    local = await list_offset(client, "lo-max", -4, version=8)
+    assert (local.error_code, local.offset, local.timestamp) == (0, 0, -1)
+    tiered = await list_offset(client, "lo-max", -5, version=9)
+    assert (tiered.error_code, tiered.offset, tiered.timestamp, tiered.leader_epoch) == (
+        0, -1, -1, -1,
+    )  # fmt: skip
+
+
 async def test_delete_records(client: WireClient) -> None:
     assert await create_topic(client, "dr") == 0
     for i in range(3):

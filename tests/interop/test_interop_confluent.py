@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.broker_util import BrokerProcess
 from tests.interop_helpers import (
@@ -150,6 +150,64 @@ def test_produce_consume_every_codec_and_offset_lookups(
         assert_same(topic, consume(c, 15), samples[25:], first_offset=25)
     finally:
         c.close()
+
+
+def test_list_offsets_max_timestamp(broker: BrokerProcess, admin: AdminClient) -> None:
+    """AdminClient.list_offsets with OffsetSpec.max_timestamp() (ListOffsets v7, KIP-734; the
+    client picks the highest version both support, so a broker capped at v5 answers at v5): the
+    offset of the record with the largest timestamp, inside a batch of several (not the batch's
+    last offset), and the earliest/latest specs on the same (flexible) versions."""
+    topic = "cf-max-timestamp"
+    create_topic(admin, topic)
+    base = 1_700_000_000_000
+    # Three batches (one flush each); the max timestamp is record 4, mid-batch, and a later
+    # record repeats it (the first one counts).
+    timestamps = [[base, base + 10, base + 5], [base + 7, base + 90, base + 3, base + 90], [base]]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "acks": 1})
+    errors: list[Any] = []
+    for batch in timestamps:
+        for ts in batch:
+            producer.produce(
+                topic,
+                value=b"v",
+                timestamp=ts,
+                on_delivery=lambda err, _msg: errors.append(err) if err else None,
+            )
+        assert producer.flush(DEADLINE_S) == 0
+    assert errors == []
+
+    handler = _Lines()
+    logger = logging.getLogger(f"{__name__}.librdkafka-list-offsets")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    tp = TopicPartition(topic, 0)
+    answers = {}
+    try:
+        debug_admin = AdminClient(
+            {"bootstrap.servers": broker.bootstrap, "debug": "protocol"}, logger=logger
+        )
+        for name, spec in (
+            ("max", OffsetSpec.max_timestamp()),
+            ("earliest", OffsetSpec.earliest()),
+            ("latest", OffsetSpec.latest()),
+        ):
+            futures = debug_admin.list_offsets({tp: spec}, request_timeout=DEADLINE_S)
+            answers[name] = futures[tp].result(DEADLINE_S)
+        debug_admin.poll(0)  # deliver queued log lines
+    finally:
+        logger.removeHandler(handler)
+    sent = sorted(
+        {
+            line.split("(v")[1].split(",")[0]
+            for line in handler.lines
+            if "Sent ListOffsetsRequest (v" in line
+        }
+    )
+    assert sent and all(int(v) >= 7 for v in sent), sent
+    assert (answers["max"].offset, answers["max"].timestamp) == (4, base + 90)
+    assert answers["earliest"].offset == 0
+    assert answers["latest"].offset == 8
 
 
 class _Lines(logging.Handler):

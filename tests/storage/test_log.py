@@ -510,6 +510,48 @@ def test_fetch_offset_by_timestamp(tmp_path: Path) -> None:
     log.close()
 
 
+def test_max_timestamp_lookup_across_segments(tmp_path: Path) -> None:
+    """ListOffsets -3 (KIP-734, Kafka's ``UnifiedLog.fetchOffsetByTimestamp``): the offset of
+    the first record holding the log's largest timestamp -- mid-batch, in an old segment, in a
+    compressed batch -- not its batch's last offset; a later tie does not move it; it holds
+    after a restart (old segments' max timestamps come from their time indexes); -4 (earliest
+    local) is the log start offset."""
+    log = open_log(tmp_path, segment_bytes=300)
+
+    def stamped(timestamps: list[int], **kw: int) -> bytes:
+        return rec.build_batch([(ts, None, b"v" * 20) for ts in timestamps], **kw)
+
+    log.append_as_leader(stamped([100, 110, 105]))  # 0-2
+    log.append_as_leader(stamped([120, 990, 130, 125], compression=1))  # 3-6: max at 4 (gzip)
+    log.append_as_leader(stamped([140, 150]))  # 7-8
+    log.append_as_leader(stamped([160, 990]))  # 9-10: a tie, later
+    log.append_as_leader(stamped([170]))  # 11
+    assert len(log.segments) >= 3
+    holder = next(s for s in log.segments if s.base_offset <= 4 < s.read_next_offset())
+    assert holder is not log.segments[-1]
+    log.update_high_watermark(log.log_end_offset)
+
+    def at(ts: int) -> tuple[int, int] | None:
+        found = log.fetch_offset_by_timestamp(ts)
+        return None if found is None else (found.timestamp, found.offset)
+
+    assert at(-3) == (990, 4)
+    assert at(-4) == (-1, 0)
+    log.update_high_watermark(4)
+    assert at(-3) is None  # offset 4 is not committed yet
+    log.close()
+
+    log = open_log(tmp_path, segment_bytes=300)
+    log.update_high_watermark(log.log_end_offset)
+    assert at(-3) == (990, 4)
+    log.delete_records(3)
+    assert at(-4) == (-1, 3)
+    assert at(-3) == (990, 4)
+    log.delete_records(5)  # the max-timestamp record is gone: its tie is the answer now
+    assert at(-3) == (990, 10)
+    log.close()
+
+
 def test_fetch_offset_by_timestamp_on_empty_log(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     assert log.fetch_offset_by_timestamp(-3) is None

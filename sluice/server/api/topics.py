@@ -42,8 +42,9 @@ class TopicApis(ApiBase):
     def create_topics(
         self, header: RequestHeader, body: m.CreateTopicsRequest
     ) -> Answer[m.CreateTopicsResponse]:
-        """Standalone: create the logs now. In a cluster: a coroutine (the topics are written
-        to ZooKeeper and the answer waits for their leaders, bounded by ``timeout_ms``)."""
+        """Standalone: create the logs now and lead them (``ReplicaManager.lead``). In a
+        cluster: a coroutine (the topics are written to ZooKeeper and the answer waits for
+        their leaders, bounded by ``timeout_ms``)."""
         if self.cluster is not None:
             return self._cluster_create_topics(self.cluster, body)
         cls = m.CreateTopicsResponse
@@ -64,7 +65,8 @@ class TopicApis(ApiBase):
                     granted.add(t.name, partitions)
                     self.logs.validate_new_topic(t.name, partitions, configs)
                 else:
-                    self.logs.create_topic(t.name, partitions, configs)
+                    made = self.logs.create_topic(t.name, partitions, configs)
+                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
                     log.info("created topic", topic=t.name, partitions=partitions)
             except Exception as exc:
                 code, message = _topic_failure(exc, "create topic failed", t.name)
@@ -188,7 +190,8 @@ class TopicApis(ApiBase):
                 if t.assignments is not None:
                     self._check_local_assignments(t, current)
                 if not body.validate_only:
-                    self.logs.add_partitions(t.name, t.count)
+                    made = self.logs.add_partitions(t.name, t.count)
+                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
                     log.info("partitions added", topic=t.name, partitions=t.count)
             except Exception as exc:
                 return _topic_failure(exc, "create partitions failed", t.name)

@@ -18,6 +18,7 @@ from sluice.server.logging import get_logger
 from sluice.server.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     Isolation,
 )
@@ -547,8 +548,16 @@ class Partition:
         The epoch of the answer (ListOffsets v4+): latest -> the leader epoch (the epoch the
         next record gets); earliest -> the epoch of the log start offset; a timestamp -> the
         epoch of the batch holding the offset found, read from the epoch cache.
+
+        Max timestamp (-3, KIP-734): the offset of the first record holding the log's largest
+        timestamp (not its batch's last offset), bounded like any timestamp. Earliest local
+        (-4): the log start offset, as earliest (no tiered storage). Latest tiered (-5): no
+        offset is tiered, so offset -1 and epoch -1 with no error, Kafka's answer
+        (``UnifiedLog.fetchOffsetByTimestamp`` without remote storage).
         """
         log_ = self.local_log(current_leader_epoch, require_leader)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return ListedOffset(NO_TIMESTAMP, -1, NO_EPOCH)
         if isolation is None:
             bound_isolation, last_fetchable = Isolation.LOG_END, log_.log_end_offset
         else:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sluice.protocol.errors import SluiceError
-from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, as_path, atomic_write, read_file
 
 VERSION = 0
 
@@ -77,7 +77,7 @@ class OffsetCheckpointFile:
     """One checkpoint file mapping ``(topic, partition)`` to an offset."""
 
     def __init__(self, path: Path | str, vfs: VFS = DEFAULT_VFS):
-        self.path = Path(path)
+        self.path = as_path(path)
         self._vfs = vfs
 
     def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
@@ -113,7 +113,7 @@ class LeaderEpochCheckpointFile:
     order given (Kafka's ``LeaderEpochCheckpointFile``; same version and count lines)."""
 
     def __init__(self, path: Path | str, vfs: VFS = DEFAULT_VFS):
-        self.path = Path(path)
+        self.path = as_path(path)
         self._vfs = vfs
 
     def write(self, entries: Iterable[tuple[int, int]]) -> None:

@@ -38,7 +38,7 @@ from typing import ClassVar, NamedTuple
 
 from sluice.protocol.errors import SluiceError
 
-from .vfs import DEFAULT_VFS, VFS, VFSFile
+from .vfs import DEFAULT_VFS, VFS, VFSFile, as_path
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
@@ -132,7 +132,7 @@ class AbstractIndex:
         *,
         vfs: VFS = DEFAULT_VFS,
     ) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         self.base_offset = base_offset
         self._length = 0
         self.max_index_size = max_index_size
@@ -424,7 +424,7 @@ class AbstractIndex:
     def rename_to(self, path: Path) -> None:
         """Rename the backing file (e.g. to ``*.deleted``); the open map stays valid."""
         self._vfs.rename(self.path, path)
-        self.path = Path(path)
+        self.path = as_path(path)
 
     # -- internals -----------------------------------------------------------------------------
 

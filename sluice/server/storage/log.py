@@ -62,15 +62,18 @@ from sluice.server.storage.producer_state import (
 )
 from sluice.server.storage.segment import FetchSlice, LogSegment
 from sluice.server.storage.txn_index import AbortedTxn
-from sluice.server.storage.vfs import DEFAULT_VFS, VFS
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, as_path
 
 logger = structlog.get_logger("sluice.storage")
 
-# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants). -3 is KIP-734 (v7+),
+# -4 KIP-405 (v8+), -5 KIP-1005 (v9+); Sluice has no tiered storage, so -4 is the log start offset
+# and -5 has no answer, as in a Kafka broker without remote storage.
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 _I32 = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch header, none of
@@ -313,6 +316,7 @@ class Log:
         vfs: VFS,
         leader_epochs: LeaderEpochFileCache,
         file_cache: OpenFileCache | None = None,
+        directory_synced: bool = False,
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
@@ -342,10 +346,14 @@ class Log:
         # fsync) while these differ: every change bumps the version, an fsync of the directory
         # records the version it started at. Versions rather than a flag so that a background
         # flush (:meth:`begin_flush`) finishing late never marks clean a change made after it
-        # started. Dirty at first: Log.open may have created the directory's first segment (or
-        # completed a swap, truncated, deleted segments), and a flush must make those durable.
+        # started. Dirty at first if Log.open created the directory's first segment (or
+        # completed a swap, truncated, deleted segments): a flush must make those durable.
+        # Clean (``directory_synced``) when it changed no entry after a clean shutdown, whose
+        # close fsynced the directory: a restart then costs no directory fsync per partition
+        # at the next flush or close. Not after an unclean one: an entry listed at load may
+        # be one a power loss can still take back.
         self._dir_version = 1
-        self._dir_synced_version = 0
+        self._dir_synced_version = 1 if directory_synced else 0
         # Bumped by every truncation: a background flush that started before one is discarded.
         self._truncations = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -412,8 +420,10 @@ class Log:
            recovery point := LEO after a clean shutdown, else min(checkpoint, LEO) (recovered
            bytes are valid but not known to be on disk: only a flush advances it, as in Kafka);
            HW := the checkpoint (default: log start offset) clamped into [log start, LEO].
-        7. Re-extend the active segment's indexes to ``segment.index.bytes`` (they were trimmed
-           when it was closed) so it can take new entries; it stays open from now on.
+        7. The active segment's indexes take ``segment.index.bytes`` as their size; trimmed
+           when it was closed, they are re-extended by its first append (not here: most
+           partitions of a restarting broker may not be written for a while); it stays open
+           from now on.
         8. Leader epochs: read ``leader-epoch-checkpoint``, drop entries starting past LEO
            (their records were lost) and restate those before the log start offset as Kafka's
            load does (rewriting the file only if that changed it); then check the last batch's
@@ -435,7 +445,7 @@ class Log:
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
-        directory = Path(directory)
+        directory = as_path(directory)
         clock_ms = clock
         os.makedirs(directory, exist_ok=True)
         parse_partition_dir(directory.name)  # fail early on a bad directory name
@@ -443,6 +453,10 @@ class Log:
 
         # 1. clean up leftovers; complete an interrupted segment swap
         names = vfs.listdir(directory)
+        listed = set(names)
+        # Whether this load changed the directory's entries (renamed, removed or created a
+        # file): if not, after a clean shutdown (whose close fsynced it) it needs no fsync.
+        touched = False
         swapped: list[int] = []
         for name in names:
             # A "<base>.log.swap" is a finished cleaned segment that Kafka's compaction was
@@ -455,11 +469,14 @@ class Log:
                 vfs.remove(directory / time_index_name)
                 vfs.remove(directory / offset_file_name(swap_base, TXN_INDEX_SUFFIX))
                 swapped.append(swap_base)
+                touched = True
                 log.warning("completed interrupted segment swap", segment=swap_base)
             elif name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
-        names = vfs.listdir(directory)
+                touched = True
+        if touched:
+            names = vfs.listdir(directory)
         bases: list[int] = []
         for name in names:
             base = parse_offset_file_name(name, LOG_SUFFIX)
@@ -474,6 +491,7 @@ class Log:
             ):
                 log.info("removing orphan index file", file=name)
                 vfs.remove(directory / name)
+                touched = True
         bases.sort()
 
         # 2. open segments, rebuilding missing or inconsistent indexes
@@ -522,6 +540,7 @@ class Log:
             while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
                 log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
                 segments.pop(i + 1).delete()
+                touched = True
                 bases.pop(i + 1)
 
         # 3. recover everything above the recovery point after an unclean shutdown
@@ -558,6 +577,7 @@ class Log:
                     )
                     for later in segments[i + 1 :]:
                         later.delete()
+                        touched = True
                     del segments[i + 1 :]
                     break
             log.info(
@@ -583,6 +603,7 @@ class Log:
                 cls._open_segment(directory, log_start_offset, config, clock_ms(), vfs, file_cache)
             ]
             leo = log_start_offset
+            touched = True
 
         # 6. clamp the offsets
         log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -591,11 +612,17 @@ class Log:
 
         # 7. the active segment takes new index entries again
         segments[-1].set_active(True)
-        segments[-1].resize_indexes(config.segment_index_bytes)
+        segments[-1].resize_indexes(config.segment_index_bytes, extend=False)
 
         # 8. leader epochs
         epochs = cls._load_leader_epochs(directory, segments, log_start_offset, leo, vfs)
 
+        # Every segment file was listed at the start (none created by an open above).
+        touched = touched or any(
+            name not in listed for s in segments for name in segment_file_names(s.base_offset)
+        )
+        # 9. below rebuilds these segments' transaction indexes (files written: not synced)
+        targets = {s: rebuild_txn[s.base_offset] for s in segments if s.base_offset in rebuild_txn}
         loaded = cls(
             directory,
             config,
@@ -607,10 +634,10 @@ class Log:
             vfs=vfs,
             leader_epochs=epochs,
             file_cache=file_cache,
+            directory_synced=had_clean_shutdown and not touched and not targets,
         )
 
         # 9. transaction indexes
-        targets = {s: rebuild_txn[s.base_offset] for s in segments if s.base_offset in rebuild_txn}
         if targets:
             loaded._rebuild_txn_indexes(targets)
             log.info(
@@ -1798,16 +1825,7 @@ class Log:
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(rec.NO_TIMESTAMP, bound)
         if timestamp == MAX_TIMESTAMP:
-            best: LogSegment | None = None
-            for segment in self._segments:
-                if segment.size > 0 and (
-                    best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
-                ):
-                    best = segment
-            if best is None or best.max_timestamp_so_far < 0:
-                return None
-            target = best.max_timestamp_so_far
-            found = best.find_offset_by_timestamp(target, self._log_start_offset)
+            found: tuple[int, int] | None = self._max_timestamp_and_offset()
         elif timestamp < 0:
             raise InvalidRequest(f"unsupported ListOffsets timestamp {timestamp}")
         else:
@@ -1823,6 +1841,32 @@ class Log:
         if result.offset >= bound or result.offset < self._log_start_offset:
             return None
         return result
+
+    def _max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """ListOffsets -3 (KIP-734): the largest timestamp at or above the log start offset and
+        the first offset holding it, not its batch's last offset (Kafka 3.9's
+        ``UnifiedLog.fetchOffsetByTimestamp`` after KAFKA-16310). Each segment's max timestamp
+        is known in memory (its time index's last entry), so only the winning segment is read.
+        In the segment the log start offset cuts (after DeleteRecords) the max may lie below it
+        (Kafka would answer that unreadable offset): if no record from the log start on holds
+        it, that segment's max from there is found by a scan. Ties: the earliest offset."""
+        start = self._log_start_offset
+        best: tuple[int, LogSegment] | None = None
+        for i, segment in enumerate(self._segments):
+            end = self._bases[i + 1] if i + 1 < len(self._bases) else self._leo
+            if segment.size == 0 or end <= start:
+                continue
+            top = segment.max_timestamp_so_far
+            if segment.base_offset < start and (
+                top < 0 or segment.find_offset_by_timestamp(top, start) is None
+            ):
+                cut = segment.max_timestamp_from(start)
+                top = rec.NO_TIMESTAMP if cut is None else cut.timestamp
+            if best is None or top > best[0]:
+                best = (top, segment)
+        if best is None or best[0] < 0:
+            return None
+        return best[1].find_offset_by_timestamp(best[0], start)
 
     # ------------------------------------------------------------------ log start / retention
 

@@ -12,7 +12,11 @@ point 0 = scan everything) or an HW that restarts at the log start offset.
 **Clean-shutdown marker**: :meth:`open` notes whether the marker is present, loads every log
 (recovering the unflushed tail of each if it is absent), then deletes the marker; :meth:`close`
 flushes every log, writes the checkpoints and only then writes the marker. A crash anywhere in
-between leaves no marker, so the next start recovers.
+between leaves no marker, so the next start recovers. After a clean shutdown nothing is recovered
+(Kafka's ``LogLoader`` fast path): each log is listed once, opened as it is, and a directory
+whose entries the load did not change counts as synced (its clean close fsynced it), so a restart
+of thousands of partitions costs neither a scan nor a directory fsync per partition
+(``bench/NOTES.md``; ``python -m bench restart``).
 
 **Concurrency**: asyncio, single-threaded. Every method runs on the event-loop thread; the
 background tasks started by :meth:`start` run there too, between requests, and each iteration is

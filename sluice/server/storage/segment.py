@@ -66,7 +66,7 @@ from .index import (
 )
 from .layout import DELETED_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX, segment_file_names
 from .txn_index import TransactionIndex
-from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile
+from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile, as_path
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
@@ -169,7 +169,7 @@ class FetchSlice:
 def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
     """Paths of the ``.log``, ``.index`` and ``.timeindex`` files (plus ``suffix``)."""
     log_name, index_name, time_index_name = segment_file_names(base_offset, suffix)
-    directory = Path(directory)
+    directory = as_path(directory)
     return directory / log_name, directory / index_name, directory / time_index_name
 
 
@@ -246,7 +246,7 @@ class LogSegment:
         active: bool = True,
     ) -> None:
         """Use :meth:`open`."""
-        self.directory = Path(directory)
+        self.directory = as_path(directory)
         self.base_offset = base_offset
         self._file = log_file
         self.log_path = log_path
@@ -869,6 +869,27 @@ class LogSegment:
                     return TimestampAndOffset(record_timestamp, record_offset)
         return None
 
+    def max_timestamp_from(self, start_offset: int) -> TimestampAndOffset | None:
+        """The largest record timestamp among offsets >= ``start_offset`` and the first offset
+        holding it; None if no such record has a timestamp. For a segment the log start offset
+        cuts (after DeleteRecords): ``max_timestamp_so_far`` may belong to a record below it.
+        Batches whose max timestamp cannot beat the best so far are skipped by header."""
+        if not self._open:
+            self._reopen()
+        elif not self._active and self._cache is not None:
+            self._cache.touch(self)
+        best: TimestampAndOffset | None = None
+        position = self.offset_index.lookup(start_offset).position
+        for batch_position, header in self.batches(position):
+            if header.last_offset < start_offset or (
+                best is not None and header.max_timestamp <= best[0]
+            ):
+                continue
+            for record_offset, record_timestamp in self._record_timestamps(batch_position, header):
+                if record_offset >= start_offset and (best is None or record_timestamp > best[0]):
+                    best = TimestampAndOffset(record_timestamp, record_offset)
+        return best if best is not None and best[0] >= 0 else None
+
     def _record_timestamps(self, position: int, header: BatchHeader) -> Iterator[tuple[int, int]]:
         """``(offset, timestamp)`` of each record of the batch at ``position``."""
         batch = self._file.pread(header.size, position)
@@ -963,15 +984,21 @@ class LogSegment:
             or not 0 <= max_offset_in_messages - self.base_offset <= _INT32_MAX
         )
 
-    def resize_indexes(self, size: int | None = None) -> None:
+    def resize_indexes(self, size: int | None = None, *, extend: bool = True) -> None:
         """Set both index files to ``size`` bytes (default ``max_index_size``), which becomes
         the new ``max_index_size`` (``segment.index.bytes`` may have changed): the Log calls
-        this on the segment that is active after load."""
+        this on the segment that is active after load.
+
+        ``extend=False`` leaves a trimmed (shorter) index as it is: the first append or roll
+        check re-extends it (:meth:`_ensure_indexes_extended`), so a load does not pay a
+        truncate and a remap of two files per partition that may never be written again; a
+        longer one (``segment.index.bytes`` lowered) is still cut now."""
         if size is not None:
             self.max_index_size = size
             self.offset_index.max_index_size = self.time_index.max_index_size = size
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
+        for index in (self.offset_index, self.time_index):
+            if extend or not index.trimmed:
+                index.resize(self.max_index_size)
 
     def _ensure_indexes_extended(self) -> None:
         for index in (self._offset_index, self._time_index):

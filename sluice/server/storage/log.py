@@ -1581,13 +1581,15 @@ class Log:
         segment's size; the segment's largest timestamp is older than ``retention.ms``. Only a
         segment wholly below HW may go, and the active segment only if it is non-empty and fully
         committed (a fresh active segment is rolled first). Then runs due delayed deletions.
+        Retention by size and time applies only with ``cleanup.policy`` holding ``delete``
+        (Kafka's ``deleteOldSegments``): a compact-only log keeps its segments to the cleaner.
         """
         self._check_open()
         now = self._clock() if now_ms is None else now_ms
         deleted = self._delete_while(
             lambda segment, end: end <= self._log_start_offset, "log start offset"
         )
-        if self._config.retention_bytes >= 0:
+        if self._config.delete and self._config.retention_bytes >= 0:
             excess = self.size_in_bytes - self._config.retention_bytes
 
             def size_breached(segment: LogSegment, end: int) -> bool:
@@ -1598,7 +1600,7 @@ class Log:
                 return False
 
             deleted += self._delete_while(size_breached, "retention.bytes")
-        if self._config.retention_ms >= 0:
+        if self._config.delete and self._config.retention_ms >= 0:
             retention_ms = self._config.retention_ms
             deleted += self._delete_while(
                 lambda segment, end: now - segment.largest_timestamp > retention_ms,

@@ -5,16 +5,18 @@ name (``segment.bytes`` -> ``segment_bytes``) and, through :data:`BROKER_KEYS`, 
 ``log.*`` name that supplies its default. A topic's effective config is the broker default
 (:meth:`LogConfig.from_broker_properties`) overlaid with the topic's overrides
 (:meth:`LogConfig.from_properties` with ``base=``). Values are validated the way Kafka validates
-them; anything wrong (unknown name, not an integer, out of range, a policy Sluice does not
+them; anything wrong (unknown name, not an integer, out of range, a setting Sluice does not
 implement) raises :class:`sluice.protocol.errors.InvalidConfig` with a message naming the key, so
 that nothing is silently ignored.
 
 Every topic key of Kafka's ``LogConfig`` is known (:data:`TOPIC_KEYS`, documented in
 :data:`TOPIC_DOCS`). Sluice honours most of them; settings of subsystems it does not have
-(compaction, tiered storage, replication throttling) are accepted where Kafka itself would give
-them no effect on a topic with ``cleanup.policy=delete`` and no remote storage, and refused
-otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds are applied by
-``Log.append_as_leader`` (see :attr:`LogConfig.conform_on_append`).
+(tiered storage, replication throttling) are accepted where Kafka itself would give them no
+effect without remote storage, and refused otherwise. ``cleanup.policy`` is Kafka's list of
+``compact`` and ``delete`` (either, both); the compaction keys are read by the log cleaner
+(:mod:`sluice.server.storage.log_cleaner`), whose broker-wide settings are a
+:class:`CleanerConfig`. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds are
+applied by ``Log.append_as_leader`` (see :attr:`LogConfig.conform_on_append`).
 
 "Never" for ``flush.messages`` / ``flush.ms`` is Kafka's ``Long.MAX_VALUE``, kept as is so that
 :meth:`LogConfig.to_properties` round-trips and DescribeConfigs shows what Kafka would show.
@@ -23,15 +25,23 @@ otherwise. ``compression.type`` and the ``message.timestamp.*.max.ms`` bounds ar
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sluice.protocol.config_def import ConfigKey, boolean, int_in, one_of, string
+from sluice.protocol.config_def import ConfigKey, boolean, int_in, one_of
 from sluice.protocol.errors import InvalidConfig
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+#: Java's ``Double.MAX_VALUE`` (Kafka's "unthrottled" cleaner I/O), and as Java prints it.
+DOUBLE_MAX = sys.float_info.max
+DOUBLE_MAX_TEXT = "1.7976931348623157E308"
+
+#: ``cleanup.policy`` values (Kafka's ``TopicConfig.CLEANUP_POLICY_*``).
+COMPACT, DELETE = "compact", "delete"
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -103,12 +113,12 @@ TOPIC_DOCS: dict[str, str] = {
     "message.timestamp.type": "CreateTime keeps the producer's timestamps, LogAppendTime stamps",
     "flush.messages": "fsync after this many messages",
     "flush.ms": "fsync after this long",
-    "cleanup.policy": "delete (compact is refused: Sluice has no log compaction)",
+    "cleanup.policy": "delete (retention), compact (keep the last record per key), or both",
     "file.delete.delay.ms": "delay between renaming a segment to .deleted and removing it",
-    "delete.retention.ms": "tombstone retention of compacted topics (no effect with delete)",
-    "min.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
-    "max.compaction.lag.ms": "compaction setting (no effect with cleanup.policy=delete)",
-    "min.cleanable.dirty.ratio": "compaction setting (no effect with cleanup.policy=delete)",
+    "delete.retention.ms": "how long a compacted topic keeps tombstones once cleaned",
+    "min.compaction.lag.ms": "the minimum time a record stays uncompacted",
+    "max.compaction.lag.ms": "the maximum time a record stays ineligible for compaction",
+    "min.cleanable.dirty.ratio": "dirty share of the log above which the cleaner compacts it",
     "unclean.leader.election.enable": "with no live in-sync replica, an out-of-sync one may lead "
     "(the controller's choice; acknowledged records may be lost)",
     "min.insync.replicas": "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size",
@@ -181,10 +191,40 @@ BROKER_KEYS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
+
+
+def _double(text: str) -> float:
+    """Parser of a finite number (Kafka's DOUBLE)."""
+    value = float(text.strip())
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _policy_list(text: str) -> str:
+    """Parser of ``cleanup.policy`` (Kafka's ``ValidList.in("compact", "delete")``): the
+    policies, comma-separated, as given without blanks."""
+    policies = [p.strip() for p in text.split(",") if p.strip()]
+    if not policies or any(p not in (COMPACT, DELETE) for p in policies):
+        raise ValueError("must be a list of 'compact' and 'delete'")
+    return ",".join(policies)
+
+
+def _ratio(text: str) -> float:
+    """Parser of a number in [0, 1] (Kafka's ``between(0, 1)``)."""
+    value = _double(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be in [0.0, 1.0]")
+    return value
+
 
 #: The broker-level keys above (and their coarser-unit fallbacks below), as the broker's Config
 #: lists them: text defaults, parsers for load-time checks, docs. Declared here, collected by
@@ -216,7 +256,12 @@ BROKER_OPTIONS: tuple[ConfigKey, ...] = (
         "fsync after this many messages",
     ),
     ConfigKey("log.flush.interval.ms", int_in(0), None, "fsync after this long"),
-    ConfigKey("log.cleanup.policy", string, "delete", "delete (compaction is not implemented)"),
+    ConfigKey(
+        "log.cleanup.policy",
+        _policy_list,
+        "delete",
+        "delete (retention), compact (keep the last record per key), or both",
+    ),
     ConfigKey(
         "log.segment.delete.delay.ms",
         int_in(0),
@@ -236,7 +281,104 @@ BROKER_OPTIONS: tuple[ConfigKey, ...] = (
         "producer",
         "codec batches are stored in (producer: as sent)",
     ),
+    ConfigKey(
+        "log.cleaner.delete.retention.ms",
+        int_in(0),
+        "86400000",
+        "how long a compacted topic keeps tombstones once cleaned",
+    ),
+    ConfigKey(
+        "log.cleaner.min.compaction.lag.ms",
+        int_in(0),
+        "0",
+        "the minimum time a record stays uncompacted",
+    ),
+    ConfigKey(
+        "log.cleaner.max.compaction.lag.ms",
+        int_in(1),
+        str(LONG_MAX),
+        "the maximum time a record stays ineligible for compaction",
+    ),
+    ConfigKey(
+        "log.cleaner.min.cleanable.ratio",
+        _ratio,
+        "0.5",
+        "dirty share of a log above which the cleaner compacts it",
+    ),
+    # The cleaner's own settings (CleanerConfig; Kafka's CleanerConfig.CONFIG_DEF).
+    ConfigKey("log.cleaner.enable", boolean, "true", "run the log cleaner (compacted topics)"),
+    ConfigKey("log.cleaner.threads", int_in(0), "1", "log cleaner threads (0: none)"),
+    ConfigKey(
+        "log.cleaner.dedupe.buffer.size",
+        int_in(),
+        str(128 * 1024 * 1024),
+        "memory for the cleaners' offset maps (key hash -> last offset), all threads together",
+    ),
+    ConfigKey(
+        "log.cleaner.io.buffer.size",
+        int_in(0),
+        str(512 * 1024),
+        "memory for the cleaners' read and write buffers, all threads together",
+    ),
+    ConfigKey(
+        "log.cleaner.io.buffer.load.factor",
+        _double,
+        "0.9",
+        "how full an offset map may become before a cleaning stops reading dirty segments",
+    ),
+    ConfigKey(
+        "log.cleaner.io.max.bytes.per.second",
+        _double,
+        DOUBLE_MAX_TEXT,
+        "throttle: the cleaners read and write at most this many bytes per second on average",
+    ),
+    ConfigKey(
+        "log.cleaner.backoff.ms",
+        int_in(0),
+        "15000",
+        "how long a cleaner sleeps when no log needs cleaning",
+    ),
 )
+
+#: The broker keys of :class:`CleanerConfig` -> its attribute names.
+CLEANER_KEYS: dict[str, str] = {
+    "log.cleaner.enable": "enable",
+    "log.cleaner.threads": "threads",
+    "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
+    "log.cleaner.io.buffer.size": "io_buffer_size",
+    "log.cleaner.io.buffer.load.factor": "dedupe_buffer_load_factor",
+    "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
+    "log.cleaner.backoff.ms": "backoff_ms",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's log cleaner settings (Kafka's ``CleanerConfig``), from the ``log.cleaner.*``
+    keys of :data:`CLEANER_KEYS`. The per-topic compaction settings are in :class:`LogConfig`."""
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 512 * 1024
+    dedupe_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = DOUBLE_MAX
+    backoff_ms: int = 15_000
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, str]) -> CleanerConfig:
+        """The cleaner settings given in ``props`` (others ignored) over Kafka's defaults.
+        Raises InvalidConfig naming the key of a malformed or out-of-range value."""
+        declared = {k.key: k for k in BROKER_OPTIONS}
+        changes: dict[str, object] = {}
+        for key, attr in CLEANER_KEYS.items():
+            if key in props:
+                try:
+                    changes[attr] = declared[key].parse(str(props[key]))
+                except ValueError as exc:
+                    raise InvalidConfig(f"{key}={props[key]!r}: {exc}") from None
+        return dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+
 
 # Broker keys given in coarser units; the finer key wins when both are set (Kafka's precedence:
 # log.retention.ms > log.retention.minutes > log.retention.hours).
@@ -384,6 +526,17 @@ class LogConfig:
         return self.message_timestamp_difference_max_ms
 
     @property
+    def compact(self) -> bool:
+        """True when ``cleanup.policy`` holds ``compact``: the log cleaner keeps the last record
+        of each key, and records without a key are refused."""
+        return COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """True when ``cleanup.policy`` holds ``delete``: retention by time and size applies."""
+        return DELETE in self.cleanup_policy.split(",")
+
+    @property
     def log_append_time(self) -> bool:
         """True when the broker stamps batches with its own clock (LogAppendTime)."""
         return self.message_timestamp_type == LOG_APPEND_TIME
@@ -392,10 +545,10 @@ class LogConfig:
     def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Overlay topic-level ``props`` (Kafka names) on ``base`` (default: Kafka's defaults).
 
-        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, or a value
-        that needs what Sluice does not implement (``cleanup.policy=compact``,
-        ``remote.storage.enable=true``, ``preallocate=true``, throttled replicas): the message
-        says which.
+        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, a value
+        that needs what Sluice does not implement (``remote.storage.enable=true``,
+        ``preallocate=true``, throttled replicas), or ``min.compaction.lag.ms`` above
+        ``max.compaction.lag.ms`` (Kafka's check, with its message): the message says which.
         """
         changes: dict[str, object] = {}
         for key, raw in props.items():
@@ -403,7 +556,14 @@ class LogConfig:
             if attr is None:
                 raise InvalidConfig(f"unknown or unsupported topic config {key!r}")
             changes[attr] = _parse_value(key, raw)
-        return dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
+        config = dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfig(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({config.max_compaction_lag_ms})"
+            )
+        return config
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
@@ -448,14 +608,10 @@ def _parse_value(key: str, raw: str) -> object:
             raise InvalidConfig(f"{key}={raw!r}: must be one of {', '.join(TIMESTAMP_TYPES)}")
         return value
     if key == "cleanup.policy":
-        policies = [p.strip() for p in value.split(",") if p.strip()]
-        if not policies or any(p not in ("delete", "compact") for p in policies):
-            raise InvalidConfig(f"{key}={raw!r}: must be 'delete' (or 'compact', unsupported)")
-        if "compact" in policies:
-            raise InvalidConfig(
-                f"{key}={raw!r}: log compaction is not implemented by Sluice; use 'delete'"
-            )
-        return "delete"
+        try:
+            return _policy_list(value)
+        except ValueError as exc:
+            raise InvalidConfig(f"{key}={raw!r}: {exc}") from None
     if key == "compression.type":
         if value not in COMPRESSION_TYPES:
             raise InvalidConfig(f"{key}={raw!r}: must be one of {', '.join(COMPRESSION_TYPES)}")
@@ -468,12 +624,9 @@ def _parse_value(key: str, raw: str) -> object:
         return value
     if key == "min.cleanable.dirty.ratio":
         try:
-            ratio = float(value)
-        except ValueError:
-            raise InvalidConfig(f"{key}={raw!r}: not a number") from None
-        if not 0.0 <= ratio <= 1.0:
-            raise InvalidConfig(f"{key}={raw!r}: must be in [0.0, 1.0]")
-        return ratio
+            return _ratio(value)
+        except ValueError as exc:
+            raise InvalidConfig(f"{key}={raw!r}: {exc}") from None
     if key in _BOOL_KEYS:
         if value.lower() not in ("true", "false"):
             raise InvalidConfig(f"{key}={raw!r}: must be true or false")

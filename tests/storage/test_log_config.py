@@ -100,6 +100,7 @@ def test_kafka_keys_parse(key: str, value: str, attr: str, parsed: object) -> No
 def test_conform_on_append_follows_compression_and_timestamp_bounds() -> None:
     assert LogConfig.from_properties({"compression.type": "gzip"}).conform_on_append
     assert LogConfig.from_properties({"message.timestamp.before.max.ms": "1"}).conform_on_append
+    assert LogConfig.from_properties({"cleanup.policy": "compact,delete"}).conform_on_append
     relaxed = LogConfig.from_properties({"compression.type": "producer", "preallocate": "false"})
     assert not relaxed.conform_on_append
 

@@ -840,7 +840,10 @@ class Log:
            ``difference`` one) under CreateTime, every record is decoded and one whose
            timestamp is further than that from the broker's clock fails the request with
            INVALID_TIMESTAMP;
-        3. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
+        3. on a compacted topic (``cleanup.policy`` holding ``compact``) every record is
+           decoded and one without a key fails the request with INVALID_RECORD and Kafka's
+           message: the cleaner could never supersede or delete it;
+        4. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
            that one (:func:`~sluice.protocol.records.recompress_batch`, the topic's level).
 
         Returns a private copy of the request, so the caller may rewrite it in place. Only
@@ -850,6 +853,7 @@ class Log:
         codec = config.target_codec
         before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
         check_time = min(before, after) < LONG_MAX and not config.log_append_time
+        compact = config.compact
         now = self._clock()
         out = bytearray()
         position, total = 0, len(view)
@@ -874,6 +878,11 @@ class Log:
                                 f"timestamp {ts} of a record is out of range: it must be within "
                                 f"[{now} - {before}, {now} + {after}]"
                             )
+                if compact and None in rec.decode_batch_columns(batch).keys:
+                    raise InvalidRecord(
+                        "Compacted topic cannot accept message without key in topic partition "
+                        f"{self.topic}-{self.partition}."
+                    )
                 if codec is not None and header.compression != codec:
                     out += rec.recompress_batch(batch, codec, config.target_level)
                 else:

@@ -485,13 +485,16 @@ class LogConfig:
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
     #: True when an append must do more than validate and assign offsets: recompress
-    #: (``compression.type`` not ``producer``) or check timestamps (a bound below "never").
-    #: Derived; the append path reads this one flag.
+    #: (``compression.type`` not ``producer``), check timestamps (a bound below "never") or
+    #: check that every record has a key (a compacted topic). Derived; the append path reads
+    #: this one flag.
     conform_on_append: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        conform = self.compression_type != PRODUCER_COMPRESSION or (
-            min(self.timestamp_before_max_ms, self.timestamp_after_max_ms) < LONG_MAX
+        conform = (
+            self.compression_type != PRODUCER_COMPRESSION
+            or min(self.timestamp_before_max_ms, self.timestamp_after_max_ms) < LONG_MAX
+            or self.compact
         )
         object.__setattr__(self, "conform_on_append", conform)
 

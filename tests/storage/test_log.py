@@ -456,8 +456,8 @@ def test_a_compact_only_log_has_no_time_or_size_retention(tmp_path: Path) -> Non
     clock = Clock()
     compact = LogConfig(cleanup_policy="compact", retention_ms=1, retention_bytes=1)
     log = open_log(tmp_path, clock, file_delete_delay_ms=0)
-    log.update_config(compact)
     _fill(log, clock, 4, first_ts=1_000)
+    log.update_config(compact)
     clock.now = 100_000
     log.update_high_watermark(log.log_end_offset)
     assert log.delete_old_segments() == 0

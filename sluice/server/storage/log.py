@@ -34,9 +34,11 @@ from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpoch
 from sluice.server.storage.file_cache import OpenFileCache
 from sluice.server.storage.index import CorruptIndexError, StorageError
 from sluice.server.storage.layout import (
+    CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
     STRAY_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -91,6 +93,26 @@ class UnexpectedAppendOffsetError(StorageError):
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _next_offset_of_file(path: Path, base_offset: int, vfs: VFS) -> int:
+    """The offset after the last whole batch of a segment file (``base_offset`` when it has
+    none), by walking the batch headers: the range a ``.swap`` segment covers."""
+    file = vfs.open(path, create=False, writable=False)
+    try:
+        size = file.size()
+        position, end = 0, base_offset
+        while size - position >= rec.HEADER_SIZE:
+            header = rec.parse_header(file.pread(rec.HEADER_SIZE, position))
+            if position + header.size > size:
+                break
+            end = max(end, header.next_offset)
+            position += header.size
+        return end
+    except CorruptRecordError:
+        return end
+    finally:
+        file.close()
 
 
 class Isolation(enum.Enum):
@@ -354,18 +376,22 @@ class Log:
 
         Crash-recovery procedure (Kafka's LogLoader), in order:
 
-        1. Create the directory if missing. A ``<base>.log.swap`` is a complete replacement
-           segment (Kafka's compaction output) whose swap was interrupted: rename it to
-           ``<base>.log`` and drop its stale indexes. Delete what a crash can leave behind that
-           is never valid data: ``*.deleted`` (deletion was decided, only the unlink was
-           pending), ``*.cleaned``, other ``*.swap``, ``*.tmp``; then index files with no
-           ``.log`` (orphans).
+        1. Create the directory if missing. A ``<base>.log.swap`` is a complete, fsynced
+           cleaned segment (:mod:`sluice.server.storage.log_cleaner`) whose swap was
+           interrupted: first delete every segment file (``.log``, ``.index``,
+           ``.timeindex``) whose base offset lies in its offset range ``[base, its next
+           offset)`` -- the segments it replaces, ``<base>.log`` included -- then rename it to
+           ``<base>.log`` (Kafka's ``LogLoader`` order: a crash during this step finds the
+           swap again, and never both the old segments and the cleaned one). Delete what a
+           crash can leave behind that is never valid data: ``*.deleted`` (deletion was
+           decided, only the unlink was pending), ``*.cleaned``, other ``*.swap`` (the swap's
+           indexes: rebuilt in step 2), ``*.tmp``; then index files with no ``.log``
+           (orphans).
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
            segment open recreates it empty), that fails its sanity check (size not a multiple
            of the entry size, last offset below base, timestamps decreasing, position past the
            end) or whose last entry names an offset the segment does not hold is rebuilt by
-           recovering that segment from the log file: indexes are derived data. Segments whose
-           offsets a swapped-in segment covers are deleted.
+           recovering that segment from the log file: indexes are derived data.
         3. If the clean-shutdown marker was absent (``had_clean_shutdown=False``), recover every
            segment from the one holding ``recovery_point`` to the end: walk its batches,
            validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
@@ -403,21 +429,22 @@ class Log:
         parse_partition_dir(directory.name)  # fail early on a bad directory name
         log = logger.bind(dir=str(directory))
 
-        # 1. clean up leftovers; complete an interrupted segment swap
+        # 1. complete an interrupted segment swap; clean up leftovers
         names = vfs.listdir(directory)
-        swapped: list[int] = []
         for name in names:
-            # A "<base>.log.swap" is a finished cleaned segment that Kafka's compaction was
-            # about to swap in for the old ones (Sluice itself never compacts).
             swap_base = parse_offset_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)
-            if swap_base is not None:
-                log_name, index_name, time_index_name = segment_file_names(swap_base)
-                vfs.rename(directory / name, directory / log_name)
-                vfs.remove(directory / index_name)  # described the replaced segment
-                vfs.remove(directory / time_index_name)
-                swapped.append(swap_base)
-                log.warning("completed interrupted segment swap", segment=swap_base)
-            elif name.endswith(STRAY_SUFFIXES):
+            if swap_base is None:
+                continue
+            end = _next_offset_of_file(directory / name, swap_base, vfs)
+            for other in names:
+                for suffix in SEGMENT_SUFFIXES:
+                    base = parse_offset_file_name(other, suffix)
+                    if base is not None and swap_base <= base < end:
+                        vfs.remove(directory / other)
+            vfs.rename(directory / name, directory / segment_file_names(swap_base)[0])
+            log.warning("completed interrupted segment swap", segment=swap_base, next_offset=end)
+        for name in vfs.listdir(directory):
+            if name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
         names = vfs.listdir(directory)
@@ -465,15 +492,6 @@ class Log:
                     reason=str(exc),
                     truncated_bytes=truncated,
                 )
-
-        # A swapped-in segment replaces every segment its offsets cover.
-        for base in swapped:
-            i = bases.index(base)
-            covered_until = segments[i].read_next_offset()
-            while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
-                log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
-                segments.pop(i + 1).delete()
-                bases.pop(i + 1)
 
         # 3. recover everything above the recovery point after an unclean shutdown
         if not had_clean_shutdown and segments:
@@ -702,6 +720,16 @@ class Log:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def vfs(self) -> VFS:
+        """The file-system seam this log's files go through (the cleaner writes through it)."""
+        return self._vfs
+
+    @property
+    def truncation_count(self) -> int:
+        """Bumped by every truncation: work planned before one (a cleaning) is discarded."""
+        return self._truncations
 
     # ------------------------------------------------------------------ leader epochs
 
@@ -1617,6 +1645,52 @@ class Log:
             )
         self.run_delayed_deletes(now)
         return deleted
+
+    def replace_segments(self, cleaned_base: int, old: list[LogSegment], truncations: int) -> bool:
+        """Swap the cleaned segment ``<cleaned_base>.*.cleaned`` (complete and fsynced by the
+        cleaner) in for the consecutive segments ``old`` (Kafka's ``replaceSegments``).
+        Returns False, touching nothing, when the log changed since the cleaning was planned:
+        closed, truncated (``truncations`` is :attr:`truncation_count` then), or one of ``old``
+        no longer in it (retention, DeleteRecords); the caller removes the cleaned files.
+
+        File steps, in this order, so a crash at any point loads as either the old segments
+        or the cleaned one (``open`` step 1): 1. the cleaned files ``.cleaned`` -> ``.swap``
+        (the ``.log`` first); 2. the old segments renamed ``.deleted`` (their files removed
+        ``file.delete.delay.ms`` later, so fetches in flight finish); 3. ``.swap`` -> the
+        segment's own names. Then the new segment replaces the old ones in the list, and the
+        directory is marked for the flusher's fsync. Never the active segment. On the event
+        loop (the cleaner's thread only writes the ``.cleaned`` files).
+        """
+        if self._closed or truncations != self._truncations or not old:
+            return False
+        try:
+            first = next(i for i, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            return False
+        if (
+            first + len(old) >= len(self._segments)  # the active segment is never replaced
+            or any(self._segments[first + k] is not s for k, s in enumerate(old))
+            or old[0].base_offset != cleaned_base
+        ):
+            return False
+        vfs, directory = self._vfs, self.directory
+        names = segment_file_names(cleaned_base)
+        for name in names:
+            vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
+        del self._segments[first : first + len(old)]
+        del self._bases[first : first + len(old)]
+        self._schedule_delete(old)
+        for name in names:
+            vfs.rename(directory / (name + SWAP_SUFFIX), directory / name)
+        segment = self._open_segment(
+            directory, cleaned_base, self._config, self._clock(), vfs, self._file_cache,
+            active=False,
+        )  # fmt: skip
+        self._segments.insert(first, segment)
+        self._bases.insert(first, cleaned_base)
+        self._hw_meta = None
+        self._dir_version += 1
+        return True
 
     def _delete_while(self, predicate: Callable[[LogSegment, int], bool], reason: str) -> int:
         deletable: list[LogSegment] = []

@@ -390,3 +390,83 @@ async def test_the_log_manager_runs_the_cleaner_and_forgets_deleted_topics(tmp_p
         LogManager(tmp_path, LogConfig(), cleaner_config=CleanerConfig(enable=False)).cleaner
         is None
     )
+
+
+@pytest.mark.parametrize("change", ["truncate", "retention", "close"])
+def test_a_log_changed_during_its_cleaning_keeps_its_segments(tmp_path: Path, change: str) -> None:
+    """The swap (on the event loop) finds the log truncated, a replaced segment deleted, or
+    the log closed since the plan: the cleaned files are removed, the log is as it was."""
+    from sluice.server.storage.log_cleaner import CleaningAbortedError, plan_cleaning
+
+    clock = Clock()
+    directory = tmp_path / "t-0"
+    log = open_log(directory, clock, cleanup_policy="compact,delete", retention_ms=-1)
+    for i in range(12):
+        write(log, [(b"k%d" % (i % 2), b"v%d" % i)], NOW)
+        if i % 3 == 2:
+            log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    before = records(log)
+    cleaner = Cleaner(CleanerConfig())
+    ltc = log_to_clean(log, None, NOW)
+    result = cleaner.write_cleaned(plan_cleaning(log, ltc.first_dirty, ltc.first_uncleanable, NOW))
+    assert list(directory.glob("*.cleaned"))
+    if change == "truncate":
+        log.truncate_to(11)
+        before = before[:-1]
+    elif change == "retention":
+        log.delete_records(3)
+        assert log.delete_old_segments() == 1
+        before = before[3:]
+    else:
+        log.close()
+    with pytest.raises(CleaningAbortedError):
+        cleaner.swap(result)
+    assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
+    if change != "close":
+        assert records(log) == before
+        log.close()
+    assert verify_partition(directory) == []
+
+
+def test_the_throttler_keeps_the_average_rate() -> None:
+    from sluice.server.storage.log_cleaner import Throttler
+
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    throttler = Throttler(1000.0, check_interval=0.1, clock=lambda: now[0], sleep=sleep)
+    for _ in range(50):
+        throttler.maybe_throttle(100)  # 5000 bytes at once: 5 s at 1000 B/s
+    assert sum(slept) == pytest.approx(5.0, rel=0.05)
+    unthrottled = Throttler(CleanerConfig().io_max_bytes_per_second, clock=lambda: 0.0, sleep=sleep)
+    unthrottled.maybe_throttle(10**12)
+    assert sum(slept) == pytest.approx(5.0, rel=0.05)
+
+
+async def test_a_truncation_below_the_first_dirty_offset_lowers_it(tmp_path: Path) -> None:
+    """Kafka's maybeTruncateCheckpoint: records a follower writes again after truncating are
+    dirty (else a value there could outlive the tombstone that deletes its key)."""
+    from sluice.server.storage.log_manager import LogManager
+
+    manager = LogManager(tmp_path, LogConfig(), cleaner_config=CleanerConfig())
+    manager.open()
+    (log,) = manager.create_topic("s", 1, {"cleanup.policy": "compact", "segment.bytes": "200"})
+    for i in range(20):
+        write(log, [(b"k%d" % (i % 4), b"v%d" % i)], NOW)
+    log.update_high_watermark(log.log_end_offset)
+    assert manager.cleaner is not None and await manager.run_cleaner() == 1
+    first_dirty = manager.cleaner.checkpoints[("s", 0)]
+    assert first_dirty > 5
+    log.truncate_to(first_dirty + 3)  # above it: nothing to do
+    assert manager.cleaner.checkpoints[("s", 0)] == first_dirty
+    log.truncate_to(5)
+    assert manager.cleaner.checkpoints[("s", 0)] == log.log_end_offset <= 5
+    log.truncate_fully_and_start_at(2)
+    assert manager.cleaner.checkpoints[("s", 0)] == 2
+    manager.close()
+    assert LogCleaner(tmp_path, CleanerConfig()).checkpoints == {("s", 0): 2}

@@ -317,6 +317,10 @@ class Log:
         #: checkpoints it at once: a checkpoint above the log end would let recovery trust index
         #: entries and bytes written after the truncation and never fsynced).
         self.recovery_point_lowered: Callable[[], None] | None = None
+        #: Called with the new log end offset after a truncation removed records (set by the
+        #: LogManager: the log cleaner's first dirty offset must not stay above it, Kafka's
+        #: ``maybeTruncateCheckpoint``).
+        self.truncated: Callable[[int], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -1810,6 +1814,8 @@ class Log:
         )
         if lowered and self.recovery_point_lowered is not None:
             self.recovery_point_lowered()
+        if self.truncated is not None:
+            self.truncated(self._leo)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1846,6 +1852,8 @@ class Log:
         )
         if lowered and self.recovery_point_lowered is not None:
             self.recovery_point_lowered()
+        if self.truncated is not None:
+            self.truncated(offset)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -229,6 +229,13 @@ class LogManager:
         """Hook a log this manager opened up to the manager's listeners."""
         log.flush_listener = self._flush_listener
         log.recovery_point_lowered = self._recovery_point_lowered
+        topic, partition = log.topic, log.partition
+
+        def truncated(log_end_offset: int) -> None:
+            if self.cleaner is not None:
+                self.cleaner.truncated(topic, partition, log_end_offset)
+
+        log.truncated = truncated
 
     def write_checkpoints(self) -> None:
         """Write the recovery-point, log-start-offset and HW checkpoints of every log."""

@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 import sys
 
-KNOWN = ("storage", "broker", "spark", "embedded", "client_perf", "cluster")
+KNOWN = ("storage", "broker", "spark", "embedded", "client_perf", "cluster", "cleaner")
 
 
 def main(argv: list[str]) -> int:

@@ -573,6 +573,8 @@ class Cleaner:
                 self._check_stop()
                 header = rec.parse_header(view)
                 stats.map_bytes_read += len(view)
+                if header.last_offset < start:
+                    continue  # clean: nothing of it goes into the map
                 if not header.is_control:
                     columns = rec.decode_batch_columns(view)
                     for offset, key in zip(columns.offsets, columns.keys, strict=True):

@@ -1,10 +1,11 @@
 """Interop: compacted topics (cleanup.policy=compact) with clients nobody here wrote.
 
-confluent-kafka and kafka-python create a compacted topic, write keyed updates and tombstones
-across many small segments; the broker's log cleaner (``log.cleaner.backoff.ms`` short here)
-compacts it; both clients then read the compacted partition from the beginning, across the
-offset gaps cleaning leaves, and see the latest value of every key (tombstones as null values:
-``delete.retention.ms`` keeps them). A record without a key is refused with INVALID_RECORD.
+confluent-kafka, kafka-python and aiokafka create a compacted topic, write keyed updates and
+tombstones across many small segments; the broker's log cleaner (``log.cleaner.backoff.ms``
+short here) compacts it; the clients then read the compacted partition from the beginning,
+across the offset gaps cleaning leaves, and see the latest value of every key (tombstones as
+null values: ``delete.retention.ms`` keeps them). A record without a key is refused with
+INVALID_RECORD.
 """
 
 from __future__ import annotations
@@ -158,3 +159,38 @@ def test_kafka_python_writes_and_reads_a_compacted_topic(broker: BrokerProcess) 
     assert end == len(writes) and len(got) < len(writes)
     assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})
     assert dict((k, v) for _, k, v in got) == expected_latest(writes)
+
+
+async def test_aiokafka_writes_and_reads_a_compacted_topic(broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    topic = "compacted-aiokafka"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=COMPACTED)])[topic].result(DEADLINE_S)
+    writes = updates(rounds=15)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for key, value in writes:
+            await producer.send_and_wait(topic, key=key, value=value)
+    finally:
+        await producer.stop()
+    wait_cleaned(broker, topic)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = ATopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        got: list[tuple[int, bytes, bytes | None]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while await consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                got.extend((r.offset, r.key, r.value) for r in records)
+    finally:
+        await consumer.stop()
+    assert end == len(writes) and len(got) < len(writes)
+    assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})
+    assert {k: v for _, k, v in got} == expected_latest(writes)

@@ -470,3 +470,29 @@ async def test_a_truncation_below_the_first_dirty_offset_lowers_it(tmp_path: Pat
     assert manager.cleaner.checkpoints[("s", 0)] == 2
     manager.close()
     assert LogCleaner(tmp_path, CleanerConfig()).checkpoints == {("s", 0): 2}
+
+
+def test_a_follower_catches_up_from_a_compacted_leader(tmp_path: Path) -> None:
+    """A follower fetching from a compacted leader gets batches with offset gaps (and empty
+    batches): it takes them as they are and ends with the leader's view of every key."""
+    clock = Clock()
+    leader = open_log(tmp_path / "a-0", clock)
+    for i in range(60):
+        write(leader, [(b"k%d" % (i % 5), None if i % 11 == 10 else b"v%d" % i)], NOW)
+        if i % 7 == 6:
+            leader.roll()
+    leader.update_high_watermark(leader.log_end_offset)
+    clean(leader, Cleaner(CleanerConfig()), None, NOW)
+    follower = open_log(tmp_path / "b-0", clock)
+    for _ in range(1000):
+        if follower.log_end_offset >= leader.log_end_offset:
+            break
+        info = leader.read(follower.log_end_offset, 300, Isolation.LOG_END)
+        assert info.slice is not None
+        follower.append_as_follower(info.slice.read_bytes())
+    assert follower.log_end_offset == leader.log_end_offset
+    assert records(follower) == records(leader)
+    assert len(records(leader)) < 60
+    follower.close()
+    leader.close()
+    assert verify_partition(tmp_path / "b-0") == []

@@ -1110,8 +1110,9 @@ class Log:
 
         Validated before anything is written: every whole batch has magic 2, a consistent
         header and a matching CRC (else CorruptMessage / InvalidRecord); the first starts at
-        LEO and each next one right after the previous (else
-        :class:`UnexpectedAppendOffsetError`). A partial batch at the end (a fetch cut at its
+        or above LEO and each next one above the previous one's last offset (else
+        :class:`UnexpectedAppendOffsetError`): a gap is the leader's log compacted (Kafka's
+        check is the same ``<``). A partial batch at the end (a fetch cut at its
         byte limit) is ignored, as Kafka's follower does; ``valid_bytes`` counts what was
         appended. Not checked, as in Kafka: ``max.message.bytes`` (the leader took the batch)
         and producer sequences (the leader checked them; the follower records them).
@@ -1138,7 +1139,7 @@ class Log:
             raise rec.kafka_error_for(exc)(str(exc)) from exc
         first_offset = expected = self._leo
         for _position, header in batches:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self.topic}-{self.partition}: follower batch at offset "
                     f"{header.base_offset}, log end offset is {expected}",
@@ -1150,6 +1151,7 @@ class Log:
             return AppendInfo(
                 first_offset, first_offset - 1, -1, self._log_start_offset, 0, -1, -1, 0
             )
+        first_offset = batches[0][1].base_offset
         producers = None
         if any(h.producer_id >= 0 for _, h in batches):
             producers = self.producer_state()

@@ -496,3 +496,23 @@ def test_a_follower_catches_up_from_a_compacted_leader(tmp_path: Path) -> None:
     follower.close()
     leader.close()
     assert verify_partition(tmp_path / "b-0") == []
+
+
+def test_a_segment_deleted_before_the_thread_reads_it_aborts_the_cleaning(tmp_path: Path) -> None:
+    from sluice.server.storage.log_cleaner import CleaningAbortedError, plan_cleaning
+
+    directory = tmp_path / "t-0"
+    log = open_log(directory, Clock(), cleanup_policy="compact,delete", retention_ms=-1)
+    for i in range(9):
+        write(log, [(b"k%d" % (i % 2), b"v%d" % i)], NOW)
+        if i % 3 == 2:
+            log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    ltc = log_to_clean(log, None, NOW)
+    plan = plan_cleaning(log, ltc.first_dirty, ltc.first_uncleanable, NOW)
+    log.delete_records(3)
+    assert log.delete_old_segments() == 1  # segment 0 is gone (file.delete.delay.ms=0)
+    with pytest.raises(CleaningAbortedError):
+        Cleaner(CleanerConfig()).write_cleaned(plan)
+    assert not list(directory.glob("*.cleaned"))
+    log.close()

@@ -30,9 +30,9 @@ is above ``min.cleanable.dirty.ratio``, or that has held a dirty record longer t
 **One cleaning** (:class:`Cleaner`, Kafka's ``Cleaner.doClean``), three phases:
 
 1. *plan*, on the event loop (:func:`plan_cleaning`): the segments below the first
-   uncleanable offset, by a descriptor of their own (the open-file cache may close the
-   segment's; retention may rename it), their sizes, the last offset of every idempotent
-   producer, the log's truncation count.
+   uncleanable offset (paths and sizes: the thread reads each through a descriptor of its
+   own, as the open-file cache may close the segment's), the last offset of every
+   idempotent producer, the log's truncation count.
 2. *write*, CPU- and I/O-heavy, in a thread (:meth:`Cleaner.write_cleaned`): build the offset
    map of the dirty section (:class:`OffsetMap`: key hash -> last offset, Kafka's
    ``SkimpyOffsetMap``, MD5 of the key, at most ``dedupe buffer / 24 * load factor`` keys: when
@@ -80,8 +80,8 @@ uncleanable offset (so the offset it ended at survives), kept as an empty batch 
 ``RETAIN_EMPTY``). Control batches are kept as they are (Sluice writes none: no transactions yet).
 
 **Concurrency**: :class:`LogCleaner` lives on the event loop; only phase 2 runs in a thread, and
-it touches no object of the log: its own descriptors (opened in phase 1 and closed by it), the
-new ``.cleaned`` files, nothing else.
+it touches no object of the log: its own descriptors (one segment file at a time), the new
+``.cleaned`` files, nothing else.
 """
 
 from __future__ import annotations
@@ -222,8 +222,9 @@ class CleanerStats:
 
 
 class SourceSegment(NamedTuple):
-    """A segment as the cleaning's thread sees it: facts noted on the event loop, and a
-    descriptor of its own to read the ``.log`` through."""
+    """A segment as the cleaning's thread sees it: facts noted on the event loop. The thread
+    reads the ``.log`` through a descriptor of its own, one segment at a time (the open-file
+    cache may close the segment's, a plan holding one per segment could exhaust them)."""
 
     base_offset: int
     #: The next segment's base offset (or the first uncleanable offset for the last one):
@@ -233,7 +234,7 @@ class SourceSegment(NamedTuple):
     index_bytes: int
     time_index_bytes: int
     last_modified_ms: int
-    file: VFSFile
+    path: Path
     segment: LogSegment  # the log's object: only the swap (on the loop) uses it
 
 
@@ -253,10 +254,6 @@ class CleaningPlan:
     now_ms: int
     directory: Path
     vfs: VFS
-
-    def close(self) -> None:
-        for source in self.segments:
-            source.file.close()
 
 
 class CleanedGroup(NamedTuple):
@@ -369,27 +366,23 @@ def plan_cleaning(log: Log, first_dirty: int, first_uncleanable: int, now_ms: in
     segments = log.segments
     vfs = log.vfs
     sources: list[SourceSegment] = []
-    try:
-        for i, segment in enumerate(segments[:-1]):
-            if segment.base_offset >= first_uncleanable:
-                break
-            end = min(segments[i + 1].base_offset, first_uncleanable)
-            sources.append(
-                SourceSegment(
-                    segment.base_offset,
-                    end,
-                    segment.size,
-                    segment.offset_index.entries * 8,
-                    segment.time_index.entries * 12,
-                    segment.last_modified_ms,
-                    vfs.open(segment.log_path, create=False, writable=False),
-                    segment,
-                )
+    for i, segment in enumerate(segments[:-1]):
+        if segment.base_offset >= first_uncleanable:
+            break
+        end = min(segments[i + 1].base_offset, first_uncleanable)
+        index_bytes, time_index_bytes = _index_sizes(segment)
+        sources.append(
+            SourceSegment(
+                segment.base_offset,
+                end,
+                segment.size,
+                index_bytes,
+                time_index_bytes,
+                segment.last_modified_ms,
+                segment.log_path,
+                segment,
             )
-    except BaseException:
-        for source in sources:
-            source.file.close()
-        raise
+        )
     producers = log.producer_state().producers
     last_offsets = {pid: e.batches[-1].last_offset for pid, e in producers.items() if e.batches}
     return CleaningPlan(
@@ -406,16 +399,44 @@ def plan_cleaning(log: Log, first_dirty: int, first_uncleanable: int, now_ms: in
     )
 
 
+def _index_sizes(segment: LogSegment) -> tuple[int, int]:
+    """Bytes of the offset and time index of an inactive segment (trimmed: its entries),
+    without reopening a segment whose files the open-file cache closed."""
+    if segment.files_open:
+        return segment.offset_index.entries * 8, segment.time_index.entries * 12
+    sizes = []
+    for path in (segment.index_path, segment.time_index_path):
+        try:
+            sizes.append(path.stat().st_size)
+        except FileNotFoundError:
+            sizes.append(0)
+    return sizes[0], sizes[1]
+
+
 # ------------------------------------------------------------------ phase 2: write
 
 
 def read_batches(
-    file: VFSFile, size: int, buffer_size: int, throttler: Throttler | None = None
+    vfs: VFS, path: Path, size: int, buffer_size: int, throttler: Throttler | None = None
 ) -> Iterator[tuple[int, memoryview]]:
-    """``(position, batch)`` of every whole batch in the first ``size`` bytes of ``file``,
-    read ``buffer_size`` bytes at a time (a bigger batch is read whole). Raises
-    CorruptRecordError for a length that does not fit the file (the segment changed under
-    the cleaner: the cleaning is discarded)."""
+    """``(position, batch)`` of every whole batch in the first ``size`` bytes of the segment
+    file ``path``, read through a descriptor of its own ``buffer_size`` bytes at a time (a
+    bigger batch is read whole). The log changed under the cleaner (the file renamed away by
+    retention: CleaningAbortedError; a length that does not fit: CorruptRecordError): the
+    cleaning is discarded."""
+    try:
+        file = vfs.open(path, create=False, writable=False)
+    except FileNotFoundError:
+        raise CleaningAbortedError(f"{path} was deleted during the cleaning") from None
+    try:
+        yield from _read_batches(file, size, buffer_size, throttler)
+    finally:
+        file.close()
+
+
+def _read_batches(
+    file: VFSFile, size: int, buffer_size: int, throttler: Throttler | None
+) -> Iterator[tuple[int, memoryview]]:
     position = 0
     buffer_size = max(buffer_size, rec.HEADER_SIZE)
     while position < size:
@@ -568,7 +589,7 @@ class Cleaner:
             if source.end_offset <= start:
                 continue
             for _position, view in read_batches(
-                source.file, source.size, self.io_buffer_size, self.throttler
+                plan.vfs, source.path, source.size, self.io_buffer_size, self.throttler
             ):
                 self._check_stop()
                 header = rec.parse_header(view)
@@ -593,8 +614,7 @@ class Cleaner:
     def write_cleaned(self, plan: CleaningPlan) -> CleaningResult:
         """Phase 2: the offset map, then one ``.cleaned`` segment per group. Thread-safe with
         respect to the log (touches none of its objects). On any failure the cleaned files
-        written so far are removed and the error raised; the plan's descriptors are closed
-        either way."""
+        written so far are removed and the error raised."""
         stats = CleanerStats()
         groups: list[CleanedGroup] = []
         try:
@@ -616,8 +636,6 @@ class Cleaner:
             for group_done in groups:
                 remove_cleaned(plan.directory, group_done.base_offset, plan.vfs)
             raise
-        finally:
-            plan.close()
         stats.map_utilization = self.offset_map.utilization
         stats.finished = time.monotonic()
         return CleaningResult(plan, end_offset, groups, stats)
@@ -641,7 +659,7 @@ class Cleaner:
             producers = plan.producer_last_offsets
             for source in group:
                 for _position, view in read_batches(
-                    source.file, source.size, self.io_buffer_size, self.throttler
+                    plan.vfs, source.path, source.size, self.io_buffer_size, self.throttler
                 ):
                     self._check_stop()
                     header = rec.parse_header(view)

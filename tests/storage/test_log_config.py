@@ -292,3 +292,7 @@ def test_cleaner_config_defaults_and_validation() -> None:
         with pytest.raises(InvalidConfig) as info:
             CleanerConfig.from_broker_properties({key: bad})
         assert key in str(info.value)
+    with pytest.raises(InvalidConfig, match="offset map is too small"):
+        CleanerConfig.from_broker_properties({"log.cleaner.dedupe.buffer.size": "16"})
+    disabled = {"log.cleaner.dedupe.buffer.size": "16", "log.cleaner.enable": "false"}
+    assert not CleanerConfig.from_broker_properties(disabled).enable

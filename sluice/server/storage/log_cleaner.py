@@ -87,6 +87,7 @@ it touches no object of the log: its own descriptors (one segment file at a time
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import math
 import struct
@@ -299,14 +300,7 @@ class LogToClean(NamedTuple):
 
 def _floor_index(bases: Sequence[int], offset: int) -> int:
     """Index of the segment holding ``offset`` (the last base at or below it; 0 if none)."""
-    lo, hi = 0, len(bases)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if bases[mid] <= offset:
-            lo = mid + 1
-        else:
-            hi = mid
-    return max(lo - 1, 0)
+    return max(bisect.bisect_right(bases, offset) - 1, 0)
 
 
 def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:

@@ -377,7 +377,15 @@ class CleanerConfig:
                     changes[attr] = declared[key].parse(str(props[key]))
                 except ValueError as exc:
                     raise InvalidConfig(f"{key}={props[key]!r}: {exc}") from None
-        return dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+        config = dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+        slots = config.dedupe_buffer_size // max(config.threads, 1) // 24  # MD5 + offset
+        if config.enable and config.threads > 0 and slots * config.dedupe_buffer_load_factor < 1:
+            raise InvalidConfig(  # Kafka's Cleaner refuses to start likewise
+                "offset map is too small to fit in even a single message, so log cleaning "
+                "will never make progress. You can increase log.cleaner.dedupe.buffer.size "
+                "or decrease log.cleaner.threads"
+            )
+        return config
 
 
 # Broker keys given in coarser units; the finer key wins when both are set (Kafka's precedence:

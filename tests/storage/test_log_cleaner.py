@@ -281,6 +281,11 @@ def test_keyless_records_go_and_the_last_batch_of_a_cleaning_stays_empty(tmp_pat
     assert records(log) == [(2, b"k", b"v")]
     log.close()
     assert verify_partition(tmp_path / "t-0") == []
+    # dump-log shows the cleaned segment: the empty batch keeps its offsets.
+    from sluice.server.storage.dump_log import dump_file
+
+    lines = list(dump_file(log.segments[0].log_path, print_data_log=True))
+    assert any(line.startswith("baseOffset: 1 lastOffset: 1 count: 0 ") for line in lines)
 
 
 def test_the_dirtiest_log_past_its_ratio_is_chosen(tmp_path: Path) -> None:

@@ -521,3 +521,35 @@ def test_a_segment_deleted_before_the_thread_reads_it_aborts_the_cleaning(tmp_pa
         Cleaner(CleanerConfig()).write_cleaned(plan)
     assert not list(directory.glob("*.cleaned"))
     log.close()
+
+
+async def test_an_unexpected_failure_leaves_the_partition_uncleanable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's markPartitionUncleanable: a cleaning failing for an unexpected reason is logged
+    and the partition skipped from then on (not retried every backoff); an I/O error is
+    retried."""
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock)
+    for i in range(6):
+        write(log, [(b"k", b"v%d" % i)], NOW)
+        log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    manager = LogCleaner(tmp_path, CleanerConfig(), clock=clock)
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manager.cleaner, "write_cleaned", broken)
+    assert not await manager.run_once([log])
+    assert manager.uncleanable == set() and manager.grab_filthiest_log([log]) is not None
+    manager.in_progress.clear()
+
+    def buggy(*_args: object, **_kw: object) -> None:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(manager.cleaner, "write_cleaned", buggy)
+    assert not await manager.run_once([log])
+    assert manager.uncleanable == {("t", 0)}
+    assert manager.grab_filthiest_log([log]) is None
+    log.close()

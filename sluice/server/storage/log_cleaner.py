@@ -759,6 +759,8 @@ class LogCleaner:
             )
             self._checkpoints = {}
         self.in_progress: set[tuple[str, int]] = set()
+        #: Partitions whose cleaning failed unexpectedly: skipped until restart.
+        self.uncleanable: set[tuple[str, int]] = set()
         self._in_flight: asyncio.Future[CleaningResult] | None = None
         # Kafka's cleaner metrics.
         self.max_dirty_ratio = 0.0
@@ -797,6 +799,8 @@ class LogCleaner:
         for log in logs:
             key = (log.topic, log.partition)
             if not log.config.compact or key in self.in_progress or log.closed:
+                continue
+            if key in self.uncleanable:
                 continue
             ltc = log_to_clean(log, self._checkpoints.get(key), now)
             if ltc.force_checkpoint:
@@ -851,9 +855,19 @@ class LogCleaner:
             )
             return False
         except (OSError, CorruptRecordError) as exc:
+            # The disk (full, failing) or a segment changed under the reads: tried again.
             logger.warning(
                 "cleaning failed", topic=log.topic, partition=log.partition, error=str(exc)
             )
+            return False
+        except Exception:
+            # A bug or a log the cleaner cannot handle: Kafka's markPartitionUncleanable.
+            logger.exception(
+                "cleaning failed: partition left uncleanable until restart",
+                topic=log.topic,
+                partition=log.partition,
+            )
+            self.uncleanable.add(key)
             return False
         finally:
             self.in_progress.discard(key)

@@ -14,25 +14,33 @@ below the active segment dirty. Measured, from the page cache:
   section, then every segment rewritten into ``.cleaned`` files (fsynced), swapped in, the
   directory fsynced. MB/s of dirty log in.
 
+* **produce while cleaning**: on the event loop, 16 KiB appends to another partition for as
+  long as a cleaning of the same dirty log takes in its thread (``LogCleaner.run_once``, as the
+  broker runs it), against the same appends with no cleaning: what the cleaner's thread, which
+  shares the GIL with the loop, costs the produce path. Appends per second and the worst gap
+  between two appends.
+
 Figures for this machine and this moment; the ratios are what matter (``bench/NOTES.md``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from sluice.protocol import records as rec
 from sluice.server.storage.log import Log
-from sluice.server.storage.log_cleaner import Cleaner, log_to_clean
+from sluice.server.storage.log_cleaner import Cleaner, LogCleaner, log_to_clean
 from sluice.server.storage.log_config import CleanerConfig, LogConfig
 
 MiB = 1 << 20
@@ -74,6 +82,48 @@ def read_and_decode(paths: list[Path]) -> float:
     return time.perf_counter() - started
 
 
+async def _produce_for(other: Log, done: Callable[[], bool]) -> tuple[int, float, float]:
+    """Append 16 KiB batches to ``other`` until ``done()``; (appends, seconds, worst gap)."""
+    payload = rec.build_batch([(NOW, b"p", b"x" * 16_000)])
+    appends, worst = 0, 0.0
+    started = last = time.perf_counter()
+    while not done():
+        other.append_as_leader(payload)
+        other.maybe_increment_high_watermark(other.log_end_offset)
+        appends += 1
+        await asyncio.sleep(0)  # a turn of the loop, as between two Produce requests
+        now = time.perf_counter()
+        worst, last = max(worst, now - last), now
+    return appends, time.perf_counter() - started, worst
+
+
+async def produce_while_cleaning(root: Path, mib: int, codec: int, keys: int) -> list[str]:
+    lines = []
+    for cleaning in (False, True):
+        directory = root / f"p{int(cleaning)}"
+        log = build(directory / "t-0", mib, codec, keys)
+        other = Log.open(directory / "o-0", LogConfig(segment_bytes=64 * MiB), clock=lambda: NOW)
+        cleaner = LogCleaner(directory, CleanerConfig(), clock=lambda: NOW)
+        seconds = 0.0
+        if cleaning:
+            task = asyncio.ensure_future(cleaner.run_once([log]))
+            appends, seconds, worst = await _produce_for(other, task.done)
+            assert await task, "the log was not cleaned"
+        else:
+            deadline = time.perf_counter() + 3.0
+            appends, seconds, worst = await _produce_for(
+                other, lambda end=deadline: time.perf_counter() > end
+            )
+        what = "while cleaning" if cleaning else "alone         "
+        lines.append(
+            f"  produce {what} {appends / seconds:10.0f} appends/s, worst gap "
+            f"{worst * 1000:.1f} ms ({seconds:.1f} s)"
+        )
+        log.close()
+        other.close()
+    return lines
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench cleaner")
     parser.add_argument("--quick", action="store_true", help="16 MiB instead of --mib")
@@ -99,6 +149,7 @@ def main(argv: list[str]) -> int:
         cleaning = time.perf_counter() - started
         after = sum(s.size for s in log.segments[:-1])
         log.close()
+        produce = asyncio.run(produce_while_cleaning(root, mib, args.codec, args.keys))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     mb = dirty / 1e6
@@ -107,4 +158,5 @@ def main(argv: list[str]) -> int:
     print(f"  read + decode   {mb / decode:10.1f} MB/s  ({raw / decode:.3f} x raw)")
     print(f"  clean           {mb / cleaning:10.1f} MB/s  ({raw / cleaning:.3f} x raw, "
           f"{decode / cleaning:.2f} x read+decode); {after / MiB:.2f} MiB left")  # fmt: skip
+    print("\n".join(produce))
     return 0

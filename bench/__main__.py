@@ -19,6 +19,7 @@ KNOWN = (
     "startup",
     "txn_storage",
     "restart",
+    "cleaner",
 )
 
 

@@ -407,17 +407,24 @@ class RecordBatchBuilder:
     sender sets them when it drains the batch. ``build()`` does not consume the records, so a
     batch can be rebuilt (e.g. with a new sequence on retry). Not thread-safe: the client's
     accumulator owns one builder per partition.
+
+    The log cleaner rebuilds a batch from the records it keeps (:func:`retained_batch`): each
+    record at its original ``offset_delta`` (gaps allowed), ``last_offset_delta`` kept from the
+    original batch (so the batch still ends where it ended), and, for KIP-534's delete horizon,
+    a fixed ``base_timestamp`` that record timestamps are deltas from.
     """
 
     __slots__ = (
         "_base_timestamp",
         "_buf",
         "_count",
+        "_fixed_base_timestamp",
         "_max_timestamp",
         "attributes",
         "base_offset",
         "base_sequence",
         "compression",
+        "last_offset_delta",
         "partition_leader_epoch",
         "producer_epoch",
         "producer_id",
@@ -435,7 +442,9 @@ class RecordBatchBuilder:
         is_transactional: bool = False,
         partition_leader_epoch: int = -1,
         is_control: bool = False,
+        base_timestamp: int | None = None,
     ) -> None:
+        """``base_timestamp``: the batch's baseTimestamp (default: the first record's)."""
         if not COMPRESSION_NONE <= compression <= COMPRESSION_ZSTD:
             raise ValueError(f"unknown compression codec {compression}")
         if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
@@ -454,8 +463,11 @@ class RecordBatchBuilder:
         )
         self._buf = bytearray()
         self._count = 0
-        self._base_timestamp = 0
+        self._fixed_base_timestamp = base_timestamp is not None
+        self._base_timestamp = 0 if base_timestamp is None else base_timestamp
         self._max_timestamp = NO_TIMESTAMP
+        #: lastOffsetDelta written by build(); None: the last record's offsetDelta.
+        self.last_offset_delta: int | None = None
 
     def __len__(self) -> int:
         """Number of records appended so far."""
@@ -489,19 +501,24 @@ class RecordBatchBuilder:
         key: bytes | bytearray | memoryview | None,
         value: bytes | bytearray | memoryview | None,
         headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]] = (),
+        offset_delta: int | None = None,
     ) -> None:
-        """Serialize one record at the next offsetDelta."""
+        """Serialize one record at the next offsetDelta (or at ``offset_delta``, which must be
+        above the previous record's: a cleaned batch keeps its records' offsets)."""
         count = self._count
         if count == 0:
-            self._base_timestamp = self._max_timestamp = timestamp
+            self._max_timestamp = timestamp
+            if not self._fixed_base_timestamp:
+                self._base_timestamp = timestamp
         elif timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
         cache = _ZIGZAG_CACHE
+        delta = count if offset_delta is None else offset_delta
         # attributes (int8 0), timestampDelta, offsetDelta
         parts: list[bytes | bytearray | memoryview] = [
             b"\x00",
             _zigzag_bytes(timestamp - self._base_timestamp),
-            cache[count << 1] if count < 8192 else _zigzag_bytes(count),
+            cache[delta << 1] if delta < 8192 else _zigzag_bytes(delta),
         ]
         if key is None:
             parts.append(_NULL_LENGTH)
@@ -550,7 +567,7 @@ class RecordBatchBuilder:
             MAGIC_V2,
             0,  # crc, filled in below
             self.attributes,
-            count - 1,  # lastOffsetDelta
+            count - 1 if self.last_offset_delta is None else self.last_offset_delta,
             self._base_timestamp,
             self._max_timestamp,
             self.producer_id,
@@ -561,6 +578,84 @@ class RecordBatchBuilder:
         # CRC of attributes..end computed in two pieces, so the records are copied only once.
         crc = crc32c(records, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
         return b"".join((header[:CRC_OFFSET], _U32.pack(crc), header[ATTRIBUTES_OFFSET:], records))
+
+
+def retained_batch(
+    header: BatchHeader, records: Sequence[Record], *, delete_horizon_ms: int | None = None
+) -> bytes:
+    """The batch ``header`` describes, holding only ``records`` (some of its records, in
+    order): the log cleaner's output for a batch it keeps (Kafka's
+    ``MemoryRecords.buildRetainedRecordsInto``).
+
+    Kept from the original: baseOffset and lastOffsetDelta (the batch still ends where it
+    ended, so a producer's last sequence, baseSequence + lastOffsetDelta, and the log's next
+    offset stay right), each record's offset, timestamp, key, value and headers, the codec
+    (default level), the partition leader epoch, producer id, epoch, base sequence and the
+    timestamp-type, transactional and control bits. recordCount, maxTimestamp (of the kept
+    records; LogAppendTime keeps the original, which every decoded record carries) and the CRC
+    are new. ``delete_horizon_ms`` (KIP-534): set the delete-horizon attribute bit and store the
+    horizon as baseTimestamp, the records' timestamp deltas relative to it.
+
+    With no record kept, Kafka's empty batch (:func:`empty_batch`)."""
+    if not records:
+        return empty_batch(header)
+    attributes = header.attributes
+    builder = RecordBatchBuilder(
+        compression=attributes & ATTR_COMPRESSION_MASK,
+        base_offset=header.base_offset,
+        timestamp_type=header.timestamp_type,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        is_transactional=header.is_transactional,
+        partition_leader_epoch=header.partition_leader_epoch,
+        is_control=header.is_control,
+        base_timestamp=delete_horizon_ms,
+    )
+    if delete_horizon_ms is not None:
+        builder.attributes |= ATTR_DELETE_HORIZON_MASK
+    builder.last_offset_delta = header.last_offset_delta
+    base = header.base_offset
+    append = builder.append
+    for record in records:
+        append(record.timestamp, record.key, record.value, record.headers, record.offset - base)
+    return builder.build()
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """A batch with the offsets, producer fields and flags of ``header`` and no record (Kafka's
+    ``DefaultRecordBatch.writeEmptyHeader``): what the cleaner keeps of a batch all of whose
+    records it removes when the batch must stay (a producer's last batch, so its sequence
+    survives; the last batch of a cleaning, so the offset it ended at does). Uncompressed,
+    baseTimestamp -1 (no delete horizon), maxTimestamp and lastOffsetDelta kept."""
+    attributes = header.attributes & ~(ATTR_COMPRESSION_MASK | ATTR_DELETE_HORIZON_MASK)
+    head = bytearray(
+        HEADER.pack(
+            header.base_offset,
+            MIN_BATCH_LENGTH,
+            header.partition_leader_epoch,
+            MAGIC_V2,
+            0,
+            attributes,
+            header.last_offset_delta,
+            NO_TIMESTAMP,
+            header.max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            0,
+        )
+    )
+    _U32.pack_into(head, CRC_OFFSET, crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+    return bytes(head)
+
+
+def delete_horizon_ms(header: BatchHeader) -> int | None:
+    """KIP-534: the time after which the cleaner may remove this batch's tombstones (its
+    baseTimestamp when the delete-horizon bit is set), else None."""
+    if header.attributes & ATTR_DELETE_HORIZON_MASK:
+        return header.base_timestamp
+    return None
 
 
 RecordTuple = (

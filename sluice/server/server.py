@@ -82,6 +82,7 @@ class Server:
         self.port = config.listener.port
 
     async def start(self) -> None:
+        from sluice.server.storage.log_config import CleanerConfig
         from sluice.server.storage.log_manager import LogManager
         from sluice.server.storage.vfs import DEFAULT_VFS
 
@@ -100,6 +101,7 @@ class Server:
             flush_check_interval_ms=flush_check_ms,
             vfs=DEFAULT_VFS if self._vfs is None else self._vfs,
             max_open_files=config.log_open_files_max,
+            cleaner_config=CleanerConfig.from_broker_properties(config.log_properties()),
         )
         manager.open()
         manager.flush_listener = self.metrics.log_flush.observe

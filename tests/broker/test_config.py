@@ -130,7 +130,8 @@ def test_advertised_listener_defaults() -> None:
         ("log.message.timestamp.type=Now", "CreateTime"),
         ("socket.request.max.bytes=-5", "socket.request.max.bytes"),
         ("noequals", "key=value"),
-        ("log.cleanup.policy=compact", "compact"),
+        ("log.cleanup.policy=shred", "log.cleanup.policy"),
+        ("log.cleaner.threads=-1", "log.cleaner.threads"),
         ("log.segment.bytes=10", "log.segment.bytes"),
     ],
 )
@@ -265,7 +266,42 @@ DECLARED = {
         "PLAINTEXT://127.0.0.1:9092",
         "where the broker listens (port 0 = any free port)",
     ),
-    "log.cleanup.policy": ("delete", "delete (compaction is not implemented)"),
+    "log.cleanup.policy": (
+        "delete",
+        "delete (retention), compact (keep the last record per key), or both",
+    ),
+    "log.cleaner.backoff.ms": ("15000", "how long a cleaner sleeps when no log needs cleaning"),
+    "log.cleaner.dedupe.buffer.size": (
+        "134217728",
+        "memory for the cleaners' offset maps (key hash -> last offset), all threads together",
+    ),
+    "log.cleaner.delete.retention.ms": (
+        "86400000",
+        "how long a compacted topic keeps tombstones once cleaned",
+    ),
+    "log.cleaner.enable": ("true", "run the log cleaner (compacted topics)"),
+    "log.cleaner.io.buffer.load.factor": (
+        "0.9",
+        "how full an offset map may become before a cleaning stops reading dirty segments",
+    ),
+    "log.cleaner.io.buffer.size": (
+        "524288",
+        "memory for the cleaners' read and write buffers, all threads together",
+    ),
+    "log.cleaner.io.max.bytes.per.second": (
+        "1.7976931348623157E308",
+        "throttle: the cleaners read and write at most this many bytes per second on average",
+    ),
+    "log.cleaner.max.compaction.lag.ms": (
+        "9223372036854775807",
+        "the maximum time a record stays ineligible for compaction",
+    ),
+    "log.cleaner.min.cleanable.ratio": (
+        "0.5",
+        "dirty share of a log above which the cleaner compacts it",
+    ),
+    "log.cleaner.min.compaction.lag.ms": ("0", "the minimum time a record stays uncompacted"),
+    "log.cleaner.threads": ("1", "log cleaner threads (0: none; more than 1 runs as 1)"),
     "log.dir": ("./data", "used when log.dirs is not set"),
     "log.dirs": (None, "the data directory (exactly one)"),
     "log.flush.interval.messages": ("9223372036854775807", "fsync after this many messages"),

@@ -634,7 +634,7 @@ async def test_the_group_coordinator_is_the_offsets_partitions_leader(
         assignment = await kzk.get_topic_assignment(offsets)
         assert assignment is not None and list(assignment.partitions) == [0]
         assert sorted(assignment.replicas(0)) == [1, 2]
-        assert dict((await kzk.get_topic_config(offsets)).config)["cleanup.policy"] == "delete"
+        assert dict((await kzk.get_topic_config(offsets)).config)["cleanup.policy"] == "compact"
         await elect(controller, offsets, {0: (1, [1, 2])})
         await applied(cluster, offsets, (1, 2), leader=1)
         resp = await find()

@@ -160,6 +160,7 @@ def test_store_is_lazy_and_replays_with_tombstones(tmp_path: Path) -> None:
         assert first == (0, 0)  # settled at once: one replica
         assert manager.topics()[OFFSETS_TOPIC] == 3
         assert manager.topic_config(OFFSETS_TOPIC).retention_ms == -1
+        assert manager.topic_config(OFFSETS_TOPIC).compact  # as Kafka creates it
         second = store.write(
             home,
             [
@@ -273,5 +274,45 @@ async def test_compaction_restates_live_values_and_moves_the_log_start(tmp_path:
         assert [v.offset for _t, _p, v in after if v is not None] == [990, 991, 992, 42]
         assert len(list(again.store.replay())) == 4  # replay starts at the restated records
         again.shutdown()
+    finally:
+        manager.close()
+
+
+def test_the_log_cleaner_keeps_what_replay_restores(tmp_path: Path) -> None:
+    """__consumer_offsets is compacted by the log cleaner: replaying the cleaned partition
+    gives every key's latest value (a deleted offset's tombstone too, until its horizon),
+    with the superseded records gone."""
+    from sluice.server.storage.log_cleaner import Cleaner, log_to_clean
+    from sluice.server.storage.log_config import CleanerConfig
+
+    manager = open_manager(tmp_path)
+    try:
+        store = store_for(manager, 1)
+        for i in range(30):
+            store.write(
+                0, [offset_commit_record("g", "t", i % 3, OffsetAndMetadata(i, -1, "", i))], -1
+            )
+            if i % 10 == 9:
+                log_ = manager.get_log(OFFSETS_TOPIC, 0)
+                assert log_ is not None
+                log_.roll()
+        store.write(0, [offset_commit_record("g", "t", 2, None)], -1)  # offset deleted
+        log_ = manager.get_log(OFFSETS_TOPIC, 0)
+        assert log_ is not None
+        log_.roll()
+        log_.update_high_watermark(log_.log_end_offset)
+
+        def latest() -> dict[int, int | None]:
+            state: dict[int, int | None] = {}
+            for r in store.replay():
+                if isinstance(r, OffsetRecord):
+                    state[r.partition] = r.value.offset if r.value else None
+            return state
+
+        before = latest()
+        ltc = log_to_clean(log_, None, 0)
+        Cleaner(CleanerConfig()).clean(log_, ltc.first_dirty, ltc.first_uncleanable, 0)
+        assert latest() == before == {0: 27, 1: 28, 2: None}
+        assert len(list(store.replay())) == 3
     finally:
         manager.close()

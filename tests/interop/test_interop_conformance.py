@@ -405,13 +405,20 @@ def test_confluent_compression_type_and_config_admin(broker: BrokerProcess) -> N
         "gzip",
         "3600000",
     )
-    # What Sluice cannot honour is refused, saying why.
+    # cleanup.policy is a list: APPEND adds compact to delete.
     compact = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)
     ])  # fmt: skip
+    a.incremental_alter_configs([compact])[compact].result(DEADLINE_S)
+    configs = a.describe_configs([resource])[resource].result(DEADLINE_S)
+    assert configs["cleanup.policy"].value == "delete,compact"
+    # What Sluice cannot honour is refused, saying why.
+    preallocate = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("preallocate", "true", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
     with pytest.raises(Exception) as info:
-        a.incremental_alter_configs([compact])[compact].result(DEADLINE_S)
-    assert "compaction is not implemented" in str(info.value)
+        a.incremental_alter_configs([preallocate])[preallocate].result(DEADLINE_S)
+    assert "preallocation is not implemented" in str(info.value)
 
 
 def test_kafka_python_configs_every_kafka_key_and_min_insync_replicas(

@@ -740,3 +740,73 @@ def test_producer_state_set_at_drain_and_rebuild() -> None:
     assert (first.header.producer_id, first.header.base_sequence) == (-1, -1)
     assert (second.header.producer_id, second.header.base_sequence) == (42, 100)
     assert first.records == second.records
+
+
+# ---------------------------------------------------------------- cleaner output (retained_batch)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    codec=st.sampled_from(CODECS),
+    log_append_time=st.booleans(),
+    timestamps=st.lists(st.integers(0, 10**12), min_size=1, max_size=12),
+    keep=st.lists(st.booleans(), min_size=12, max_size=12),
+    horizon=st.one_of(st.none(), st.integers(0, 10**13)),
+    producer=st.booleans(),
+)
+def test_retained_batch_keeps_offsets_timestamps_and_header_fields(
+    codec: int,
+    log_append_time: bool,
+    timestamps: list[int],
+    keep: list[bool],
+    horizon: int | None,
+    producer: bool,
+) -> None:
+    """A cleaned batch is the original with some records gone: same base offset, same last
+    offset (the producer's last sequence), every kept record as it was; it decodes and passes
+    the broker's deep validation of stored batches."""
+    from sluice.protocol.records import delete_horizon_ms, parse_header, retained_batch
+
+    records = [
+        (ts, b"k%d" % i, None if i % 3 == 2 else b"v%d" % i, [("h", b"%d" % i)])
+        for i, ts in enumerate(timestamps)
+    ]
+    original = bytearray(
+        build_batch(
+            records,
+            compression=codec,
+            timestamp_type=1 if log_append_time else 0,
+            producer_id=7 if producer else -1,
+            producer_epoch=2 if producer else -1,
+            base_sequence=40 if producer else -1,
+            partition_leader_epoch=5,
+        )
+    )
+    set_base_offset(original, 1000)
+    if log_append_time:
+        stamp_log_append_time(original, 123456)
+    header = parse_header(original)
+    decoded = decode_batch(original).records
+    kept = [r for r, k in zip(decoded, keep, strict=False) if k]
+    cleaned = retained_batch(header, kept, delete_horizon_ms=horizon)
+    new = validate_batch(cleaned, max_batch_size=MAX, from_client=False, deep=True)
+    assert (new.base_offset, new.last_offset_delta) == (1000, header.last_offset_delta)
+    assert new.record_count == len(kept)
+    assert (new.producer_id, new.producer_epoch, new.base_sequence) == (
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+    )
+    assert new.partition_leader_epoch == 5
+    assert new.timestamp_type == header.timestamp_type
+    assert decode_batch(cleaned).records == kept
+    if kept:
+        assert new.compression == codec
+        assert delete_horizon_ms(new) == horizon
+        expected_max = 123456 if log_append_time else max(r.timestamp for r in kept)
+        assert new.max_timestamp == expected_max
+    else:  # Kafka's empty batch: header only, the original maxTimestamp
+        assert len(cleaned) == HEADER_SIZE
+        assert (new.compression, new.base_timestamp) == (0, -1)
+        assert new.max_timestamp == header.max_timestamp
+        assert delete_horizon_ms(new) is None

@@ -331,6 +331,10 @@ def test_dump_and_verify_the_leader_epoch_checkpoint(tmp_path: Path) -> None:
     # The log start moved into epoch 3 (retention): the first entry starts there.
     path.write_text("0\n3\n3 5\n4 8\n6 10\n")
     assert dump_log.verify_log_dir(tmp_path) == []
+    # Compacted: entries before their epochs' first batches (the cleaner removed those), an
+    # epoch with no batch left; still every batch in its own epoch's range.
+    path.write_text("0\n4\n0 0\n1 3\n3 4\n4 7\n")
+    assert dump_log.verify_log_dir(tmp_path) == []
     for content, expected in [
         ("0\n2\n0 0\n4 8\n", "holds [0@0, 4@8], the batch headers say [0@0, 3@4, 4@8]"),
         ("0\n3\n0 0\n3 4\n4 9\n", "holds [0@0, 3@4, 4@9], the batch headers say [0@0, 3@4, 4@8]"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -446,6 +447,24 @@ def test_retention_by_size(tmp_path: Path) -> None:
     assert log.delete_old_segments() == 1
     assert log.size_in_bytes == 3 * seg_size
     assert log.log_start_offset == 3
+    log.close()
+
+
+def test_a_compact_only_log_has_no_time_or_size_retention(tmp_path: Path) -> None:
+    """Kafka's deleteOldSegments: without ``delete`` in cleanup.policy only the log start
+    offset deletes segments; with ``compact,delete`` retention applies as usual."""
+    clock = Clock()
+    compact = LogConfig(cleanup_policy="compact", retention_ms=1, retention_bytes=1)
+    log = open_log(tmp_path, clock, file_delete_delay_ms=0)
+    _fill(log, clock, 4, first_ts=1_000)
+    log.update_config(compact)
+    clock.now = 100_000
+    log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments() == 0
+    log.delete_records(2)
+    assert log.delete_old_segments() == 2
+    log.update_config(dataclasses.replace(compact, cleanup_policy="compact,delete"))
+    assert log.delete_old_segments() == 2
     log.close()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from sluice.protocol.errors import InvalidConfig
@@ -10,7 +12,9 @@ from sluice.server.storage.log_config import (
     LONG_MAX,
     TOPIC_DOCS,
     TOPIC_KEYS,
+    CleanerConfig,
     LogConfig,
+    broker_synonyms,
 )
 
 
@@ -96,6 +100,7 @@ def test_kafka_keys_parse(key: str, value: str, attr: str, parsed: object) -> No
 def test_conform_on_append_follows_compression_and_timestamp_bounds() -> None:
     assert LogConfig.from_properties({"compression.type": "gzip"}).conform_on_append
     assert LogConfig.from_properties({"message.timestamp.before.max.ms": "1"}).conform_on_append
+    assert LogConfig.from_properties({"cleanup.policy": "compact,delete"}).conform_on_append
     relaxed = LogConfig.from_properties({"compression.type": "producer", "preallocate": "false"})
     assert not relaxed.conform_on_append
 
@@ -124,9 +129,13 @@ def test_from_properties_overlays_base_and_round_trips() -> None:
         ("retention.ms", "-2", "retention.ms"),
         ("flush.messages", "0", "flush.messages"),
         ("message.timestamp.type", "WallClock", "message.timestamp.type"),
-        ("cleanup.policy", "compact", "compaction is not implemented"),
-        ("cleanup.policy", "delete,compact", "compaction is not implemented"),
         ("cleanup.policy", "shred", "cleanup.policy"),
+        ("cleanup.policy", "compact,shred", "cleanup.policy"),
+        ("cleanup.policy", " , ", "cleanup.policy"),
+        ("min.compaction.lag.ms", "-1", "min.compaction.lag.ms"),
+        ("delete.retention.ms", "-1", "delete.retention.ms"),
+        ("min.cleanable.dirty.ratio", "-0.1", "min.cleanable.dirty.ratio"),
+        ("min.cleanable.dirty.ratio", "half", "min.cleanable.dirty.ratio"),
         ("min.insync.replicas", "0", "min.insync.replicas"),
         ("sluice.no.such.key", "1", "unknown or unsupported"),
         ("compression.type", "brotli", "compression.type"),
@@ -178,7 +187,9 @@ def test_broker_properties_mapping_and_unit_precedence() -> None:
 
 def test_broker_properties_validated_too() -> None:
     with pytest.raises(InvalidConfig):
-        LogConfig.from_broker_properties({"log.cleanup.policy": "compact"})
+        LogConfig.from_broker_properties({"log.cleanup.policy": "shred"})
+    with pytest.raises(InvalidConfig):
+        LogConfig.from_broker_properties({"log.cleaner.min.cleanable.ratio": "2"})
     with pytest.raises(InvalidConfig):
         LogConfig.from_broker_properties({"log.retention.hours": "x"})
 
@@ -190,6 +201,7 @@ def test_declared_broker_defaults_are_the_log_config_defaults() -> None:
     assert list(fields_by_key(LogConfig)) == TOPIC_CONFIG.names() == list(TOPIC_KEYS)
     defaults = {k.name: k.default for k in SERVER_LOG_CONFIG if k.default is not None}
     assert LogConfig.from_broker_properties(defaults) == LogConfig()
+    assert CleanerConfig.from_broker_properties(defaults) == CleanerConfig()
     assert LogConfig() == LogConfig.from_properties(
         {k.name: k.default for k in TOPIC_CONFIG if k.default is not None}
     )
@@ -248,3 +260,85 @@ def test_message_format_version_refuses_what_kafka_refuses(value: str) -> None:
         f"Invalid value {value} for configuration message.format.version: Version {value} is "
         "not a valid version"
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "compact", "delete"),
+    [
+        ("delete", False, True),
+        ("compact", True, False),
+        ("compact,delete", True, True),
+        ("delete, compact", True, True),
+    ],
+)
+def test_cleanup_policy_is_kafkas_list(policy: str, compact: bool, delete: bool) -> None:
+    cfg = LogConfig.from_properties({"cleanup.policy": policy})
+    assert (cfg.compact, cfg.delete) == (compact, delete)
+    assert cfg.to_properties()["cleanup.policy"] == policy.replace(" ", "")
+    assert LogConfig.from_properties(cfg.to_properties()) == cfg
+    broker = LogConfig.from_broker_properties({"log.cleanup.policy": policy})
+    assert (broker.compact, broker.delete) == (compact, delete)
+
+
+def test_compaction_keys_have_kafkas_broker_synonyms() -> None:
+    cfg = LogConfig.from_broker_properties(
+        {
+            "log.cleaner.delete.retention.ms": "5",
+            "log.cleaner.min.compaction.lag.ms": "6",
+            "log.cleaner.max.compaction.lag.ms": "7",
+            "log.cleaner.min.cleanable.ratio": "0.25",
+        }
+    )
+    assert (cfg.delete_retention_ms, cfg.min_compaction_lag_ms, cfg.max_compaction_lag_ms) == (
+        5,
+        6,
+        7,
+    )
+    assert cfg.min_cleanable_dirty_ratio == 0.25
+    assert broker_synonyms("min.cleanable.dirty.ratio") == ("log.cleaner.min.cleanable.ratio",)
+
+
+def test_min_compaction_lag_above_max_is_refused_with_kafkas_message() -> None:
+    with pytest.raises(InvalidConfig) as info:
+        LogConfig.from_properties({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert str(info.value).endswith(
+        "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"
+    )
+    base = LogConfig.from_properties({"max.compaction.lag.ms": "5"})
+    with pytest.raises(InvalidConfig):
+        LogConfig.from_properties({"min.compaction.lag.ms": "6"}, base=base)
+
+
+def test_cleaner_config_defaults_and_validation() -> None:
+    cfg = CleanerConfig()
+    assert (cfg.enable, cfg.threads, cfg.backoff_ms) == (True, 1, 15_000)
+    assert cfg.dedupe_buffer_size == 128 * 1024 * 1024
+    assert cfg.io_buffer_size == 512 * 1024
+    assert cfg.dedupe_buffer_load_factor == 0.9
+    assert cfg.io_max_bytes_per_second == sys.float_info.max
+    given = CleanerConfig.from_broker_properties(
+        {
+            "log.cleaner.enable": "false",
+            "log.cleaner.threads": "2",
+            "log.cleaner.dedupe.buffer.size": "1048576",
+            "log.cleaner.io.max.bytes.per.second": "1e6",
+            "log.cleaner.backoff.ms": "100",
+            "log.segment.bytes": "1024",  # not a cleaner key: ignored here
+        }
+    )
+    assert (given.enable, given.threads, given.dedupe_buffer_size) == (False, 2, 1_048_576)
+    assert (given.io_max_bytes_per_second, given.backoff_ms) == (1e6, 100)
+    for key, bad in (
+        ("log.cleaner.threads", "-1"),
+        ("log.cleaner.backoff.ms", "-1"),
+        ("log.cleaner.io.buffer.size", "-1"),
+        ("log.cleaner.enable", "maybe"),
+        ("log.cleaner.io.max.bytes.per.second", "fast"),
+    ):
+        with pytest.raises(InvalidConfig) as info:
+            CleanerConfig.from_broker_properties({key: bad})
+        assert key in str(info.value)
+    with pytest.raises(InvalidConfig, match="offset map is too small"):
+        CleanerConfig.from_broker_properties({"log.cleaner.dedupe.buffer.size": "16"})
+    disabled = {"log.cleaner.dedupe.buffer.size": "16", "log.cleaner.enable": "false"}
+    assert not CleanerConfig.from_broker_properties(disabled).enable

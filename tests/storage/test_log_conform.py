@@ -1,7 +1,8 @@
 """Log.append_as_leader under topic settings that rewrite or refuse batches: ``compression.type``
-(the broker stores every batch in the topic's codec) and the ``message.timestamp.*.max.ms``
-bounds. Checked against what the producer sent: the records read back are the same records
-(offsets, timestamps, keys, values, headers), only the codec differs."""
+(the broker stores every batch in the topic's codec), the ``message.timestamp.*.max.ms``
+bounds and ``cleanup.policy=compact`` (records without a key refused). Checked against what the
+producer sent: the records read back are the same records (offsets, timestamps, keys, values,
+headers), only the codec differs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.protocol import records as rec
-from sluice.protocol.errors import InvalidTimestamp, MessageTooLarge
+from sluice.protocol.errors import InvalidRecord, InvalidTimestamp, MessageTooLarge
 from sluice.server.storage.log import Isolation, Log
 from sluice.server.storage.log_config import LogConfig
 
@@ -122,4 +123,33 @@ def test_config_change_applies_to_the_next_append(tmp_path: Path) -> None:
     log.update_config(LogConfig.from_properties({"compression.type": "zstd"}))
     log.append_as_leader(batch(2))
     assert [h.compression for h, _ in stored(log)] == [2, 4]
+    log.close()
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+@pytest.mark.parametrize("codec", [0, 1, 4])
+@pytest.mark.parametrize("keyless", [0, 3])
+def test_a_compacted_topic_refuses_records_without_a_key(
+    tmp_path: Path, policy: str, codec: int, keyless: int
+) -> None:
+    """Kafka's LogValidator.validateKey: INVALID_RECORD with Kafka's message, nothing written
+    (the other batches of the request neither)."""
+    log = open_log(tmp_path, cleanup_policy=policy)
+    log.append_as_leader(batch(codec))
+    records = [(NOW, b"k", b"v"), (NOW, b"k2", None)]
+    records.insert(keyless, (NOW, None, b"no key"))
+    bad = rec.build_batch(records, compression=codec)
+    with pytest.raises(InvalidRecord) as info:
+        log.append_as_leader(batch(codec) + bad)
+    assert info.value.code == 87
+    assert str(info.value).endswith(
+        "Compacted topic cannot accept message without key in topic partition t-0."
+    )
+    assert log.log_end_offset == 5
+    # A tombstone (a key, no value) is a keyed record; on a delete-only topic keys are optional.
+    log.append_as_leader(rec.build_batch([(NOW, b"k", None)], compression=codec))
+    assert log.log_end_offset == 6
+    log.update_config(LogConfig())
+    log.append_as_leader(bad)
+    assert log.log_end_offset == 9
     log.close()

@@ -168,7 +168,7 @@ def test_torn_checkpoint_tmp_and_corrupt_checkpoint_are_ignored(tmp_path: Path) 
         ("x" * 250, 1, {}, InvalidTopic),
         ("ok", 0, {}, InvalidPartitions),
         ("ok", -1, {}, InvalidPartitions),
-        ("ok", 1, {"cleanup.policy": "compact"}, InvalidConfig),
+        ("ok", 1, {"cleanup.policy": "shred"}, InvalidConfig),
         ("ok", 1, {"segment.bytes": "nope"}, InvalidConfig),
         ("ok", 1, {"no.such.config": "1"}, InvalidConfig),
     ],
@@ -266,7 +266,11 @@ def test_alter_topic_config_applies_and_persists(tmp_path: Path) -> None:
     log = m.get_log("t", 1)
     assert log is not None and log.config == config
     with pytest.raises(InvalidConfig):
-        m.alter_topic_config("t", {"cleanup.policy": "compact"})
+        m.alter_topic_config("t", {"cleanup.policy": "shred"})
+    compacted = m.alter_topic_config("t", {"retention.bytes": "100", "cleanup.policy": "compact"})
+    assert compacted.compact and not compacted.delete
+    assert log.config == compacted
+    m.alter_topic_config("t", {"retention.bytes": "100"})
     m.close()
     m2 = opened(tmp_path)
     assert m2.topic_overrides("t") == {"retention.bytes": "100"}

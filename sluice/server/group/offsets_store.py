@@ -19,11 +19,15 @@ single broker, documented in :class:`sluice.server.group.config.GroupConfig`). T
 count
 of an existing topic wins over the config (changing it would move groups).
 
-**Durability / compaction**: the topic is created with ``cleanup.policy=delete`` and
-``retention.ms=-1`` (LogConfig rejects ``compact``; Sluice has no log cleaner): retention never
-removes anything, so replaying the log from its start offset restores the latest value of every
-key. Instead of Kafka's cleaner, :meth:`sluice.server.group.coordinator.GroupCoordinator.compact`
-restates the live values and moves the log start offset past the superseded records.
+**Durability / compaction**: the topic is created with ``cleanup.policy=compact``, as Kafka
+creates it: the log cleaner (:mod:`sluice.server.storage.log_cleaner`) keeps the latest value of
+every key (a tombstone until ``delete.retention.ms`` after its first cleaning), so replaying the
+log from its start offset restores the latest value of every key. ``retention.ms=-1`` and
+``retention.bytes=-1`` are kept as overrides so that a policy altered to ``compact,delete``
+still never drops a live offset. A topic created by an older Sluice keeps ``delete`` (its
+overrides are its own). :meth:`sluice.server.group.coordinator.GroupCoordinator.compact`, which
+restates the live values and moves the log start offset past the superseded records, still
+runs on top (the cleaner made it unnecessary; its removal is left to issue 23's next step).
 
 **Writes go through the replica layer** (Kafka's ``appendForGroup``): the store builds one batch
 and hands it to an injected :data:`Appender` -- in the broker the ReplicaManager's leader append
@@ -57,7 +61,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 #: Topic-level settings of the internal topic (see the module docstring on compaction).
 OFFSETS_TOPIC_CONFIG = {
-    "cleanup.policy": "delete",
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
     "retention.bytes": "-1",
     "segment.bytes": "104857600",  # Kafka's offsets.topic.segment.bytes

@@ -41,10 +41,11 @@ increasing and naming an offset of the segment whose batch has that max timestam
 partition's ``leader-epoch-checkpoint``, if present, readable and holding exactly the entries
 the batch headers give (each epoch at its first batch; the first entry may start later, where
 the log start moved; one more entry may start at the log end, a leader's term without records
-yet); each ``.txnindex`` readable (34-byte entries, version 0, markers increasing) and every
-entry naming an ABORT control batch of its producer in that segment, its first offset at or
-below the marker. A missing checkpoint is not a problem: the broker rebuilds it from the
-headers at the next open. It lists every problem found, not just the first.
+yet) or, in a compacted log whose cleaner removed an epoch's first batches, entries that give
+every batch its own epoch; each ``.txnindex`` readable (34-byte entries, version 0, markers
+increasing) and every entry naming an ABORT control batch of its producer in that segment, its
+first offset at or below the marker. A missing checkpoint is not a problem: the broker rebuilds
+it from the headers at the next open. It lists every problem found, not just the first.
 
 This is an offline tool: it reads files with plain blocking I/O and never writes. Do not run it
 from the broker's event loop.
@@ -362,6 +363,7 @@ def verify_partition(directory: Path) -> list[str]:
     problems: list[str] = []
     previous_last: int | None = None
     epochs = LeaderEpochFileCache()  # what the batch headers say, as appends would assign
+    batch_epochs: list[tuple[int, int]] = []  # (base offset, epoch) of every batch
     first_offset: int | None = None
     for log_path in sorted(directory.glob(f"*{LOG_SUFFIX}"), key=base_offset_of):
         base = base_offset_of(log_path)
@@ -383,6 +385,7 @@ def verify_partition(directory: Path) -> list[str]:
                 first_offset = h.base_offset
             if h.partition_leader_epoch >= 0:
                 epochs.assign(h.partition_leader_epoch, h.base_offset)
+                batch_epochs.append((h.base_offset, h.partition_leader_epoch))
             at = f"{where} position {batch.position} (baseOffset {h.base_offset})"
             if not batch.crc_valid:
                 problems.append(f"{at}: CRC mismatch (stored {h.crc:#010x})")
@@ -409,7 +412,7 @@ def verify_partition(directory: Path) -> list[str]:
         problems += _verify_time_index(directory, base, where, [h for _, h in headers])
         problems += _verify_txn_index(directory, base, where, aborts)
     end = previous_last + 1 if previous_last is not None else None
-    problems += _verify_leader_epochs(directory, epochs, first_offset, end)
+    problems += _verify_leader_epochs(directory, epochs, first_offset, end, batch_epochs)
     return problems
 
 
@@ -440,10 +443,17 @@ def _show_epochs(entries: tuple[EpochEntry, ...]) -> str:
 
 
 def _verify_leader_epochs(
-    directory: Path, derived: LeaderEpochFileCache, first_offset: int | None, end: int | None
+    directory: Path,
+    derived: LeaderEpochFileCache,
+    first_offset: int | None,
+    end: int | None,
+    batch_epochs: list[tuple[int, int]],
 ) -> list[str]:
     """The checkpoint against ``derived`` (the headers' entries); ``first_offset`` is the first
-    batch's base offset, ``end`` the log end (None: no batch)."""
+    batch's base offset, ``end`` the log end (None: no batch). A compacted log may have lost
+    the first batches of an epoch (or all of them) to the cleaner, which leaves the cache as
+    it was: there the check is what the cache is for, every batch's epoch being the epoch the
+    cache gives for its base offset."""
     path = directory / LEADER_EPOCH_CHECKPOINT
     where = f"{directory.name}/{LEADER_EPOCH_CHECKPOINT}"
     try:
@@ -465,6 +475,17 @@ def _verify_leader_epochs(
         return []
     if cached[:-1] == expected and cached[-1].start_offset == (end or cached[-1].start_offset):
         return []  # a term that has written nothing yet, starting at the log end
+    starts = [e.start_offset for e in cached]
+    if (
+        cached
+        and (end is None or starts[-1] <= end)
+        and all(
+            cached[bisect.bisect_right(starts, offset) - 1].epoch == epoch
+            for offset, epoch in batch_epochs
+            if offset >= starts[0]
+        )
+    ):
+        return []  # compacted: each batch lies in its epoch's range
     return [
         f"{where}: holds {_show_epochs(cached)}, the batch headers say {_show_epochs(expected)}"
         " (epoch@startOffset)"

@@ -14,13 +14,15 @@ name and recognise files through here::
             leader-epoch-checkpoint          first offset of each leader epoch (derived from
                                              the batch headers; see storage.leader_epoch)
             <file>.deleted                   segment being deleted (file.delete.delay.ms)
-            <file>.cleaned, <file>.swap      compaction leftovers (Kafka's; Sluice never writes
-                                             them; <base>.log.swap completes a swap at load)
+            <file>.cleaned, <file>.swap      a cleaning's output before and during its swap
+                                             (storage.log_cleaner; load removes .cleaned and
+                                             completes a <base>.log.swap)
             <file>.tmp                       an atomic write that a crash interrupted
         <topic>-<partition>.<uuid>-delete/   a deleted topic's partition, removed in background
         recovery-point-offset-checkpoint     offsets below which each log is fsynced
         log-start-offset-checkpoint          each log's log start offset
         replication-offset-checkpoint        each log's high watermark (Kafka's name)
+        cleaner-offset-checkpoint            each compacted log's first dirty offset
         sluice-topics.json                   partition counts and config overrides per topic
         .kafka_cleanshutdown                 present only after a clean stop
         .lock                                flock()ed while a broker has the directory open
@@ -61,6 +63,7 @@ STRAY_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 TOPICS_FILE = "sluice-topics.json"

@@ -35,14 +35,15 @@ from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpoch
 from sluice.server.storage.file_cache import OpenFileCache
 from sluice.server.storage.index import CorruptIndexError, StorageError
 from sluice.server.storage.layout import (
+    CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
     STRAY_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    offset_file_name,
     parse_offset_file_name,
     parse_partition_dir,
     segment_file_names,
@@ -99,6 +100,26 @@ class UnexpectedAppendOffsetError(StorageError):
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _next_offset_of_file(path: Path, base_offset: int, vfs: VFS) -> int:
+    """The offset after the last whole batch of a segment file (``base_offset`` when it has
+    none), by walking the batch headers: the range a ``.swap`` segment covers."""
+    file = vfs.open(path, create=False, writable=False)
+    try:
+        size = file.size()
+        position, end = 0, base_offset
+        while size - position >= rec.HEADER_SIZE:
+            header = rec.parse_header(file.pread(rec.HEADER_SIZE, position))
+            if position + header.size > size:
+                break
+            end = max(end, header.next_offset)
+            position += header.size
+        return end
+    except CorruptRecordError:
+        return end
+    finally:
+        file.close()
 
 
 class Isolation(enum.Enum):
@@ -327,6 +348,10 @@ class Log:
         #: checkpoints it at once: a checkpoint above the log end would let recovery trust index
         #: entries and bytes written after the truncation and never fsynced).
         self.recovery_point_lowered: Callable[[], None] | None = None
+        #: Called with the new log end offset after a truncation removed records (set by the
+        #: LogManager: the log cleaner's first dirty offset must not stay above it, Kafka's
+        #: ``maybeTruncateCheckpoint``).
+        self.truncated: Callable[[int], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -390,18 +415,22 @@ class Log:
 
         Crash-recovery procedure (Kafka's LogLoader), in order:
 
-        1. Create the directory if missing. A ``<base>.log.swap`` is a complete replacement
-           segment (Kafka's compaction output) whose swap was interrupted: rename it to
-           ``<base>.log`` and drop its stale indexes. Delete what a crash can leave behind that
-           is never valid data: ``*.deleted`` (deletion was decided, only the unlink was
-           pending), ``*.cleaned``, other ``*.swap``, ``*.tmp``; then index files with no
-           ``.log`` (orphans).
+        1. Create the directory if missing. A ``<base>.log.swap`` is a complete, fsynced
+           cleaned segment (:mod:`sluice.server.storage.log_cleaner`) whose swap was
+           interrupted: first delete every segment file (``.log``, ``.index``,
+           ``.timeindex``) whose base offset lies in its offset range ``[base, its next
+           offset)`` -- the segments it replaces, ``<base>.log`` included -- then rename it to
+           ``<base>.log`` (Kafka's ``LogLoader`` order: a crash during this step finds the
+           swap again, and never both the old segments and the cleaned one). Delete what a
+           crash can leave behind that is never valid data: ``*.deleted`` (deletion was
+           decided, only the unlink was pending), ``*.cleaned``, other ``*.swap`` (the swap's
+           indexes: rebuilt in step 2), ``*.tmp``; then index files with no ``.log``
+           (orphans).
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
            segment open recreates it empty), that fails its sanity check (size not a multiple
            of the entry size, last offset below base, timestamps decreasing, position past the
            end) or whose last entry names an offset the segment does not hold is rebuilt by
-           recovering that segment from the log file: indexes are derived data. Segments whose
-           offsets a swapped-in segment covers are deleted.
+           recovering that segment from the log file: indexes are derived data.
         3. If the clean-shutdown marker was absent (``had_clean_shutdown=False``), recover every
            segment from the one holding ``recovery_point`` to the end: walk its batches,
            validating each (length, magic, CRC), rebuild its indexes, and truncate the file at
@@ -451,7 +480,7 @@ class Log:
         parse_partition_dir(directory.name)  # fail early on a bad directory name
         log = logger.bind(dir=str(directory))
 
-        # 1. clean up leftovers; complete an interrupted segment swap
+        # 1. complete an interrupted segment swap; clean up leftovers
         names = vfs.listdir(directory)
         listed = set(names)
         # Whether this load changed the directory's entries (renamed, removed or created a
@@ -459,19 +488,23 @@ class Log:
         touched = False
         swapped: list[int] = []
         for name in names:
-            # A "<base>.log.swap" is a finished cleaned segment that Kafka's compaction was
-            # about to swap in for the old ones (Sluice itself never compacts).
             swap_base = parse_offset_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)
-            if swap_base is not None:
-                log_name, index_name, time_index_name = segment_file_names(swap_base)
-                vfs.rename(directory / name, directory / log_name)
-                vfs.remove(directory / index_name)  # described the replaced segment
-                vfs.remove(directory / time_index_name)
-                vfs.remove(directory / offset_file_name(swap_base, TXN_INDEX_SUFFIX))
-                swapped.append(swap_base)
-                touched = True
-                log.warning("completed interrupted segment swap", segment=swap_base)
-            elif name.endswith(STRAY_SUFFIXES):
+            if swap_base is None:
+                continue
+            # The cleaned segment replaces every segment its offsets cover (Kafka's order:
+            # those go first, then the rename), and its transaction index is rebuilt (step 9).
+            end = _next_offset_of_file(directory / name, swap_base, vfs)
+            for other in names:
+                for suffix in (*SEGMENT_SUFFIXES, TXN_INDEX_SUFFIX):
+                    base = parse_offset_file_name(other, suffix)
+                    if base is not None and swap_base <= base < end:
+                        vfs.remove(directory / other)
+            vfs.rename(directory / name, directory / segment_file_names(swap_base)[0])
+            swapped.append(swap_base)
+            touched = True
+            log.warning("completed interrupted segment swap", segment=swap_base, next_offset=end)
+        for name in vfs.listdir(directory) if touched else names:
+            if name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
                 vfs.remove(directory / name)
                 touched = True
@@ -533,16 +566,6 @@ class Log:
                 log.warning("rebuilding transaction index", segment=base, reason=str(exc))
                 rebuild_txn[base] = None
 
-        # A swapped-in segment replaces every segment its offsets cover.
-        for base in swapped:
-            i = bases.index(base)
-            covered_until = segments[i].read_next_offset()
-            while i + 1 < len(segments) and segments[i + 1].base_offset < covered_until:
-                log.info("removing segment replaced by swap", segment=segments[i + 1].base_offset)
-                segments.pop(i + 1).delete()
-                touched = True
-                bases.pop(i + 1)
-
         # 3. recover everything above the recovery point after an unclean shutdown
         if not had_clean_shutdown and segments:
             first = max(
@@ -559,7 +582,9 @@ class Log:
                 if segment.recovered_control:
                     # Entries of markers below the recovery point were fsynced with them.
                     rebuild_txn.setdefault(segment.base_offset, recovery_point)
-                else:  # no marker in what was walked: no entry can describe it
+                elif segment.base_offset not in rebuild_txn:
+                    # No marker in what was walked: no entry can describe it. (An index
+                    # step 2 found unreadable is rebuilt whole in step 9 instead.)
                     segment.txn_index.truncate_to(segment.read_next_offset())
                 log.info(
                     "recovering unflushed segment",
@@ -850,6 +875,16 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def vfs(self) -> VFS:
+        """The file-system seam this log's files go through (the cleaner writes through it)."""
+        return self._vfs
+
+    @property
+    def truncation_count(self) -> int:
+        """Bumped by every truncation: work planned before one (a cleaning) is discarded."""
+        return self._truncations
+
     # ------------------------------------------------------------------ leader epochs
 
     @property
@@ -987,7 +1022,10 @@ class Log:
            ``difference`` one) under CreateTime, every record is decoded and one whose
            timestamp is further than that from the broker's clock fails the request with
            INVALID_TIMESTAMP;
-        3. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
+        3. on a compacted topic (``cleanup.policy`` holding ``compact``) every record is
+           decoded and one without a key fails the request with INVALID_RECORD and Kafka's
+           message: the cleaner could never supersede or delete it;
+        4. with ``compression.type`` naming a codec, a batch in another codec is rebuilt in
            that one (:func:`~sluice.protocol.records.recompress_batch`, the topic's level).
 
         Returns a private copy of the request, so the caller may rewrite it in place. Only
@@ -997,6 +1035,7 @@ class Log:
         codec = config.target_codec
         before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
         check_time = min(before, after) < LONG_MAX and not config.log_append_time
+        compact = config.compact
         now = self._clock()
         out = bytearray()
         position, total = 0, len(view)
@@ -1021,6 +1060,11 @@ class Log:
                                 f"timestamp {ts} of a record is out of range: it must be within "
                                 f"[{now} - {before}, {now} + {after}]"
                             )
+                if compact and None in rec.decode_batch_columns(batch).keys:
+                    raise InvalidRecord(
+                        "Compacted topic cannot accept message without key in topic partition "
+                        f"{self.topic}-{self.partition}."
+                    )
                 if codec is not None and header.compression != codec:
                     out += rec.recompress_batch(batch, codec, config.target_level)
                 else:
@@ -1216,8 +1260,9 @@ class Log:
 
         Validated before anything is written: every whole batch has magic 2, a consistent
         header and a matching CRC (else CorruptMessage / InvalidRecord); the first starts at
-        LEO and each next one right after the previous (else
-        :class:`UnexpectedAppendOffsetError`). A partial batch at the end (a fetch cut at its
+        or above LEO and each next one above the previous one's last offset (else
+        :class:`UnexpectedAppendOffsetError`): a gap is the leader's log compacted (Kafka's
+        check is the same ``<``). A partial batch at the end (a fetch cut at its
         byte limit) is ignored, as Kafka's follower does; ``valid_bytes`` counts what was
         appended. Not checked, as in Kafka: ``max.message.bytes`` (the leader took the batch)
         and producer sequences (the leader checked them; the follower records them).
@@ -1244,7 +1289,7 @@ class Log:
             raise rec.kafka_error_for(exc)(str(exc)) from exc
         first_offset = expected = self._leo
         for _position, header in batches:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self.topic}-{self.partition}: follower batch at offset "
                     f"{header.base_offset}, log end offset is {expected}",
@@ -1256,6 +1301,7 @@ class Log:
             return AppendInfo(
                 first_offset, first_offset - 1, -1, self._log_start_offset, 0, -1, -1, 0
             )
+        first_offset = batches[0][1].base_offset
         producers = None
         if any(h.producer_id >= 0 for _, h in batches):
             producers = self.producer_state()
@@ -1907,13 +1953,15 @@ class Log:
         segment's size; the segment's largest timestamp is older than ``retention.ms``. Only a
         segment wholly below HW may go, and the active segment only if it is non-empty and fully
         committed (a fresh active segment is rolled first). Then runs due delayed deletions.
+        Retention by size and time applies only with ``cleanup.policy`` holding ``delete``
+        (Kafka's ``deleteOldSegments``): a compact-only log keeps its segments to the cleaner.
         """
         self._check_open()
         now = self._clock() if now_ms is None else now_ms
         deleted = self._delete_while(
             lambda segment, end: end <= self._log_start_offset, "log start offset"
         )
-        if self._config.retention_bytes >= 0:
+        if self._config.delete and self._config.retention_bytes >= 0:
             excess = self.size_in_bytes - self._config.retention_bytes
 
             def size_breached(segment: LogSegment, end: int) -> bool:
@@ -1924,7 +1972,7 @@ class Log:
                 return False
 
             deleted += self._delete_while(size_breached, "retention.bytes")
-        if self._config.retention_ms >= 0:
+        if self._config.delete and self._config.retention_ms >= 0:
             retention_ms = self._config.retention_ms
             deleted += self._delete_while(
                 lambda segment, end: now - segment.largest_timestamp > retention_ms,
@@ -1932,6 +1980,52 @@ class Log:
             )
         self.run_delayed_deletes(now)
         return deleted
+
+    def replace_segments(self, cleaned_base: int, old: list[LogSegment], truncations: int) -> bool:
+        """Swap the cleaned segment ``<cleaned_base>.*.cleaned`` (complete and fsynced by the
+        cleaner) in for the consecutive segments ``old`` (Kafka's ``replaceSegments``).
+        Returns False, touching nothing, when the log changed since the cleaning was planned:
+        closed, truncated (``truncations`` is :attr:`truncation_count` then), or one of ``old``
+        no longer in it (retention, DeleteRecords); the caller removes the cleaned files.
+
+        File steps, in this order, so a crash at any point loads as either the old segments
+        or the cleaned one (``open`` step 1): 1. the cleaned files ``.cleaned`` -> ``.swap``
+        (the ``.log`` first); 2. the old segments renamed ``.deleted`` (their files removed
+        ``file.delete.delay.ms`` later, so fetches in flight finish); 3. ``.swap`` -> the
+        segment's own names. Then the new segment replaces the old ones in the list, and the
+        directory is marked for the flusher's fsync. Never the active segment. On the event
+        loop (the cleaner's thread only writes the ``.cleaned`` files).
+        """
+        if self._closed or truncations != self._truncations or not old:
+            return False
+        try:
+            first = next(i for i, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            return False
+        if (
+            first + len(old) >= len(self._segments)  # the active segment is never replaced
+            or any(self._segments[first + k] is not s for k, s in enumerate(old))
+            or old[0].base_offset != cleaned_base
+        ):
+            return False
+        vfs, directory = self._vfs, self.directory
+        names = segment_file_names(cleaned_base)
+        for name in names:
+            vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
+        del self._segments[first : first + len(old)]
+        del self._bases[first : first + len(old)]
+        self._schedule_delete(old)
+        for name in names:
+            vfs.rename(directory / (name + SWAP_SUFFIX), directory / name)
+        segment = self._open_segment(
+            directory, cleaned_base, self._config, self._clock(), vfs, self._file_cache,
+            active=False,
+        )  # fmt: skip
+        self._segments.insert(first, segment)
+        self._bases.insert(first, cleaned_base)
+        self._hw_meta = None
+        self._dir_version += 1
+        return True
 
     def _delete_while(self, predicate: Callable[[LogSegment, int], bool], reason: str) -> int:
         deletable: list[LogSegment] = []
@@ -2051,6 +2145,8 @@ class Log:
         )
         if lowered and self.recovery_point_lowered is not None:
             self.recovery_point_lowered()
+        if self.truncated is not None:
+            self.truncated(self._leo)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -2087,6 +2183,8 @@ class Log:
         )
         if lowered and self.recovery_point_lowered is not None:
             self.recovery_point_lowered()
+        if self.truncated is not None:
+            self.truncated(offset)
 
     # ------------------------------------------------------------------ lifecycle
 

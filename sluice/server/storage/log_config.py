@@ -11,15 +11,17 @@ name (``segment.bytes`` -> ``segment_bytes``) and, through :func:`broker_synonym
 broker-level ``log.*`` names that supply its default. A topic's effective config is the broker
 default (:meth:`LogConfig.from_broker_properties`) overlaid with the topic's overrides
 (:meth:`LogConfig.from_properties` with ``base=``). Values are validated the way Kafka validates
-them; anything wrong (unknown name, not an integer, out of range, a policy Sluice does not
+them; anything wrong (unknown name, not an integer, out of range, a setting Sluice does not
 implement) raises :class:`sluice.protocol.errors.InvalidConfig` with a message naming the key, so
 that nothing is silently ignored.
 
 Every topic key of Kafka's ``LogConfig`` is known. Sluice honours most of them; settings of
-subsystems it does not have (compaction, tiered storage, replication throttling) are accepted
-where Kafka itself would give them no effect on a topic with ``cleanup.policy=delete`` and no
-remote storage, and refused otherwise. ``compression.type`` and the
-``message.timestamp.*.max.ms`` bounds are applied by ``Log.append_as_leader`` (see
+subsystems it does not have (tiered storage, replication throttling) are accepted where Kafka
+itself would give them no effect without remote storage, and refused otherwise.
+``cleanup.policy`` is Kafka's list of ``compact`` and ``delete`` (either, both); the compaction
+keys are read by the log cleaner (:mod:`sluice.server.storage.log_cleaner`), whose broker-wide
+settings (the ``log.cleaner.*`` keys) are a :class:`CleanerConfig`. ``compression.type`` and
+the ``message.timestamp.*.max.ms`` bounds are applied by ``Log.append_as_leader`` (see
 :attr:`LogConfig.conform_on_append`).
 
 "Never" for ``flush.messages`` / ``flush.ms`` is Kafka's ``Long.MAX_VALUE``, kept as is so that
@@ -29,7 +31,9 @@ remote storage, and refused otherwise. ``compression.type`` and the
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -55,6 +59,12 @@ from sluice.server.config_def import (
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+#: Java's ``Double.MAX_VALUE`` (Kafka's "unthrottled" cleaner I/O), and as Java prints it.
+DOUBLE_MAX = sys.float_info.max
+DOUBLE_MAX_TEXT = "1.7976931348623157E308"
+
+#: ``cleanup.policy`` values (Kafka's ``TopicConfig.CLEANUP_POLICY_*``).
+COMPACT, DELETE = "compact", "delete"
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -107,12 +117,23 @@ def _false_only(feature: str) -> Validator:
 
 
 def _cleanup_policy(text: str) -> str:
+    """``cleanup.policy`` (Kafka's ``ValidList.in("compact", "delete")``): the policies,
+    comma-separated, as given without blanks."""
     policies = [p.strip() for p in text.split(",") if p.strip()]
-    if not policies or any(p not in ("delete", "compact") for p in policies):
-        raise ValueError("must be 'delete' (or 'compact', unsupported)")
-    if "compact" in policies:
-        raise ValueError("log compaction is not implemented by Sluice; use 'delete'")
-    return "delete"
+    if not policies or any(p not in (COMPACT, DELETE) for p in policies):
+        raise ValueError("must be a list of 'compact' and 'delete'")
+    return ",".join(policies)
+
+
+def _double(text: str) -> float:
+    """A finite number (Kafka's DOUBLE)."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
 
 
 #: Kafka 3.9's ``MetadataVersion``: each release with its number of internal versions
@@ -158,10 +179,8 @@ def _version(text: str) -> str:
 
 
 def _ratio(text: str) -> float:
-    try:
-        ratio = float(text.strip())
-    except ValueError:
-        raise ValueError("not a number") from None
+    """A number in [0, 1] (Kafka's ``between(0, 1)``)."""
+    ratio = _double(text)
     if not 0.0 <= ratio <= 1.0:
         raise ValueError("must be in [0.0, 1.0]")
     return ratio
@@ -173,7 +192,6 @@ def _no_throttling(text: str) -> str:
     return ""
 
 
-_NO_COMPACTION = "compaction setting (no effect with cleanup.policy=delete)"
 _NO_TIERING = "tiered storage setting (no effect without remote storage)"
 
 #: Every topic key of Kafka's ``LogConfig`` (3.9), in Kafka's order after Sluice's original
@@ -193,12 +211,12 @@ TOPIC_CONFIG = (
     .define("message.timestamp.type", STRING, CREATE_TIME, one_of(*TIMESTAMP_TYPES), MEDIUM, "CreateTime keeps the producer's timestamps, LogAppendTime stamps")  # noqa: E501
     .define("flush.messages", LONG, LONG_MAX, _long_in(1), HIGH, "fsync after this many messages")
     .define("flush.ms", LONG, LONG_MAX, _long_in(0), HIGH, "fsync after this long")
-    .define("cleanup.policy", LIST, "delete", _cleanup_policy, MEDIUM, "delete (compact is refused: Sluice has no log compaction)")  # noqa: E501
+    .define("cleanup.policy", LIST, "delete", _cleanup_policy, MEDIUM, "delete (retention), compact (keep the last record per key), or both")  # noqa: E501
     .define("file.delete.delay.ms", LONG, 60_000, _long_in(0), HIGH, "delay between renaming a segment to .deleted and removing it")  # noqa: E501
-    .define("delete.retention.ms", LONG, 86_400_000, _long_in(0), MEDIUM, "tombstone retention of compacted topics (no effect with delete)")  # noqa: E501
-    .define("min.compaction.lag.ms", LONG, 0, _long_in(0), MEDIUM, _NO_COMPACTION)
-    .define("max.compaction.lag.ms", LONG, LONG_MAX, _long_in(1), MEDIUM, _NO_COMPACTION)
-    .define("min.cleanable.dirty.ratio", DOUBLE, 0.5, _ratio, MEDIUM, _NO_COMPACTION)
+    .define("delete.retention.ms", LONG, 86_400_000, _long_in(0), MEDIUM, "how long a compacted topic keeps tombstones once cleaned")  # noqa: E501
+    .define("min.compaction.lag.ms", LONG, 0, _long_in(0), MEDIUM, "the minimum time a record stays uncompacted")  # noqa: E501
+    .define("max.compaction.lag.ms", LONG, LONG_MAX, _long_in(1), MEDIUM, "the maximum time a record stays ineligible for compaction")  # noqa: E501
+    .define("min.cleanable.dirty.ratio", DOUBLE, 0.5, _ratio, MEDIUM, "dirty share of the log above which the cleaner compacts it")  # noqa: E501
     .define("unclean.leader.election.enable", BOOLEAN, False, boolean, HIGH, "with no live in-sync replica, an out-of-sync one may lead (the controller's choice; acknowledged records may be lost)")  # noqa: E501
     .define("min.insync.replicas", INT, 1, _long_in(1, INT_MAX), HIGH, "acks=all produce fails with NOT_ENOUGH_REPLICAS below this ISR size")  # noqa: E501
     .define("compression.type", STRING, PRODUCER_COMPRESSION, one_of(*COMPRESSION_TYPES), HIGH, "producer keeps batches as sent; a codec makes the broker store it")  # noqa: E501
@@ -248,12 +266,64 @@ SERVER_LOG_CONFIG = (
     .define_synonym("log.message.timestamp.type", _T("message.timestamp.type"), doc="which timestamp a batch keeps")  # noqa: E501
     .define_synonym("log.flush.interval.messages", _T("flush.messages"))
     .define_synonym("log.flush.interval.ms", _T("flush.ms"), default=None)
-    .define_synonym("log.cleanup.policy", _T("cleanup.policy"), doc="delete (compaction is not implemented)")  # noqa: E501
+    .define_synonym("log.cleanup.policy", _T("cleanup.policy"))
     .define_synonym("log.segment.delete.delay.ms", _T("file.delete.delay.ms"))
     .define_synonym("min.insync.replicas", _T("min.insync.replicas"), doc="ISR size an acks=all produce needs")  # noqa: E501
     .define_synonym("unclean.leader.election.enable", _T("unclean.leader.election.enable"), doc="cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)")  # noqa: E501
     .define_synonym("compression.type", _T("compression.type"), doc="codec batches are stored in (producer: as sent)")  # noqa: E501
+    .define_synonym("log.cleaner.delete.retention.ms", _T("delete.retention.ms"))
+    .define_synonym("log.cleaner.min.compaction.lag.ms", _T("min.compaction.lag.ms"))
+    .define_synonym("log.cleaner.max.compaction.lag.ms", _T("max.compaction.lag.ms"))
+    .define_synonym("log.cleaner.min.cleanable.ratio", _T("min.cleanable.dirty.ratio"), doc="dirty share of a log above which the cleaner compacts it")  # noqa: E501
+    .section("storage: the log cleaner (Kafka's CleanerConfig)")
+    .define("log.cleaner.enable", BOOLEAN, True, boolean, MEDIUM, "run the log cleaner (compacted topics)")  # noqa: E501
+    .define("log.cleaner.threads", INT, 1, int_in(0), MEDIUM, "log cleaner threads (0: none; more than 1 runs as 1)")  # noqa: E501
+    .define("log.cleaner.dedupe.buffer.size", LONG, 128 * 1024 * 1024, int_in(), MEDIUM, "memory for the cleaners' offset maps (key hash -> last offset), all threads together")  # noqa: E501
+    .define("log.cleaner.io.buffer.size", INT, 512 * 1024, int_in(0), MEDIUM, "memory for the cleaners' read and write buffers, all threads together")  # noqa: E501
+    .define("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, _double, MEDIUM, "how full an offset map may become before a cleaning stops reading dirty segments")  # noqa: E501
+    .define("log.cleaner.io.max.bytes.per.second", DOUBLE, DOUBLE_MAX_TEXT, _double, MEDIUM, "throttle: the cleaners read and write at most this many bytes per second on average")  # noqa: E501
+    .define("log.cleaner.backoff.ms", LONG, 15_000, int_in(0), MEDIUM, "how long a cleaner sleeps when no log needs cleaning")  # noqa: E501
 )  # fmt: skip
+
+_S_SETTING = SERVER_LOG_CONFIG.setting
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's log cleaner settings (Kafka's ``CleanerConfig``), from the ``log.cleaner.*``
+    keys (defaults: their declarations). The per-topic compaction settings are in
+    :class:`LogConfig`."""
+
+    enable: bool = _S_SETTING("log.cleaner.enable")
+    threads: int = _S_SETTING("log.cleaner.threads")
+    dedupe_buffer_size: int = _S_SETTING("log.cleaner.dedupe.buffer.size")
+    io_buffer_size: int = _S_SETTING("log.cleaner.io.buffer.size")
+    dedupe_buffer_load_factor: float = _S_SETTING("log.cleaner.io.buffer.load.factor")
+    io_max_bytes_per_second: float = _S_SETTING("log.cleaner.io.max.bytes.per.second")
+    backoff_ms: int = _S_SETTING("log.cleaner.backoff.ms")
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, str]) -> CleanerConfig:
+        """The cleaner settings given in ``props`` (others ignored) over their defaults.
+        Raises InvalidConfig naming the key of a malformed or out-of-range value, and Kafka's
+        message when the offset map could not hold a single key."""
+        changes: dict[str, object] = {}
+        for key, attr in CLEANER_KEYS.items():
+            if key in props:
+                changes[attr] = _parse(SERVER_LOG_CONFIG, key, props[key])
+        config = dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+        slots = config.dedupe_buffer_size // max(config.threads, 1) // 24  # MD5 + offset
+        if config.enable and config.threads > 0 and slots * config.dedupe_buffer_load_factor < 1:
+            raise InvalidConfig(  # Kafka's Cleaner refuses to start likewise
+                "offset map is too small to fit in even a single message, so log cleaning "
+                "will never make progress. You can increase log.cleaner.dedupe.buffer.size "
+                "or decrease log.cleaner.threads"
+            )
+        return config
+
+
+#: The broker keys of :class:`CleanerConfig` -> its attribute names.
+CLEANER_KEYS: dict[str, str] = fields_by_key(CleanerConfig)
 
 #: The coarser-unit broker keys: milliseconds per unit.
 _UNIT_MS = {
@@ -345,15 +415,29 @@ class LogConfig:
     remote_log_copy_disable: bool = _T_SETTING("remote.log.copy.disable")
     remote_log_delete_on_disable: bool = _T_SETTING("remote.log.delete.on.disable")
     #: True when an append must do more than validate and assign offsets: recompress
-    #: (``compression.type`` not ``producer``) or check timestamps (a bound below "never").
-    #: Derived; the append path reads this one flag.
+    #: (``compression.type`` not ``producer``), check timestamps (a bound below "never") or
+    #: check that every record has a key (a compacted topic). Derived; the append path reads
+    #: this one flag.
     conform_on_append: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        conform = self.compression_type != PRODUCER_COMPRESSION or (
-            min(self.timestamp_before_max_ms, self.timestamp_after_max_ms) < LONG_MAX
+        conform = (
+            self.compression_type != PRODUCER_COMPRESSION
+            or min(self.timestamp_before_max_ms, self.timestamp_after_max_ms) < LONG_MAX
+            or self.compact
         )
         object.__setattr__(self, "conform_on_append", conform)
+
+    @property
+    def compact(self) -> bool:
+        """True when ``cleanup.policy`` holds ``compact``: the log cleaner keeps the last record
+        of each key, and records without a key are refused."""
+        return COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """True when ``cleanup.policy`` holds ``delete``: retention by time and size applies."""
+        return DELETE in self.cleanup_policy.split(",")
 
     @property
     def target_codec(self) -> int | None:
@@ -394,10 +478,10 @@ class LogConfig:
     def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Overlay topic-level ``props`` (Kafka names) on ``base`` (default: Kafka's defaults).
 
-        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, or a value
-        that needs what Sluice does not implement (``cleanup.policy=compact``,
-        ``remote.storage.enable=true``, ``preallocate=true``, throttled replicas): the message
-        says which.
+        Raises InvalidConfig for an unknown name, a malformed or out-of-range value, a value
+        that needs what Sluice does not implement (``remote.storage.enable=true``,
+        ``preallocate=true``, throttled replicas), or ``min.compaction.lag.ms`` above
+        ``max.compaction.lag.ms`` (Kafka's check, with its message): the message says which.
         """
         changes: dict[str, object] = {}
         for key, raw in props.items():
@@ -405,7 +489,14 @@ class LogConfig:
             if attr is None:
                 raise InvalidConfig(f"unknown or unsupported topic config {key!r}")
             changes[attr] = _parse(TOPIC_CONFIG, key, raw)
-        return dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
+        config = dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfig(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({config.max_compaction_lag_ms})"
+            )
+        return config
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:

@@ -22,7 +22,9 @@ of thousands of partitions costs neither a scan nor a directory fsync per partit
 background tasks started by :meth:`start` run there too, between requests, and each iteration is
 bounded (one pass over the logs). File I/O is synchronous (page cache), with one exception: the
 background flusher's fsyncs run in one thread of its own (:meth:`flush_in_background`), as
-Kafka's ``kafka-log-flusher`` scheduler thread runs ``Log.flush``.
+Kafka's ``kafka-log-flusher`` scheduler thread runs ``Log.flush``, and the log cleaner's
+rewriting of compacted logs runs in a thread (:mod:`sluice.server.storage.log_cleaner`; its
+plan and swap run on the loop).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ from sluice.server.storage.layout import (
     partition_dir_name,
 )
 from sluice.server.storage.log import Log, PendingFlush
-from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.log_cleaner import LogCleaner
+from sluice.server.storage.log_config import CleanerConfig, LogConfig
 from sluice.server.storage.segment import FILES_PER_SEGMENT
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
@@ -138,8 +141,13 @@ class LogManager:
         clock: Callable[[], int] = _wall_clock_ms,
         vfs: VFS = DEFAULT_VFS,
         max_open_files: int | None = None,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
+        #: The log cleaner's settings (``log.cleaner.*``); the cleaner of compacted topics
+        #: runs from :meth:`start` when enabled (:attr:`cleaner`).
+        self.cleaner_config = cleaner_config or CleanerConfig()
+        self.cleaner: LogCleaner | None = None
         self._max_open_files_given = max_open_files is not None
         #: The bound on the segment files held open (see the class docstring).
         self.file_cache = OpenFileCache(
@@ -237,6 +245,13 @@ class LogManager:
         """Hook a log this manager opened up to the manager's listeners."""
         log.flush_listener = self._flush_listener
         log.recovery_point_lowered = self._recovery_point_lowered
+        topic, partition = log.topic, log.partition
+
+        def truncated(log_end_offset: int) -> None:
+            if self.cleaner is not None:
+                self.cleaner.truncated(topic, partition, log_end_offset)
+
+        log.truncated = truncated
 
     def write_checkpoints(self) -> None:
         """Write the recovery-point, log-start-offset and HW checkpoints of every log."""
@@ -273,6 +288,9 @@ class LogManager:
         self._lock()
         try:
             self._load()
+            cleaner = self.cleaner_config
+            if cleaner.enable and cleaner.threads > 0:
+                self.cleaner = LogCleaner(self.log_dir, cleaner, vfs=self._vfs, clock=self._clock)
         except BaseException:
             self._unlock()
             raise
@@ -799,6 +817,8 @@ class LogManager:
             log = self._logs.pop(TopicPartition(name, partition), None)
             if log is not None:
                 log.close()
+            if self.cleaner is not None:
+                self.cleaner.forget(name, partition)
             source = self._partition_dir(name, partition)
             if source.exists():
                 target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
@@ -945,10 +965,23 @@ class LogManager:
                 self.run_delayed_deletes,
             ),
         ]
+        if self.cleaner is not None:
+            jobs.append(("cleaner", self.cleaner_config.backoff_ms, self.run_cleaner))
         for name, interval_ms, job in jobs:
             self._tasks.append(
                 asyncio.create_task(self._every(name, interval_ms, job), name=f"log-manager-{name}")
             )
+
+    async def run_cleaner(self, max_cleanings: int = 16) -> int:
+        """Clean the filthiest compacted logs, one after the other, until none needs it (or
+        ``max_cleanings``); returns how many were cleaned. The background task runs this every
+        ``log.cleaner.backoff.ms`` (Kafka's cleaner thread sleeps that long when idle)."""
+        cleaned = 0
+        while self.cleaner is not None and cleaned < max_cleanings:
+            if not await self.cleaner.run_once(list(self._logs.values())):
+                break
+            cleaned += 1
+        return cleaned
 
     async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
         """Run ``job`` every ``interval_ms``. A failing pass must not kill the task: it is
@@ -979,11 +1012,15 @@ class LogManager:
         """Cancel the background tasks, wait for them and for a flush thread in flight (its
         fsyncs; the pass is abandoned), then :meth:`close`."""
         tasks, self._tasks = self._tasks, []
+        if self.cleaner is not None:
+            self.cleaner.cleaner.stopping = True  # a cleaning in its thread stops at once
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.cleaner is not None:
+            await self.cleaner.wait_idle()
         in_flight, self._flush_in_flight = self._flush_in_flight, None
         if in_flight is not None:
             await asyncio.wait([in_flight])

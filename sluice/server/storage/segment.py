@@ -929,6 +929,13 @@ class LogSegment:
             if header is not None:
                 self._rolling_based_timestamp = header.max_timestamp
 
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp, -1 when there is none (Kafka's
+        ``getFirstBatchTimestamp``: how long a segment has held dirty records)."""
+        self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        return NO_TIMESTAMP if ts is None else ts
+
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """How long this segment has been filling: by record timestamps (incoming max timestamp -
         first batch's max timestamp) when the first batch has one, else by wall clock since

@@ -547,10 +547,9 @@ def test_describe_configs_derives_types_docs_and_synonyms_from_the_declarations(
 ) -> None:
     """DescribeConfigs answers from the declarations: a broker key's Kafka type and doc, a topic
     key's type, doc and broker synonyms (most specific first)."""
-    from sluice.server.api.config_resources import ConfigResources
-
     from sluice.protocol import messages as m
     from sluice.protocol.config_resources import ConfigSource, ResourceType
+    from sluice.server.api.config_resources import ConfigResources
     from sluice.server.config_def import Type
     from sluice.server.storage.log_manager import LogManager
 

@@ -29,6 +29,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -38,6 +41,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from sluice.net.connection import Connection
+from sluice.protocol import messages as m
 from sluice.server.security import acl as sacl
 from sluice.server.security.authorizer import FileAclStore
 from tests.broker_util import BrokerProcess, start_broker
@@ -463,3 +468,69 @@ def test_super_users_and_allow_everyone(tmp_path: Path) -> None:
 def test_an_unknown_authorizer_refuses_to_start(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"authorizer\.class\.name"):
         start_broker(tmp_path / "data", overrides=("authorizer.class.name=com.example.Custom",))
+
+
+def test_configs_need_describe_configs_and_alter_configs(acls: Acls) -> None:
+    topic = unique("cfg")
+    make_topic(acls, topic)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    [future] = acls.admin.describe_configs([resource], request_timeout=10).values()
+    with pytest.raises(KafkaException) as err:
+        future.result(timeout=DEADLINE_S)
+    assert code_of(err.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.grant(allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE_CONFIGS))
+    [future] = acls.admin.describe_configs([resource], request_timeout=10).values()
+    assert "retention.ms" in future.result(timeout=DEADLINE_S)
+    change = ConfigResource(
+        ConfigResource.Type.TOPIC, topic,
+        incremental_configs=[ConfigEntry("retention.ms", "60000",
+                                         incremental_operation=AlterConfigOpType.SET)],
+    )  # fmt: skip
+    [future] = acls.admin.incremental_alter_configs([change], request_timeout=10).values()
+    with pytest.raises(KafkaException) as err:
+        future.result(timeout=DEADLINE_S)
+    assert code_of(err.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.grant(allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))
+    [future] = acls.admin.incremental_alter_configs([change], request_timeout=10).values()
+    assert future.result(timeout=DEADLINE_S) is None
+    [future] = acls.admin.describe_configs([resource], request_timeout=10).values()
+    assert future.result(timeout=DEADLINE_S)["retention.ms"].value == "60000"
+    broker_configs = ConfigResource(ConfigResource.Type.BROKER, "0")
+    [future] = acls.admin.describe_configs([broker_configs], request_timeout=10).values()
+    with pytest.raises(KafkaException) as err:
+        future.result(timeout=DEADLINE_S)
+    assert code_of(err.value) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def list_offsets_code(broker: BrokerProcess, topic: str) -> int:
+    """ListOffsets straight to the broker (librdkafka asks Metadata first, which a topic
+    without Describe fails before ListOffsets is sent)."""
+    host, port = broker.bootstrap.split(":")
+
+    async def ask() -> int:
+        conn = await Connection.open(host, int(port))
+        try:
+            req = m.ListOffsetsRequest
+            body = req(replica_id=-1, isolation_level=0, topics=[req.ListOffsetsTopic(
+                name=topic, partitions=[req.ListOffsetsPartition(partition_index=0,
+                                                                 timestamp=-1)])])  # fmt: skip
+            response = await conn.request(m.ListOffsets.key, body)
+            return int(response.topics[0].partitions[0].error_code)
+        finally:
+            conn.close()
+
+    return asyncio.run(ask())
+
+
+def test_list_offsets_and_delete_groups_are_refused_without_their_acl(
+    broker: BrokerProcess, acls: Acls
+) -> None:
+    topic, group = unique("lo"), unique("dg")
+    make_topic(acls, topic)
+    assert list_offsets_code(broker, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.grant(allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
+    assert list_offsets_code(broker, topic) == 0
+    [future] = acls.admin.delete_consumer_groups([group], request_timeout=10).values()
+    with pytest.raises(KafkaException) as err:
+        future.result(timeout=DEADLINE_S)
+    assert code_of(err.value) == KafkaError.GROUP_AUTHORIZATION_FAILED

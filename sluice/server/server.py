@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
     from sluice.server.replication.partition import Partition
-    from sluice.server.security.authorizer import ZkAclStore
-    from sluice.server.security.credentials import ZkCredentialStore
+    from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
+    from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
@@ -97,6 +97,8 @@ class Server:
 
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before the logs open: an unreadable ACL or credentials file stops the start here.
+        authorizer, credentials = self._make_security()
         # Kafka's default flush scheduler interval is "never"; ours also flushes rolled segments
         # (as Kafka does on roll), so keep the storage layer's default unless set explicitly.
         flush_check_ms = 1_000
@@ -131,7 +133,8 @@ class Server:
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
-        self._make_security(self.handlers)
+        self.handlers.authorizer = authorizer
+        self.handlers.credentials = credentials
         self._make_quotas()
         loop = asyncio.get_running_loop()
         try:
@@ -209,7 +212,7 @@ class Server:
             raise
         handlers.join_cluster(cluster)
 
-    def _make_security(self, handlers: Handlers) -> None:
+    def _make_security(self) -> tuple[AclAuthorizer | None, CredentialStore]:
         """The authorizer (``authorizer.class.name`` set) and the SCRAM credential store. A
         standalone broker keeps both in files of its data directory (:data:`ACL_FILE`,
         :data:`CREDENTIALS_FILE`); a cluster member in ZooKeeper, loaded once its session is
@@ -220,9 +223,10 @@ class Server:
 
         config = self.config
         standalone = not config.cluster_mode
+        authorizer = None
         if config.authorizer_class_name:
             store = FileAclStore(config.data_dir / ACL_FILE) if standalone else AclStore()
-            handlers.authorizer = AclAuthorizer(
+            authorizer = AclAuthorizer(
                 store,
                 super_users=config.super_users,
                 allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
@@ -238,7 +242,7 @@ class Server:
             if standalone
             else CredentialStore()
         )
-        handlers.credentials = credentials
+        return authorizer, credentials
 
     async def _follow_zk_security(self, cluster: ClusterMember, handlers: Handlers) -> None:
         """Cluster mode: ACLs and credentials from ZooKeeper, followed through Kafka's change

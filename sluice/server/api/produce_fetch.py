@@ -469,6 +469,12 @@ class ProduceFetchApis(ApiBase):
         if body.transactional_id is None and not self._may_write_idempotently():
             return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
+        if body.transactional_id is not None and not self.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+        ):
+            return cls(throttle_time_ms=0,
+                       error_code=errors.TransactionalIdAuthorizationFailed.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip

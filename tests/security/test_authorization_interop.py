@@ -502,24 +502,51 @@ def test_configs_need_describe_configs_and_alter_configs(acls: Acls) -> None:
     assert code_of(err.value) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
-def list_offsets_code(broker: BrokerProcess, topic: str) -> int:
-    """ListOffsets straight to the broker (librdkafka asks Metadata first, which a topic
-    without Describe fails before ListOffsets is sent)."""
+def request(broker: BrokerProcess, api_key: int, body: Any) -> Any:
+    """One request straight to the broker (librdkafka asks Metadata first, which a topic
+    without Describe fails before the request itself is sent)."""
     host, port = broker.bootstrap.split(":")
 
-    async def ask() -> int:
+    async def ask() -> Any:
         conn = await Connection.open(host, int(port))
         try:
-            req = m.ListOffsetsRequest
-            body = req(replica_id=-1, isolation_level=0, topics=[req.ListOffsetsTopic(
-                name=topic, partitions=[req.ListOffsetsPartition(partition_index=0,
-                                                                 timestamp=-1)])])  # fmt: skip
-            response = await conn.request(m.ListOffsets.key, body)
-            return int(response.topics[0].partitions[0].error_code)
+            return await conn.request(api_key, body)
         finally:
             conn.close()
 
     return asyncio.run(ask())
+
+
+def list_offsets_code(broker: BrokerProcess, topic: str) -> int:
+    req = m.ListOffsetsRequest
+    latest = req.ListOffsetsPartition(partition_index=0, timestamp=-1)
+    topics = [req.ListOffsetsTopic(name=topic, partitions=[latest])]
+    body = req(replica_id=-1, isolation_level=0, topics=topics)
+    return int(request(broker, m.ListOffsets.key, body).topics[0].partitions[0].error_code)
+
+
+def test_offset_commit_is_refused_per_topic_and_for_the_group(
+    broker: BrokerProcess, acls: Acls
+) -> None:
+    readable, closed, group = unique("oc-r"), unique("oc-c"), unique("oc-g")
+    make_topic(acls, readable)
+    make_topic(acls, closed)
+    acls.grant(allow(ResourceType.TOPIC, readable, AclOperation.READ))
+    req = m.OffsetCommitRequest
+    body = req(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        req.OffsetCommitRequestTopic(name=t, partitions=[req.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=0, committed_metadata="")])
+        for t in (readable, closed)
+    ])  # fmt: skip
+
+    def codes() -> dict[str, int]:
+        response = request(broker, m.OffsetCommit.key, body)
+        return {t.name: t.partitions[0].error_code for t in response.topics}
+
+    denied = KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert codes() == {readable: denied, closed: denied}
+    acls.grant(allow(ResourceType.GROUP, group, AclOperation.READ))
+    assert codes() == {readable: 0, closed: KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
 def test_list_offsets_and_delete_groups_are_refused_without_their_acl(

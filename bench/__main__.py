@@ -9,7 +9,16 @@ import importlib
 import importlib.util
 import sys
 
-KNOWN = ("storage", "broker", "spark", "embedded", "client_perf", "cluster", "startup")
+KNOWN = (
+    "storage",
+    "broker",
+    "spark",
+    "embedded",
+    "client_perf",
+    "cluster",
+    "startup",
+    "txn_storage",
+)
 
 
 def main(argv: list[str]) -> int:

@@ -47,7 +47,8 @@ from sluice.server.storage.layout import (
     parse_partition_dir,
 )
 
-from .options import OptionError, SourceOptions, parse
+from .offsets import OptionError
+from .options import SourceOptions, parse
 from .schema import ARROW_BATCH_RECORDS, ColumnBuilder, schema_ddl
 
 CHUNK_BYTES = 8 << 20

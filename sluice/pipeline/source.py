@@ -52,6 +52,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sluice.protocol.errors import OffsetOutOfRange
 from sluice.protocol.records import decode_batch_columns, iter_batches
+from sluice.protocol.structs import TopicPartition
 
 from .offsets import (
     EARLIEST,
@@ -59,7 +60,6 @@ from .offsets import (
     OffsetRange,
     OptionError,
     PartitionOffsets,
-    TopicPartition,
     make_ranges,
     offsets_from_dict,
     offsets_to_dict,

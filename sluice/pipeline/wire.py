@@ -33,9 +33,8 @@ from sluice.protocol.errors import (
 )
 from sluice.protocol.framing import decode_response, encode_request
 from sluice.protocol.schema import RequestMessage, ResponseMessage
+from sluice.protocol.structs import TopicPartition
 from sluice.protocol.varint import Buffer
-
-from .offsets import TopicPartition
 
 API_PRODUCE, API_FETCH = messages.Produce.key, messages.Fetch.key
 API_LIST_OFFSETS, API_METADATA = messages.ListOffsets.key, messages.Metadata.key

@@ -43,8 +43,9 @@ from pyspark.sql.datasource import (
 from sluice.client.partitioner import default_partition
 from sluice.protocol.errors import UnknownTopicOrPartition
 from sluice.protocol.records import RecordBatchBuilder
+from sluice.protocol.structs import TopicPartition
 
-from .offsets import OptionError, TopicPartition
+from .offsets import OptionError
 from .options import SinkOptions, parse_sink
 from .wire import SyncClient
 

@@ -147,6 +147,15 @@ OutOfOrderSequenceNumber = _define(
 )
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", 46, False, "duplicate sequence number")
 InvalidProducerEpoch = _define("InvalidProducerEpoch", 47, False, "invalid producer epoch")
+InvalidTxnState = _define(
+    "InvalidTxnState",
+    48,
+    False,
+    "the producer attempted a transactional operation in an invalid state",
+)
+TransactionCoordinatorFenced = _define(
+    "TransactionCoordinatorFenced", 52, False, "a newer transaction coordinator is active"
+)
 TransactionalIdAuthorizationFailed = _define(
     "TransactionalIdAuthorizationFailed", 53, False, "transactional id authorization failed"
 )

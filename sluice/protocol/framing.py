@@ -132,7 +132,7 @@ class Request:
     trailing_bytes: int = 0
 
     @property
-    def api(self) -> Api:
+    def api(self) -> Api[Any, Any]:
         return APIS[self.header.api_key]
 
 
@@ -197,7 +197,7 @@ def frame_size(parts: Iterable[Any]) -> int:
     return sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
 
 
-def _header_versions(api: Api | None, api_version: int) -> tuple[int, bool]:
+def _header_versions(api: Api[Any, Any] | None, api_version: int) -> tuple[int, bool]:
     """(request header version, flexible) for a request of ``api`` at ``api_version``."""
     # Versions beyond what we implement still follow the API's flexible range (Kafka ranges are
     # open-ended), so the header of e.g. ApiVersions v4 parses as v2 and can be answered.

@@ -1301,3 +1301,100 @@ def stamp_log_append_time(batch: bytearray | memoryview, timestamp_ms: int) -> N
     (attributes,) = _I16.unpack_from(view, ATTRIBUTES_OFFSET)
     _I16.pack_into(view, ATTRIBUTES_OFFSET, attributes | ATTR_TIMESTAMP_TYPE_MASK)
     _U32.pack_into(view, CRC_OFFSET, compute_crc(view))
+
+
+# --------------------------------------------------------------------------------------------
+# Control batches: transaction markers (Kafka's ControlRecordType / EndTransactionMarker)
+# --------------------------------------------------------------------------------------------
+#
+# A control batch has the control and transactional attribute bits set, the producer id and
+# epoch of the transaction it ends, baseSequence -1, and one record:
+#   key   = version int16 (0) | type int16 (0 ABORT, 1 COMMIT)        ControlRecordType
+#   value = version int16 (0) | coordinatorEpoch int32                 EndTransactionMarker
+# The transaction coordinator writes it (WriteTxnMarkers) to every partition of a transaction;
+# readers skip control batches, and a read_committed reader drops the aborted transaction's
+# records (Fetch's aborted_transactions, from the partition's .txnindex).
+
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+CONTROL_KEY = struct.Struct(">hh")  # version, type
+END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
+CONTROL_KEY_VERSION = 0
+END_TXN_MARKER_VERSION = 0
+
+
+class EndTxnMarker(NamedTuple):
+    """The record of a transaction-marker control batch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+    @property
+    def type_name(self) -> str:
+        return "COMMIT" if self.commit else "ABORT"
+
+
+def build_end_txn_marker_batch(
+    marker: EndTxnMarker,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """A control batch holding one end-transaction marker (Kafka's
+    ``MemoryRecords.withEndTransactionMarker``): transactional and control bits set,
+    baseSequence -1, CreateTime."""
+    builder = RecordBatchBuilder(
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+    key = CONTROL_KEY.pack(
+        CONTROL_KEY_VERSION, CONTROL_TYPE_COMMIT if marker.commit else CONTROL_TYPE_ABORT
+    )
+    builder.append(
+        timestamp, key, END_TXN_MARKER_VALUE.pack(END_TXN_MARKER_VERSION, marker.coordinator_epoch)
+    )
+    return builder.build()
+
+
+def parse_control_key(key: bytes | None) -> int:
+    """The control record type of a control record's key (0 abort, 1 commit, others unknown
+    to this version; -1 for a key too short). Later key versions keep the type at bytes 2-3,
+    as Kafka's ``ControlRecordType.parseTypeId`` assumes."""
+    if key is None or len(key) < CONTROL_KEY.size:
+        return -1
+    record_type: int = CONTROL_KEY.unpack_from(key)[1]
+    return record_type
+
+
+def parse_end_txn_marker(key: bytes | None, value: bytes | None) -> EndTxnMarker | None:
+    """The marker of a control record, or None if it is another kind of control record.
+    Raises CorruptRecordError for a marker value that is too short (Kafka: InvalidRecord)."""
+    control_type = parse_control_key(key)
+    if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+        return None
+    if value is None or len(value) < END_TXN_MARKER_VALUE.size:
+        raise CorruptRecordError(
+            f"end transaction marker value of {0 if value is None else len(value)} bytes, "
+            f"needs {END_TXN_MARKER_VALUE.size}",
+            field="value",
+        )
+    _version, coordinator_epoch = END_TXN_MARKER_VALUE.unpack_from(value)
+    return EndTxnMarker(control_type == CONTROL_TYPE_COMMIT, coordinator_epoch)
+
+
+def end_txn_marker_of(batch: bytes | bytearray | memoryview) -> EndTxnMarker | None:
+    """The marker of one whole control batch (CRC checked); None for an empty control batch
+    (the cleaner may leave one, Kafka's "entire transaction cleaned") or another control
+    type."""
+    decoded = decode_batch(batch)
+    if not decoded.records:
+        return None
+    record = decoded.records[0]
+    return parse_end_txn_marker(record.key, record.value)

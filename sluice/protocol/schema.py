@@ -438,7 +438,7 @@ def _item_reader(f: Field, version: int, flexible: bool) -> Decoder:
     return reader
 
 
-def _compile_decoder(s: StructSchema, version: int, flexible: bool) -> Decoder:
+def _compile_decoder(s: StructSchema[Any], version: int, flexible: bool) -> Decoder:
     g = _Gen()
     cls = g.const(s.cls, "C")
     regular = [f for f in s.fields if f.present(version) and not f.is_tagged(version, flexible)]
@@ -568,7 +568,7 @@ def _default_expr(g: _Gen, f: Field) -> str:
     return g.const(d, "V") if isinstance(d, uuid.UUID) else repr(d)
 
 
-def _compile_encoder(s: StructSchema, version: int, flexible: bool) -> Encoder:
+def _compile_encoder(s: StructSchema[Any], version: int, flexible: bool) -> Encoder:
     g = _Gen()
     g.emit(0, "def encode(o, out, parts):")
     g.emit(1, "f = None")

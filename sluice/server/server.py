@@ -282,7 +282,8 @@ class Server:
         """Consumer groups and committed offsets: writes through the replica layer. Standalone
         it loads (owns) every ``__consumer_offsets`` partition now, so it is built on the running
         loop; in a cluster it owns those this broker leads, as their states arrive."""
-        from sluice.server.group.coordinator import GroupConfig, GroupCoordinator
+        from sluice.server.group.config import GroupConfig
+        from sluice.server.group.coordinator import GroupCoordinator
         from sluice.server.group.offsets_store import OffsetsStore
         from sluice.server.replication.offsets_appender import ReplicaAppender
 

@@ -170,7 +170,8 @@ class EmbeddedCluster:
             else [m.MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=False,
         )
-        return _run(lambda: _request(port, m.Metadata.key, body), 15.0)
+        response: m.MetadataResponse = _run(lambda: _request(port, m.Metadata.key, body), 15.0)
+        return response
 
     def leader_of(self, topic: str, partition: int = 0, via: int | None = None) -> int:
         """The partition's leader as ``via`` sees it (-1: none)."""

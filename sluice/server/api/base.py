@@ -19,6 +19,7 @@ from sluice.server.api.config_resources import ConfigResources
 from sluice.server.api.registry import HandlerRegistry
 from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
+from sluice.server.metadata.view import LocalMetadata, MetadataView, ZkMetadata
 from sluice.server.network.request import REQUEST_CONTEXT
 from sluice.server.security.acl import (
     CLUSTER_NAME,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.handlers")
 
-CLUSTER_ID = "sluice-single-node"
 #: Kafka's ``GroupType.CLASSIC`` name: the JoinGroup/SyncGroup protocol, the only one served.
 GROUP_TYPE_CLASSIC = "classic"
 #: ``replica_id`` of a consumer's ListOffsets / OffsetForLeaderEpoch (Kafka's names).
@@ -64,7 +64,7 @@ def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
 
 
 #: What :meth:`Handlers._read_fetch` returns.
-_FetchRead = tuple[Any, int, bool, list[tuple[str, int]]]
+_FetchRead = tuple[m.FetchResponse, int, bool, list[tuple[str, int]]]
 
 
 def _code(exc: BaseException) -> int:
@@ -146,6 +146,11 @@ class ApiBase:
         advertised = config.advertised_listener
         self._advertised = (advertised.host, advertised.port)
         self._dispatch = HandlerRegistry()
+        #: What the handlers read of the cluster: a one-broker cluster of its own standalone,
+        #: ZooKeeper's view once the broker joined one.
+        self.metadata_view: MetadataView = LocalMetadata(
+            config.node_id, self.advertised, replicas.logs, replicas
+        )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
         self.config_resources.check = self.check
@@ -238,28 +243,13 @@ class ApiBase:
         broker-to-controller API, never advertised by a standalone broker) is served."""
         self.cluster = cluster
         self.config_resources.cluster = cluster
-
-    def _cluster_id(self) -> str:
-        return CLUSTER_ID if self.cluster is None else self.cluster.cluster_id
+        self.metadata_view = ZkMetadata(
+            cluster, self.config.default_replication_factor, self._auto_creating, self._background
+        )
 
     def advertised(self) -> tuple[str, int]:
         """Where clients reach this broker (host, port)."""
         return self._advertised
-
-    def _brokers(self) -> tuple[list[tuple[int, str, int, str | None]], int]:
-        """``([(id, host, port, rack)], controller id)``: this broker alone standalone, the
-        live brokers in a cluster."""
-        cluster = self.cluster
-        if cluster is None:
-            host, port = self._advertised
-            node = self.config.node_id
-            return [(node, host, port, None)], node
-        out = []
-        for broker_id, info in sorted(cluster.cache.brokers.items()):
-            address = cluster.cache.address(broker_id)
-            if address is not None:
-                out.append((broker_id, address[0], address[1], info.rack))
-        return out, cluster.cache.controller_id
 
     def shutting_down(self) -> None:
         """Server shutdown: long-polls answer now with what they have (and do not park again)."""
@@ -291,7 +281,7 @@ class ApiBase:
             )
         if c.max_topics >= NO_BOUND and c.max_partitions >= NO_BOUND:
             return
-        counts = self.cluster.cache.topics() if self.cluster is not None else self.logs.topics()
+        counts = self.metadata_view.topics()
         extra_topics, extra_partitions = (0, 0) if granted is None else granted.totals()
         current = counts.get(name)
         if current is None:

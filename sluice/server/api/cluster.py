@@ -3,7 +3,6 @@ broker-to-controller ControlledShutdown."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from sluice.server.metadata.zk_cluster import ClusterMember
+    pass
 
 from sluice.server.api.base import ApiBase, log
 
@@ -35,40 +34,44 @@ class ClusterApis(ApiBase):
     # --- Metadata (3) ----------------------------------------------------------------------------
 
     def metadata(self, header: RequestHeader, body: m.MetadataRequest) -> m.MetadataResponse:
-        if self.cluster is not None:
-            return self._cluster_metadata(self.cluster, body)
+        """Brokers, controller and, per partition, its leader (-1 with LEADER_NOT_AVAILABLE when
+        it has none), leader epoch, replicas, ISR and the replicas on dead brokers, from the
+        metadata view (standalone: this broker alone). The topics and partitions are the
+        published ones (a new topic's partitions all at once). An unknown topic may be
+        auto-created: standalone at once, in a cluster in ZooKeeper (answered
+        LEADER_NOT_AVAILABLE meanwhile, as Kafka). A topic being created (in ZooKeeper, not
+        published here yet) is LEADER_NOT_AVAILABLE without partitions, auto-creation allowed
+        or not: it exists, its leaders are on their way. (Kafka's cache has no such topic for
+        the moment between the controller's writes and its UpdateMetadata, and answers
+        UNKNOWN_TOPIC_OR_PARTITION to a client not auto-creating; here each broker learns of
+        a topic by its own watches, so that moment lasts longer, and a client that met it just
+        after CreateTopics answered would give up -- librdkafka's offsetsForTimes fails with
+        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)"""
         cls = m.MetadataResponse
-        broker_cls = m.MetadataResponse.MetadataResponseBroker
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
-        node = self.config.node_id
-        host, port = self._advertised
-        existing = self.logs.topics()
+        view = self.metadata_view
+        existing = view.published_topics()
         names = self._metadata_names(body, existing)
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
         topics = []
         for name in names:
-            error = 0
             count = existing.get(name) if name is not None else None
+            error = 0
             if name is not None and not self._describable(name, body):
                 topics.append(self._unauthorized_topic(name))
                 continue
-            if count is None:
+            if count is None and name is not None and view.being_created(name):
+                error = errors.LeaderNotAvailable.code
+            elif count is None:
                 error = errors.UnknownTopicOrPartition.code
                 if name is not None and allow_auto and self.config.auto_create_topics_enable:
                     if not self._may_create(name):
                         topics.append(self._unauthorized_topic(name))
                         continue
-                    try:
-                        self._check_topic_limits(name, self.config.num_partitions)
-                        self.logs.create_topic(name, self.config.num_partitions)
-                        count = self.config.num_partitions
-                        error = 0
-                        self.metrics.inc("topics.auto_created")
-                        log.info("auto-created topic", topic=name, partitions=count)
-                    except errors.KafkaError as exc:
-                        error = exc.code
-                    existing = self.logs.topics()
+                    error = self._auto_create(name)
+                    existing = view.published_topics()
+                    count = existing.get(name) if error == 0 else None
             partitions = [self._partition_metadata(part_cls, name, i) for i in range(count or 0)]
             topics.append(
                 topic_cls(
@@ -79,11 +82,14 @@ class ClusterApis(ApiBase):
                     topic_authorized_operations=self._topic_operations(body, name),
                 )
             )
+        broker_cls = m.MetadataResponse.MetadataResponseBroker
         return cls(
             throttle_time_ms=0,
-            brokers=[broker_cls(node_id=node, host=host, port=port, rack=None)],
-            cluster_id=self._cluster_id(),
-            controller_id=node,
+            brokers=[
+                broker_cls(node_id=b, host=h, port=p, rack=r) for b, h, p, r in view.brokers()
+            ],
+            cluster_id=view.cluster_id,
+            controller_id=view.controller_id,
             topics=topics,
             cluster_authorized_operations=self.authorized_operations(
                 body.include_cluster_authorized_operations, ResourceType.CLUSTER
@@ -127,127 +133,32 @@ class ClusterApis(ApiBase):
         requested = bool(body.include_topic_authorized_operations)
         return self.authorized_operations(requested, ResourceType.TOPIC, name)
 
-    def _cluster_metadata(
-        self, cluster: ClusterMember, body: m.MetadataRequest
-    ) -> m.MetadataResponse:
-        """Metadata from the cluster's cache (Kafka's ``MetadataCache``): live brokers, the
-        controller, and per partition its leader (-1 with LEADER_NOT_AVAILABLE when it has
-        none), leader epoch, replicas, ISR and the replicas on dead brokers. The topics and
-        partitions are the published ones (:class:`MetadataCache`: a new topic's partitions
-        all at once). An unknown topic may be auto-created (in ZooKeeper; answered
-        LEADER_NOT_AVAILABLE meanwhile, as Kafka). A topic being created (in ZooKeeper, not
-        published here yet) is LEADER_NOT_AVAILABLE without partitions, auto-creation allowed
-        or not: it exists, its leaders are on their way. (Kafka's cache has no such topic for
-        the moment between the controller's writes and its UpdateMetadata, and answers
-        UNKNOWN_TOPIC_OR_PARTITION to a client not auto-creating; here each broker learns of
-        a topic by its own watches, so that moment lasts longer, and a client that met it just
-        after CreateTopics answered would give up -- librdkafka's offsetsForTimes fails with
-        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)"""
-        cls = m.MetadataResponse
-        topic_cls = m.MetadataResponse.MetadataResponseTopic
-        part_cls = m.MetadataResponse.MetadataResponsePartition
-        cache = cluster.cache
-        names = self._metadata_names(body, cache.published)
-        allow_auto = getattr(body, "allow_auto_topic_creation", True)
-        topics = []
-        for name in names:
-            assignment = cache.published.get(name) if name is not None else None
-            partitions = []
-            error = 0
-            if name is not None and not self._describable(name, body):
-                topics.append(self._unauthorized_topic(name))
-                continue
-            if name is not None and assignment is None and name in cache.assignments:
-                error = errors.LeaderNotAvailable.code  # being created
-            elif assignment is None:
-                error = errors.UnknownTopicOrPartition.code
-                if name is not None and allow_auto and self.config.auto_create_topics_enable:
-                    if not self._may_create(name):
-                        topics.append(self._unauthorized_topic(name))
-                        continue
-                    error = self._auto_create(cluster, name)
-            else:
-                for index in sorted(assignment.partitions):
-                    replicas = list(assignment.replicas(index))
-                    state = cache.state(name, index)
-                    leader = cache.leader(name, index)
-                    partitions.append(
-                        part_cls(
-                            error_code=0 if leader >= 0 else errors.LeaderNotAvailable.code,
-                            partition_index=index,
-                            leader_id=leader,
-                            leader_epoch=-1 if state is None else state.leader_epoch,
-                            replica_nodes=replicas,
-                            isr_nodes=[] if state is None else list(state.isr),
-                            offline_replicas=[r for r in replicas if r not in cache.brokers],
-                        )
-                    )
-            topics.append(
-                topic_cls(
-                    error_code=error,
-                    name=name,
-                    is_internal=name == OFFSETS_TOPIC,
-                    partitions=partitions,
-                    topic_authorized_operations=self._topic_operations(body, name),
-                )
-            )
-        brokers, controller = self._brokers()
-        broker_cls = m.MetadataResponse.MetadataResponseBroker
-        return cls(
-            throttle_time_ms=0,
-            brokers=[broker_cls(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
-            cluster_id=self._cluster_id(),
-            controller_id=controller,
-            topics=topics,
-            cluster_authorized_operations=self.authorized_operations(
-                body.include_cluster_authorized_operations, ResourceType.CLUSTER
-            ),
-        )
-
-    def _auto_create(self, cluster: ClusterMember, name: str) -> int:
-        """Start creating ``name`` with the broker defaults; the code Metadata answers now."""
+    def _auto_create(self, name: str) -> int:
+        """Create ``name`` with the broker defaults; the code Metadata answers now."""
         try:
             self._check_topic_limits(name, self.config.num_partitions)
-            assignment = cluster.validate_new_topic(
-                name, self.config.num_partitions, self.config.default_replication_factor, None, {}
-            )
         except errors.KafkaError as exc:
             return exc.code
-        if name not in self._auto_creating:
-            self._auto_creating.add(name)
-
-            async def create() -> None:
-                try:
-                    await cluster.create_topic(name, assignment, {}, 0)
-                    self.metrics.inc("topics.auto_created")
-                except errors.TopicAlreadyExists:
-                    pass
-                except Exception as exc:
-                    log.warning("auto-creating a topic failed", topic=name, error=repr(exc))
-                finally:
-                    self._auto_creating.discard(name)
-
-            task = asyncio.get_running_loop().create_task(create())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        return errors.LeaderNotAvailable.code
+        return self.metadata_view.auto_create_topic(
+            name, self.config.num_partitions, lambda: self.metrics.inc("topics.auto_created")
+        )
 
     def _partition_metadata(
         self, part_cls: type[m.MetadataResponse.MetadataResponsePartition], topic: str, index: int
     ) -> m.MetadataResponse.MetadataResponsePartition:
-        partition = self.replicas.get_partition(topic, index)
-        if partition is None:  # listed by the LogManager but not open: no leader to offer
+        info = self.metadata_view.partition(topic, index)
+        if info is None:  # listed but not known here yet: no leader to offer
             return part_cls(error_code=errors.LeaderNotAvailable.code, partition_index=index,
                             leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
                             offline_replicas=[])  # fmt: skip
         return part_cls(
-            error_code=0,
+            error_code=0 if info.leader >= 0 else errors.LeaderNotAvailable.code,
             partition_index=index,
-            leader_id=partition.leader_id,
-            leader_epoch=partition.leader_epoch,
-            replica_nodes=list(partition.replicas),
-            isr_nodes=list(partition.isr),
-            offline_replicas=[],
+            leader_id=info.leader,
+            leader_epoch=info.leader_epoch,
+            replica_nodes=info.replicas,
+            isr_nodes=info.isr,
+            offline_replicas=info.offline_replicas,
         )
 
     # --- DescribeLogDirs (35) ---------------------------------------------------------------------
@@ -334,25 +245,26 @@ class ClusterApis(ApiBase):
         cls = m.DescribeClusterResponse
         if body.endpoint_type != 1:
             return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
-                       error_message="this is a broker endpoint", cluster_id=self._cluster_id(),
+                       error_message="this is a broker endpoint",
+                       cluster_id=self.metadata_view.cluster_id,
                        controller_id=-1, brokers=[])  # fmt: skip
         if not self.allowed(AclOperation.DESCRIBE):
             return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
-                       error_message=None, cluster_id=self._cluster_id(), controller_id=-1,
-                       brokers=[])  # fmt: skip
+                       error_message=None, cluster_id=self.metadata_view.cluster_id,
+                       controller_id=-1, brokers=[])  # fmt: skip
         ops = self.authorized_operations(
             body.include_cluster_authorized_operations, ResourceType.CLUSTER
         )
-        brokers, controller = self._brokers()
+        view = self.metadata_view
         return cls(
             throttle_time_ms=0,
             error_code=0,
             error_message=None,
-            cluster_id=self._cluster_id(),
-            controller_id=controller,
+            cluster_id=view.cluster_id,
+            controller_id=view.controller_id,
             brokers=[
                 cls.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)
-                for b, h, p, r in brokers
+                for b, h, p, r in view.brokers()
             ],
             cluster_authorized_operations=ops,
         )

@@ -11,7 +11,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
-from sluice.server.network.request import CLOSE_CONNECTION
+from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class ProduceFetchApis(ApiBase):
         body: m.ProduceRequest,
         delayed: DelayedProduce,
         denied: list[m.ProduceRequest.TopicProduceData],
-    ) -> m.ProduceResponse | None:
+    ) -> m.ProduceResponse | CloseConnection | None:
         self.metrics.inc("produce.delayed")
         await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
         return self._produce_response(body, delayed.results, denied)
@@ -71,7 +71,7 @@ class ProduceFetchApis(ApiBase):
         body: m.ProduceRequest,
         results: list[AppendResult],
         denied: list[m.ProduceRequest.TopicProduceData],
-    ) -> m.ProduceResponse | None:
+    ) -> m.ProduceResponse | CloseConnection | None:
         cls = m.ProduceResponse
         topic_cls = m.ProduceResponse.TopicProduceResponse
         part_cls = m.ProduceResponse.PartitionProduceResponse

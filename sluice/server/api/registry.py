@@ -13,6 +13,7 @@ from typing import Any, TypeAlias, TypeVar
 
 from sluice.protocol.messages import RequestHeader
 from sluice.protocol.schema import Api, RequestMessage, ResponseMessage
+from sluice.server.network.request import CloseConnection
 
 __all__ = ["Answer", "HandlerRegistry"]
 
@@ -21,9 +22,9 @@ Resp = TypeVar("Resp", bound=ResponseMessage)
 
 #: What a handler returns (``Answer[FetchResponse]``): the response; an awaitable for it when
 #: the request waits (long-poll Fetch, acks=-1 Produce, group joins, cluster admin); None (now or
-#: awaited) to send nothing (acks=0 Produce). (``network.request.CLOSE_CONNECTION`` is the one
-#: other answer, from an acks=0 Produce that failed.)
-Answer: TypeAlias = Resp | Awaitable[Resp | None] | None
+#: awaited) to send nothing (acks=0 Produce); ``network.request.CLOSE_CONNECTION`` (now or
+#: awaited) to close the connection instead (an acks=0 Produce that failed).
+Answer: TypeAlias = Resp | Awaitable[Resp | CloseConnection | None] | CloseConnection | None
 
 
 class HandlerRegistry:

@@ -1,2 +1,3 @@
-"""Cluster metadata: brokers, topics and partition leaders as this broker knows them (a cache of
-ZooKeeper in a cluster), topic creation and deletion, producer-id blocks."""
+"""Cluster metadata: brokers, topics and partition leaders as this broker knows them, behind one
+interface (``view.MetadataView``: standalone a one-broker cluster, else a cache of ZooKeeper),
+the cluster member (topic creation and deletion, ISR writes), producer-id blocks."""

@@ -33,7 +33,7 @@ import concurrent.futures
 import socket
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import (
@@ -328,7 +328,7 @@ class MetricsEndpoint:
             if environ.get("PATH_INFO", "") != path:
                 start_response("404 Not Found", [("Content-Type", "text/plain")])
                 return [f"not found: the metrics are at {path}\n".encode()]
-            return metrics_app(environ, start_response)
+            return cast("Iterable[bytes]", metrics_app(environ, start_response))
 
         class Server(ThreadingWSGIServer):
             address_family = socket.AF_INET6 if ":" in self.listener.host else socket.AF_INET

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from sluice.protocol.framing import UnsupportedVersionError
 
-__all__ = ["CLOSE_CONNECTION", "REQUEST_CONTEXT", "RequestContext", "RequestHandler"]
+__all__ = [
+    "CLOSE_CONNECTION",
+    "REQUEST_CONTEXT",
+    "CloseConnection",
+    "RequestContext",
+    "RequestHandler",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +47,15 @@ REQUEST_CONTEXT: contextvars.ContextVar[RequestContext] = contextvars.ContextVar
     "request_context", default=_NO_CONNECTION
 )
 
+
+class CloseConnection:
+    """The type of :data:`CLOSE_CONNECTION` (one instance)."""
+
+    __slots__ = ()
+
+
 #: A handler result meaning "send nothing and close the connection" (acks=0 produce errors).
-CLOSE_CONNECTION: Any = object()
+CLOSE_CONNECTION: Final = CloseConnection()
 
 
 class RequestHandler(Protocol):

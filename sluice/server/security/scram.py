@@ -227,6 +227,7 @@ class ScramServerExchange:
         except UnicodeDecodeError:
             self._step = -1
             raise AuthenticationFailed("Invalid SCRAM message: not UTF-8") from None
+        answer: str
         if self._step == 0:
             self._check_authzid(text)
             try:

@@ -329,7 +329,7 @@ def _escape(value: str) -> str:
     return out
 
 
-def _der_value(attr: x509.NameAttribute) -> str:
+def _der_value(attr: x509.NameAttribute[str | bytes]) -> str:
     raw = attr.value if isinstance(attr.value, bytes) else attr.value.encode("utf-8")
     tag = getattr(getattr(attr, "_type", None), "value", 0x0C)  # the ASN.1 string type
     length = len(raw)

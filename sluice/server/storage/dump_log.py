@@ -5,6 +5,7 @@ Library + command line (``python -m sluice.server.storage.dump_log``)::
     python -m sluice.server.storage.dump_log 00000000000000000000.log [--print-data-log]
     python -m sluice.server.storage.dump_log 00000000000000000000.index
     00000000000000000000.timeindex
+    python -m sluice.server.storage.dump_log 00000000000000000000.txnindex
     python -m sluice.server.storage.dump_log <topic>-<partition>/leader-epoch-checkpoint
     python -m sluice.server.storage.dump_log --verify /var/lib/sluice/data      # exit status 1 on
     any problem
@@ -20,12 +21,16 @@ OptionalLong.empty`` is left out)::
         position: 0 CreateTime: 1000 size: 80 magic: 2 compresscodec: none crcValid: true
     | offset: 0 CreateTime: 1000 keySize: 1 valueSize: 2 sequence: -1 headerKeys: [] key: k
         payload: hi                                         (--print-data-log; one line each)
+    | offset: 7 CreateTime: 1000 keySize: 4 valueSize: 6 sequence: -1 headerKeys: []
+        endTxnMarker: COMMIT coordinatorEpoch: 3            (a control record)
+    version: 0 producerId: 7 firstOffset: 2 lastOffset: 9 lastStableOffset: 10   (.txnindex)
     offset: 133 position: 4169                              (.index)
     timestamp: 1700000000000 offset: 133                    (.timeindex)
     epoch: 3 startOffset: 1200                              (leader-epoch-checkpoint)
 
 Index files are preallocated and zero-filled beyond their valid entries (see server/index.py):
-the dump stops at the first all-zero entry, as Kafka's does.
+the dump stops at the first all-zero entry, as Kafka's does. ``--deep-iteration`` prints the
+record lines without key and payload (``--print-data-log`` implies it and adds them), as Kafka's.
 
 ``--verify DIR`` checks a whole log directory (a data dir of ``topic-partition`` directories, or
 one partition directory): the CRC and record structure of every batch; offsets strictly
@@ -36,8 +41,10 @@ increasing and naming an offset of the segment whose batch has that max timestam
 partition's ``leader-epoch-checkpoint``, if present, readable and holding exactly the entries
 the batch headers give (each epoch at its first batch; the first entry may start later, where
 the log start moved; one more entry may start at the log end, a leader's term without records
-yet). A missing checkpoint is not a problem: the broker rebuilds it from the headers at the next
-open. It lists every problem found, not just the first.
+yet); each ``.txnindex`` readable (34-byte entries, version 0, markers increasing) and every
+entry naming an ABORT control batch of its producer in that segment, its first offset at or
+below the marker. A missing checkpoint is not a problem: the broker rebuilds it from the
+headers at the next open. It lists every problem found, not just the first.
 
 This is an offline tool: it reads files with plain blocking I/O and never writes. Do not run it
 from the broker's event loop.
@@ -67,23 +74,25 @@ from sluice.protocol.records import (
     Record,
     compute_crc,
     decode_batch,
+    parse_end_txn_marker,
     parse_header,
 )
 from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
-from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY
+from sluice.server.storage.index import OFFSET_ENTRY, TIME_ENTRY, CorruptIndexError
 from sluice.server.storage.layout import (
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file_name,
 )
 from sluice.server.storage.leader_epoch import EpochEntry, LeaderEpochFileCache
+from sluice.server.storage.txn_index import ABORTED_TXN_VERSION, decode_entries
 
 _INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
-_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -184,7 +193,8 @@ def format_batch(batch: ScannedBatch) -> str:
     )
 
 
-def format_record(header: BatchHeader, record: Record) -> str:
+def format_record(header: BatchHeader, record: Record, *, payload: bool = True) -> str:
+    """One record line; ``payload``: with key and value (Kafka's --print-data-log)."""
     delta = record.offset - header.base_offset
     sequence = (
         NO_SEQUENCE
@@ -199,13 +209,17 @@ def format_record(header: BatchHeader, record: Record) -> str:
         f"valueSize: {value_size} sequence: {sequence} "
         f"headerKeys: [{','.join(k for k, _ in record.headers)}]"
     )
-    if header.is_control and record.key is not None and len(record.key) >= 4:
-        # Control record key: version int16, type int16 (0 ABORT, 1 COMMIT).
-        (kind,) = struct.unpack_from(">h", record.key, 2)
-        line += f" endTxnMarker: {_CONTROL_TYPES.get(kind, kind)}"
-        if record.value is not None and len(record.value) >= 6:
-            (coordinator_epoch,) = struct.unpack_from(">i", record.value, 2)
-            line += f" coordinatorEpoch: {coordinator_epoch}"
+    if header.is_control:
+        try:
+            marker = parse_end_txn_marker(record.key, record.value)
+        except CorruptRecordError as exc:
+            return line + f" endTxnMarker: unreadable ({exc})"
+        if marker is not None:
+            line += (
+                f" endTxnMarker: {marker.type_name} coordinatorEpoch: {marker.coordinator_epoch}"
+            )
+        return line
+    if not payload:
         return line
     if record.key is not None:
         line += f" key: {_text(record.key)}"
@@ -214,8 +228,11 @@ def format_record(header: BatchHeader, record: Record) -> str:
     return line
 
 
-def dump_log(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
-    """Lines describing a .log file: one per batch, and per record with ``print_data_log``."""
+def dump_log(
+    path: Path, *, print_data_log: bool = False, deep_iteration: bool = False
+) -> Iterator[str]:
+    """Lines describing a .log file: one per batch, and per record with ``deep_iteration``
+    (key and payload too with ``print_data_log``, which implies it)."""
     yield f"Dumping {path}"
     yield f"Log starting offset: {base_offset_of(path)}"
     for batch in scan_log(path):
@@ -226,14 +243,14 @@ def dump_log(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
             )
             break
         yield format_batch(batch)
-        if print_data_log:
+        if print_data_log or deep_iteration:
             try:
                 decoded = decode_batch(batch.data)
             except CorruptRecordError as exc:
                 yield f"| records unreadable: {exc}"
                 continue
             for record in decoded.records:
-                yield format_record(batch.header, record)
+                yield format_record(batch.header, record, payload=print_data_log)
 
 
 def read_offset_index(path: Path) -> tuple[list[tuple[int, int]], int]:
@@ -294,18 +311,39 @@ def dump_leader_epochs(path: Path) -> Iterator[str]:
         yield f"epoch: {epoch} startOffset: {start}"
 
 
-def dump_file(path: Path, *, print_data_log: bool = False) -> Iterator[str]:
-    """Dispatch on the suffix (.log, .index, .timeindex) or the name (leader-epoch-checkpoint)."""
+def dump_txn_index(path: Path) -> Iterator[str]:
+    """A ``.txnindex``, one line per aborted transaction (Kafka's ``dumpTxnIndex``)."""
+    yield f"Dumping {path}"
+    try:
+        entries = decode_entries(path.read_bytes(), path.name)
+    except CorruptIndexError as exc:
+        yield f"Unreadable transaction index: {exc}"
+        return
+    for e in entries:
+        yield (
+            f"version: {ABORTED_TXN_VERSION} producerId: {e.producer_id} "
+            f"firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+            f"lastStableOffset: {e.last_stable_offset}"
+        )
+
+
+def dump_file(
+    path: Path, *, print_data_log: bool = False, deep_iteration: bool = False
+) -> Iterator[str]:
+    """Dispatch on the suffix (.log, .index, .timeindex, .txnindex) or the name
+    (leader-epoch-checkpoint)."""
     if path.name == LEADER_EPOCH_CHECKPOINT:
         return dump_leader_epochs(path)
     if path.suffix == LOG_SUFFIX:
-        return dump_log(path, print_data_log=print_data_log)
+        return dump_log(path, print_data_log=print_data_log, deep_iteration=deep_iteration)
+    if path.suffix == TXN_INDEX_SUFFIX:
+        return dump_txn_index(path)
     if path.suffix == INDEX_SUFFIX:
         return dump_index(path)
     if path.suffix == TIME_INDEX_SUFFIX:
         return dump_time_index(path)
     raise click.BadParameter(
-        f"{path}: not a .log, .index, .timeindex or {LEADER_EPOCH_CHECKPOINT} file"
+        f"{path}: not a .log, .index, .timeindex, .txnindex or {LEADER_EPOCH_CHECKPOINT} file"
     )
 
 
@@ -334,6 +372,7 @@ def verify_partition(directory: Path) -> list[str]:
                 f"offset {previous_last}"
             )
         headers: list[tuple[int, BatchHeader]] = []  # (position, header): no batch bytes kept
+        aborts: set[tuple[int, int]] = set()  # (offset, producer id) of ABORT markers
         for batch in scan_log(log_path):
             if isinstance(batch, InvalidTail):
                 problems.append(f"{where}: {batch.error}")
@@ -349,7 +388,12 @@ def verify_partition(directory: Path) -> list[str]:
                 problems.append(f"{at}: CRC mismatch (stored {h.crc:#010x})")
             else:
                 try:
-                    decode_batch(batch.data)
+                    decoded = decode_batch(batch.data)
+                    if h.is_control and decoded.records:
+                        first = decoded.records[0]
+                        marker = parse_end_txn_marker(first.key, first.value)
+                        if marker is not None and not marker.commit:
+                            aborts.add((h.base_offset, h.producer_id))
                 except CorruptRecordError as exc:
                     problems.append(f"{at}: {exc}")
             if h.last_offset_delta < 0:
@@ -363,8 +407,31 @@ def verify_partition(directory: Path) -> list[str]:
             previous_last = max(h.last_offset, previous_last if previous_last is not None else -1)
         problems += _verify_offset_index(directory, base, where, dict(headers))
         problems += _verify_time_index(directory, base, where, [h for _, h in headers])
+        problems += _verify_txn_index(directory, base, where, aborts)
     end = previous_last + 1 if previous_last is not None else None
     problems += _verify_leader_epochs(directory, epochs, first_offset, end)
+    return problems
+
+
+def _verify_txn_index(
+    directory: Path, base: int, where: str, aborts: set[tuple[int, int]]
+) -> list[str]:
+    path = directory / offset_file_name(base, TXN_INDEX_SUFFIX)
+    if not path.exists():
+        return []
+    try:
+        entries = decode_entries(path.read_bytes(), path.name)
+    except CorruptIndexError as exc:
+        return [f"{where}: {exc}"]
+    problems = []
+    for e in entries:
+        if (e.last_offset, e.producer_id) not in aborts:
+            problems.append(
+                f"{where}: {path.name} entry {e} names no ABORT marker of producer "
+                f"{e.producer_id} at offset {e.last_offset}"
+            )
+        if e.first_offset > e.last_offset:
+            problems.append(f"{where}: {path.name} entry {e}: first offset after the marker")
     return problems
 
 
@@ -474,13 +541,22 @@ def verify_log_dir(root: Path) -> list[str]:
 )
 @click.option("--print-data-log", is_flag=True, help="Also print every record of every batch.")
 @click.option(
+    "--deep-iteration",
+    is_flag=True,
+    help="Print every record (without key and payload); implied by --print-data-log.",
+)
+@click.option(
     "--verify",
     "verify_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Verify a whole log directory; exit status 1 if any problem is found.",
 )
 def main(
-    paths: tuple[Path, ...], files_csv: str | None, print_data_log: bool, verify_dir: Path | None
+    paths: tuple[Path, ...],
+    files_csv: str | None,
+    print_data_log: bool,
+    deep_iteration: bool,
+    verify_dir: Path | None,
 ) -> None:
     """Dump .log/.index/.timeindex files like kafka-dump-log.sh (and a partition's
     leader-epoch-checkpoint), or verify a log directory."""
@@ -492,7 +568,7 @@ def main(
     for path in files:
         if not path.is_file():
             raise click.BadParameter(f"{path} does not exist", param_hint="--files")
-        for line in dump_file(path, print_data_log=print_data_log):
+        for line in dump_file(path, print_data_log=print_data_log, deep_iteration=deep_iteration):
             click.echo(line)
     if verify_dir is not None:
         problems = verify_log_dir(verify_dir)

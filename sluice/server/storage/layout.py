@@ -44,6 +44,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SNAPSHOT_SUFFIX = ".snapshot"
+TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions; only segments with an abort have one
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 

@@ -30,6 +30,7 @@ from sluice.protocol.errors import (
     RecordListTooLarge,
     UnknownTopicOrPartition,
 )
+from sluice.protocol.records import EndTxnMarker
 from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
 from sluice.server.storage.file_cache import OpenFileCache
 from sluice.server.storage.index import CorruptIndexError, StorageError
@@ -40,6 +41,8 @@ from sluice.server.storage.layout import (
     STRAY_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    offset_file_name,
     parse_offset_file_name,
     parse_partition_dir,
     segment_file_names,
@@ -51,12 +54,14 @@ from sluice.server.storage.leader_epoch import (
 )
 from sluice.server.storage.log_config import LONG_MAX, LogConfig
 from sluice.server.storage.producer_state import (
+    CompletedTxn,
     ProducerStateManager,
     delete_snapshots_above,
     load_latest_snapshot,
     write_snapshot,
 )
 from sluice.server.storage.segment import FetchSlice, LogSegment
+from sluice.server.storage.txn_index import AbortedTxn
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS
 
 logger = structlog.get_logger("sluice.storage")
@@ -98,7 +103,7 @@ class Isolation(enum.Enum):
 
     LOG_END = 0
     HIGH_WATERMARK = 1
-    TXN_COMMITTED = 2  # same as HIGH_WATERMARK until transactions exist
+    TXN_COMMITTED = 2  # below the last stable offset: a read_committed consumer
 
 
 # Result types are NamedTuples: immutable like frozen dataclasses, but several times cheaper to
@@ -245,6 +250,29 @@ class Log:
     * ``high_watermark`` (HW): offsets below it are committed; consumers read only below it.
     * ``log_end_offset`` (LEO): the offset the next record gets (last offset + 1).
     * ``recovery_point``: offsets below it are known to be fsynced.
+    * ``first_unstable_offset``: first offset of the oldest transaction that is open, or whose
+      marker is not below HW yet (None: none); ``last_stable_offset`` (LSO) =
+      ``min(first_unstable_offset, HW)``: a read_committed consumer reads below it.
+
+    **Transactions** (KIP-98; Kafka's ``UnifiedLog``): a transactional batch of a producer
+    opens its transaction (producer state: :mod:`sluice.server.storage.producer_state`); the
+    coordinator's marker (:meth:`append_end_txn_marker`; a follower copies it) closes it, and
+    an ABORT marker adds an entry to the active segment's ``.txnindex``
+    (:mod:`sluice.server.storage.txn_index`). How Fetch and ListOffsets use this:
+
+    * Fetch v4+ with ``isolation_level=1`` (read_committed): ``read(start, max_bytes,
+      Isolation.TXN_COMMITTED)`` returns batches below the LSO only; answer
+      ``last_stable_offset = log.last_stable_offset`` and ``aborted_transactions =
+      [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(start,
+      upper)]`` with ``upper`` = the offset after the last batch returned (the client drops
+      the data batches of those producers from each first offset until their ABORT marker).
+      With read_uncommitted answer ``last_stable_offset`` too and ``aborted_transactions``
+      null. A reader that never asks for transactions costs nothing: the producer state is
+      built on first use.
+    * ListOffsets with read_committed: :meth:`fetch_offset_by_timestamp` with
+      ``Isolation.TXN_COMMITTED`` answers latest (-1) with the LSO and finds timestamps below
+      it only (Kafka's ``lastFetchableOffset``); a caller that answers latest itself (the
+      replica manager today) must use ``last_stable_offset`` instead of HW for read_committed.
 
     **Invariants**: ``log_start_offset <= high_watermark <= log_end_offset``; segments are
     sorted by base offset, do not overlap, and only the last (*active*) one is written; HW only
@@ -322,9 +350,9 @@ class Log:
         self._truncations = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
-        # Idempotent-producer state (sluice.server.storage.producer_state): derived from the batch
-        # headers,
-        # built on the first batch with a producer id, dropped on truncation.
+        # Producer state (sluice.server.storage.producer_state): derived from the batches, built
+        # on the first batch with a producer id or the first stable-offset question, dropped on
+        # truncation.
         self._producers: ProducerStateManager | None = None
         self._epochs = leader_epochs
 
@@ -394,6 +422,16 @@ class Log:
            check is rebuilt from the batch headers from the log start on and written anew
            (reading only where epochs change: ``LogSegment.epoch_changes``, milliseconds per
            GiB; the leader_epoch section of the measurement notes has the figures).
+        9. Transaction indexes: a ``.txnindex`` that fails its check (not a multiple of 34
+           bytes, unknown version, markers not increasing or outside its segment), the one of
+           a segment swapped in, and those of the segments recovered in step 3 whose walk met
+           a control batch are rebuilt -- the latter from the recovery point on: entries of
+           markers below it were fsynced with them (the others only lose entries past their
+           end). The producer state is replayed from the newest snapshot at or below the first
+           offset rebuilt (else from the log start) to LEO, and each ABORT marker from there
+           in those segments writes its entry with the last stable offset as of that marker
+           (Kafka's LogLoader recovering segments with a ProducerStateManager). The replayed
+           state is the log's producer state from then on, ongoing transactions included.
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
@@ -415,6 +453,7 @@ class Log:
                 vfs.rename(directory / name, directory / log_name)
                 vfs.remove(directory / index_name)  # described the replaced segment
                 vfs.remove(directory / time_index_name)
+                vfs.remove(directory / offset_file_name(swap_base, TXN_INDEX_SUFFIX))
                 swapped.append(swap_base)
                 log.warning("completed interrupted segment swap", segment=swap_base)
             elif name.endswith(STRAY_SUFFIXES):
@@ -430,7 +469,7 @@ class Log:
         for name in names:
             suffix = os.path.splitext(name)[1]
             if (
-                suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
                 and parse_offset_file_name(name, suffix) not in log_bases
             ):
                 log.info("removing orphan index file", file=name)
@@ -440,6 +479,8 @@ class Log:
         # 2. open segments, rebuilding missing or inconsistent indexes
         segments: list[LogSegment] = []
         max_record_size = config.max_message_bytes
+        # Segments whose .txnindex step 9 rebuilds -> the offset from which (None: all of it).
+        rebuild_txn: dict[int, int | None] = dict.fromkeys(swapped)
         for i, base in enumerate(bases):
             segment = cls._open_segment(
                 directory, base, config, clock_ms(), vfs, file_cache, active=False
@@ -465,6 +506,14 @@ class Log:
                     reason=str(exc),
                     truncated_bytes=truncated,
                 )
+                if segment.recovered_control:
+                    rebuild_txn[base] = None
+            try:
+                end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+                segment.txn_index.sanity_check(end)
+            except CorruptIndexError as exc:
+                log.warning("rebuilding transaction index", segment=base, reason=str(exc))
+                rebuild_txn[base] = None
 
         # A swapped-in segment replaces every segment its offsets cover.
         for base in swapped:
@@ -488,6 +537,11 @@ class Log:
                     max_record_size, from_offset=recovery_point if i == first else None
                 )
                 scanned += size - segment.recovered_from
+                if segment.recovered_control:
+                    # Entries of markers below the recovery point were fsynced with them.
+                    rebuild_txn.setdefault(segment.base_offset, recovery_point)
+                else:  # no marker in what was walked: no entry can describe it
+                    segment.txn_index.truncate_to(segment.read_next_offset())
                 log.info(
                     "recovering unflushed segment",
                     segment=segment.base_offset,
@@ -542,7 +596,7 @@ class Log:
         # 8. leader epochs
         epochs = cls._load_leader_epochs(directory, segments, log_start_offset, leo, vfs)
 
-        return cls(
+        loaded = cls(
             directory,
             config,
             segments,
@@ -554,6 +608,72 @@ class Log:
             leader_epochs=epochs,
             file_cache=file_cache,
         )
+
+        # 9. transaction indexes
+        targets = {s: rebuild_txn[s.base_offset] for s in segments if s.base_offset in rebuild_txn}
+        if targets:
+            loaded._rebuild_txn_indexes(targets)
+            log.info(
+                "rebuilt transaction indexes",
+                segments=[s.base_offset for s in targets],
+                aborted=sum(len(s.txn_index) for s in targets),
+            )
+        return loaded
+
+    def _rebuild_txn_indexes(self, targets: dict[LogSegment, int | None]) -> None:
+        """Step 9 of :meth:`open`: drop the entries of each target's ``.txnindex`` from the
+        offset given (None: the whole file, which may be unreadable) and refill them by
+        replaying the producer state over the log, from the newest snapshot at or below the
+        lowest such offset (else from the log start); keep that state."""
+        cuts: dict[int, int] = {}
+        for segment, cut in targets.items():
+            if cut is None or cut <= segment.base_offset:
+                segment.txn_index.reset()
+                cuts[segment.base_offset] = segment.base_offset
+            else:
+                segment.txn_index.truncate_to(cut)
+                cuts[segment.base_offset] = cut
+        by_base = {s.base_offset: s for s in targets}
+        found = load_latest_snapshot(self.directory, self._leo, self._vfs)
+        if found is not None and found[0] <= min(cuts.values()):
+            start, producers = found
+        else:
+            start, producers = -1, ProducerStateManager()
+        bases = self._bases
+
+        def on_complete(txn: CompletedTxn, lso: int) -> None:
+            if txn.is_aborted:
+                base = bases[bisect.bisect_right(bases, txn.last_offset) - 1]
+                segment = by_base.get(base)
+                if segment is not None and txn.last_offset >= cuts[base]:
+                    segment.txn_index.append(
+                        AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
+                    )
+
+        producers.replay_batches(self._batches_with_markers(start), on_complete)
+        producers.on_high_watermark_updated(self._hw)
+        self._producers = producers
+
+    def _batches_with_markers(
+        self, start: int
+    ) -> Iterator[tuple[rec.BatchHeader, EndTxnMarker | None]]:
+        """``(header, marker)`` of every batch from offset ``start`` on (marker: that of a
+        control batch; only control batches are read beyond their header)."""
+        first = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for i, segment in enumerate(self._segments[first:]):
+            begin = 0
+            if i == 0 and start > segment.base_offset:
+                found = segment.translate_offset(start)  # the offset index, not a scan
+                if found is None:
+                    continue
+                begin = found.position
+            for position, header in segment.batches(begin):
+                if header.base_offset < start:
+                    continue
+                marker = None
+                if header.is_control:
+                    marker = rec.end_txn_marker_of(segment.read_batch(position, header))
+                yield header, marker
 
     @staticmethod
     def _load_leader_epochs(
@@ -1112,6 +1232,16 @@ class Log:
         producers = None
         if any(h.producer_id >= 0 for _, h in batches):
             producers = self.producer_state()
+        # Markers decoded before anything is written (a corrupt one refuses the append).
+        markers: dict[int, EndTxnMarker | None] = {}
+        for position, header in batches:
+            if header.is_control and header.producer_id >= 0:
+                try:
+                    markers[position] = rec.end_txn_marker_of(
+                        view[position : position + header.size]
+                    )
+                except CorruptRecordError as exc:
+                    raise rec.kafka_error_for(exc)(str(exc)) from exc
         epochs = self._epochs
         max_timestamp, offset_of_max = rec.NO_TIMESTAMP, first_offset
         record_count = valid_bytes = 0
@@ -1148,10 +1278,15 @@ class Log:
                         last_offset,
                         view[position : position + size],
                     )
-                for _position, header in done:
+                for position, header in done:
                     last_offset = header.base_offset + header.last_offset_delta
                     if producers is not None:
-                        producers.update(header, header.base_offset)
+                        if header.is_control:
+                            marker = markers.get(position)
+                            segment = self._segments[-1]
+                            self._record_marker(producers, segment, header, last_offset, marker)
+                        else:
+                            producers.update(header, header.base_offset)
                     batch_max = header.max_timestamp
                     if batch_max > max_timestamp:
                         max_timestamp, offset_of_max = batch_max, last_offset
@@ -1217,24 +1352,151 @@ class Log:
         return active
 
     def producer_state(self) -> ProducerStateManager:
-        """The idempotent-producer state of this partition, built on first use from the newest
-        ``<offset>.snapshot`` at or below LEO plus the batch headers after it (or from every
-        header when there is none). Only the append path calls this
-        (sluice.server.storage.producer_state)."""
+        """The producer state of this partition (sequences, ongoing transactions), built on
+        first use from the newest ``<offset>.snapshot`` at or below LEO plus the batches after
+        it (or from every batch when there is none; only control batches are read beyond
+        their header). The append paths and the stable-offset properties call this
+        (sluice.server.storage.producer_state); callers must not mutate it."""
         producers = self._producers
         if producers is None:
             found = load_latest_snapshot(self.directory, self._leo, self._vfs)
             start = found[0] if found is not None else -1
             producers = found[1] if found is not None else ProducerStateManager()
-            first = max(0, bisect.bisect_right(self._bases, start) - 1)
-            producers.replay(
-                header
-                for segment in self._segments[first:]
-                for _position, header in segment.batches()
-                if header.base_offset >= start
-            )
+            producers.replay_batches(self._batches_with_markers(start))
+            producers.on_high_watermark_updated(self._hw)
             self._producers = producers
         return producers
+
+    # ------------------------------------------------------------------ transactions
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+        timestamp: int | None = None,
+    ) -> AppendInfo:
+        """Append the COMMIT or ABORT marker of ``producer_id``'s transaction (origin
+        coordinator: the WriteTxnMarkers path on the partition leader). Checked first:
+        a producer epoch older than the producer's -> InvalidProducerEpoch; a coordinator epoch
+        older than the last marker's -> TransactionCoordinatorFenced (nothing written).
+
+        The control batch goes at LEO like any append (roll, leader epoch, flush.messages).
+        If the marker ends a transaction with data in this partition: an ABORT adds
+        ``(producer, first offset, marker offset, LSO)`` to the active segment's ``.txnindex``
+        first, then the transaction is complete; it stops holding the first unstable offset
+        back once HW passes the marker. A marker for a producer without an open transaction
+        here (the coordinator writes to every partition it added; or a retried marker) is
+        written all the same and changes no stable offset, as in Kafka."""
+        if self._closed:
+            self._check_open()
+        producers = self.producer_state()
+        producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        marker = EndTxnMarker(commit, coordinator_epoch)
+        first_offset = self._leo
+        batch = rec.build_end_txn_marker_batch(
+            marker,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            timestamp=self._clock() if timestamp is None else timestamp,
+            base_offset=first_offset,
+            partition_leader_epoch=leader_epoch,
+        )
+        header = rec.parse_header(batch)
+        if leader_epoch != self._epochs.latest_epoch and leader_epoch >= 0:
+            self._epochs.assign(leader_epoch, first_offset)
+        active = self._segment_for(len(batch), header.max_timestamp, first_offset)
+        active.append(first_offset, header.max_timestamp, first_offset, batch)
+        self._leo = first_offset + 1
+        if self._leo - self._recovery_point >= self._config.flush_messages:
+            self._flush_or_take_back(first_offset)
+        try:
+            self._record_marker(producers, active, header, first_offset, marker)
+        except BaseException:
+            # The .txnindex write failed: take the marker back, the coordinator retries.
+            active.truncate_to(first_offset)
+            self._leo = first_offset
+            raise
+        return AppendInfo(
+            first_offset,
+            first_offset,
+            -1,
+            self._log_start_offset,
+            1,
+            header.max_timestamp,
+            first_offset,
+            len(batch),
+        )
+
+    def _record_marker(
+        self,
+        producers: ProducerStateManager,
+        segment: LogSegment,
+        header: rec.BatchHeader,
+        offset: int,
+        marker: EndTxnMarker | None,
+    ) -> None:
+        """Producer state and ``.txnindex`` for a control batch written at ``offset`` in
+        ``segment``: the index entry is written before the transaction completes (Kafka's
+        order). If that write fails the producer state is dropped -- it is rebuilt from the
+        log on next use -- and the error propagates."""
+        completed = producers.update(header, offset, marker)
+        if completed is None:
+            return
+        if completed.is_aborted:
+            lso = producers.last_stable_offset(completed)
+            entry = AbortedTxn(completed.producer_id, completed.first_offset, offset, lso)
+            try:
+                created = segment.txn_index.append(entry)
+            except BaseException:
+                self._producers = None
+                raise
+            if created:
+                self._dir_version += 1  # a new file: the next flush fsyncs the directory
+        producers.complete_txn(completed)
+        producers.on_high_watermark_updated(self._hw)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest transaction that is open or whose marker is not below HW
+        yet; None when there is none (Kafka's ``firstUnstableOffset``). Never below the log
+        start offset: a transaction whose start retention or DeleteRecords removed is unstable
+        from the first offset still there, as Kafka's ``updateFirstUnstableOffset`` clamps it."""
+        first = self.producer_state().first_unstable_offset()
+        if first is not None and first < self._log_start_offset:
+            return self._log_start_offset
+        return first
+
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO = min(first unstable offset, HW): the bound of read_committed reads and of
+        ListOffsets latest for them; Fetch v4+ reports it (see the class docstring)."""
+        first = self.first_unstable_offset
+        hw = self._hw
+        return first if first is not None and first < hw else hw
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``: those
+        whose ABORT marker is at or after ``start_offset`` and whose data starts below
+        ``upper_bound_offset``, in marker order (Kafka's ``collectAbortedTransactions``).
+        Searches the ``.txnindex`` of the segment holding ``start_offset`` and the next ones
+        until an entry's last stable offset reaches the upper bound (no later abort can
+        overlap then: txn_index module docstring). Fetch passes the offset after the last
+        batch it returns as ``upper_bound_offset``."""
+        if self._closed:
+            self._check_open()
+        aborted: list[AbortedTxn] = []
+        first = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for segment in self._segments[first:]:
+            found = segment.txn_index.collect(start_offset, upper_bound_offset)
+            aborted += found.aborted
+            if found.complete:
+                break
+        return aborted
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)`` and return it.
@@ -1351,7 +1613,12 @@ class Log:
         files: list[Path] = []
         segments = self._segments_to_flush(upto)
         for segment in segments:
-            files += (segment.log_path, segment.index_path, segment.time_index_path)
+            files += (
+                segment.log_path,
+                segment.index_path,
+                segment.time_index_path,
+                segment.txn_index.path,  # usually missing: skipped
+            )
         dir_version = self._dir_version
         return PendingFlush(
             self,
@@ -1408,6 +1675,8 @@ class Log:
         if new != self._hw:
             self._hw = new
             self._hw_meta = None
+            if self._producers is not None:
+                self._producers.on_high_watermark_updated(new)
         return new
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
@@ -1421,6 +1690,8 @@ class Log:
             raise ValueError(f"high watermark {hw} above log end offset {self._leo}")
         if hw > self._hw:
             self._hw = hw
+            if self._producers is not None:
+                self._producers.on_high_watermark_updated(hw)
             return True
         return False
 
@@ -1458,7 +1729,8 @@ class Log:
     ) -> FetchDataInfo:
         """Whole batches from the one holding ``start_offset``, up to ``max_bytes`` (the first
         batch whole if ``min_one_message``), never past the bound: HW for consumers, LEO for
-        followers (``Isolation.LOG_END``).
+        followers (``Isolation.LOG_END``), the last stable offset for read_committed consumers
+        (``Isolation.TXN_COMMITTED``).
 
         ``start_offset == bound`` -> empty (a caught-up reader); ``start_offset`` below the log
         start offset or above LEO -> OffsetOutOfRange; between HW and LEO -> empty.
@@ -1467,7 +1739,10 @@ class Log:
             self._check_open()
         leo = self._leo
         segments = self._segments
-        if isolation is Isolation.LOG_END or self._hw == leo:
+        lso = self.last_stable_offset if isolation is Isolation.TXN_COMMITTED else self._hw
+        if lso < self._hw:
+            bound_offset, bound_base, bound_position = self._offset_metadata(lso)
+        elif isolation is Isolation.LOG_END or self._hw == leo:
             # Bounded by the log end (the common case of a consumer: HW == LEO on this
             # single-replica broker): the active segment's end, no LogOffsetMetadata built.
             bound_offset = leo
@@ -1504,15 +1779,22 @@ class Log:
     def fetch_offset_by_timestamp(
         self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
     ) -> TimestampAndOffset | None:
-        """ListOffsets: -2 earliest (log start offset), -1 latest (HW for consumers, LEO for
-        ``LOG_END``), -3 the first offset holding the max timestamp, otherwise the first offset
-        whose timestamp is >= ``timestamp``. None when there is no such offset (or, for
-        consumers, it is not yet committed). Timestamp -1 in the answer means "not applicable".
+        """ListOffsets: -2 earliest (log start offset), -1 latest (HW for consumers, the last
+        stable offset for read_committed ones -- ``TXN_COMMITTED`` --, LEO for ``LOG_END``), -3
+        the first offset holding the max timestamp, otherwise the first offset whose timestamp
+        is >= ``timestamp``. None when there is no such offset (or, for consumers, it is not
+        below that bound: Kafka's ``lastFetchableOffset``). Timestamp -1 in the answer means
+        "not applicable".
         """
         self._check_open()
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(rec.NO_TIMESTAMP, self._log_start_offset)
-        bound = self._leo if isolation is Isolation.LOG_END else self._hw
+        if isolation is Isolation.LOG_END:
+            bound = self._leo
+        elif isolation is Isolation.TXN_COMMITTED:
+            bound = self.last_stable_offset
+        else:
+            bound = self._hw
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(rec.NO_TIMESTAMP, bound)
         if timestamp == MAX_TIMESTAMP:

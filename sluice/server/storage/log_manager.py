@@ -536,7 +536,7 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         # A plain tuple hashes and compares equal to the NamedTuple key and costs a fifth to
         # build: this runs for every partition of every Produce and Fetch.
-        return self._logs.get((topic, partition))  # type: ignore[call-overload]
+        return self._logs.get((topic, partition))  # type: ignore[call-overload, no-any-return]
 
     def topics(self) -> dict[str, int]:
         """Topic name -> partition count (in cluster mode: the count this broker last heard of;

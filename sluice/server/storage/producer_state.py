@@ -28,6 +28,23 @@ still known. Without a usable snapshot, a producer whose batches have all been r
 unknown (its next batch, with a sequence > 0, gets OUT_OF_ORDER_SEQUENCE_NUMBER and the client
 resets its producer id).
 
+**Transactions** (KIP-98; Kafka's ``ProducerAppendInfo.appendDataBatch`` /
+``appendEndTxnMarker``): the first transactional batch of a producer starts its *ongoing*
+transaction at that batch's first offset (``ProducerEntry.current_txn_first_offset``); later
+batches of the producer must be transactional too (else INVALID_TXN_STATE) until a control
+batch -- the coordinator's COMMIT or ABORT marker -- ends it. A marker is refused when its
+producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH) or its coordinator epoch
+is older than the last one seen for that producer (TRANSACTION_COORDINATOR_FENCED: a zombie
+coordinator). A marker that ends a transaction with data yields a :class:`CompletedTxn`; the Log
+writes an aborted one to the segment's ``.txnindex`` *before* calling :meth:`complete_txn`
+(the entry's last stable offset is :meth:`last_stable_offset` as of that moment). A completed
+transaction stays *unreplicated* until the high watermark passes its marker
+(:meth:`on_high_watermark_updated`): until then a follower might not have the marker, and the
+first unstable offset -- the smallest first offset of the ongoing and unreplicated
+transactions -- does not move past it. Ongoing transactions are kept in a dict keyed by first
+offset in insertion order, which is offset order: a transaction starts at the log end offset,
+and the snapshot load inserts the older ones first, sorted.
+
 **Concurrency**: only the partition's append path calls :meth:`check` and :meth:`update`
 (event-loop thread), in that order for one append, with nothing in between.
 """
@@ -37,7 +54,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,15 +63,27 @@ from crc32c import crc32c
 from sluice.protocol.errors import (
     DuplicateSequenceNumber,
     InvalidProducerEpoch,
+    InvalidTxnState,
     OutOfOrderSequenceNumber,
+    TransactionCoordinatorFenced,
 )
-from sluice.protocol.records import BatchHeader
+from sluice.protocol.records import BatchHeader, EndTxnMarker
 from sluice.server.storage.layout import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
 BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF
 NO_SEQUENCE = -1
+NO_OFFSET = -1
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended: its producer, first data offset, the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 class BatchMetadata(NamedTuple):
@@ -77,14 +106,24 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class ProducerEntry:
-    """The state of one producer id: current epoch, last batches (oldest first)."""
+    """The state of one producer id: current epoch, last batches (oldest first), the epoch
+    of the coordinator that wrote its last marker (-1 none), and the first offset of its
+    ongoing transaction (-1 none)."""
 
-    __slots__ = ("batches", "epoch", "producer_id")
+    __slots__ = ("batches", "coordinator_epoch", "current_txn_first_offset", "epoch", "producer_id")
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: deque[BatchMetadata] = deque(maxlen=BATCHES_TO_RETAIN)
+        self.coordinator_epoch = -1
+        self.current_txn_first_offset = NO_OFFSET
+
+    def set_epoch(self, epoch: int) -> None:
+        """A new producer epoch starts a new sequence space: the old batches are forgotten."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
 
     @property
     def last_seq(self) -> int:
@@ -104,6 +143,10 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # first offset -> producer id of every ongoing transaction, in offset order
+        self.ongoing: dict[int, int] = {}
+        # first offset -> marker offset of transactions completed above the high watermark
+        self.unreplicated: dict[int, int] = {}
 
     @classmethod
     def rebuild(cls, headers: Iterable[BatchHeader]) -> ProducerStateManager:
@@ -111,10 +154,29 @@ class ProducerStateManager:
         return cls().replay(headers)
 
     def replay(self, headers: Iterable[BatchHeader]) -> ProducerStateManager:
-        """Apply batches already in the log (after a snapshot), in offset order; returns self."""
-        for header in headers:
-            if header.producer_id >= 0 and header.base_sequence >= 0:
-                self._record(header, header.base_offset)
+        """Apply data batches already in the log (after a snapshot), in offset order; returns
+        self. Control batches need their marker: use :meth:`replay_batches`."""
+        return self.replay_batches((header, None) for header in headers)
+
+    def replay_batches(
+        self,
+        batches: Iterable[tuple[BatchHeader, EndTxnMarker | None]],
+        on_complete: Callable[[CompletedTxn, int], None] | None = None,
+    ) -> ProducerStateManager:
+        """Apply batches already in the log, in offset order, with the marker of each control
+        batch (None for data batches and empty control batches); returns self. Nothing is
+        checked: the log is authoritative (Kafka's replication origin). Each transaction a
+        marker completes is passed to ``on_complete`` with its last stable offset (recovery
+        rebuilds ``.txnindex`` from it), then completed (unreplicated until
+        :meth:`on_high_watermark_updated`)."""
+        for header, marker in batches:
+            if header.producer_id < 0:
+                continue
+            completed = self.update(header, header.base_offset, marker)
+            if completed is not None:
+                if on_complete is not None:
+                    on_complete(completed, self.last_stable_offset(completed))
+                self.complete_txn(completed)
         return self
 
     def check(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
@@ -132,6 +194,15 @@ class ProducerStateManager:
                 continue
             epoch, first, last = header.producer_epoch, header.base_sequence, last_sequence(header)
             entry = self.producers.get(pid)
+            if (
+                not header.is_transactional
+                and entry is not None
+                and entry.current_txn_first_offset != NO_OFFSET
+            ):
+                raise InvalidTxnState(
+                    f"producer {pid}: a non-transactional batch while its transaction from "
+                    f"offset {entry.current_txn_first_offset} is open"
+                )
             if pid in pending:
                 cur_epoch, cur_last = pending[pid]
             elif entry is not None:
@@ -163,16 +234,61 @@ class ProducerStateManager:
             pending[pid] = (epoch, last)
         return None
 
-    def update(self, header: BatchHeader, first_offset: int) -> None:
-        """Record a batch just appended at ``first_offset`` (after :meth:`check` passed)."""
-        if header.producer_id >= 0 and header.base_sequence >= 0:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a transaction marker the coordinator is about to write (Kafka's
+        ``checkProducerEpoch`` and ``checkCoordinatorEpoch`` for the coordinator origin).
+        Raises InvalidProducerEpoch or TransactionCoordinatorFenced."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"producer {producer_id}: marker epoch {producer_epoch} is older than the "
+                f"current {entry.epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"producer {producer_id}: coordinator epoch {coordinator_epoch} (zombie) is "
+                f"older than {entry.coordinator_epoch} (current)"
+            )
+
+    def update(
+        self, header: BatchHeader, first_offset: int, marker: EndTxnMarker | None = None
+    ) -> CompletedTxn | None:
+        """Record a batch just appended at ``first_offset`` (after :meth:`check` or
+        :meth:`check_marker` passed); ``marker`` is that of a control batch. Returns the
+        transaction a marker completed (not yet :meth:`complete_txn`-ed), if it had data."""
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        if header.is_control:
+            if marker is None:  # an empty control batch, or a control type we do not know
+                return None
+            entry = self.producers.get(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
+            entry.set_epoch(header.producer_epoch)
+            entry.coordinator_epoch = marker.coordinator_epoch
+            txn_first = entry.current_txn_first_offset
+            entry.current_txn_first_offset = NO_OFFSET
+            if txn_first == NO_OFFSET:
+                return None  # a marker without data changes no stable offset
+            return CompletedTxn(pid, txn_first, first_offset, not marker.commit)
+        if header.base_sequence >= 0 or header.is_transactional:
             self._record(header, first_offset)
+        return None
 
     def _record(self, header: BatchHeader, first_offset: int) -> None:
         pid = header.producer_id
         entry = self.producers.get(pid)
-        if entry is None or entry.epoch != header.producer_epoch:
+        if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
+        entry.set_epoch(header.producer_epoch)
+        if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[first_offset] = pid
+        if header.base_sequence < 0:
+            return
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -182,13 +298,54 @@ class ProducerStateManager:
             )
         )
 
+    # -- transactions -------------------------------------------------------------------------
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The last stable offset once ``completed`` is complete (the value its ``.txnindex``
+        entry records): the first offset of the oldest other ongoing transaction, else the
+        offset after the marker. Call before :meth:`complete_txn`."""
+        for first_offset, pid in self.ongoing.items():
+            if pid != completed.producer_id:
+                return first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The marker of ``completed`` is in the log (and its index entry written)."""
+        if self.ongoing.pop(completed.first_offset, None) is None:
+            raise ValueError(f"transaction {completed} was not ongoing")
+        self.unreplicated[completed.first_offset] = completed.last_offset
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is below the high watermark are stable."""
+        if self.unreplicated:
+            done = [f for f, last in self.unreplicated.items() if last < high_watermark]
+            for first_offset in done:
+                del self.unreplicated[first_offset]
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing transaction or of a completed one whose
+        marker is not below the high watermark yet; None when every transaction is stable."""
+        first = next(iter(self.ongoing), None)
+        if self.unreplicated:
+            oldest = min(self.unreplicated)
+            if first is None or oldest < first:
+                return oldest
+        return first
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction (Kafka's firstUndecidedOffset)."""
+        return next(iter(self.ongoing), None)
+
 
 # --- snapshot files (Kafka's ``<offset>.snapshot``, version 1) ---------------------------------
 #
 # Layout (big-endian): version int16 (1) | crc uint32 (CRC32C of everything after it) |
 # producer_entries: int32 count, then per producer: producer_id int64, epoch int16,
 # last_sequence int32, last_offset int64, offset_delta int32 (last - first offset of the last
-# batch), timestamp int64, coordinator_epoch int32 (-1), current_txn_first_offset int64 (-1).
+# batch), timestamp int64, coordinator_epoch int32, current_txn_first_offset int64 (-1: no
+# ongoing transaction). A producer with no batch (only markers) has last_sequence -1,
+# last_offset -1 and offset_delta 0, as Kafka writes it. Recovery restarts the ongoing
+# transactions from current_txn_first_offset (Kafka's ``loadProducerEntry``).
 # The file is named by the log end offset it describes. Like Kafka's, a snapshot keeps only the
 # last batch of each producer, so after a restart only that batch is recognised as a duplicate
 # (a retry of an older one gets DUPLICATE_SEQUENCE_NUMBER, which clients treat as written).
@@ -219,9 +376,14 @@ def encode_snapshot(manager: ProducerStateManager, timestamp: int) -> bytes:
     for e in manager.producers.values():
         if e.batches:
             last = e.batches[-1]
+            last_seq, last_offset = last.last_seq, last.last_offset
             delta = last.last_offset - last.first_offset
-            fields = (e.producer_id, e.epoch, last.last_seq, last.last_offset, delta, timestamp)
-            entries.append(_SNAP_ENTRY.pack(*fields, -1, -1))
+        elif e.current_txn_first_offset != NO_OFFSET or e.coordinator_epoch >= 0:
+            last_seq, last_offset, delta = NO_SEQUENCE, NO_OFFSET, 0
+        else:
+            continue
+        fields = (e.producer_id, e.epoch, last_seq, last_offset, delta, timestamp)
+        entries.append(_SNAP_ENTRY.pack(*fields, e.coordinator_epoch, e.current_txn_first_offset))
     body = _SNAP_COUNT.pack(len(entries)) + b"".join(entries)
     return _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c(body)) + body
 
@@ -240,12 +402,22 @@ def decode_snapshot(data: bytes) -> ProducerStateManager:
     if count < 0 or len(body) != _SNAP_COUNT.size + count * _SNAP_ENTRY.size:
         raise CorruptSnapshotError(f"{count} entries do not fill {len(body)} bytes")
     manager = ProducerStateManager()
-    for pid, epoch, last_seq, last_offset, delta, _ts, _ce, _txn in _SNAP_ENTRY.iter_unpack(
+    txns = []
+    for pid, epoch, last_seq, last_offset, delta, _ts, coord, txn in _SNAP_ENTRY.iter_unpack(
         body[_SNAP_COUNT.size :]
     ):
         entry = manager.producers[pid] = ProducerEntry(pid, epoch)
-        first_seq = last_seq - delta if last_seq - delta >= 0 else last_seq - delta + INT32_MAX + 1
-        entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset))
+        entry.coordinator_epoch = coord
+        if txn >= 0:
+            entry.current_txn_first_offset = txn
+            txns.append((txn, pid))
+        if last_offset >= 0 and last_seq >= 0:
+            first_seq = last_seq - delta
+            if first_seq < 0:
+                first_seq += INT32_MAX + 1
+            meta = BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset)
+            entry.batches.append(meta)
+    manager.ongoing = dict(sorted(txns))
     return manager
 
 

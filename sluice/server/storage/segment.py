@@ -1,4 +1,5 @@
-"""A log segment: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex``, as Kafka stores them.
+"""A log segment: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex`` (+ ``<base>.txnindex``),
+as Kafka stores them.
 
 Files (``base`` = the segment's base offset, zero-padded to 20 digits)::
 
@@ -6,6 +7,8 @@ Files (``base`` = the segment's base offset, zero-padded to 20 digits)::
     <base>.index      OffsetIndex  (sluice.server.storage.index): sparse offset -> byte position
     <base>.timeindex  TimeIndex    (sluice.server.storage.index): sparse max-timestamp-so-far ->
     offset
+    <base>.txnindex   TransactionIndex (sluice.server.storage.txn_index): the transactions aborted
+                      by a marker in this segment; created with its first entry
 
 Only the ``.log`` is authoritative; the indexes and the in-memory fields (size, max timestamp,
 bytes since the last index entry) are derived from it and rebuilt by :meth:`LogSegment.recover`.
@@ -61,7 +64,8 @@ from .index import (
     StorageError,
     TimeIndex,
 )
-from .layout import DELETED_SUFFIX, segment_file_names
+from .layout import DELETED_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX, segment_file_names
+from .txn_index import TransactionIndex
 from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
@@ -250,6 +254,12 @@ class LogSegment:
         self._time_index = time_index
         self.index_path = offset_index.path
         self.time_index_path = time_index.path
+        # <base>.txnindex<suffix>: no descriptor held (see txn_index); the Log writes, truncates
+        # (with the segment) and rebuilds it, since its entries need the producer state.
+        stem, _, suffix = log_path.name.partition(LOG_SUFFIX)
+        self.txn_index = TransactionIndex(
+            log_path.with_name(stem + TXN_INDEX_SUFFIX + suffix), base_offset, vfs
+        )
         self._open = True
         self._active = active
         # Unflushed writes a release must fsync first: an active segment is assumed to have
@@ -275,6 +285,9 @@ class LogSegment:
         self._headers: dict[int, BatchHeader] = {}
         #: Byte at which the last :meth:`recover` started reading (0: the whole file).
         self.recovered_from = 0
+        #: Whether the last :meth:`recover` walked over a control batch (a transaction marker:
+        #: the Log then rebuilds the ``.txnindex``).
+        self.recovered_control = False
         if cache is not None:
             self._hold()
 
@@ -664,6 +677,12 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        """The bytes of the whole batch at ``position`` (a header :meth:`batches` yielded)."""
+        if not self._open:
+            self._reopen()
+        return self._file.pread(header.size, position)
+
     def epoch_changes(self) -> list[BatchHeader]:
         """The header of the first batch and of every batch whose ``partitionLeaderEpoch``
         differs from the previous batch's, in order: all a leader epoch cache needs from this
@@ -1020,6 +1039,9 @@ class LogSegment:
            write torn by a crash (or garbage); nothing after it can be trusted.
         5. Append the final time-index entry (as at roll) and trim both indexes.
 
+        The ``.txnindex`` is not touched: its entries need the producer state before this
+        segment; :attr:`recovered_control` tells the Log whether the walk met a marker.
+
         ``max_message_size`` only bounds memory: larger batches are still accepted if their CRC
         matches (the topic's limit may have been lowered after they were written); they are
         checksummed in chunks. The caller must re-extend the indexes of a segment that stays
@@ -1043,11 +1065,14 @@ class LogSegment:
             valid = last_index_entry = start.position
             previous_last_offset = start.previous_last_offset
         self.recovered_from = valid
+        self.recovered_control = False
         self._rolling_based_timestamp = None
         while valid < end:
             header = self._valid_batch_at(valid, end, previous_last_offset, max_message_size)
             if header is None:
                 break
+            if header.is_control:
+                self.recovered_control = True
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
                 self.offset_of_max_timestamp_so_far = header.last_offset
@@ -1150,6 +1175,7 @@ class LogSegment:
         self._dirty = True
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.resize_indexes()
         truncated = 0
         if mapping is not None:
@@ -1185,6 +1211,7 @@ class LogSegment:
         self._file.fsync()
         self._offset_index.flush()
         self._time_index.flush()
+        self.txn_index.flush()
         self._dirty = False
 
     def mark_flushed(self) -> None:
@@ -1222,15 +1249,16 @@ class LogSegment:
         self._file.close()
 
     def delete(self) -> None:
-        """Close and remove the three files (missing ones are fine)."""
+        """Close and remove the files (missing ones are fine)."""
         self.close_handlers()
         self._vfs.remove(self.log_path)
         self._vfs.remove(self.index_path)
         self._vfs.remove(self.time_index_path)
+        self.txn_index.delete()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the three files from ``*<old_suffix>`` to ``*<new_suffix>``; open ones stay
-        open, closed ones are not opened."""
+        """Rename the files (and the ``.txnindex`` if there is one) from ``*<old_suffix>`` to
+        ``*<new_suffix>``; open ones stay open, closed ones are not opened."""
 
         def renamed(path: Path) -> Path:
             name = path.name
@@ -1255,6 +1283,7 @@ class LogSegment:
         else:
             self._vfs.rename(self.time_index_path, new_time_index_path)
         self.time_index_path = new_time_index_path
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def rename_to_deleted(self) -> None:
         """First step of deletion: ``*.log`` -> ``*.log.deleted`` etc. Files stay open, so

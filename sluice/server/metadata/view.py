@@ -1,0 +1,230 @@
+"""One interface for what the request handlers read of the cluster (Kafka's ``MetadataCache``):
+its id, its live brokers and controller, the topics and, per partition, leader, leader epoch,
+replicas and ISR. :class:`LocalMetadata` answers for a standalone broker -- a one-broker cluster
+that leads every partition and is its own controller; :class:`ZkMetadata` answers from the
+cache a cluster member keeps of ZooKeeper. Handlers ask the interface and never which one it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from sluice.protocol import errors
+from sluice.server.logging import get_logger
+
+if TYPE_CHECKING:
+    from sluice.server.metadata.zk_cluster import ClusterMember
+    from sluice.server.replication.replica_manager import ReplicaManager
+    from sluice.server.storage.log_manager import LogManager
+
+log = get_logger("sluice.metadata")
+
+#: The cluster id of a standalone broker (a one-broker cluster of its own).
+STANDALONE_CLUSTER_ID = "sluice-single-node"
+
+
+class BrokerEndpoint(NamedTuple):
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class PartitionMetadata(NamedTuple):
+    """One partition as Metadata answers it; ``leader`` -1: none live (LEADER_NOT_AVAILABLE)."""
+
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
+
+
+class MetadataView(Protocol):
+    """What the handlers read of the cluster, standalone and clustered alike."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        """The live brokers, by id."""
+        ...
+
+    def topics(self) -> dict[str, int]:
+        """Topic -> partition count, every topic of the cluster."""
+        ...
+
+    def published_topics(self) -> dict[str, int]:
+        """Topic -> partition count as Metadata shows them: a cluster shows a new topic (and
+        added partitions) only once every partition has its state here
+        (:class:`~sluice.server.metadata.zk_cluster.MetadataCache`), so no answer lists some
+        partitions with leaders and others without; standalone, :meth:`topics`."""
+        ...
+
+    def being_created(self, name: str) -> bool:
+        """``name`` exists in the cluster but is not published here yet (its leaders are on
+        their way)."""
+        ...
+
+    def partition(self, topic: str, index: int) -> PartitionMetadata | None:
+        """The partition's leadership as known here; None: not known (yet)."""
+        ...
+
+    def auto_create_topic(self, name: str, partitions: int, created: Callable[[], None]) -> int:
+        """Create ``name`` for a Metadata request (``auto.create.topics.enable``); the code to
+        answer now: 0 when it exists already (standalone: created on the spot),
+        LEADER_NOT_AVAILABLE while it is being created, else why not. ``created`` is called once
+        it exists."""
+        ...
+
+
+class LocalMetadata:
+    """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
+    address) is every partition's only replica, leader and ISR, and the controller."""
+
+    def __init__(
+        self,
+        node_id: int,
+        advertised: Callable[[], tuple[str, int]],
+        logs: LogManager,
+        replicas: ReplicaManager,
+    ) -> None:
+        self._node_id = node_id
+        self._advertised = advertised
+        self._logs = logs
+        self._replicas = replicas
+
+    @property
+    def cluster_id(self) -> str:
+        return STANDALONE_CLUSTER_ID
+
+    @property
+    def controller_id(self) -> int:
+        return self._node_id
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        host, port = self._advertised()
+        return [BrokerEndpoint(self._node_id, host, port, None)]
+
+    def topics(self) -> dict[str, int]:
+        return self._logs.topics()
+
+    def published_topics(self) -> dict[str, int]:
+        return self._logs.topics()
+
+    def being_created(self, name: str) -> bool:
+        return False
+
+    def partition(self, topic: str, index: int) -> PartitionMetadata | None:
+        partition = self._replicas.get_partition(topic, index)
+        if partition is None:  # listed by the LogManager but not open: no leader to offer
+            return None
+        return PartitionMetadata(
+            partition.leader_id,
+            partition.leader_epoch,
+            list(partition.replicas),
+            list(partition.isr),
+            [],
+        )
+
+    def auto_create_topic(self, name: str, partitions: int, created: Callable[[], None]) -> int:
+        try:
+            self._logs.create_topic(name, partitions)
+        except errors.KafkaError as exc:
+            return exc.code
+        created()
+        log.info("auto-created topic", topic=name, partitions=partitions)
+        return 0
+
+
+class ZkMetadata:
+    """A cluster member's view: its cache of ZooKeeper (brokers, controller, assignments,
+    partition states). Possibly a watch round trip behind; clients retry as with Kafka's."""
+
+    def __init__(
+        self,
+        cluster: ClusterMember,
+        default_replication_factor: int,
+        creating: set[str],
+        tasks: set[asyncio.Task[None]],
+    ) -> None:
+        self._cluster = cluster
+        self._replication_factor = default_replication_factor
+        #: Topics being created in the background, shared with the broker's other creators
+        #: (the group coordinator's offsets topic), so that one topic is created once.
+        self._auto_creating = creating
+        self._background = tasks
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster.cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        return self._cluster.cache.controller_id
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        cache = self._cluster.cache
+        out = []
+        for broker_id, info in sorted(cache.brokers.items()):
+            address = cache.address(broker_id)
+            if address is not None:
+                out.append(BrokerEndpoint(broker_id, address[0], address[1], info.rack))
+        return out
+
+    def topics(self) -> dict[str, int]:
+        return self._cluster.cache.topics()
+
+    def published_topics(self) -> dict[str, int]:
+        return {t: len(a.partitions) for t, a in self._cluster.cache.published.items()}
+
+    def being_created(self, name: str) -> bool:
+        cache = self._cluster.cache
+        return name in cache.assignments and name not in cache.published
+
+    def partition(self, topic: str, index: int) -> PartitionMetadata | None:
+        cache = self._cluster.cache
+        if not cache.has_partition(topic, index):
+            return None
+        replicas = list(cache.replicas(topic, index))
+        state = cache.state(topic, index)
+        return PartitionMetadata(
+            cache.leader(topic, index),
+            -1 if state is None else state.leader_epoch,
+            replicas,
+            [] if state is None else list(state.isr),
+            [r for r in replicas if r not in cache.brokers],
+        )
+
+    def auto_create_topic(self, name: str, partitions: int, created: Callable[[], None]) -> int:
+        """Written to ZooKeeper in the background; LEADER_NOT_AVAILABLE meanwhile, as Kafka."""
+        cluster = self._cluster
+        try:
+            assignment = cluster.validate_new_topic(
+                name, partitions, self._replication_factor, None, {}
+            )
+        except errors.KafkaError as exc:
+            return exc.code
+        if name not in self._auto_creating:
+            self._auto_creating.add(name)
+
+            async def create() -> None:
+                try:
+                    await cluster.create_topic(name, assignment, {}, 0)
+                    created()
+                except errors.TopicAlreadyExists:
+                    pass
+                except Exception as exc:
+                    log.warning("auto-creating a topic failed", topic=name, error=repr(exc))
+                finally:
+                    self._auto_creating.discard(name)
+
+            task = asyncio.get_running_loop().create_task(create())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return errors.LeaderNotAvailable.code

@@ -10,6 +10,11 @@
     sluice configs  --entity-type topics|brokers [--entity-name N | --entity-default]
                     --describe [--all] | --alter [--add-config k1=v1,k2=[a,b]]
                     [--delete-config k1,k2]     (sources and synonyms as kafka-configs prints them)
+    sluice configs  --entity-type users [--entity-name U] --describe | --alter
+                    --add-config 'SCRAM-SHA-512=[iterations=8192,password=P]'
+    sluice acls     --add | --remove | --list [--allow-principal User:A] [--deny-principal ...]
+                    [--operation Read] --topic T | --group G | --cluster | --transactional-id X
+                    [--resource-pattern-type literal|prefixed|match|any] [--allow-host H]
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
@@ -40,12 +45,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sluice.client.admin import Admin, ConfigEntry
+from sluice.client.admin import SCRAM_MECHANISMS, AclBinding, AclBindingFilter, Admin, ConfigEntry
 from sluice.client.cluster import Cluster, TopicPartition
 from sluice.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from sluice.client.group import delete_groups, describe_group, list_groups
 from sluice.client.producer import COMPRESSION_CODECS, Producer
 from sluice.pipeline.cli import pipeline as pipeline_jobs
+from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
+from sluice.protocol.acl import ResourceType as AclResourceType
 from sluice.protocol.config_resources import ConfigSource, ResourceType
 from sluice.protocol.errors import InvalidConfig, KafkaError, SluiceError, error_name
 
@@ -480,8 +487,8 @@ def _kafka_error(exc: KafkaError) -> click.ClickException:
 
 @cli.command()
 @bootstrap_option
-@click.option("--entity-type", type=click.Choice(sorted(_ENTITY_TYPES)), required=True)
-@click.option("--entity-name", help="The topic name or broker id (all of them when omitted).")
+@click.option("--entity-type", type=click.Choice(sorted([*_ENTITY_TYPES, "users"])), required=True)
+@click.option("--entity-name", help="The topic, broker id or user (all of them when omitted).")
 @click.option("--entity-default", is_flag=True, help="brokers: the cluster-wide default.")
 @click.option("--describe", "describe_", is_flag=True, help="List the entity's configs.")
 @click.option("--all", "all_", is_flag=True, help="--describe: every config, defaults too.")
@@ -505,10 +512,17 @@ async def configs(
     --describe prints the configs altered at runtime (--all: every config), each with its
     source and synonyms, most specific first (``DYNAMIC_TOPIC_CONFIG``,
     ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``). --alter sends one IncrementalAlterConfigs:
-    the broker validates every change before applying any."""
-    resource_type = _ENTITY_TYPES[entity_type]
+    the broker validates every change before applying any.
+
+    Users (``--entity-type users``): SCRAM credentials through the KIP-554 APIs,
+    ``--add-config 'SCRAM-SHA-512=[iterations=8192,password=secret]'`` (4096 iterations when
+    not given; the password is salted and hashed here), ``--delete-config SCRAM-SHA-256``."""
     if describe_ == alter:
         raise click.UsageError("give exactly one action: --describe or --alter")
+    if entity_type == "users":
+        await _user_configs(bootstrap, entity_name, alter, add_config, delete_config)
+        return
+    resource_type = _ENTITY_TYPES[entity_type]
     if entity_default and entity_name is not None:
         raise click.UsageError("give --entity-name or --entity-default, not both")
     if entity_default and resource_type != ResourceType.BROKER:
@@ -566,6 +580,197 @@ async def configs(
             for e in entries:
                 if all_ or e.source == _dynamic(resource_type, n):
                     click.echo(_config_line(e))
+
+
+_SCRAM_VALUE = re.compile(r"(?:iterations=([0-9]+),)?password=(.*)", re.DOTALL)
+#: Kafka's ``ScramMechanism`` default iterations (kafka-configs without ``iterations=``).
+DEFAULT_SCRAM_ITERATIONS = 4096
+
+
+async def _user_configs(
+    bootstrap: str, user: str | None, alter: bool, add: str | None, delete: str | None
+) -> None:
+    """``configs --entity-type users``: SCRAM credentials, with kafka-configs' output."""
+    async with Admin(bootstrap) as admin:
+        if not alter:
+            try:
+                found = await admin.describe_user_scram_credentials(
+                    None if user is None else [user]
+                )
+            except KafkaError as exc:
+                raise _kafka_error(exc) from exc
+            for name, mechanisms in found.items():
+                listed = ",".join(f"{m}=iterations={i}" for m, i in sorted(mechanisms.items()))
+                click.echo(f"SCRAM credential configs for user-principal '{name}' are {listed}")
+            return
+        if user is None:
+            raise click.UsageError("--alter needs --entity-name")
+        if add is None and delete is None:
+            raise click.UsageError("--alter needs --add-config or --delete-config")
+        upserts = []
+        for mechanism, value in (_parse_add_config(add) if add else {}).items():
+            match = _SCRAM_VALUE.fullmatch(value)
+            if mechanism not in SCRAM_MECHANISMS or match is None:
+                raise click.BadParameter(
+                    f"{mechanism}: expected SCRAM-SHA-256 or SCRAM-SHA-512 = "
+                    "[iterations=N,]password=P",
+                    param_hint="--add-config",
+                )
+            iterations = int(match.group(1) or DEFAULT_SCRAM_ITERATIONS)
+            upserts.append((user, mechanism, match.group(2), iterations))
+        deletions = [(user, k.strip()) for k in (delete or "").split(",") if k.strip()]
+        try:
+            results = await admin.alter_user_scram_credentials(upserts, deletions)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--delete-config") from exc
+        error = results.get(user)
+        if error is not None:
+            raise _kafka_error(error)
+    click.echo(f"Completed updating config for user {user}.")
+
+
+# --- acls ----------------------------------------------------------------------------------
+
+_PATTERN_TYPES = {"literal": PatternType.LITERAL, "prefixed": PatternType.PREFIXED,
+                  "match": PatternType.MATCH, "any": PatternType.ANY}  # fmt: skip
+_OPERATIONS = {
+    "".join(w.capitalize() for w in op.name.split("_")): op
+    for op in AclOperation
+    if op not in (AclOperation.UNKNOWN, AclOperation.ANY)
+}
+
+
+def _acl_text(b: AclBinding) -> str:
+    return (
+        f"(principal={b.principal}, host={b.host}, operation={b.operation.name}, "
+        f"permissionType={b.permission.name})"
+    )
+
+
+def _pattern_text(resource_type: AclResourceType, name: str, pattern: PatternType) -> str:
+    return (
+        f"ResourcePattern(resourceType={resource_type.name}, name={name}, "
+        f"patternType={pattern.name})"
+    )
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--add", is_flag=True, help="Add the ACLs described.")
+@click.option("--remove", is_flag=True, help="Remove the ACLs described.")
+@click.option("--list", "list_", is_flag=True, help="List ACLs (of the resources named, or all).")
+@click.option("--allow-principal", multiple=True, metavar="User:NAME", help="Repeatable.")
+@click.option("--deny-principal", multiple=True, metavar="User:NAME", help="Repeatable.")
+@click.option("--allow-host", multiple=True, help="Repeatable (default: * with --allow-principal).")
+@click.option("--deny-host", multiple=True, help="Repeatable (default: * with --deny-principal).")
+@click.option("--principal", help="--list: only this principal's ACLs.")
+@click.option(
+    "--operation", "operations", multiple=True, type=click.Choice(sorted(_OPERATIONS)),
+    help="Repeatable (default: All).",
+)  # fmt: skip
+@click.option("--topic", "topics", multiple=True, help="Repeatable; '*' is every topic.")
+@click.option("--group", "groups", multiple=True, help="Repeatable; '*' is every group.")
+@click.option("--cluster", is_flag=True, help="The cluster resource.")
+@click.option("--transactional-id", "transactional_ids", multiple=True, help="Repeatable.")
+@click.option(
+    "--resource-pattern-type", type=click.Choice(sorted(_PATTERN_TYPES)),
+    help="literal (default for --add/--remove), prefixed, match, any (default for --list).",
+)  # fmt: skip
+@click.option("--force", is_flag=True, help="Accepted for kafka-acls; removal never prompts.")
+@async_command
+async def acls(
+    bootstrap: str, add: bool, remove: bool, list_: bool, allow_principal: tuple[str, ...],
+    deny_principal: tuple[str, ...], allow_host: tuple[str, ...], deny_host: tuple[str, ...],
+    principal: str | None, operations: tuple[str, ...], topics: tuple[str, ...],
+    groups: tuple[str, ...], cluster: bool, transactional_ids: tuple[str, ...],
+    resource_pattern_type: str | None, force: bool,
+) -> None:  # fmt: skip
+    """Add, remove and list ACLs (like kafka-acls --bootstrap-server), through CreateAcls,
+    DeleteAcls and DescribeAcls: the broker needs ``authorizer.class.name``, and the caller
+    Alter (add, remove) or Describe (list) on the cluster."""
+    if add + remove + list_ != 1:
+        raise click.UsageError("give exactly one action: --add, --remove or --list")
+    resources = (
+        [(AclResourceType.TOPIC, t) for t in topics]
+        + [(AclResourceType.GROUP, g) for g in groups]
+        + [(AclResourceType.TRANSACTIONAL_ID, t) for t in transactional_ids]
+        + ([(AclResourceType.CLUSTER, "kafka-cluster")] if cluster else [])
+    )
+    pattern = _PATTERN_TYPES[resource_pattern_type or ("any" if list_ else "literal")]
+    if list_:
+        await _list_acls(bootstrap, resources, pattern, principal)
+        return
+    if not resources:
+        raise click.UsageError("name a resource: --topic, --group, --cluster or --transactional-id")
+    if pattern not in (PatternType.LITERAL, PatternType.PREFIXED) and add:
+        raise click.UsageError("--add takes --resource-pattern-type literal or prefixed")
+    if add and not (allow_principal or deny_principal):
+        raise click.UsageError("--add needs --allow-principal or --deny-principal")
+    entries = [
+        (p, h, AclPermissionType.ALLOW) for p in allow_principal for h in (allow_host or ("*",))
+    ] + [(p, h, AclPermissionType.DENY) for p in deny_principal for h in (deny_host or ("*",))]
+    ops = [_OPERATIONS[o] for o in operations] or [AclOperation.ALL]
+    async with Admin(bootstrap) as admin:
+        try:
+            if add:
+                for rtype, name in resources:
+                    bindings = [
+                        AclBinding(rtype, name, pattern, p, h, op, perm)
+                        for p, h, perm in entries
+                        for op in ops
+                    ]
+                    click.echo(
+                        f"Adding ACLs for resource `{_pattern_text(rtype, name, pattern)}`: "
+                    )
+                    for b in bindings:
+                        click.echo(f" \t{_acl_text(b)} ")
+                    errors = [e for e in await admin.create_acls(bindings) if e is not None]
+                    if errors:
+                        raise errors[0]
+                    click.echo()
+            else:
+                who: list[tuple[str | None, str | None, AclPermissionType]] = [*entries]
+                what: list[AclOperation] = [_OPERATIONS[o] for o in operations]
+                filters = [
+                    AclBindingFilter(rtype, name, pattern, p, h, op, perm)
+                    for rtype, name in resources
+                    for p, h, perm in (who or [(None, None, AclPermissionType.ANY)])
+                    for op in (what or [AclOperation.ANY])
+                ]
+                deleted = await admin.delete_acls(filters)
+                for b in (b for found in deleted for b in found):
+                    click.echo(
+                        f"Removed ACL {_acl_text(b)} for resource "
+                        f"`{_pattern_text(b.resource_type, b.name, b.pattern_type)}`"
+                    )
+        except KafkaError as exc:
+            raise _kafka_error(exc) from exc
+    if add:
+        await _list_acls(bootstrap, resources, pattern, None)
+
+
+async def _list_acls(
+    bootstrap: str,
+    resources: list[tuple[AclResourceType, str]],
+    pattern: PatternType,
+    principal: str | None,
+) -> None:
+    filters = [AclBindingFilter(t, n, pattern, principal) for t, n in resources] or [
+        AclBindingFilter(principal=principal)
+    ]
+    async with Admin(bootstrap) as admin:
+        try:
+            found = [b for f in filters for b in await admin.describe_acls(f)]
+        except KafkaError as exc:
+            raise _kafka_error(exc) from exc
+    by_pattern: dict[tuple[AclResourceType, str, PatternType], list[AclBinding]] = {}
+    for b in found:
+        by_pattern.setdefault((b.resource_type, b.name, b.pattern_type), []).append(b)
+    for key, bindings in by_pattern.items():
+        click.echo(f"Current ACLs for resource `{_pattern_text(*key)}`: ")
+        for b in dict.fromkeys(bindings):
+            click.echo(f" \t{_acl_text(b)} ")
+        click.echo()
 
 
 # --- offsets -------------------------------------------------------------------------------

@@ -21,11 +21,16 @@ code
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sluice.net.connection import Connection
 from sluice.protocol import messages
+from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
+from sluice.protocol.acl import ResourceType as AclResourceType
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.protocol.errors import KafkaError, for_code
 
@@ -35,6 +40,9 @@ from .consumer import EARLIEST, LATEST, Consumer, OffsetAndTimestamp
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "SCRAM_MECHANISMS",
+    "AclBinding",
+    "AclBindingFilter",
     "Admin",
     "ConfigEntry",
     "ConfigSynonym",
@@ -48,6 +56,55 @@ DELETE_RECORDS = messages.DeleteRecords.key
 CREATE_PARTITIONS = messages.CreatePartitions.key
 DESCRIBE_CONFIGS = messages.DescribeConfigs.key
 INCREMENTAL_ALTER_CONFIGS = messages.IncrementalAlterConfigs.key
+
+#: KIP-554's mechanism codes and their hash (``ScramMechanism``).
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+_SCRAM_NAMES = {code: name for name, (code, _) in SCRAM_MECHANISMS.items()}
+
+
+def _scram_mechanism(name: str) -> tuple[int, str]:
+    try:
+        return SCRAM_MECHANISMS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown SCRAM mechanism {name!r}: {', '.join(SCRAM_MECHANISMS)}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL (Kafka's ``AclBinding``): who (``principal``, ``host``) may or may not
+    (``permission``) do ``operation`` on the resources the pattern names."""
+
+    resource_type: AclResourceType
+    name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermissionType
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """What DescribeAcls / DeleteAcls match: ``None`` and ANY match anything; pattern type
+    MATCH matches every pattern that applies to the resource named (literal, ``*``, prefixes)."""
+
+    resource_type: AclResourceType = AclResourceType.ANY
+    name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission: AclPermissionType = AclPermissionType.ANY
+
+
+def _binding(a: Any, p: Any) -> AclBinding:
+    """A binding from a response's entry ``a`` of the resource ``p`` (DeleteAcls: one object)."""
+    return AclBinding(
+        AclResourceType(p.resource_type), p.resource_name, PatternType(p.pattern_type),
+        a.principal, a.host, AclOperation(a.operation), AclPermissionType(a.permission_type),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +287,122 @@ class Admin:
             self._cluster.forget(r.name)  # its partition count changed
         return {
             r.name: _error(r.error_code, r.error_message, f"create partitions of {r.name!r}")
+            for r in response.results
+        }
+
+    # --- ACLs (CreateAcls, DescribeAcls, DeleteAcls) -------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+        """Create ACLs; per binding its error (None: created), e.g. ``SecurityDisabled`` from
+        a broker without an authorizer, ``ClusterAuthorizationFailed`` without Alter on the
+        cluster."""
+        req = messages.CreateAclsRequest
+        body = req(creations=[
+            req.AclCreation(resource_type=int(b.resource_type), resource_name=b.name,
+                            resource_pattern_type=int(b.pattern_type), principal=b.principal,
+                            host=b.host, operation=int(b.operation),
+                            permission_type=int(b.permission))
+            for b in bindings
+        ])  # fmt: skip
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.CreateAcls.key, body)
+        return [_error(r.error_code, r.error_message, "create ACL") for r in response.results]
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs the filter matches (all without one); raises the broker's error."""
+        f = acl_filter or AclBindingFilter()
+        body = messages.DescribeAclsRequest(
+            resource_type_filter=int(f.resource_type), resource_name_filter=f.name,
+            pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
+            host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission),
+        )  # fmt: skip
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.DescribeAcls.key, body)
+        error = _error(response.error_code, response.error_message, "describe ACLs")
+        if error is not None:
+            raise error
+        return [_binding(a, r) for r in response.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Delete what each filter matches; per filter the ACLs deleted. Raises the first
+        error of a filter or of a deletion."""
+        req = messages.DeleteAclsRequest
+        body = req(filters=[
+            req.DeleteAclsFilter(
+                resource_type_filter=int(f.resource_type), resource_name_filter=f.name,
+                pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
+                host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission),
+            )
+            for f in filters
+        ])  # fmt: skip
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.DeleteAcls.key, body)
+        out = []
+        for result in response.filter_results:
+            error = _error(result.error_code, result.error_message, "delete ACLs")
+            if error is not None:
+                raise error
+            for match in result.matching_acls:
+                error = _error(match.error_code, match.error_message, "delete ACL")
+                if error is not None:
+                    raise error
+            out.append([_binding(a, a) for a in result.matching_acls])
+        return out
+
+    # --- SCRAM credentials (KIP-554) -------------------------------------------------------------
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, dict[str, int]]:
+        """``{user: {mechanism: iterations}}`` of the users named (every user with a
+        credential when None). Raises the first error (``ResourceNotFound`` for a user
+        without credentials)."""
+        req = messages.DescribeUserScramCredentialsRequest
+        body = req(users=None if users is None else [req.UserName(name=u) for u in users])
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.DescribeUserScramCredentials.key, body)
+        error = _error(response.error_code, response.error_message, "describe credentials")
+        if error is not None:
+            raise error
+        out: dict[str, dict[str, int]] = {}
+        for r in response.results:
+            error = _error(r.error_code, r.error_message, f"describe credentials of {r.user!r}")
+            if error is not None:
+                raise error
+            out[r.user] = {
+                _SCRAM_NAMES.get(i.mechanism, str(i.mechanism)): i.iterations
+                for i in r.credential_infos
+            }
+        return out
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[tuple[str, str, str, int]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> dict[str, KafkaError | None]:
+        """Set ``(user, mechanism, password, iterations)`` credentials and delete ``(user,
+        mechanism)`` ones; per user its error (None: done). The password never leaves this
+        process: it is salted and hashed here (PBKDF2, a random 32-byte salt), as Kafka's
+        admin client does."""
+        req = messages.AlterUserScramCredentialsRequest
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            code, digest = _scram_mechanism(mechanism)
+            salt = os.urandom(32)
+            salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+            ups.append(req.ScramCredentialUpsertion(name=user, mechanism=code,
+                                                    iterations=iterations, salt=salt,
+                                                    salted_password=salted))  # fmt: skip
+        dels = [
+            req.ScramCredentialDeletion(name=user, mechanism=_scram_mechanism(mech)[0])
+            for user, mech in deletions
+        ]
+        conn = await self._cluster.any_connection()
+        response = await conn.request(
+            messages.AlterUserScramCredentials.key, req(deletions=dels, upsertions=ups)
+        )
+        return {
+            r.user: _error(r.error_code, r.error_message, f"alter credentials of {r.user!r}")
             for r in response.results
         }
 

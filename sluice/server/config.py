@@ -257,6 +257,34 @@ def _log_dirs(text: str) -> str:
 #: Every broker key: this room's (network, broker, replica, ZooKeeper, storage lifecycle), the
 #: controller's, the storage layer's ``log.*`` and the group coordinator's, in the order of
 #: DescribeConfigs and of the example file. One line per key:
+#: The ``authorizer.class.name`` values that turn ACLs on (Kafka's ZooKeeper and KRaft names;
+#: the same set as ``sluice.server.security.authorizer.AUTHORIZER_CLASS_NAMES``).
+AUTHORIZER_CLASS_NAMES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+)
+
+
+def _authorizer(text: str) -> str:
+    value = text.strip()
+    if value and value not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(
+            "Sluice implements Kafka's ACL authorizer only: set "
+            f"{' or '.join(AUTHORIZER_CLASS_NAMES)}, or leave it empty for no authorization"
+        )
+    return value
+
+
+def _super_users(text: str) -> tuple[str, ...]:
+    """``super.users``: ``User:a;User:b`` (each ``<type>:<name>``, Kafka's syntax)."""
+    users = tuple(u.strip() for u in text.split(";") if u.strip())
+    for user in users:
+        kind, _, name = user.partition(":")
+        if not kind or not name:
+            raise ValueError(f"{user!r} is not a principal (expected <type>:<name>)")
+    return users
+
+
 #: ``define(name, type, default, validator, importance, doc)``.
 BROKER_CONFIG = (
     ConfigDef()
@@ -284,6 +312,9 @@ BROKER_CONFIG = (
     .define("sluice.max.partitions", INT, NO_BOUND, int_in(1), MEDIUM, "partitions of all topics (internal ones included); more is POLICY_VIOLATION")  # noqa: E501
     .define("sluice.max.partitions.per.topic", INT, 10000, int_in(1), MEDIUM, "partitions of one topic; more is INVALID_PARTITIONS")  # noqa: E501
     .section("broker identity and topics")
+    .define("authorizer.class.name", STRING, "", _authorizer, LOW, "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on; empty: no authorization")  # noqa: E501
+    .define("super.users", STRING, "", _super_users, LOW, "principals (User:name) separated by ';' that every ACL check allows")  # noqa: E501
+    .define("allow.everyone.if.no.acl.found", BOOLEAN, False, boolean, LOW, "with an authorizer: a resource with no ACL is open to everyone (true) or to super users only")  # noqa: E501
     .define("node.id", INT, 0, int_in(0), HIGH, "this broker's id (in Metadata)")
     .define("broker.id", INT, None, int_in(-1), HIGH, "Kafka's old name for node.id; node.id wins")
     .define("num.partitions", INT, 1, int_in(1), MEDIUM, "partitions of an auto-created topic or CreateTopics with num_partitions -1")  # noqa: E501
@@ -394,6 +425,9 @@ class Config:
     max_topics: int = _setting("sluice.max.topics")
     max_partitions: int = _setting("sluice.max.partitions")
     max_partitions_per_topic: int = _setting("sluice.max.partitions.per.topic")
+    authorizer_class_name: str = _setting("authorizer.class.name")
+    super_users: tuple[str, ...] = _setting("super.users")
+    allow_everyone_if_no_acl_found: bool = _setting("allow.everyone.if.no.acl.found")
     node_id: int = _setting("node.id")
     num_partitions: int = _setting("num.partitions")
     default_replication_factor: int = _setting("default.replication.factor")

@@ -43,10 +43,18 @@ if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
     from sluice.server.replication.partition import Partition
+    from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
+    from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
 log = get_logger("sluice.server")
+
+#: A standalone broker's ACLs (Kafka's ZooKeeper layout as one JSON file) in ``log.dirs``.
+ACL_FILE = "sluice-acls.json"
+#: A standalone broker's SCRAM credentials in ``log.dirs``
+#: (``python -m sluice.server.security --credentials-file`` writes it before a start).
+CREDENTIALS_FILE = "sluice-credentials.json"
 
 
 class Server:
@@ -78,6 +86,8 @@ class Server:
         self._force_exit = False
         self._stopped = False
         self._shutdown_task: asyncio.Task[None] | None = None
+        #: Cluster mode: the ZooKeeper ACL and credential stores (closed before the session).
+        self._security_stores: list[ZkAclStore | ZkCredentialStore] = []
         self.host = config.listener.host
         self.port = config.listener.port
 
@@ -88,6 +98,8 @@ class Server:
 
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before the logs open: an unreadable ACL or credentials file stops the start here.
+        authorizer, credentials = self._make_security()
         # Kafka's default flush scheduler interval is "never"; ours also flushes rolled segments
         # (as Kafka does on roll), so keep the storage layer's default unless set explicitly.
         flush_check_ms = 1_000
@@ -123,6 +135,8 @@ class Server:
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
+        self.handlers.authorizer = authorizer
+        self.handlers.credentials = credentials
         self._make_quotas()
         loop = asyncio.get_running_loop()
         try:
@@ -183,7 +197,10 @@ class Server:
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
+            await self._follow_zk_security(cluster, handlers)
         except BaseException:
+            for store in self._security_stores:
+                await store.close()
             self.cluster = None
             await cluster.stop()
             if self._server is not None:
@@ -196,6 +213,55 @@ class Server:
             self.log_manager = None
             raise
         handlers.join_cluster(cluster)
+
+    def _make_security(self) -> tuple[AclAuthorizer | None, CredentialStore]:
+        """The authorizer (``authorizer.class.name`` set) and the SCRAM credential store. A
+        standalone broker keeps both in files of its data directory (:data:`ACL_FILE`,
+        :data:`CREDENTIALS_FILE`); a cluster member in ZooKeeper, loaded once its session is
+        up (:meth:`_follow_zk_security`): until then the ACL cache is empty, so only super
+        users (or everyone, with ``allow.everyone.if.no.acl.found``) get in."""
+        from sluice.server.security.authorizer import AclAuthorizer, AclStore, FileAclStore
+        from sluice.server.security.credentials import CredentialStore, FileCredentialStore
+
+        config = self.config
+        standalone = not config.cluster_mode
+        authorizer = None
+        if config.authorizer_class_name:
+            store = FileAclStore(config.data_dir / ACL_FILE) if standalone else AclStore()
+            authorizer = AclAuthorizer(
+                store,
+                super_users=config.super_users,
+                allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+            )
+            log.info(
+                "authorizer enabled",
+                authorizer=config.authorizer_class_name,
+                super_users=";".join(config.super_users),
+                acls=str(config.data_dir / ACL_FILE) if standalone else "ZooKeeper",
+            )
+        credentials = (
+            FileCredentialStore(config.data_dir / CREDENTIALS_FILE)
+            if standalone
+            else CredentialStore()
+        )
+        return authorizer, credentials
+
+    async def _follow_zk_security(self, cluster: ClusterMember, handlers: Handlers) -> None:
+        """Cluster mode: ACLs and credentials from ZooKeeper, followed through Kafka's change
+        notices (so an ACL created through any broker applies at every broker)."""
+        from sluice.server.security.authorizer import ZkAclStore
+        from sluice.server.security.credentials import ZkCredentialStore
+
+        assert cluster.zk is not None
+        credentials = ZkCredentialStore(cluster.zk)
+        await credentials.start()
+        self._security_stores.append(credentials)
+        handlers.credentials = credentials
+        if handlers.authorizer is not None:
+            acls = ZkAclStore(cluster.zk)
+            await acls.start()
+            self._security_stores.append(acls)
+            handlers.authorizer.store = acls
 
     def _offsets_leadership(self, partition: Partition) -> None:
         """Cluster mode: the group coordinator serves the groups of the offsets partitions this
@@ -347,6 +413,8 @@ class Server:
                     await self._server.wait_closed()
         # 4. leave the cluster: fetchers stop (before their logs close), the session closes and
         # the registration goes with it at once.
+        for store in self._security_stores:
+            await store.close()
         if self.cluster is not None:
             await self.cluster.stop()
         # 5. flush and close logs; the LogManager writes the clean-shutdown marker last.

@@ -343,6 +343,16 @@ DECLARED = {
         "cluster: with no live in-sync replica, let an out-of-sync one lead (may lose acked data)",
     ),
     "compression.type": ("producer", "codec batches are stored in (producer: as sent)"),
+    "authorizer.class.name": (
+        "",
+        "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on; empty: no authorization",
+    ),
+    "super.users": ("", "principals (User:name) separated by ';' that every ACL check allows"),
+    "allow.everyone.if.no.acl.found": (
+        "false",
+        "with an authorizer: a resource with no ACL is open to everyone (true) or to super "
+        "users only",
+    ),
     "node.id": ("0", "this broker's id (in Metadata)"),
     "num.partitions": (
         "1",

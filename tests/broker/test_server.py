@@ -42,9 +42,12 @@ GROUP_APIS = {
 }  # sluice.server.group.coordinator
 ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfigs.key,
               m.DescribeCluster.key, m.CreatePartitions.key, m.DescribeLogDirs.key}  # fmt: skip
+#: sluice.server.api.security (the ACL APIs answer SECURITY_DISABLED without an authorizer)
+SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
+                 m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS}  # fmt: skip
+          *ADMIN_APIS, *SECURITY_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

@@ -155,7 +155,7 @@ def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
         ("--describe", "--entity-default"),
     ):
         sluice(broker, *topic, *usage, status=2)
-    sluice(broker, "configs", "--entity-type", "users", "--describe", status=2)
+    sluice(broker, "configs", "--entity-type", "clients", "--describe", status=2)
 
 
 def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:

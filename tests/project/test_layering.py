@@ -27,7 +27,8 @@ the bottom up (the README's *Architecture* section lists the same):
   ``prometheus_client``.
 * ``sluice.server.network`` (connections, quotas) knows metrics and config, never the handlers:
   it calls them through ``network.request.RequestHandler``; ``sluice.server.api`` (the
-  handlers) sees only ``network.request`` of the network room (the per-request context).
+  handlers) sees only ``network.request`` of the network room (the per-request context), and
+  the security room (the authorizer it asks, the ACL and SCRAM admin functions).
 * ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together.
 * ``sluice.client`` sits on the protocol and ``sluice.net``; ``sluice.pipeline`` on the client
   and storage's file layout; ``sluice.cli`` on top of the client, the pipeline's jobs and the
@@ -106,6 +107,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.metadata",
         "sluice.server.metrics.metrics",
         "sluice.server.network.request",
+        "sluice.server.security",
         "sluice.server.config",
         LOGGING,
     ),
@@ -119,6 +121,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.metrics",
         "sluice.server.network",
         "sluice.server.api",
+        "sluice.server.security",
         "sluice.server.config",
         LOGGING,
     ),

@@ -12,6 +12,7 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING, Any
 
+from sluice.protocol import acl as acl_bits
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.api.config_resources import ConfigResources
@@ -19,6 +20,14 @@ from sluice.server.api.registry import HandlerRegistry
 from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 from sluice.server.metadata.view import LocalMetadata, MetadataView, ZkMetadata
+from sluice.server.network.request import REQUEST_CONTEXT
+from sluice.server.security.acl import (
+    CLUSTER_NAME,
+    AclOperation,
+    ResourceType,
+    authorization_error,
+    name_of,
+)
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.replication.replica_manager import ReplicaManager
+    from sluice.server.security.authorizer import AclAuthorizer
 
 log = get_logger("sluice.handlers")
 
@@ -87,10 +97,31 @@ class _Granted:
         return len(self.partitions), sum(self.partitions.values())
 
 
+#: The bit fields without an authorizer: every operation the resource type supports.
+_ALL_BITS = {
+    ResourceType.TOPIC: acl_bits.TOPIC_AUTHORIZED,
+    ResourceType.GROUP: acl_bits.GROUP_AUTHORIZED,
+    ResourceType.CLUSTER: acl_bits.CLUSTER_AUTHORIZED,
+}
+
+
+def _host(client_host: str) -> str:
+    """The host an ACL names (``127.0.0.1``) from the context's ``/127.0.0.1``."""
+    return client_host[1:] if client_host.startswith("/") else client_host
+
+
 class ApiBase:
     """What every API family shares: the broker's parts the handlers call, the cluster once
     joined, the typed handler table (filled by :class:`~sluice.server.api.handlers.Handlers`).
-    Created once by ``Server`` (as ``Handlers``); shared by every connection."""
+    Created once by ``Server`` (as ``Handlers``); shared by every connection.
+
+    **Authorization** goes through one place, :meth:`allowed` (and :meth:`check`, which raises
+    the resource type's *_AUTHORIZATION_FAILED error, and :meth:`authorized_operations` for the
+    bit fields): each handler asks it for the operation and resource Kafka's table names
+    (:data:`sluice.server.security.acl.API_OPERATIONS`), for the principal and host of the
+    request's context (:data:`~sluice.server.network.request.REQUEST_CONTEXT`). With no
+    ``authorizer`` (``authorizer.class.name`` empty) everything is allowed and the bit fields
+    are every operation the resource supports, as Kafka's ``AuthHelper`` answers."""
 
     def __init__(
         self,
@@ -120,8 +151,89 @@ class ApiBase:
         self.metadata_view: MetadataView = LocalMetadata(
             config.node_id, self.advertised, replicas.logs, replicas
         )
+        #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
+        self.authorizer: AclAuthorizer | None = None
+        self.config_resources.check = self.check
         # Counter names built once (one per request otherwise), by the API's name.
         self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
+
+    # --- authorization ---------------------------------------------------------------------
+
+    def allowed(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType = ResourceType.CLUSTER,
+        name: str = CLUSTER_NAME,
+        *,
+        audit: bool = True,
+    ) -> bool:
+        """Whether the request's principal may do ``operation`` on the resource (always, with
+        no authorizer). Denials are logged by the authorizer, as Kafka's audit log, unless
+        ``audit`` is false (a filter, such as Metadata leaving out topics, is no denial)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        ctx = REQUEST_CONTEXT.get()
+        return authorizer.authorize(
+            ctx.principal, _host(ctx.client_host), operation, resource_type, name, audit=audit
+        )
+
+    def allowed_by_resource_type(
+        self, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether some resource of the type could allow ``operation`` (KIP-679)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        ctx = REQUEST_CONTEXT.get()
+        return authorizer.authorize_by_resource_type(
+            ctx.principal, _host(ctx.client_host), operation, resource_type
+        )
+
+    def check(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType = ResourceType.CLUSTER,
+        name: str = CLUSTER_NAME,
+    ) -> None:
+        """:meth:`allowed`, or raise the resource type's *_AUTHORIZATION_FAILED error."""
+        if not self.allowed(operation, resource_type, name):
+            raise self.denial(operation, resource_type, name)
+
+    @staticmethod
+    def denial(
+        operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME
+    ) -> errors.KafkaError:
+        """The error answering a refused ``operation`` (Kafka's messages name the resource)."""
+        what = "the cluster" if resource_type == ResourceType.CLUSTER else repr(name)
+        return authorization_error(resource_type)(
+            f"Not authorized to {name_of(operation)} {name_of(resource_type)} {what}"
+        )
+
+    def denied_code(
+        self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME
+    ) -> int:
+        """0 when allowed, else the resource type's *_AUTHORIZATION_FAILED code."""
+        if self.allowed(operation, resource_type, name):
+            return 0
+        return authorization_error(resource_type).code
+
+    def authorized_operations(
+        self, requested: bool, resource_type: ResourceType, name: str = CLUSTER_NAME
+    ) -> int:
+        """An authorized-operations field: NOT_REQUESTED unless asked; every supported
+        operation without an authorizer; otherwise those the principal's ACLs allow."""
+        if not requested:
+            return acl_bits.NOT_REQUESTED
+        authorizer = self.authorizer
+        if authorizer is None:
+            return _ALL_BITS[resource_type]
+        ctx = REQUEST_CONTEXT.get()
+        return acl_bits.to_bitfield(
+            authorizer.authorized_operations(
+                ctx.principal, _host(ctx.client_host), resource_type, name
+            )
+        )
 
     def set_advertised(self, host: str, port: int) -> None:
         self._advertised = (host, port)

@@ -3,6 +3,7 @@ broker-to-controller ControlledShutdown."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluice.protocol import acl, errors
@@ -12,6 +13,7 @@ from sluice.protocol.framing import (
 )
 from sluice.protocol.messages import RequestHeader
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     pass
@@ -50,26 +52,23 @@ class ClusterApis(ApiBase):
         part_cls = m.MetadataResponse.MetadataResponsePartition
         view = self.metadata_view
         existing = view.published_topics()
-        names = sorted(existing) if body.topics is None else [t.name for t in body.topics]
+        names = self._metadata_names(body, existing)
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
-        # v8+: without an authorizer, every operation a resource supports (Kafka's AuthHelper).
-        topic_ops = (
-            acl.TOPIC_AUTHORIZED if body.include_topic_authorized_operations else acl.NOT_REQUESTED
-        )
-        cluster_ops = (
-            acl.CLUSTER_AUTHORIZED
-            if body.include_cluster_authorized_operations
-            else acl.NOT_REQUESTED
-        )
         topics = []
         for name in names:
             count = existing.get(name) if name is not None else None
             error = 0
+            if name is not None and not self._describable(name, body):
+                topics.append(self._unauthorized_topic(name))
+                continue
             if count is None and name is not None and view.being_created(name):
                 error = errors.LeaderNotAvailable.code
             elif count is None:
                 error = errors.UnknownTopicOrPartition.code
                 if name is not None and allow_auto and self.config.auto_create_topics_enable:
+                    if not self._may_create(name):
+                        topics.append(self._unauthorized_topic(name))
+                        continue
                     error = self._auto_create(name)
                     existing = view.published_topics()
                     count = existing.get(name) if error == 0 else None
@@ -80,7 +79,7 @@ class ClusterApis(ApiBase):
                     name=name,
                     is_internal=name == OFFSETS_TOPIC,
                     partitions=partitions,
-                    topic_authorized_operations=topic_ops,
+                    topic_authorized_operations=self._topic_operations(body, name),
                 )
             )
         broker_cls = m.MetadataResponse.MetadataResponseBroker
@@ -92,8 +91,47 @@ class ClusterApis(ApiBase):
             cluster_id=view.cluster_id,
             controller_id=view.controller_id,
             topics=topics,
-            cluster_authorized_operations=cluster_ops,
+            cluster_authorized_operations=self.authorized_operations(
+                body.include_cluster_authorized_operations, ResourceType.CLUSTER
+            ),
         )
+
+    # Metadata's authorization (Kafka's ``KafkaApis.handleTopicMetadataRequest``): every
+    # topic asked for needs Describe; all topics means those the principal may describe; an
+    # unknown topic is auto-created only with Create on the cluster or on the topic.
+
+    def _metadata_names(self, body: m.MetadataRequest, existing: Iterable[str]) -> list[str]:
+        if body.topics is not None:
+            return [t.name for t in body.topics]
+        names = sorted(existing)
+        if self.authorizer is None:
+            return names
+        return [n for n in names if self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n,
+                                                 audit=False)]  # fmt: skip
+
+    def _describable(self, name: str, body: m.MetadataRequest) -> bool:
+        return body.topics is None or self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+    def _may_create(self, name: str) -> bool:
+        return self.allowed(AclOperation.CREATE, ResourceType.CLUSTER, audit=False) or self.allowed(
+            AclOperation.CREATE, ResourceType.TOPIC, name
+        )
+
+    @staticmethod
+    def _unauthorized_topic(name: str) -> m.MetadataResponse.MetadataResponseTopic:
+        return m.MetadataResponse.MetadataResponseTopic(
+            error_code=errors.TopicAuthorizationFailed.code,
+            name=name,
+            is_internal=name == OFFSETS_TOPIC,
+            partitions=[],
+            topic_authorized_operations=acl.NOT_REQUESTED,
+        )
+
+    def _topic_operations(self, body: m.MetadataRequest, name: str | None) -> int:
+        if name is None:
+            return acl.NOT_REQUESTED
+        requested = bool(body.include_topic_authorized_operations)
+        return self.authorized_operations(requested, ResourceType.TOPIC, name)
 
     def _auto_create(self, name: str) -> int:
         """Create ``name`` with the broker defaults; the code Metadata answers now."""
@@ -137,6 +175,9 @@ class ClusterApis(ApiBase):
 
         cls = m.DescribeLogDirsResponse
         part_cls = cls.DescribeLogDirsPartition
+        if not self.allowed(AclOperation.DESCRIBE):
+            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
+                       results=[])  # fmt: skip
         wanted: list[tuple[str, int]]
         if body.topics is None:
             wanted = sorted(self.logs.logs)
@@ -177,6 +218,8 @@ class ClusterApis(ApiBase):
         (Kafka's ``KafkaApis.handleControlledShutdownRequest``); NOT_CONTROLLER here unless this
         broker is the controller. ``remaining_partitions``: what it still leads."""
         cls = m.ControlledShutdownResponse
+        if not self.allowed(AclOperation.CLUSTER_ACTION):
+            return cls(error_code=errors.ClusterAuthorizationFailed.code, remaining_partitions=[])
         controller = self.cluster.controller if self.cluster is not None else None
         if controller is None or not controller.is_active:
             return cls(error_code=errors.NotController.code, remaining_partitions=[])
@@ -205,10 +248,12 @@ class ClusterApis(ApiBase):
                        error_message="this is a broker endpoint",
                        cluster_id=self.metadata_view.cluster_id,
                        controller_id=-1, brokers=[])  # fmt: skip
-        ops = (
-            acl.CLUSTER_AUTHORIZED
-            if body.include_cluster_authorized_operations
-            else (acl.NOT_REQUESTED)
+        if not self.allowed(AclOperation.DESCRIBE):
+            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
+                       error_message=None, cluster_id=self.metadata_view.cluster_id,
+                       controller_id=-1, brokers=[])  # fmt: skip
+        ops = self.authorized_operations(
+            body.include_cluster_authorized_operations, ResourceType.CLUSTER
         )
         view = self.metadata_view
         return cls(

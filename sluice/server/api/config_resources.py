@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
+from sluice.protocol.acl import AclOperation
+from sluice.protocol.acl import ResourceType as AclResource
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.server.config_def import Type
+from sluice.server.security.acl import CLUSTER_NAME
 from sluice.server.storage.log_config import (
     TOPIC_DOCS,
     TOPIC_KEYS,
@@ -65,6 +68,10 @@ OP_APPEND, OP_SUBTRACT = AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT
 _LIST_TYPE = Type.LIST  # the keys APPEND / SUBTRACT apply to
 
 
+def _allow_all(operation: AclOperation, resource_type: AclResource, name: str) -> None:
+    return None
+
+
 class ConfigResources:
     """The config side of the admin API over the broker's Config and the LogManager."""
 
@@ -73,6 +80,15 @@ class ConfigResources:
         self.logs = logs
         #: Cluster mode: topic configs are ZooKeeper's (set once the broker joined).
         self.cluster: ClusterMember | None = None
+        #: The handlers' authorization check (raises *_AUTHORIZATION_FAILED): DescribeConfigs /
+        #: AlterConfigs on the topic, or on the cluster for a broker's configs.
+        self.check: Callable[[AclOperation, AclResource, str], None] = _allow_all
+
+    def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
+        if resource_type == RESOURCE_TOPIC:
+            self.check(operation, AclResource.TOPIC, name)
+        elif resource_type == RESOURCE_BROKER:
+            self.check(operation, AclResource.CLUSTER, CLUSTER_NAME)
 
     def _overrides(self, topic: str) -> dict[str, str]:
         """A topic's overrides; UnknownTopicOrPartition if it does not exist."""
@@ -92,6 +108,7 @@ class ConfigResources:
             code, message = 0, None
             entries: list[m.DescribeConfigsResponse.DescribeConfigsResourceResult] = []
             try:
+                self._authorize(AclOperation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
                 wanted = None if res.configuration_keys is None else set(res.configuration_keys)
                 if res.resource_type == RESOURCE_TOPIC:
                     entries = self._describe_topic(res.resource_name, wanted, body, version)
@@ -278,6 +295,7 @@ class ConfigResources:
         ``new_overrides`` maps the topic's current overrides to the wanted ones (raising
         KafkaError for a bad request). Standalone the change is applied here."""
         try:
+            self._authorize(AclOperation.ALTER_CONFIGS, resource_type, name)
             if resource_type == RESOURCE_BROKER:
                 self._check_broker_name(name)
                 raise errors.InvalidRequest(

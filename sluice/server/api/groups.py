@@ -11,6 +11,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import REQUEST_CONTEXT
+from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
@@ -20,6 +21,10 @@ from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code, log
 
 class GroupApis(ApiBase):
     """This family\'s handlers (module docstring); mixed into ``Handlers``."""
+
+    def _group_denied(self, group_id: str) -> int:
+        """Read on the group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit)."""
+        return self.denied_code(AclOperation.READ, ResourceType.GROUP, group_id)
 
     # --- Consumer groups (10-16, 42) and committed offsets (8, 9): sluice.server.group.coordinator
     # --
@@ -31,6 +36,11 @@ class GroupApis(ApiBase):
         of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
         cls = m.FindCoordinatorResponse
         host, port = self._advertised
+        resource = ResourceType.GROUP if body.key_type == 0 else ResourceType.TRANSACTIONAL_ID
+        denied = self.denied_code(AclOperation.DESCRIBE, resource, body.key)
+        if denied:
+            return cls(throttle_time_ms=0, error_code=denied, error_message=None, node_id=-1,
+                       host="", port=-1)  # fmt: skip
         if self.cluster is not None and body.key_type == 0:
             return self._cluster_coordinator(self.cluster, body.key)
         if body.key_type == 0:
@@ -109,6 +119,10 @@ class GroupApis(ApiBase):
     ) -> m.JoinGroupResponse:
         cls = m.JoinGroupResponse
         member_cls = m.JoinGroupResponse.JoinGroupResponseMember
+        denied = self._group_denied(body.group_id)
+        if denied:
+            return cls(throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_name="",
+                       leader="", member_id=body.member_id, members=[])  # fmt: skip
         result = await self.groups.join_group(
             group_id=body.group_id,
             member_id=body.member_id,
@@ -138,6 +152,9 @@ class GroupApis(ApiBase):
     async def sync_group(
         self, header: RequestHeader, body: m.SyncGroupRequest
     ) -> m.SyncGroupResponse:
+        denied = self._group_denied(body.group_id)
+        if denied:
+            return m.SyncGroupResponse(throttle_time_ms=0, error_code=denied, assignment=b"")
         code, assignment = await self.groups.sync_group(
             group_id=body.group_id,
             generation_id=body.generation_id,
@@ -148,6 +165,9 @@ class GroupApis(ApiBase):
         return m.SyncGroupResponse(throttle_time_ms=0, error_code=code, assignment=assignment)
 
     def heartbeat(self, header: RequestHeader, body: m.HeartbeatRequest) -> m.HeartbeatResponse:
+        denied = self._group_denied(body.group_id)
+        if denied:
+            return m.HeartbeatResponse(throttle_time_ms=0, error_code=denied)
         code = self.groups.heartbeat(
             group_id=body.group_id,
             generation_id=body.generation_id,
@@ -159,6 +179,9 @@ class GroupApis(ApiBase):
     def leave_group(self, header: RequestHeader, body: m.LeaveGroupRequest) -> m.LeaveGroupResponse:
         cls = m.LeaveGroupResponse
         member_cls = m.LeaveGroupResponse.MemberResponse
+        denied = self._group_denied(body.group_id)
+        if denied:
+            return cls(throttle_time_ms=0, error_code=denied, members=[])
         if header.api_version >= 3:
             who = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
@@ -184,6 +207,16 @@ class GroupApis(ApiBase):
             for t in body.topics
             for p in t.partitions
         ]  # fmt: skip
+        if self.authorizer is not None:
+            group_denied = self._group_denied(body.group_id)
+            if group_denied:
+                return self._offset_commit_response(wanted, [group_denied] * len(wanted))
+            readable = {
+                t.name for t in body.topics
+                if self.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
+            }  # fmt: skip
+            if len(readable) < len(body.topics):
+                return self._offset_commit_partly(body, wanted, readable)
         codes = self.groups.commit_offsets(
             group_id=body.group_id,
             generation_id=body.generation_id_or_member_epoch,
@@ -195,6 +228,30 @@ class GroupApis(ApiBase):
         if not isinstance(codes, list):  # answered once the offsets topic's replicas have it
             return self._offset_commit_later(wanted, codes)
         return self._offset_commit_response(wanted, codes)
+
+    def _offset_commit_partly(
+        self, body: m.OffsetCommitRequest, wanted: list[Any], readable: set[str]
+    ) -> m.OffsetCommitResponse | Awaitable[m.OffsetCommitResponse]:
+        """Commit the partitions of the topics the principal may read; the others are
+        TOPIC_AUTHORIZATION_FAILED (``KafkaApis.handleOffsetCommitRequest``)."""
+        allowed = [w for w in wanted if w[0] in readable]
+        codes = self.groups.commit_offsets(
+            group_id=body.group_id,
+            generation_id=body.generation_id_or_member_epoch,
+            member_id=body.member_id,
+            group_instance_id=body.group_instance_id,
+            offsets=allowed,
+        )
+        denied = [w for w in wanted if w[0] not in readable]
+        refused = [errors.TopicAuthorizationFailed.code] * len(denied)
+        if not isinstance(codes, list):
+            done = codes
+
+            async def later() -> m.OffsetCommitResponse:
+                return self._offset_commit_response(allowed + denied, (await done) + refused)
+
+            return later()
+        return self._offset_commit_response(allowed + denied, codes + refused)
 
     async def _offset_commit_later(
         self, wanted: list[Any], codes: Awaitable[list[int]]
@@ -226,12 +283,30 @@ class GroupApis(ApiBase):
             if body.topics is None
             else [(t.name, p) for t in body.topics for p in t.partition_indexes]
         )
+        denied = self.denied_code(AclOperation.DESCRIBE, ResourceType.GROUP, body.group_id)
+        if denied:
+            return cls(throttle_time_ms=0, topics=[], error_code=denied)
         try:
             found = self.groups.fetch_offsets(body.group_id, wanted)
         except Exception as exc:
             return cls(throttle_time_ms=0, topics=[], error_code=_code(exc))
+        # Describe on each topic: the ones named without it are TOPIC_AUTHORIZATION_FAILED,
+        # left out when all are asked for (``KafkaApis.handleOffsetFetchRequest``).
+        describable: dict[str, bool] = {}
         topics: dict[str, list[m.OffsetFetchResponse.OffsetFetchResponsePartition]] = {}
         for topic, part, value in found:
+            ok = describable.get(topic)
+            if ok is None:
+                ok = describable[topic] = self.allowed(
+                    AclOperation.DESCRIBE, ResourceType.TOPIC, topic, audit=wanted is not None
+                )
+            if not ok:
+                if wanted is not None:
+                    topics.setdefault(topic, []).append(part_cls(
+                        partition_index=part, committed_offset=-1, committed_leader_epoch=-1,
+                        metadata="", error_code=errors.TopicAuthorizationFailed.code,
+                    ))  # fmt: skip
+                continue
             topics.setdefault(topic, []).append(
                 part_cls(
                     partition_index=part,
@@ -255,6 +330,11 @@ class GroupApis(ApiBase):
         cls = m.ListGroupsResponse
         group_cls = m.ListGroupsResponse.ListedGroup
         listed = self.groups.list_groups(body.states_filter)
+        if not self.allowed(AclOperation.DESCRIBE, audit=False):  # else each group's Describe
+            listed = [
+                g for g in listed
+                if self.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g[0], audit=False)
+            ]  # fmt: skip
         types = {t.lower() for t in body.types_filter}
         if types and GROUP_TYPE_CLASSIC not in types:
             listed = []
@@ -275,8 +355,21 @@ class GroupApis(ApiBase):
         group_cls = m.DescribeGroupsResponse.DescribedGroup
         member_cls = m.DescribeGroupsResponse.DescribedGroupMember
         described = []
-        ops = acl.GROUP_AUTHORIZED if body.include_authorized_operations else acl.NOT_REQUESTED
+        requested = bool(body.include_authorized_operations)
         for group_id in body.groups:
+            denied = self.denied_code(AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+            if denied:
+                described.append(
+                    group_cls(
+                        error_code=denied,
+                        group_id=group_id,
+                        group_state="",
+                        members=[],
+                        authorized_operations=acl.NOT_REQUESTED,
+                    )
+                )
+                continue
+            ops = self.authorized_operations(requested, ResourceType.GROUP, group_id)
             try:
                 group = self.groups.describe_group(group_id)
             except errors.KafkaError as exc:  # not the coordinator (now) of this group
@@ -318,7 +411,11 @@ class GroupApis(ApiBase):
     ) -> m.DeleteGroupsResponse:
         cls = m.DeleteGroupsResponse
         result_cls = m.DeleteGroupsResponse.DeletableGroupResult
-        codes = self.groups.delete_groups(list(body.groups_names))
+        names = list(body.groups_names)
+        denied = [self.denied_code(AclOperation.DELETE, ResourceType.GROUP, g) for g in names]
+        codes = self.groups.delete_groups([g for g, d in zip(names, denied, strict=True) if not d])
+        it = iter(codes)
+        codes = [d or next(it) for d in denied]
         return cls(
             throttle_time_ms=0,
             results=[
@@ -335,13 +432,19 @@ class GroupApis(ApiBase):
         cls = m.OffsetDeleteResponse
         topic_cls = m.OffsetDeleteResponse.OffsetDeleteResponseTopic
         part_cls = m.OffsetDeleteResponse.OffsetDeleteResponsePartition
+        group_denied = self.denied_code(AclOperation.DELETE, ResourceType.GROUP, body.group_id)
+        if group_denied:
+            return cls(error_code=group_denied, throttle_time_ms=0, topics=[])
         existing = self.logs.topics()
         codes: dict[tuple[str, int], int] = {}
         known: list[tuple[str, int]] = []
         for t in body.topics:
+            readable = self.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if 0 <= p.partition_index < existing.get(t.name, 0):
+                if not readable:
+                    codes[tp] = errors.TopicAuthorizationFailed.code
+                elif 0 <= p.partition_index < existing.get(t.name, 0):
                     known.append(tp)
                 else:
                     codes[tp] = errors.UnknownTopicOrPartition.code

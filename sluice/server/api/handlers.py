@@ -31,6 +31,7 @@ from sluice.server.api.cluster import ClusterApis
 from sluice.server.api.configs import ConfigApis
 from sluice.server.api.groups import GroupApis
 from sluice.server.api.produce_fetch import ProduceFetchApis
+from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from sluice.server.replication.replica_manager import ReplicaManager
 
 
-class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis):
+class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
 
@@ -83,6 +84,11 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis):
         registry.register(m.DescribeCluster, self.describe_cluster)
         registry.register(m.CreatePartitions, self.create_partitions)
         registry.register(m.DescribeLogDirs, self.describe_log_dirs)
+        registry.register(m.DescribeAcls, self.describe_acls)
+        registry.register(m.CreateAcls, self.create_acls)
+        registry.register(m.DeleteAcls, self.delete_acls)
+        registry.register(m.DescribeUserScramCredentials, self.describe_user_scram_credentials)
+        registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
 
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a

@@ -12,6 +12,7 @@ from sluice.protocol.messages import RequestHeader
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
+from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
@@ -37,6 +38,13 @@ class ProduceFetchApis(ApiBase):
     def produce(self, header: RequestHeader, body: m.ProduceRequest) -> Answer[m.ProduceResponse]:
         """The response (None for acks=0), or a coroutine for it when acks=-1 has to wait for
         the high watermark (never on a single broker: the ISR is just the leader)."""
+        denied: list[m.ProduceRequest.TopicProduceData] = []
+        if self.authorizer is not None:  # Write on each topic; the others are appended
+            allowed: list[m.ProduceRequest.TopicProduceData] = []
+            for t in body.topic_data:
+                ok = self.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name)
+                (allowed if ok else denied).append(t)
+            body.topic_data = allowed  # (the decoded request is this call's own)
         topic_data = body.topic_data
         results, delayed = self.replicas.append_records(
             [(t.name, pd.index, pd.records) for t in topic_data for pd in t.partition_data],
@@ -45,24 +53,38 @@ class ProduceFetchApis(ApiBase):
             internal_topics_allowed=header.client_id == ADMIN_CLIENT_ID,
         )
         if delayed is None:
-            return self._produce_response(body, results)
-        return self._produce_wait(body, delayed)
+            return self._produce_response(body, results, denied)
+        return self._produce_wait(body, delayed, denied)
 
     async def _produce_wait(
-        self, body: m.ProduceRequest, delayed: DelayedProduce
+        self,
+        body: m.ProduceRequest,
+        delayed: DelayedProduce,
+        denied: list[m.ProduceRequest.TopicProduceData],
     ) -> m.ProduceResponse | CloseConnection | None:
         self.metrics.inc("produce.delayed")
         await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
-        return self._produce_response(body, delayed.results)
+        return self._produce_response(body, delayed.results, denied)
 
     def _produce_response(
-        self, body: m.ProduceRequest, results: list[AppendResult]
+        self,
+        body: m.ProduceRequest,
+        results: list[AppendResult],
+        denied: list[m.ProduceRequest.TopicProduceData],
     ) -> m.ProduceResponse | CloseConnection | None:
         cls = m.ProduceResponse
         topic_cls = m.ProduceResponse.TopicProduceResponse
         part_cls = m.ProduceResponse.PartitionProduceResponse
         responses = []
         failed = 0
+        for topic in denied:
+            code = errors.TopicAuthorizationFailed.code
+            failed += len(topic.partition_data)
+            responses.append(topic_cls(name=topic.name, partition_responses=[
+                part_cls(index=pd.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                         log_start_offset=-1, error_message=None)
+                for pd in topic.partition_data
+            ]))  # fmt: skip
         records = 0
         # Kafka's BrokerTopicMetrics: the request's (validated) batch bytes and records.
         bytes_in = self.metrics.bytes_in
@@ -129,6 +151,9 @@ class ProduceFetchApis(ApiBase):
         if body.min_bytes > body.max_bytes:
             body.min_bytes = body.max_bytes
         isolation = _fetch_isolation(body.isolation_level, body.replica_id)
+        denied: list[tuple[str, int]] = []
+        if self.authorizer is not None:
+            denied = self._fetch_denied(body)
         wanted = [
             (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
             for t in body.topics
@@ -137,15 +162,48 @@ class ProduceFetchApis(ApiBase):
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         read = self._read_fetch(body, wanted, isolation)
         if read[1] >= body.min_bytes or read[2] or not wanted or self._stopping:
-            return self._fetch_answer(body, read)
+            return self._fetch_answer(body, read, denied)
         if time.monotonic() >= deadline:
-            return self._fetch_answer(body, read)
-        return self._fetch_wait(body, wanted, isolation, deadline)
+            return self._fetch_answer(body, read, denied)
+        return self._fetch_wait(body, wanted, isolation, deadline, denied)
 
-    def _fetch_answer(self, body: m.FetchRequest, read: _FetchRead) -> m.FetchResponse:
+    def _fetch_denied(self, body: m.FetchRequest) -> list[tuple[str, int]]:
+        """Take out of ``body`` the partitions the principal may not read (a follower: every
+        partition without ClusterAction on the cluster); they are answered
+        TOPIC_AUTHORIZATION_FAILED (``KafkaApis.handleFetchRequest``)."""
+        follower_ok = body.replica_id < 0 or self.allowed(AclOperation.CLUSTER_ACTION)
+        denied: list[tuple[str, int]] = []
+        allowed: list[m.FetchRequest.FetchTopic] = []
+        for t in body.topics:
+            if follower_ok and (
+                body.replica_id >= 0 or self.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)
+            ):
+                allowed.append(t)
+            else:
+                denied.extend((t.topic, p.partition) for p in t.partitions)
+        body.topics = allowed  # (the decoded request is this call's own)
+        return denied
+
+    def _fetch_answer(
+        self, body: m.FetchRequest, read: _FetchRead, denied: list[tuple[str, int]]
+    ) -> m.FetchResponse:
         """The response of a read that is sent: count its bytes per topic (Kafka's
-        BytesOutPerSec; a follower's ReplicationBytesOutPerSec) and its errors."""
+        BytesOutPerSec; a follower's ReplicationBytesOutPerSec) and its errors; the
+        partitions refused by authorization are added."""
         response, _size, had_error, sent = read
+        if denied:
+            had_error = True
+            by_topic: dict[str, list[m.FetchResponse.PartitionData]] = {}
+            for topic, part in denied:
+                by_topic.setdefault(topic, []).append(m.FetchResponse.PartitionData(
+                    partition_index=part, error_code=errors.TopicAuthorizationFailed.code,
+                    high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                    aborted_transactions=None, preferred_read_replica=-1, records=b"",
+                ))  # fmt: skip
+            response.responses.extend(
+                m.FetchResponse.FetchableTopicResponse(topic=name, partitions=parts)
+                for name, parts in by_topic.items()
+            )
         metrics = self.metrics
         if sent:
             if body.replica_id >= 0:
@@ -164,6 +222,7 @@ class ProduceFetchApis(ApiBase):
         wanted: list[tuple[str, int, int, int, int]],
         isolation: Any,
         deadline: float,
+        denied: list[tuple[str, int]],
     ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
         keys = [(topic, part) for topic, part, *_ in wanted]
@@ -172,13 +231,14 @@ class ProduceFetchApis(ApiBase):
             delayed = self.replicas.delayed_fetch(keys, isolation)
             if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
-                return self._fetch_answer(body, self._read_fetch(body, wanted, isolation, False))
+                read = self._read_fetch(body, wanted, isolation, False)
+                return self._fetch_answer(body, read, denied)
             self.metrics.inc("fetch.woken")
             read = self._read_fetch(body, wanted, isolation, False)
             _, size, had_error, _ = read
             done = size >= body.min_bytes or had_error or self._stopping
             if done or time.monotonic() >= deadline:
-                return self._fetch_answer(body, read)
+                return self._fetch_answer(body, read, denied)
 
     def _read_fetch(
         self,
@@ -278,10 +338,13 @@ class ProduceFetchApis(ApiBase):
         topics = []
         for topic in body.topics:
             parts = []
+            denied = self.denied_code(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
             for p in topic.partitions:
                 partition = self.replicas.get_partition(topic.name, p.partition_index)
-                code, ts, offset, epoch = 0, -1, -1, -1
-                if partition is None:
+                code, ts, offset, epoch = denied, -1, -1, -1
+                if denied:
+                    pass
+                elif partition is None:
                     code = self.replicas.missing_partition_code(topic.name, p.partition_index)
                 else:
                     try:
@@ -326,12 +389,22 @@ class ProduceFetchApis(ApiBase):
         topic_cls = m.OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
         part_cls = m.OffsetForLeaderEpochResponse.EpochEndOffset
         lookup = self.replicas.last_offset_for_leader_epoch
+        # A follower needs ClusterAction on the cluster, or Describe on each topic (Kafka).
+        follower = body.replica_id >= 0 and self.allowed(AclOperation.CLUSTER_ACTION, audit=False)
         topics = []
         for t in body.topics:
             parts = []
+            denied = (
+                0
+                if follower
+                else self.denied_code(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
+            )
             for p in t.partitions:
-                code, epoch, end = lookup(t.topic, p.partition, p.current_leader_epoch,
-                                          p.leader_epoch)  # fmt: skip
+                if denied:
+                    code, epoch, end = denied, -1, -1
+                else:
+                    code, epoch, end = lookup(t.topic, p.partition, p.current_leader_epoch,
+                                              p.leader_epoch)  # fmt: skip
                 parts.append(
                     part_cls(error_code=code, partition=p.partition, leader_epoch=epoch,
                              end_offset=end)
@@ -355,10 +428,13 @@ class ProduceFetchApis(ApiBase):
         topics = []
         for topic in body.topics:
             parts = []
+            denied = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
             for p in topic.partitions:
                 partition = self.replicas.get_partition(topic.name, p.partition_index)
-                code, low = 0, -1
-                if topic.name == OFFSETS_TOPIC:
+                code, low = denied, -1
+                if denied:
+                    pass
+                elif topic.name == OFFSETS_TOPIC:
                     code = errors.InvalidTopic.code
                     log.warning("refused to delete records of an internal topic",
                                 topic=topic.name)  # fmt: skip
@@ -390,6 +466,15 @@ class ProduceFetchApis(ApiBase):
         Log).
         """
         cls = m.InitProducerIdResponse
+        if body.transactional_id is None and not self._may_write_idempotently():
+            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
+        if body.transactional_id is not None and not self.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+        ):
+            return cls(throttle_time_ms=0,
+                       error_code=errors.TransactionalIdAuthorizationFailed.code,
+                       producer_id=-1, producer_epoch=-1)  # fmt: skip
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
@@ -398,6 +483,13 @@ class ProduceFetchApis(ApiBase):
         producer_id = self.producer_ids.generate()
         self.metrics.inc("producer_ids.allocated")
         return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+    def _may_write_idempotently(self) -> bool:
+        """IdempotentWrite on the cluster or, failing that, Write on some topic (KIP-679:
+        ``authorizeByResourceType``), as ``KafkaApis.handleInitProducerIdRequest``."""
+        return self.allowed(AclOperation.IDEMPOTENT_WRITE, audit=False) or (
+            self.allowed_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
+        )
 
     async def _cluster_init_producer_id(self, cluster: ClusterMember) -> m.InitProducerIdResponse:
         cls = m.InitProducerIdResponse

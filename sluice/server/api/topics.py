@@ -11,6 +11,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
@@ -58,6 +59,7 @@ class TopicApis(ApiBase):
             try:
                 if t.name in duplicates:
                     raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
+                self._check_create(t.name)
                 partitions = self._partitions_for(t)
                 configs = self._creatable_configs(t)
                 self._check_topic_limits(t.name, partitions, granted)
@@ -85,6 +87,7 @@ class TopicApis(ApiBase):
             try:
                 if t.name in duplicates:
                     raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
+                self._check_create(t.name)
                 configs = self._creatable_configs(t)
                 explicit = None
                 n, rf = t.num_partitions, t.replication_factor
@@ -114,6 +117,11 @@ class TopicApis(ApiBase):
                 for t, (code, message) in zip(body.topics, outcomes, strict=True)
             ],
         )
+
+    def _check_create(self, name: str) -> None:
+        """Create on the cluster, or else on the topic (Kafka's CreateTopics rule)."""
+        if not self.allowed(AclOperation.CREATE, audit=False):
+            self.check(AclOperation.CREATE, ResourceType.TOPIC, name)
 
     def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
         node = self.config.node_id
@@ -167,6 +175,7 @@ class TopicApis(ApiBase):
             cluster: ClusterMember, t: m.CreatePartitionsRequest.CreatePartitionsTopic
         ) -> tuple[int, str | None]:
             try:
+                self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
                 self._check_partitions_request(t, seen)
                 if t.name in cluster.cache.assignments:  # else add_partitions says unknown
                     self._check_topic_limits(t.name, t.count)
@@ -184,6 +193,7 @@ class TopicApis(ApiBase):
             t: m.CreatePartitionsRequest.CreatePartitionsTopic,
         ) -> tuple[int, str | None]:
             try:
+                self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
                 self._check_partitions_request(t, seen)
                 current = self.logs.validate_new_partition_count(t.name, t.count)
                 self._check_topic_limits(t.name, t.count)
@@ -266,8 +276,10 @@ class TopicApis(ApiBase):
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
         results = []
         for name in body.topic_names:
-            code = 0
-            if not self.config.delete_topic_enable:
+            code = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
+            if code:
+                pass
+            elif not self.config.delete_topic_enable:
                 code = errors.TopicDeletionDisabled.code
             elif name == OFFSETS_TOPIC:
                 code = self._refuse_internal_deletion(name)
@@ -290,6 +302,10 @@ class TopicApis(ApiBase):
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
         codes: dict[str, int] = {}
         for name in body.topic_names:
+            denied = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
+            if denied:
+                codes[name] = denied
+                continue
             if name == OFFSETS_TOPIC:
                 codes[name] = self._refuse_internal_deletion(name)
                 continue

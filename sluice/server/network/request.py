@@ -32,6 +32,12 @@ class RequestContext:
     #: The client's address as Kafka writes it (``InetAddress.toString``: ``"/127.0.0.1"``);
     #: empty outside a connection (in-process callers, tests).
     client_host: str = ""
+    #: Who is asking (Kafka's ``KafkaPrincipal`` as ``<type>:<name>``): ``User:ANONYMOUS`` on a
+    #: PLAINTEXT listener; the authenticated user (SASL) or certificate subject (SSL) otherwise.
+    principal: str = "User:ANONYMOUS"
+    #: The listener the connection came in on (``PLAINTEXT``, ``SASL_SSL``...); empty outside a
+    #: connection.
+    listener_name: str = ""
 
 
 _NO_CONNECTION = RequestContext()  # frozen: one shared default is safe

@@ -19,8 +19,13 @@ The modules (none imports the core; the core wires them in):
   against the file or ZooKeeper, before a broker runs.
 * :mod:`.files` -- the atomic, private file writer of the standalone stores.
 
-How this is wired into the broker (the plan for the core; nothing below exists yet)
-====================================================================================
+How this is wired into the broker (the plan for the core)
+=========================================================
+
+Wired so far: the authorizer keys, the ACL and credential stores at start-up
+(``sluice.server.server``: files standalone, ZooKeeper in a cluster) and **Handlers**
+(``sluice.server.api.base.ApiBase.allowed``, the ACL and SCRAM APIs in
+``sluice.server.api.security``). The listeners, SASL and TLS are still the plan.
 
 **Configuration** (Kafka's keys, read once by the core's config and handed down as plain
 dicts): ``listeners``, ``advertised.listeners``, ``listener.security.protocol.map``,
@@ -40,8 +45,8 @@ PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), ``sasl.mechanism.inter.broker.protocol`
 plaintext client on a TLS port never reaches the protocol object). Cluster mode: after the
 ZooKeeper session, ``ZkCredentialStore(zk).start()`` and, with an authorizer,
 ``ZkAclStore(zk).start()`` (both create Kafka's paths and follow the notices). Standalone:
-``FileCredentialStore`` / ``FileAclStore`` on files in the first log directory (a Sluice key
-such as ``sluice.security.dir`` may move them); ``python -m sluice.server.security`` (to be
+``FileCredentialStore`` / ``FileAclStore`` on ``sluice-credentials.json`` /
+``sluice-acls.json`` in the log directory; ``python -m sluice.server.security`` (to be
 exposed as ``sluice users`` / ``sluice configs --entity-type users``) writes the credentials file
 or ZooKeeper before the first start.
 

@@ -42,10 +42,12 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import SessionEvent, SessionState, ZkClient
-from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
+
+if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is used
+    from sluice.server.zk.client import SessionEvent, ZkClient
 
 from .acl import (
     WILDCARD_HOST,
@@ -284,6 +286,8 @@ class ZkAclStore(AclStore):
     async def load_all(self) -> None:
         """Read every ACL znode again (start-up, and a new ZooKeeper session: notices written
         while the old session was gone may have been purged before this broker saw them)."""
+        from sluice.server.zk.errors import NoNodeError
+
         roots = [(LITERAL_ACL_PATH, PatternType.LITERAL)] + [
             (f"{EXTENDED_ACL_PATH}/{pt.name.lower()}", pt) for pt in (PatternType.PREFIXED,)
         ]
@@ -310,10 +314,14 @@ class ZkAclStore(AclStore):
             self.put(pattern, frozenset())
 
     async def _on_session(self, event: SessionEvent) -> None:
+        from sluice.server.zk.client import SessionState
+
         if event.state is SessionState.CONNECTED and event.new_session:
             await self.load_all()
 
     async def _read(self, pattern: ResourcePattern) -> tuple[Entries, int]:
+        from sluice.server.zk.errors import NoNodeError
+
         path = acl_path(pattern)
         try:
             data, stat = await self.zk.get(path)
@@ -338,6 +346,8 @@ class ZkAclStore(AclStore):
     async def update(
         self, pattern: ResourcePattern, change: Callable[[Entries], Entries]
     ) -> Entries:
+        from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
+
         path = acl_path(pattern)
         async with self._lock:
             entries, version = await self._read(pattern)

@@ -36,11 +36,12 @@ import os
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import SessionEvent, SessionState, ZkClient
-from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
+
+if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is used
+    from sluice.server.zk.client import SessionEvent, ZkClient
 
 from .errors import InvalidCredential, SecurityError
 from .files import write_atomically
@@ -269,10 +270,14 @@ class ZkCredentialStore(CredentialStore):
             self._set(user, {})
 
     async def _on_session(self, event: SessionEvent) -> None:
+        from sluice.server.zk.client import SessionState
+
         if event.state is SessionState.CONNECTED and event.new_session:
             await self.load_all()
 
     async def _reload_user(self, user: str) -> None:
+        from sluice.server.zk.errors import NoNodeError
+
         path = user_config_path(user)
         try:
             data, _ = await self.zk.get(path)
@@ -297,6 +302,8 @@ class ZkCredentialStore(CredentialStore):
         upserts: Mapping[str, ScramCredential] | None = None,
         deletions: Iterable[str] = (),
     ) -> None:
+        from sluice.server.zk.errors import BadVersionError, NodeExistsError, NoNodeError
+
         upserts = dict(upserts or {})
         deletions = list(deletions)
         _check_alteration(upserts, deletions)

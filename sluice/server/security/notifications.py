@@ -15,10 +15,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from sluice.server.logging import get_logger
-from sluice.server.zk.client import Watcher, ZkClient
-from sluice.server.zk.errors import NoNodeError
+
+if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is used
+    from sluice.server.zk.client import Watcher, ZkClient
 
 log = get_logger("sluice.security")
 
@@ -78,6 +80,8 @@ class ChangeListener:
             self._watcher = None
 
     async def _on_children(self, children: list[str] | None) -> None:
+        from sluice.server.zk.errors import NoNodeError
+
         if not children:
             return
         async with self._lock:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sluice.net.connection import Connection
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.protocol.errors import KafkaError, for_code
@@ -99,6 +100,7 @@ class Admin:
         *,
         client_id: str | None = "sluice-admin",
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         self.request_timeout_ms = request_timeout_ms
         self._bootstrap = bootstrap_servers
@@ -107,6 +109,7 @@ class Admin:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             allow_auto_topic_creation=False,
+            security=security,
         )
         self._consumer: Consumer | None = None
 

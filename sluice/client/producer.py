@@ -41,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.errors import (
     KafkaError,
@@ -132,6 +133,7 @@ class Producer:
         max_queued_batches_per_partition: int = 3,
         partitioner: Callable[[bytes, int], int] = default_partition,
         enable_idempotence: bool = False,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         if acks == "all":
             acks = -1
@@ -161,6 +163,7 @@ class Producer:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=security,
         )
         self._accumulator_args = {
             "batch_size": batch_size,

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from typing import Literal, TypeVar, cast, overload
 
 from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from sluice.net.security import ClientSecurity, authenticate
 from sluice.protocol import messages
 from sluice.protocol.errors import ProtocolError, for_code
 from sluice.protocol.framing import SUPPORTED_VERSIONS, decode_response, encode_request
@@ -101,13 +102,22 @@ class Connection:
         client_id: str | None = "sluice",
         connect_timeout_ms: int = 10_000,
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> Connection:
-        """Connect and negotiate API versions. Raises :class:`KafkaConnectionError`."""
+        """Connect (in TLS and logged in with SASL as ``security`` says) and negotiate API
+        versions. Raises :class:`KafkaConnectionError`, or the broker's SASL error."""
         loop = asyncio.get_running_loop()
+        tls = security.ssl_context if security is not None else None
+        server_hostname = None
+        if tls is not None:
+            server_hostname = security.server_hostname if security is not None else None
+            server_hostname = server_hostname or host
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                transport, reader = await loop.create_connection(_ResponseReader, host, port)
-        except (OSError, TimeoutError) as exc:
+                transport, reader = await loop.create_connection(
+                    _ResponseReader, host, port, ssl=tls, server_hostname=server_hostname
+                )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         conn = cls(
             transport,
@@ -119,6 +129,9 @@ class Connection:
         )
         try:
             await conn._negotiate_versions()
+            if security is not None and security.sasl_mechanism is not None:
+                async with asyncio.timeout(request_timeout_ms / 1000):
+                    await authenticate(conn, security)
         except BaseException:
             conn.close()
             raise

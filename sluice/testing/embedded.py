@@ -116,6 +116,8 @@ class EmbeddedBroker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._state = "new"  # new -> running -> stopped
+        #: The bound port of each listener, by name (once started).
+        self.ports: dict[str, int] = {}
 
     # --- what tests use ----------------------------------------------------------------------
 
@@ -125,6 +127,12 @@ class EmbeddedBroker:
         if self._state != "running":
             raise RuntimeError("the embedded broker is not running")
         return f"{self.host}:{self.port}"
+
+    def bootstrap(self, listener: str) -> str:
+        """``host:port`` of the listener named ``listener`` (``properties["listeners"]``)."""
+        if self._state != "running":
+            raise RuntimeError("the embedded broker is not running")
+        return f"{self.host}:{self.ports[listener.upper()]}"
 
     @property
     def data_dir(self) -> Path:
@@ -200,7 +208,9 @@ class EmbeddedBroker:
         props = {
             **TEST_DEFAULTS,
             **self.properties,
-            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            # properties may name several listeners (a secured broker): the first is
+            # bootstrap_servers, each is bootstrap(name)
+            "listeners": self.properties.get("listeners", f"PLAINTEXT://{self.host}:{self.port}"),
             "log.dirs": str(self._data_dir),
         }
         return props
@@ -262,6 +272,7 @@ class EmbeddedBroker:
         await server.start()
         self.server = server
         self.port = server.port
+        self.ports = dict(server.ports)
 
     # --- sync form: a thread with its own loop, or a subprocess ------------------------------
 
@@ -388,7 +399,8 @@ class EmbeddedBroker:
         while True:
             port = self._listening_port()
             if port is not None:
-                self.port = port
+                self.port = port[0]
+                self.ports = port[1]
                 return
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")
@@ -397,7 +409,7 @@ class EmbeddedBroker:
                 raise TimeoutError(f"broker not ready after {self.startup_timeout}s")
             time.sleep(0.01)
 
-    def _listening_port(self) -> int | None:
+    def _listening_port(self) -> tuple[int, dict[str, int]] | None:
         assert self.log_path is not None
         try:
             text = self.log_path.read_text(errors="replace")
@@ -409,7 +421,8 @@ class EmbeddedBroker:
             with contextlib.suppress(ValueError):
                 event: dict[str, Any] = json.loads(line)
                 if event.get("event") == "listening":
-                    return int(event["port"])
+                    ports = {str(k): int(v) for k, v in event.get("ports", {}).items()}
+                    return int(event["port"]), ports
         return None
 
     def _terminate(self) -> None:

@@ -44,7 +44,7 @@ ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfi
               m.DescribeCluster.key, m.CreatePartitions.key, m.DescribeLogDirs.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS}  # fmt: skip
+          *ADMIN_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

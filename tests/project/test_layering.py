@@ -30,7 +30,8 @@ the bottom up (the README's *Architecture* section lists the same):
   connection drives its SASL authenticator and reads its TLS principal), never the handlers:
   it calls them through ``network.request.RequestHandler``; ``sluice.server.api`` (the
   handlers) sees only ``network.request`` of the network room (the per-request context).
-* ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together.
+* ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together,
+  security and the inter-broker client's ``sluice.net.security`` included.
 * ``sluice.client`` sits on the protocol and ``sluice.net``; ``sluice.pipeline`` on the client
   and storage's file layout; ``sluice.cli`` on top of the client, the pipeline's jobs and the
   dump-log tool. Nothing but ``sluice.testing`` (and ``sluice``'s own lazy exports) imports
@@ -129,12 +130,15 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.network",
         "sluice.server.api",
         "sluice.server.config",
+        "sluice.server.security",
+        "sluice.net",
         LOGGING,
     ),
     "sluice.server.__main__": (
         "sluice.server.server",
         "sluice.server.config",
         "sluice.server.storage.log_manager",
+        "sluice.server.security.errors",
         LOGGING,
     ),
     "sluice.server": ("sluice.server.server", "sluice.server.config"),  # lazy re-exports

@@ -18,6 +18,7 @@ from sluice.server.api.config_resources import ConfigResources
 from sluice.server.api.registry import HandlerRegistry
 from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
+from sluice.server.network.request import REQUEST_CONTEXT
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -112,14 +113,33 @@ class ApiBase:
         self.cluster: ClusterMember | None = None
         self._auto_creating: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        advertised = config.advertised_listener
-        self._advertised = (advertised.host, advertised.port)
+        endpoints = config.advertised_endpoints()
+        #: listener name -> (host, port) advertised to the clients of that listener.
+        self._endpoints = {e.name: (e.host, e.port) for e in endpoints}
+        self._first_listener = endpoints[0].name
         self._dispatch = HandlerRegistry()
         # Counter names built once (one per request otherwise), by the API's name.
         self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
 
-    def set_advertised(self, host: str, port: int) -> None:
-        self._advertised = (host, port)
+    def set_advertised(self, host: str, port: int, listener: str | None = None) -> None:
+        """Advertise ``host:port`` for ``listener`` (the first one by default), e.g. the port the
+        OS picked for ``listeners=...:0``."""
+        self._endpoints[listener or self._first_listener] = (host, port)
+
+    @property
+    def _listener(self) -> str:
+        """The listener of the request being handled (the first one outside a connection)."""
+        return REQUEST_CONTEXT.get().listener_name or self._first_listener
+
+    @property
+    def _advertised(self) -> tuple[str, int]:
+        """This broker's (host, port) as the current request's listener advertises it."""
+        endpoints = self._endpoints
+        return endpoints.get(self._listener) or endpoints[self._first_listener]
+
+    def advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """``[(listener, host, port)]`` of every listener (the ZooKeeper registration)."""
+        return [(name, host, port) for name, (host, port) in self._endpoints.items()]
 
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
@@ -131,8 +151,8 @@ class ApiBase:
         return CLUSTER_ID if self.cluster is None else self.cluster.cluster_id
 
     def advertised(self) -> tuple[str, int]:
-        """Where clients reach this broker (host, port)."""
-        return self._advertised
+        """Where clients of the first listener reach this broker (host, port)."""
+        return self._endpoints[self._first_listener]
 
     def _brokers(self) -> tuple[list[tuple[int, str, int, str | None]], int]:
         """``([(id, host, port, rack)], controller id)``: this broker alone standalone, the
@@ -144,7 +164,7 @@ class ApiBase:
             return [(node, host, port, None)], node
         out = []
         for broker_id, info in sorted(cluster.cache.brokers.items()):
-            address = cluster.cache.address(broker_id)
+            address = cluster.cache.address(broker_id, self._listener)
             if address is not None:
                 out.append((broker_id, address[0], address[1], info.rack))
         return out, cluster.cache.controller_id

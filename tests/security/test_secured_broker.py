@@ -1,0 +1,373 @@
+"""A real Sluice broker with four listeners (PLAINTEXT, SSL with client certificates,
+SASL_PLAINTEXT, SASL_SSL) against real clients: confluent-kafka (librdkafka), kafka-python,
+aiokafka and Sluice's own. Each login ends with the principal the handlers see; wrong passwords,
+unknown users, requests before authentication and plaintext on a TLS port get Kafka's answers,
+and the broker keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import struct
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+import trustme
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.helpers import create_ssl_context
+
+from sluice.client import Admin, Consumer, Producer
+from sluice.protocol import messages as m
+from sluice.server.network.request import REQUEST_CONTEXT
+from sluice.server.security.credentials import FileCredentialStore
+from sluice.server.security.scram import credential_from_password
+from sluice.testing import EmbeddedBroker
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka
+    import kafka.errors
+
+LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass
+class Secured:
+    broker: EmbeddedBroker
+    ca_file: Path
+    client_cert: Path  # PEM: key and chain of CN=app
+    client_key: Path
+    client_chain: Path
+    #: (listener, principal) of every Metadata request the handlers saw
+    seen: list[tuple[str, str]]
+
+    def port(self, listener: str) -> int:
+        return self.broker.ports[listener]
+
+    def bootstrap(self, listener: str) -> str:
+        return self.broker.bootstrap(listener)
+
+    def principals(self, listener: str) -> set[str]:
+        return {p for name, p in self.seen if name == listener}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    tmp = tmp_path_factory.mktemp("secured")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    (tmp / "server.pem").write_bytes(server.private_key_and_cert_chain_pem.bytes())
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    client = ca.issue_cert("app@example.com", common_name="app")
+    (tmp / "client.pem").write_bytes(client.private_key_and_cert_chain_pem.bytes())
+    client.private_key_pem.write_to_path(str(tmp / "client.key"))
+    (tmp / "client.crt").write_bytes(b"".join(p.bytes() for p in client.cert_chain_pems))
+    users = FileCredentialStore(tmp / "users.json")
+    for mechanism in SCRAM:
+        users.alter_sync("alice", {mechanism: credential_from_password(mechanism, "alice-pw")})
+    properties = {
+        "listeners": ",".join(f"{name}://127.0.0.1:0" for name in LISTENERS),
+        "ssl.keystore.location": str(tmp / "server.pem"),
+        "ssl.truststore.location": str(tmp / "ca.pem"),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/,DEFAULT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sluice.security.credentials.file": str(tmp / "users.json"),
+        "connection.failed.authentication.delay.ms": "50",
+    }
+    seen: list[tuple[str, str]] = []
+    with EmbeddedBroker(properties=properties) as broker:
+        handlers = broker.call(lambda s: s.handlers)
+        metadata = handlers.metadata
+
+        def recording(header: Any, body: Any) -> Any:
+            context = REQUEST_CONTEXT.get()
+            seen.append((context.listener_name, context.principal))
+            return metadata(header, body)
+
+        broker.call(lambda s: s.handlers._dispatch.register(m.Metadata, recording))
+        yield Secured(
+            broker, tmp / "ca.pem", tmp / "client.pem", tmp / "client.key",
+            tmp / "client.crt", seen,
+        )  # fmt: skip
+
+
+def _confluent(secured: Secured, listener: str, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": secured.bootstrap(listener),
+        "security.protocol": listener,
+        "socket.timeout.ms": 10000,
+        **extra,
+    }
+    if listener.endswith("SSL"):
+        config["ssl.ca.location"] = str(secured.ca_file)
+    return config
+
+
+def _confluent_roundtrip(config: dict[str, Any], topic: str) -> list[bytes]:
+    producer = confluent_kafka.Producer({**config, "acks": "all"})
+    producer.produce(topic, b"secret")
+    assert producer.flush(20) == 0
+    consumer = confluent_kafka.Consumer(
+        {**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                return [message.value()]
+        return []
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_confluent_kafka_sasl_ssl_produces_and_consumes(secured: Secured, mechanism: str) -> None:
+    config = _confluent(
+        secured, "SASL_SSL", **{"sasl.mechanism": mechanism, "sasl.username": "alice",
+                                "sasl.password": "alice-pw"}
+    )  # fmt: skip
+    assert _confluent_roundtrip(config, f"sasl-ssl-{mechanism.lower()}") == [b"secret"]
+    assert secured.principals("SASL_SSL") == {"User:alice"}
+
+
+def test_confluent_kafka_ssl_client_certificate_is_the_principal(secured: Secured) -> None:
+    config = _confluent(
+        secured, "SSL", **{"ssl.certificate.location": str(secured.client_chain),
+                           "ssl.key.location": str(secured.client_key)}
+    )  # fmt: skip
+    metadata = confluent_kafka.admin.AdminClient(config).list_topics(timeout=15)
+    # Metadata answers with the endpoints of the listener the client came in on
+    assert [(b.host, b.port) for b in metadata.brokers.values()] == [
+        ("127.0.0.1", secured.port("SSL"))
+    ]
+    assert secured.principals("SSL") == {"User:app"}
+
+
+def test_a_tls_client_without_a_certificate_is_refused_where_one_is_required(
+    secured: Secured,
+) -> None:
+    ctx = ssl.create_default_context(cafile=str(secured.ca_file))
+    with socket.create_connection(("127.0.0.1", secured.port("SSL")), timeout=10) as raw:
+        answer = b"?"
+        with (
+            contextlib.suppress(ssl.SSLError, ConnectionError),
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            tls.sendall(_api_versions_frame())
+            answer = tls.recv(10)  # TLS 1.3: the refusal arrives with the first read
+        assert answer in (b"?", b"")  # refused in the handshake, or closed unanswered
+    _assert_healthy(secured)
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_metadata_advertises_the_listener_the_client_came_in_on(
+    secured: Secured, listener: str
+) -> None:
+    extra: dict[str, Any] = {}
+    if listener.startswith("SASL"):
+        extra = {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+                 "sasl.password": "alice-pw"}  # fmt: skip
+    if listener == "SSL":
+        extra = {"ssl.certificate.location": str(secured.client_chain),
+                 "ssl.key.location": str(secured.client_key)}  # fmt: skip
+    metadata = confluent_kafka.admin.AdminClient(
+        _confluent(secured, listener, **extra)
+    ).list_topics(timeout=15)
+    assert [b.port for b in metadata.brokers.values()] == [secured.port(listener)]
+    expected = {"PLAINTEXT": "User:ANONYMOUS", "SSL": "User:app"}.get(listener, "User:alice")
+    assert expected in secured.principals(listener)
+
+
+@pytest.mark.parametrize(
+    "user, password, message",
+    [
+        (
+            "alice",
+            "wrong",
+            "Authentication failed during authentication due to invalid credentials",
+        ),
+        ("mallory", "alice-pw", "Authentication failed during authentication due to invalid"),
+    ],
+)
+def test_confluent_kafka_wrong_login_gets_kafkas_answer(
+    secured: Secured, user: str, password: str, message: str
+) -> None:
+    errors: list[confluent_kafka.KafkaError] = []
+    config = _confluent(
+        secured, "SASL_SSL", **{"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                                "sasl.password": password, "error_cb": errors.append}
+    )  # fmt: skip
+    before = _metric(secured, "connections.failed_authentication")
+    admin = confluent_kafka.admin.AdminClient(config)
+    with pytest.raises(confluent_kafka.KafkaException):
+        admin.list_topics(timeout=3)
+    admin.poll(1)  # serves error_cb
+    assert any(
+        e.code() == confluent_kafka.KafkaError._AUTHENTICATION and message in e.str()
+        for e in errors
+    ), [e.str() for e in errors]
+    assert _metric(secured, "connections.failed_authentication") > before
+    _assert_healthy(secured)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_kafka_python_sasl_plaintext(secured: Secured, mechanism: str) -> None:
+    topic = f"kp-{mechanism.lower()}"
+    common: dict[str, Any] = {
+        "bootstrap_servers": secured.bootstrap("SASL_PLAINTEXT"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": "alice-pw",
+        "request_timeout_ms": 15000,
+    }
+    producer = kafka.KafkaProducer(acks="all", **common)
+    producer.send(topic, b"kp").get(timeout=20)
+    producer.close()
+    consumer = kafka.KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=15000, **common
+    )
+    try:
+        assert [r.value for r in consumer][:1] == [b"kp"]
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_ssl(secured: Secured) -> None:
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=secured.bootstrap("SSL"),
+        security_protocol="SSL",
+        ssl_cafile=str(secured.ca_file),
+        ssl_certfile=str(secured.client_chain),
+        ssl_keyfile=str(secured.client_key),
+        request_timeout_ms=15000,
+    )
+    try:
+        assert isinstance(consumer.topics(), set)
+    finally:
+        consumer.close()
+    assert "User:app" in secured.principals("SSL")
+
+
+@pytest.mark.parametrize(
+    "listener, mechanism",
+    [("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "PLAIN"), ("SSL", None)],
+)
+async def test_aiokafka(secured: Secured, listener: str, mechanism: str | None) -> None:
+    options: dict[str, Any] = {
+        "bootstrap_servers": secured.bootstrap(listener),
+        "security_protocol": listener,
+        "request_timeout_ms": 15000,
+    }
+    if mechanism is not None:
+        options.update(sasl_mechanism=mechanism, sasl_plain_username="alice",
+                       sasl_plain_password="alice-pw")  # fmt: skip
+    else:
+        options["ssl_context"] = create_ssl_context(
+            cafile=str(secured.ca_file), certfile=str(secured.client_chain),
+            keyfile=str(secured.client_key),
+        )  # fmt: skip
+    topic = f"aio-{listener.lower()}-{(mechanism or 'cert').lower()}"
+    producer = AIOKafkaProducer(acks="all", **options)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"aio")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **options)
+    await consumer.start()
+    try:
+        record = await asyncio.wait_for(consumer.getone(), 20)
+        assert record.value == b"aio"
+    finally:
+        await consumer.stop()
+
+
+async def test_sluice_client_over_sasl_ssl(secured: Secured) -> None:
+    security = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "alice-pw",
+        "ssl.ca.location": str(secured.ca_file),
+    }
+    bootstrap = secured.bootstrap("SASL_SSL")
+    topic = f"own-{uuid.uuid4().hex[:8]}"
+    async with Admin(bootstrap, security=security) as admin:
+        await admin.create_topics({topic: (1, {})})
+    async with Producer(bootstrap, security=security) as producer:
+        await producer.send_and_wait(topic, b"own")
+    async with Consumer(bootstrap, auto_offset_reset="earliest", security=security) as consumer:
+        consumer.assign([(topic, 0)])
+        records = await consumer.getmany(timeout_ms=20000)
+    assert [r.value for batch in records.values() for r in batch] == [b"own"]
+    assert "User:alice" in secured.principals("SASL_SSL")
+
+
+async def test_sluice_client_with_a_wrong_password_gets_kafkas_error(secured: Secured) -> None:
+    from sluice.protocol.errors import SaslAuthenticationFailed
+
+    security = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": "alice", "sasl.password": "nope"}  # fmt: skip
+    with pytest.raises(SaslAuthenticationFailed, match="Invalid username or password"):
+        async with Admin(secured.bootstrap("SASL_PLAINTEXT"), security=security):
+            pass
+
+
+def _api_versions_frame() -> bytes:
+    body = struct.pack(">hhih", m.ApiVersions.key, 0, 1, 1) + b"x"
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_request_before_authentication_closes_the_connection(secured: Secured) -> None:
+    before = _metric(secured, "connections.failed_authentication")
+    with socket.create_connection(("127.0.0.1", secured.port("SASL_PLAINTEXT")), timeout=10) as s:
+        frame = struct.pack(">hhih", m.Metadata.key, 1, 9, 1) + b"x" + struct.pack(">i", -1)
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert s.recv(10) == b""  # closed, nothing answered
+    assert _metric(secured, "connections.failed_authentication") == before + 1
+    _assert_healthy(secured)
+
+
+def test_an_oversized_frame_before_authentication_closes_the_connection(secured: Secured) -> None:
+    with socket.create_connection(("127.0.0.1", secured.port("SASL_PLAINTEXT")), timeout=10) as s:
+        s.sendall(struct.pack(">i", 524289) + b"\x00" * 64)  # one byte over the default bound
+        assert s.recv(10) == b""
+    _assert_healthy(secured)
+
+
+def test_a_plaintext_client_on_a_tls_port_gets_no_kafka_answer(secured: Secured) -> None:
+    with socket.create_connection(("127.0.0.1", secured.port("SASL_SSL")), timeout=10) as s:
+        s.sendall(_api_versions_frame())
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := s.recv(4096):
+                answer += chunk
+    # what comes back, if anything, is a TLS alert record (content type 21), never a response
+    assert answer == b"" or answer[0] == 21
+    _assert_healthy(secured)
+
+
+def _metric(secured: Secured, name: str) -> int:
+    return int(secured.broker.metrics().get(name, 0))
+
+
+def _assert_healthy(secured: Secured) -> None:
+    metadata = confluent_kafka.admin.AdminClient(
+        {"bootstrap.servers": secured.bootstrap("PLAINTEXT")}
+    ).list_topics(timeout=10)
+    assert len(metadata.brokers) == 1

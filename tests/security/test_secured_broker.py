@@ -371,3 +371,64 @@ def _assert_healthy(secured: Secured) -> None:
         {"bootstrap.servers": secured.bootstrap("PLAINTEXT")}
     ).list_topics(timeout=10)
     assert len(metadata.brokers) == 1
+
+
+@pytest.fixture(scope="module")
+def reauth_broker(secured: Secured) -> Iterator[EmbeddedBroker]:
+    """A SASL_PLAINTEXT broker whose sessions last one second (KIP-368)."""
+    properties = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+        "sluice.security.credentials.file": str(secured.ca_file.parent / "users.json"),
+        "connections.max.reauth.ms": "1000",
+    }
+    with EmbeddedBroker(properties=properties) as broker:
+        yield broker
+
+
+async def test_a_client_that_does_not_reauthenticate_is_closed_when_its_session_ends(
+    reauth_broker: EmbeddedBroker,
+) -> None:
+    from sluice.net.connection import Connection
+    from sluice.net.errors import KafkaConnectionError
+    from sluice.net.security import ClientSecurity
+
+    security = ClientSecurity(None, "SCRAM-SHA-256", "alice", "alice-pw")
+    host, port = reauth_broker.bootstrap("SASL_PLAINTEXT").split(":")
+    conn = await Connection.open(host, int(port), security=security)
+    try:
+        await conn.request(m.Metadata.key, m.MetadataRequest(topics=[]))  # within the session
+        closed_before = reauth_broker.metrics().get("connections.closed.session_expired", 0)
+        await asyncio.sleep(1.2)  # the session's length, not a synchronisation
+        with pytest.raises(KafkaConnectionError):
+            await conn.request(m.Metadata.key, m.MetadataRequest(topics=[]))
+        assert reauth_broker.metrics()["connections.closed.session_expired"] == closed_before + 1
+    finally:
+        conn.close()
+
+
+def test_librdkafka_reauthenticates_on_the_same_connection(reauth_broker: EmbeddedBroker) -> None:
+    config = {
+        "bootstrap.servers": reauth_broker.bootstrap("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice",
+        "sasl.password": "alice-pw",
+    }
+    producer = confluent_kafka.Producer(config)
+    before = reauth_broker.metrics()
+    deadline = time.monotonic() + 3.5  # three sessions' worth of producing
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce("reauth", b"x")
+        producer.poll(0.1)
+        sent += 1
+    assert producer.flush(15) == 0
+    after = reauth_broker.metrics()
+
+    def grew(name: str) -> int:
+        return int(after.get(name, 0)) - int(before.get(name, 0))
+
+    # logged in again (each session lasts 1 s) on the same connections, none closed for expiry
+    assert grew("connections.authenticated") >= grew("connections.accepted") + 2
+    assert grew("connections.closed.session_expired") == 0

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
 import socket
 import ssl
 import struct
+import subprocess
 import time
 import uuid
 import warnings
@@ -432,3 +435,24 @@ def test_librdkafka_reauthenticates_on_the_same_connection(reauth_broker: Embedd
     # logged in again (each session lasts 1 s) on the same connections, none closed for expiry
     assert grew("connections.authenticated") >= grew("connections.accepted") + 2
     assert grew("connections.closed.session_expired") == 0
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_produces_and_lists_over_sasl_ssl(secured: Secured) -> None:
+    options = [
+        "-b", secured.bootstrap("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
+        "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=alice",
+        "-X", "sasl.password=alice-pw", "-X", f"ssl.ca.location={secured.ca_file}",
+    ]  # fmt: skip
+    produced = subprocess.run(
+        ["kcat", *options, "-P", "-t", "kcat-secured"], input=b"from-kcat\n",
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    listed = subprocess.run(
+        ["kcat", *options, "-L", "-J"], capture_output=True, timeout=30, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    metadata = json.loads(listed.stdout)
+    assert [b["name"] for b in metadata["brokers"]] == [secured.bootstrap("SASL_SSL")]
+    assert "kcat-secured" in {t["topic"] for t in metadata["topics"]}

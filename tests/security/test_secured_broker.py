@@ -456,3 +456,32 @@ def test_kcat_produces_and_lists_over_sasl_ssl(secured: Secured) -> None:
     metadata = json.loads(listed.stdout)
     assert [b["name"] for b in metadata["brokers"]] == [secured.bootstrap("SASL_SSL")]
     assert "kcat-secured" in {t["topic"] for t in metadata["topics"]}
+
+
+def test_the_cli_reads_client_properties_from_command_config(
+    secured: Secured, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from sluice.cli.main import cli
+
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "# kafka-topics --command-config\nsecurity.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="alice-pw";\n'
+        f"ssl.truststore.location={secured.ca_file}\n"
+    )
+    bootstrap = ["--bootstrap-server", secured.bootstrap("SASL_SSL")]
+    created = CliRunner().invoke(
+        cli, ["topics", "create", "--topic", "cli-secured", "--partitions", "1", *bootstrap,
+              "--command-config", str(config)],
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    listed = CliRunner().invoke(
+        cli, ["topics", "list", *bootstrap, "--command-config", str(config)]
+    )
+    assert listed.exit_code == 0 and "cli-secured" in listed.output.split(), listed.output
+    refused = CliRunner().invoke(cli, ["topics", "list", *bootstrap])  # TLS port, no TLS
+    assert refused.exit_code != 0

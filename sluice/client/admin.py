@@ -92,7 +92,8 @@ def _error(code: int, message: str | None, what: str) -> KafkaError | None:
 
 
 class Admin:
-    """Admin client. ``async with Admin(bootstrap_servers) as admin: ...``."""
+    """Admin client. ``async with Admin(bootstrap_servers) as admin: ...``. ``security``: TLS /
+    SASL, as for :class:`~sluice.client.producer.Producer`."""
 
     def __init__(
         self,

@@ -127,7 +127,8 @@ class Consumer:
     ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``fetch_max_bytes``,
     ``max_partition_fetch_bytes``, ``isolation_level`` ("read_uncommitted" |
     "read_committed"), ``request_timeout_ms``, ``retry_backoff_ms``,
-    ``max_buffered_records`` (per partition: the fetcher pauses it above this).
+    ``max_buffered_records`` (per partition: the fetcher pauses it above this). ``security``:
+    TLS / SASL, as for :class:`~sluice.client.producer.Producer`.
     Groups: ``group_id``, ``enable_auto_commit``, ``auto_commit_interval_ms``,
     ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms`` (the rebalance
     timeout), ``partition_assignment_strategy`` ("range", "roundrobin"), ``group_instance_id``

@@ -110,6 +110,9 @@ class Producer:
     limit, only ``buffer_memory``) bounds the full batches waiting per partition: ``send`` waits
     beyond it, which keeps delivery latency low when the application outruns the broker.
     ``partitioner(key, num_partitions) -> int`` replaces the murmur2 default for keyed records.
+    ``security``: TLS / SASL, as :class:`sluice.net.security.ClientSecurity` or Kafka's client
+    properties (``{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": ..., "sasl.password": ..., "ssl.ca.location": ...}``).
     """
 
     def __init__(

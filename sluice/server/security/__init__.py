@@ -19,14 +19,19 @@ The modules (none imports the core; the core wires them in):
   against the file or ZooKeeper, before a broker runs.
 * :mod:`.files` -- the atomic, private file writer of the standalone stores.
 
-How this is wired into the broker (the plan for the core; nothing below exists yet)
-====================================================================================
+How this is wired into the broker
+=================================
+
+Wired (``sluice.server.server``, ``sluice.server.network.connection`` / ``.listener``,
+``sluice.net.security``): configuration, start-up, the per-connection path and the inter-broker
+client below; ``tests/security/test_secured_broker.py`` and ``test_secured_cluster.py`` run
+them against real clients. The authorizer's checks in the handlers are the API room's part.
 
 **Configuration** (Kafka's keys, read once by the core's config and handed down as plain
 dicts): ``listeners``, ``advertised.listeners``, ``listener.security.protocol.map``,
 ``inter.broker.listener.name`` / ``security.inter.broker.protocol``; ``ssl.*`` and
 ``ssl.principal.mapping.rules``; ``sasl.enabled.mechanisms`` (Kafka's default is GSSAPI, which
-Sluice does not have: a SASL listener without the key should fail start-up with a message naming
+Sluice does not have: a SASL listener without the key fails to load with a message naming
 PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), ``sasl.mechanism.inter.broker.protocol``,
 ``sasl.server.max.receive.size`` (524288), ``connections.max.reauth.ms`` (0),
 ``connection.failed.authentication.delay.ms`` (100); ``authorizer.class.name`` (one of
@@ -40,10 +45,10 @@ PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), ``sasl.mechanism.inter.broker.protocol`
 plaintext client on a TLS port never reaches the protocol object). Cluster mode: after the
 ZooKeeper session, ``ZkCredentialStore(zk).start()`` and, with an authorizer,
 ``ZkAclStore(zk).start()`` (both create Kafka's paths and follow the notices). Standalone:
-``FileCredentialStore`` / ``FileAclStore`` on files in the first log directory (a Sluice key
-such as ``sluice.security.dir`` may move them); ``python -m sluice.server.security`` (to be
-exposed as ``sluice users`` / ``sluice configs --entity-type users``) writes the credentials file
-or ZooKeeper before the first start.
+``FileCredentialStore`` / ``FileAclStore`` on files in the first log directory
+(``sluice.security.credentials.file`` moves the credentials); ``python -m
+sluice.server.security`` (to be exposed as ``sluice users`` / ``sluice configs --entity-type
+users``) writes the credentials file or ZooKeeper before the first start.
 
 **Per connection** (the protocol object gains a small security state):
 
@@ -55,9 +60,10 @@ or ZooKeeper before the first start.
    writes ``step.send``; ``step.close`` closes after the writes, delayed by
    ``connection.failed.authentication.delay.ms`` when ``step.failed`` (reading paused
    meanwhile); a ``FrameTooLarge`` goes to ``frame_too_large``. PLAIN costs one PBKDF2 per
-   login (a few ms): measure, and move ``receive`` of SaslAuthenticate frames to an executor if
-   it shows on the event loop. When ``step.authenticated``, the principal becomes
-   ``auth.principal`` and the normal path resumes with the reader's own limit;
+   login (4096 iterations, milliseconds: ``bench/security.py``), so ``receive`` of a PLAIN
+   SaslAuthenticate frame runs in the default executor. When ``step.authenticated``, the
+   principal becomes ``auth.principal`` and the normal path resumes with the reader's own
+   limit;
 3. afterwards, before each request: ``auth.session_expired()`` closes the connection (Kafka
    logs it and the client reconnects); a SaslHandshake goes to ``begin_reauthentication`` and
    to the handlers only when that returns ``None`` (they answer ILLEGAL_SASL_STATE, and
@@ -81,7 +87,8 @@ an idempotent producer's InitProducerId needs IdempotentWrite on the cluster or,
 **Inter-broker**: replica fetchers and controller requests connect to
 ``inter.broker.listener.name`` with :func:`.tls.client_context` of that listener's settings and
 authenticate with ``sasl.mechanism.inter.broker.protocol`` (scramp's client, or the PLAIN
-token) as the broker's user, who belongs in ``super.users``.
+token) as the broker's user -- ``listener.name.<l>.<mechanism>.sasl.jaas.config``'s
+``username`` / ``password``, Kafka's place for it -- who belongs in ``super.users``.
 
 Not covered: GSSAPI and OAUTHBEARER, delegation tokens, JKS keystores (convert to PKCS#12),
 restricting TLS 1.3 suites, certificate reload, SASLprep of passwords (none of Kafka, librdkafka

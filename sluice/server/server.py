@@ -476,7 +476,11 @@ class Server:
                 async with asyncio.timeout(1.0):
                     await server.wait_closed()
         # 4. leave the cluster: fetchers stop (before their logs close), the session closes and
-        # the registration goes with it at once.
+        # the registration goes with it at once (the credential store's watch first).
+        close_credentials = getattr(self.credentials, "close", None)
+        if close_credentials is not None:
+            with contextlib.suppress(Exception):
+                await close_credentials()
         if self.cluster is not None:
             await self.cluster.stop()
         # 5. flush and close logs; the LogManager writes the clean-shutdown marker last.

@@ -485,3 +485,39 @@ def test_the_cli_reads_client_properties_from_command_config(
     assert listed.exit_code == 0 and "cli-secured" in listed.output.split(), listed.output
     refused = CliRunner().invoke(cli, ["topics", "list", *bootstrap])  # TLS port, no TLS
     assert refused.exit_code != 0
+
+
+def test_random_frames_before_authentication_are_never_served(secured: Secured) -> None:
+    """A seeded fuzz of the pre-authentication state: frames with random API keys, versions
+    and bodies (some after a valid ApiVersions / SaslHandshake) reach no handler but
+    ApiVersions, crash nothing, and every connection ends closed or waiting for a login."""
+    import random
+
+    rng = random.Random(24)
+    before = secured.broker.metrics()
+    handshake = struct.pack(">hhih", m.SaslHandshake.key, 1, 2, 1) + b"x"
+    handshake += struct.pack(">h", 5) + b"PLAIN"
+    for _ in range(120):
+        frames = []
+        if rng.random() < 0.5:
+            frames.append(_api_versions_frame()[4:])
+        if rng.random() < 0.3:
+            frames.append(handshake)
+        for _ in range(rng.randint(1, 3)):
+            header = struct.pack(">hhi", rng.randrange(-2, 70), rng.randrange(-1, 14), 7)
+            frames.append(header + rng.randbytes(rng.randrange(0, 64)))
+        with socket.create_connection(("127.0.0.1", secured.port("SASL_PLAINTEXT")), 10) as s:
+            s.settimeout(2)
+            s.sendall(b"".join(struct.pack(">i", len(f)) + f for f in frames))
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                while s.recv(65536):
+                    pass
+    after = secured.broker.metrics()
+    served = {
+        name: int(after[name]) - int(before.get(name, 0))
+        for name in after
+        if name.startswith("requests.") and name != "requests.ApiVersions"
+        and int(after[name]) != int(before.get(name, 0))
+    }  # fmt: skip
+    assert served == {}
+    _assert_healthy(secured)

@@ -34,6 +34,11 @@ Two defaults differ from a production broker's, both for tests' sake, and an exp
 overrides either: ``group.initial.rebalance.delay.ms=0`` (Kafka's 3 s wait for more members
 before a new group's first rebalance would cost every consumer-group test 3 s; testcontainers'
 Kafka modules set it to 0 too) and ``sluice.shutdown.timeout.ms=2000``.
+
+A secured broker is properties too: ``listeners`` naming several listeners
+(``"PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"``) with the ``ssl.*`` / ``sasl.*`` keys and
+``sluice.security.credentials.file`` (README, *Security*); :attr:`ports` has each listener's
+bound port, :meth:`bootstrap` its ``host:port``, and :attr:`bootstrap_servers` is the first one.
 Logging is the application's (STYLE item 9). In-process, the server's structlog events go
 wherever the application configured structlog; an application that did not (structlog's
 defaults print every event, debug included, to stdout) gets them through the standard library's

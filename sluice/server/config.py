@@ -449,7 +449,8 @@ def properties_from_env(environ: Mapping[str, str]) -> tuple[dict[str, str], tup
         if not name.startswith(ENV_PREFIX) or name in NON_BROKER_ENV:
             continue
         key = key_from_env(name)
-        if key is not None and key in OPTIONS_BY_KEY:
+        # listener.name.<l>.<key>: a per-listener security setting (Config.listener_settings)
+        if key is not None and (key in OPTIONS_BY_KEY or key.startswith("listener.name.")):
             props[key] = value
         else:
             ignored.append(name)

@@ -729,3 +729,16 @@ def test_inter_broker_keys_are_exclusive_and_must_name_a_listener() -> None:
         Config.load(
             overrides=["zookeeper.connect=127.0.0.1:2181", "security.inter.broker.protocol=SSL"]
         )
+
+
+def test_per_listener_settings_come_from_the_environment_too() -> None:
+    env = {
+        "SLUICE_LISTENERS": "SASL_SSL://:9094",
+        "SLUICE_SASL_ENABLED_MECHANISMS": "PLAIN",
+        "SLUICE_LISTENER_NAME_SASL__SSL_SSL_CLIENT_AUTH": "required",
+        "SLUICE_LISTENER_NAME_SASL__SSL_SCRAM___SHA___512_SASL_JAAS_CONFIG": "x",
+    }
+    c = Config.load(environ=env)
+    assert c.listener_security_settings("SASL_SSL")["ssl.client.auth"] == "required"
+    assert c.properties["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"] == "x"
+    assert c.ignored_environment == ()

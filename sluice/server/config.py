@@ -682,6 +682,15 @@ class Config:
                 f"advertised.listeners (or listeners); {self.inter_broker_listener} is not "
                 f"among {sorted(names)}"
             )
+        for lst in self.listeners:  # listener.name.<l>.<key> overrides: the key's own check
+            prefix = f"listener.name.{lst.name.lower()}."
+            for name, text in given.items():
+                key = OPTIONS_BY_KEY.get(name[len(prefix) :]) if name.startswith(prefix) else None
+                if key is not None:
+                    try:
+                        key.parse(text)
+                    except ValueError as exc:
+                        raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from exc
         supported = ", ".join(SUPPORTED_SASL_MECHANISMS)
         for lst in self.listeners:
             if not self.security_protocol(lst.name).uses_sasl:

@@ -129,6 +129,7 @@ def test_advertised_listener_defaults() -> None:
         ("listeners=PLAINTEXT://:9092,SSL://:9092", "different port"),
         ("listener.security.protocol.map=A:TLS", "unknown security protocol"),
         ("ssl.client.auth=maybe", "none, requested or required"),
+        ("listener.name.plaintext.connections.max.reauth.ms=soon", "listener.name.plaintext"),
         ("listeners=PLAINTEXT://127.0.0.1", "port"),
         ("listeners=PLAINTEXT://127.0.0.1:70000", "out of range"),
         ("log.dirs=/a,/b", "exactly one"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import signal
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from sluice.server.storage.vfs import VFS
 
 log = get_logger("sluice.server")
+_NOT_SEEN = object()
 
 
 class Server:
@@ -88,6 +90,7 @@ class Server:
         self._listener_security: dict[str, ListenerSecurity] = {}
         self._ssl_contexts: dict[str, ssl.SSLContext] = {}
         self._inter_broker_client: ClientSecurity | None = None
+        self._credentials_seen: object = _NOT_SEEN
         self._connections: set[Connection] = set()
         #: ``max.connections*`` and ``sluice.quota.requests.per.second`` (None: no bound set).
         self.connection_quotas: ConnectionQuotas | None = None
@@ -311,6 +314,7 @@ class Server:
 
             path = config.credentials_file or str(config.data_dir / "users.json")
             self.credentials = FileCredentialStore(path)
+            self._reload_credentials_file()  # remember the file as loaded
         out = {}
         for listener in config.listeners:
             protocol = config.security_protocol(listener.name)
@@ -344,6 +348,7 @@ class Server:
 
         handlers = self.handlers
         assert handlers is not None
+        self._reload_credentials_file()
         return SaslServerAuthenticator(
             mechanisms,
             self.credentials or CredentialStore(),  # a cluster's, once ZooKeeper answered
@@ -352,6 +357,33 @@ class Server:
             reauth_ms=reauth_ms,
             peer=peer,
         )
+
+    def _reload_credentials_file(self) -> None:
+        """Standalone: users added with ``python -m sluice.server.security --credentials-file``
+        while the broker runs log in from their next connection (one ``stat`` per SASL
+        connection; a file that does not parse keeps the users already loaded)."""
+        from sluice.server.security.credentials import FileCredentialStore
+
+        store = self.credentials
+        if not isinstance(store, FileCredentialStore):
+            return
+        try:
+            stat = os.stat(store.path)
+            seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            seen = None
+        if seen == self._credentials_seen:
+            return
+        first = self._credentials_seen is _NOT_SEEN
+        self._credentials_seen = seen
+        if first:
+            return  # loaded at start-up
+        try:
+            store.reload()
+        except SecurityError as exc:
+            log.warning("credentials file not reloaded", path=str(store.path), error=str(exc))
+            return
+        log.info("credentials file reloaded", path=str(store.path), users=len(store.users()))
 
     async def _start_zk_credentials(self, zk: Any) -> None:  # the cluster's ZkClient
         from sluice.server.security.credentials import ZkCredentialStore

@@ -521,3 +521,20 @@ def test_random_frames_before_authentication_are_never_served(secured: Secured) 
     }  # fmt: skip
     assert served == {}
     _assert_healthy(secured)
+
+
+def test_a_user_added_to_the_file_while_the_broker_runs_can_log_in(secured: Secured) -> None:
+    """``python -m sluice.server.security --credentials-file`` beside a running broker: the
+    next SASL connection sees the new user."""
+    users = FileCredentialStore(secured.ca_file.parent / "users.json")
+    mechanism = "SCRAM-SHA-256"
+    config = _confluent(
+        secured, "SASL_PLAINTEXT", **{"sasl.mechanism": mechanism, "sasl.username": "bob",
+                                      "sasl.password": "bob-pw"}
+    )  # fmt: skip
+    with pytest.raises(confluent_kafka.KafkaException):
+        confluent_kafka.admin.AdminClient(config).list_topics(timeout=3)
+    users.alter_sync("bob", {mechanism: credential_from_password(mechanism, "bob-pw")})
+    metadata = confluent_kafka.admin.AdminClient(config).list_topics(timeout=15)
+    assert len(metadata.brokers) == 1
+    assert "User:bob" in secured.principals("SASL_PLAINTEXT")

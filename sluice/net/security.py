@@ -15,9 +15,10 @@ take (``security.protocol``, ``sasl.mechanism``, ``sasl.username``/``sasl.passwo
 ``ssl.key.password``, ``ssl.endpoint.identification.algorithm``), so an application's existing
 client properties work unchanged.
 
-Not covered: KIP-368 re-authentication by the client (a broker with
-``connections.max.reauth.ms`` closes the connection at the session's end, and the owner opens a
-new one: every request in flight then fails as retriable).
+**Re-authentication (KIP-368).** When the broker answers the login with a session lifetime
+(``connections.max.reauth.ms``), the connection logs in again on the same socket at 85-95 % of
+it, as Kafka's Java client does: requests issued meanwhile wait, the ones in flight are answered
+first (no request may be in flight during the exchange).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class ClientSecurity:
     sasl_username: str = ""
     sasl_password: str = ""
     server_hostname: str | None = None
+    #: KIP-368: log in again before the broker's session ends (False: behave like an older
+    #: client, which the broker disconnects at the session's end).
+    reauthenticate: bool = True
 
     def __post_init__(self) -> None:
         if self.sasl_mechanism is not None and self.sasl_mechanism not in SASL_MECHANISMS:
@@ -110,13 +114,15 @@ def tls_client_context(props: Mapping[str, str]) -> ssl.SSLContext:
     return ctx
 
 
-async def authenticate(conn: Connection, security: ClientSecurity) -> None:
-    """Log in on ``conn`` with ``security``'s SASL mechanism. Raises the Kafka error the broker
-    answered (``SaslAuthenticationFailedError`` with its message, ``UnsupportedSaslMechanism``
-    with the mechanisms it offers)."""
+async def authenticate(conn: Connection, security: ClientSecurity) -> int:
+    """Log in on ``conn`` with ``security``'s SASL mechanism; the session's lifetime in ms
+    (0: unbounded). Raises the Kafka error the broker answered
+    (``SaslAuthenticationFailedError`` with its message, ``UnsupportedSaslMechanism`` with the
+    mechanisms it offers). Sends through ``conn._exchange``: the requests of a
+    re-authentication must not wait for it."""
     mechanism = security.sasl_mechanism
     assert mechanism is not None
-    handshake = await conn.request(
+    handshake = await conn._exchange(
         messages.SaslHandshake.key, messages.SaslHandshakeRequest(mechanism=mechanism)
     )
     if handshake.error_code:
@@ -126,21 +132,21 @@ async def authenticate(conn: Connection, security: ClientSecurity) -> None:
         )
     if mechanism == "PLAIN":
         login = f"\0{security.sasl_username}\0{security.sasl_password}".encode()
-        await _sasl_round(conn, login)
-        return
+        return (await _sasl_round(conn, login))[1]
     import scramp
 
     client = scramp.ScramClient([mechanism], security.sasl_username, security.sasl_password)
-    server_first = await _sasl_round(conn, client.get_client_first().encode())
+    server_first, _ = await _sasl_round(conn, client.get_client_first().encode())
     client.set_server_first(server_first.decode())
-    server_final = await _sasl_round(conn, client.get_client_final().encode())
+    server_final, lifetime = await _sasl_round(conn, client.get_client_final().encode())
     client.set_server_final(server_final.decode())  # checks the broker's signature
+    return lifetime
 
 
-async def _sasl_round(conn: Connection, token: bytes) -> bytes:
-    response = await conn.request(
+async def _sasl_round(conn: Connection, token: bytes) -> tuple[bytes, int]:
+    response = await conn._exchange(
         messages.SaslAuthenticate.key, messages.SaslAuthenticateRequest(auth_bytes=token)
     )
     if response.error_code:
         raise for_code(response.error_code)(response.error_message or "SASL login failed")
-    return bytes(response.auth_bytes)
+    return bytes(response.auth_bytes), int(getattr(response, "session_lifetime_ms", 0) or 0)

@@ -378,12 +378,13 @@ def _assert_healthy(secured: Secured) -> None:
 
 @pytest.fixture(scope="module")
 def reauth_broker(secured: Secured) -> Iterator[EmbeddedBroker]:
-    """A SASL_PLAINTEXT broker whose sessions last one second (KIP-368)."""
+    """A SASL_PLAINTEXT broker whose sessions last 1.5 s (KIP-368; the broker refuses a
+    re-authentication less than a second after the previous one, as Kafka does)."""
     properties = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
         "sluice.security.credentials.file": str(secured.ca_file.parent / "users.json"),
-        "connections.max.reauth.ms": "1000",
+        "connections.max.reauth.ms": "1500",
     }
     with EmbeddedBroker(properties=properties) as broker:
         yield broker
@@ -396,18 +397,49 @@ async def test_a_client_that_does_not_reauthenticate_is_closed_when_its_session_
     from sluice.net.errors import KafkaConnectionError
     from sluice.net.security import ClientSecurity
 
-    security = ClientSecurity(None, "SCRAM-SHA-256", "alice", "alice-pw")
+    security = ClientSecurity(None, "SCRAM-SHA-256", "alice", "alice-pw", reauthenticate=False)
     host, port = reauth_broker.bootstrap("SASL_PLAINTEXT").split(":")
     conn = await Connection.open(host, int(port), security=security)
     try:
         await conn.request(m.Metadata.key, m.MetadataRequest(topics=[]))  # within the session
         closed_before = reauth_broker.metrics().get("connections.closed.session_expired", 0)
-        await asyncio.sleep(1.2)  # the session's length, not a synchronisation
+        await asyncio.sleep(1.7)  # the session's length, not a synchronisation
         with pytest.raises(KafkaConnectionError):
             await conn.request(m.Metadata.key, m.MetadataRequest(topics=[]))
         assert reauth_broker.metrics()["connections.closed.session_expired"] == closed_before + 1
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+async def test_our_client_reauthenticates_on_the_same_connection(
+    reauth_broker: EmbeddedBroker, mechanism: str
+) -> None:
+    from sluice.net.connection import Connection
+    from sluice.net.security import ClientSecurity
+
+    security = ClientSecurity(None, mechanism, "alice", "alice-pw")
+    host, port = reauth_broker.bootstrap("SASL_PLAINTEXT").split(":")
+    before = reauth_broker.metrics()
+    conn = await Connection.open(host, int(port), security=security)
+    try:
+        deadline = time.monotonic() + 4.7  # three sessions
+        while time.monotonic() < deadline:
+            # pipelined: two requests at once, across the re-authentications
+            await asyncio.gather(
+                conn.request(m.Metadata.key, m.MetadataRequest(topics=[])),
+                conn.request(m.Metadata.key, m.MetadataRequest(topics=[])),
+            )
+            await asyncio.sleep(0.05)
+        assert not conn.closed
+    finally:
+        conn.close()
+    after = reauth_broker.metrics()
+    assert int(after["connections.accepted"]) - int(before.get("connections.accepted", 0)) == 1
+    logins = int(after["connections.authenticated"]) - int(before["connections.authenticated"])
+    assert logins >= 3
+    expired = after.get("connections.closed.session_expired", 0)
+    assert expired == before.get("connections.closed.session_expired", 0)
 
 
 def test_librdkafka_reauthenticates_on_the_same_connection(reauth_broker: EmbeddedBroker) -> None:
@@ -420,7 +452,7 @@ def test_librdkafka_reauthenticates_on_the_same_connection(reauth_broker: Embedd
     }
     producer = confluent_kafka.Producer(config)
     before = reauth_broker.metrics()
-    deadline = time.monotonic() + 3.5  # three sessions' worth of producing
+    deadline = time.monotonic() + 4.7  # three sessions' worth of producing
     sent = 0
     while time.monotonic() < deadline:
         producer.produce("reauth", b"x")
@@ -432,7 +464,7 @@ def test_librdkafka_reauthenticates_on_the_same_connection(reauth_broker: Embedd
     def grew(name: str) -> int:
         return int(after.get(name, 0)) - int(before.get(name, 0))
 
-    # logged in again (each session lasts 1 s) on the same connections, none closed for expiry
+    # logged in again (each session lasts 1.5 s) on the same connections, none closed for expiry
     assert grew("connections.authenticated") >= grew("connections.accepted") + 2
     assert grew("connections.closed.session_expired") == 0
 

@@ -22,10 +22,15 @@
     sluice perf produce --topic T --num-records N --record-size S [--throughput R]
     sluice perf consume --topic T --messages N
 
-``--bootstrap-server`` defaults to ``$SLUICE_BOOTSTRAP_SERVER`` or 127.0.0.1:9092. Records go to
-stdout (one value per line, or JSON lines); progress and summaries go to stderr (rich), so
-output can be piped. Exit status: 0 ok, 1 a Kafka or connection error (message on stderr),
-2 bad usage.
+``--bootstrap-server`` defaults to ``$SLUICE_BOOTSTRAP_SERVER`` or 127.0.0.1:9092; beside it,
+``--command-config FILE`` (kafka-topics' name; also ``--producer.config`` / ``--consumer.config``)
+reads Kafka client properties for a secured cluster: ``security.protocol``, ``sasl.mechanism``,
+``sasl.username`` / ``sasl.password`` or ``sasl.jaas.config``, ``ssl.ca.location`` /
+``ssl.truststore.location`` (PEM), ``ssl.certificate.location`` + ``ssl.key.location``.
+
+Records go to stdout (one value per line, or JSON lines); progress and summaries go to stderr
+(rich), so output can be piped. Exit status: 0 ok, 1 a Kafka or connection error (message on
+stderr), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -77,7 +82,43 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         raise SystemExit(130) from None
 
 
+_SECURITY = "sluice.client.security"
+
+
+def _read_client_properties(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    """``--command-config``: ``key=value`` lines (``#`` / ``!`` comments), as Kafka's tools
+    read them; kept in the click context for :func:`_security`."""
+    if path is None:
+        return
+    props: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if line and line[0] not in "#!":
+                    key, _, value = line.partition("=")
+                    props[key.strip()] = value.strip()
+    except OSError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+    ctx.meta[_SECURITY] = props
+
+
+def _security() -> dict[str, str] | None:
+    """The client properties ``--command-config`` gave (None: PLAINTEXT)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_SECURITY)
+
+
 def bootstrap_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--command-config",
+        "--producer.config",
+        "--consumer.config",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_read_client_properties,
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*) for a secured cluster.",
+    )(f)
     return click.option(
         "--bootstrap-server",
         "bootstrap",
@@ -144,6 +185,7 @@ async def produce(
     futures = []
     async with Producer(
         bootstrap,
+        security=_security(),
         acks=acks,
         compression=compression,
         linger_ms=linger_ms,
@@ -254,7 +296,9 @@ async def consume(
     if sum(x is not None and x is not False for x in (offset, timestamp, from_beginning)) > 1:
         raise click.UsageError("give at most one of --offset, --timestamp, --from-beginning")
     out = sys.stdout
-    async with Consumer(bootstrap, client_id="sluice-console-consumer") as consumer:
+    async with Consumer(
+        bootstrap, client_id="sluice-console-consumer", security=_security()
+    ) as consumer:
         parts = [partition] if partition is not None else await consumer.partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
@@ -305,7 +349,7 @@ def topics() -> None:
 @async_command
 async def topics_list(bootstrap: str) -> None:
     """Print every topic name, one per line."""
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         names = await admin.list_topics()
     for name in sorted(names):
         click.echo(name)
@@ -335,7 +379,7 @@ async def topics_create(
     """Create a topic with configs (e.g. --config retention.ms=3600000)."""
     from sluice.protocol.errors import TopicAlreadyExists
 
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         try:
             await admin.create_topic(
                 topic, partitions, dict(_pairs(configs, "--config")), replication_factor
@@ -372,7 +416,7 @@ async def topics_describe(
     their defaults, as kafka-topics prints them (``Configs: retention.ms=3600000``); the
     partition filters print only the matching partitions."""
     summaries = not (under_replicated or unavailable)
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         described = await admin.describe_topics([topic] if topic else None)
         for d in described:
             if d.error is not None:
@@ -422,7 +466,7 @@ def _partition_table() -> Table:
 async def topics_alter(bootstrap: str, topic: str, partitions: int) -> None:
     """Add partitions to a topic (kafka-topics --alter --partitions); existing records stay
     where they are, so keys may map to other partitions from now on."""
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         error = (await admin.create_partitions({topic: partitions}))[topic]
     if error is not None:
         raise error
@@ -435,7 +479,7 @@ async def topics_alter(bootstrap: str, topic: str, partitions: int) -> None:
 @async_command
 async def topics_delete(bootstrap: str, topic: str) -> None:
     """Delete a topic and all its data."""
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         await admin.delete_topic(topic)
     click.echo(f"Deleted topic {topic}.")
 
@@ -542,7 +586,7 @@ async def configs(
             raise click.UsageError("--alter needs --add-config or --delete-config")
         to_set = _parse_add_config(add_config) if add_config is not None else {}
         to_delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, security=_security()) as admin:
             try:
                 current = await admin.describe_configs(resource_type, name)
                 dynamic = {e.name for e in current if e.source == _dynamic(resource_type, name)}
@@ -560,7 +604,7 @@ async def configs(
         else:
             click.echo("Completed updating default config for brokers in the cluster.")
         return
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         if name is not None:
             names = [name]
         elif resource_type == ResourceType.TOPIC:
@@ -793,7 +837,7 @@ async def offsets(bootstrap: str, topic: str, partitions: tuple[int, ...], when:
     ts = {"latest": LATEST, "earliest": EARLIEST}.get(when)
     if ts is None:
         ts = _parse_timestamp(when)
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=_security()) as admin:
         parts = list(partitions) or await admin.partitions(topic)
         found = await admin.list_offsets({TopicPartition(topic, p): ts for p in parts})
     for tp in sorted(found):
@@ -814,7 +858,7 @@ def groups() -> None:
 @async_command
 async def groups_list(bootstrap: str) -> None:
     """Print every group id, one per line."""
-    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    cluster = Cluster(bootstrap, client_id="sluice-cli", security=_security())
     try:
         await cluster.start()
         found = await list_groups(cluster)
@@ -831,8 +875,8 @@ async def groups_list(bootstrap: str) -> None:
 @async_command
 async def groups_describe(bootstrap: str, group: str, show_members: bool) -> None:
     """Per partition: committed offset, log end offset, lag and the consuming member."""
-    cluster = Cluster(bootstrap, client_id="sluice-cli")
-    ends = Consumer(bootstrap, client_id="sluice-cli")
+    cluster = Cluster(bootstrap, client_id="sluice-cli", security=_security())
+    ends = Consumer(bootstrap, client_id="sluice-cli", security=_security())
     try:
         await cluster.start()
         await ends.start()
@@ -876,7 +920,7 @@ async def groups_describe(bootstrap: str, group: str, show_members: bool) -> Non
 @async_command
 async def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
     """Delete empty groups and their committed offsets."""
-    cluster = Cluster(bootstrap, client_id="sluice-cli")
+    cluster = Cluster(bootstrap, client_id="sluice-cli", security=_security())
     try:
         await cluster.start()
         results = await delete_groups(cluster, list(group_ids))
@@ -948,6 +992,7 @@ async def perf_produce(
 
     async with Producer(
         bootstrap,
+        security=_security(),
         acks=acks,
         batch_size=batch_size,
         linger_ms=linger_ms,
@@ -979,7 +1024,7 @@ async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: in
     """Read MESSAGES records from the beginning of TOPIC; print records/s and MB/s."""
     from sluice.client.perf import run_consume
 
-    async with Consumer(bootstrap, client_id="sluice-perf") as consumer:
+    async with Consumer(bootstrap, client_id="sluice-perf", security=_security()) as consumer:
         with _progress("consuming") as bar:
             task = bar.add_task("consume", total=messages)
             result = await run_consume(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.net.connection import Connection
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
 from sluice.protocol.acl import ResourceType as AclResourceType
@@ -148,7 +149,8 @@ def _error(code: int, message: str | None, what: str) -> KafkaError | None:
 
 
 class Admin:
-    """Admin client. ``async with Admin(bootstrap_servers) as admin: ...``."""
+    """Admin client. ``async with Admin(bootstrap_servers) as admin: ...``. ``security``: TLS /
+    SASL, as for :class:`~sluice.client.producer.Producer`."""
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class Admin:
         *,
         client_id: str | None = "sluice-admin",
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         self.request_timeout_ms = request_timeout_ms
         self._bootstrap = bootstrap_servers
@@ -164,6 +167,7 @@ class Admin:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             allow_auto_topic_creation=False,
+            security=security,
         )
         self._consumer: Consumer | None = None
 

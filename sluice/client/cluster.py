@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sluice.net.connection import Connection
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.errors import KafkaError, LeaderNotAvailable, UnknownTopicOrPartition, for_code
 from sluice.protocol.structs import TopicPartition
@@ -88,8 +89,14 @@ class Cluster:
         connect_timeout_ms: int = 10_000,
         retry_backoff_ms: int = 100,
         allow_auto_topic_creation: bool = True,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        #: TLS / SASL of every connection: a :class:`ClientSecurity`, or Kafka's client
+        #: properties (``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ...).
+        self.security = (
+            ClientSecurity.from_properties(security) if isinstance(security, Mapping) else security
+        )
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -154,6 +161,7 @@ class Cluster:
             client_id=self.client_id,
             connect_timeout_ms=self.connect_timeout_ms,
             request_timeout_ms=self.request_timeout_ms,
+            security=self.security,
         )
 
     async def any_connection(self) -> Connection:

@@ -45,11 +45,12 @@ import contextlib
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.errors import (
     KafkaError,
@@ -126,7 +127,8 @@ class Consumer:
     ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``fetch_max_bytes``,
     ``max_partition_fetch_bytes``, ``isolation_level`` ("read_uncommitted" |
     "read_committed"), ``request_timeout_ms``, ``retry_backoff_ms``,
-    ``max_buffered_records`` (per partition: the fetcher pauses it above this).
+    ``max_buffered_records`` (per partition: the fetcher pauses it above this). ``security``:
+    TLS / SASL, as for :class:`~sluice.client.producer.Producer`.
     Groups: ``group_id``, ``enable_auto_commit``, ``auto_commit_interval_ms``,
     ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms`` (the rebalance
     timeout), ``partition_assignment_strategy`` ("range", "roundrobin"), ``group_instance_id``
@@ -155,6 +157,7 @@ class Consumer:
         max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
         group_instance_id: str | None = None,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         if auto_offset_reset not in ("latest", "earliest", "none"):
             raise ValueError("auto_offset_reset must be latest, earliest or none")
@@ -192,6 +195,7 @@ class Consumer:
             request_timeout_ms=request_timeout_ms + fetch_max_wait_ms,
             retry_backoff_ms=retry_backoff_ms,
             allow_auto_topic_creation=False,
+            security=security,
         )
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._current: _PartitionState | None = None  # partition __anext__ reads from

@@ -41,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
 from sluice.protocol.errors import (
     KafkaError,
@@ -109,6 +110,9 @@ class Producer:
     limit, only ``buffer_memory``) bounds the full batches waiting per partition: ``send`` waits
     beyond it, which keeps delivery latency low when the application outruns the broker.
     ``partitioner(key, num_partitions) -> int`` replaces the murmur2 default for keyed records.
+    ``security``: TLS / SASL, as :class:`sluice.net.security.ClientSecurity` or Kafka's client
+    properties (``{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": ..., "sasl.password": ..., "ssl.ca.location": ...}``).
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class Producer:
         max_queued_batches_per_partition: int = 3,
         partitioner: Callable[[bytes, int], int] = default_partition,
         enable_idempotence: bool = False,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         if acks == "all":
             acks = -1
@@ -161,6 +166,7 @@ class Producer:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=security,
         )
         self._accumulator_args = {
             "batch_size": batch_size,

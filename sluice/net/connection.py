@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import struct
 from collections import OrderedDict
+from time import monotonic
 from typing import Literal, TypeVar, cast, overload
 
 from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from sluice.net.security import ClientSecurity, authenticate
 from sluice.protocol import messages
 from sluice.protocol.errors import ProtocolError, for_code
 from sluice.protocol.framing import SUPPORTED_VERSIONS, decode_response, encode_request
@@ -88,6 +91,10 @@ class Connection:
         self._in_flight: OrderedDict[int, tuple[asyncio.Future[Message], int, int]] = OrderedDict()
         self._versions: dict[int, int] = {}
         self._closed: BaseException | None = None
+        # KIP-368: when to log in again (monotonic; None: never), and the login under way
+        self._security: ClientSecurity | None = None
+        self._reauth_at: float | None = None
+        self._reauthenticating: asyncio.Future[None] | None = None
         reader.attach(self)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -101,13 +108,22 @@ class Connection:
         client_id: str | None = "sluice",
         connect_timeout_ms: int = 10_000,
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> Connection:
-        """Connect and negotiate API versions. Raises :class:`KafkaConnectionError`."""
+        """Connect (in TLS and logged in with SASL as ``security`` says) and negotiate API
+        versions. Raises :class:`KafkaConnectionError`, or the broker's SASL error."""
         loop = asyncio.get_running_loop()
+        tls = security.ssl_context if security is not None else None
+        server_hostname = None
+        if tls is not None:
+            server_hostname = security.server_hostname if security is not None else None
+            server_hostname = server_hostname or host
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                transport, reader = await loop.create_connection(_ResponseReader, host, port)
-        except (OSError, TimeoutError) as exc:
+                transport, reader = await loop.create_connection(
+                    _ResponseReader, host, port, ssl=tls, server_hostname=server_hostname
+                )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         conn = cls(
             transport,
@@ -119,6 +135,12 @@ class Connection:
         )
         try:
             await conn._negotiate_versions()
+            if security is not None and security.sasl_mechanism is not None:
+                async with asyncio.timeout(request_timeout_ms / 1000):
+                    lifetime_ms = await authenticate(conn, security)
+                if security.reauthenticate:
+                    conn._security = security
+                    conn._schedule_reauthentication(lifetime_ms)
         except BaseException:
             conn.close()
             raise
@@ -244,12 +266,51 @@ class Connection:
         connection's ``request_timeout_ms``; a timed-out connection is closed, because the
         response it may still send would desynchronise the pipeline).
         """
+        if self._reauth_at is not None and monotonic() >= self._reauth_at:
+            await self._reauthenticate()
+        elif self._reauthenticating is not None:
+            await asyncio.shield(self._reauthenticating)
         if version is None:
             version = self.version(api_key)
         response = await self._send(api_key, version, body, expect_response, timeout_ms)
         # The response class is the one of ``api_key``, which encode_request has checked to be
         # the API of ``body``'s class, i.e. ``_R``.
         return cast("_R | None", response)
+
+    async def _exchange(self, api_key: int, body: RequestMessage[_R]) -> _R:
+        """A request of the SASL login itself: never waits for a re-authentication."""
+        response = await self._send(api_key, self.version(api_key), body, True)
+        return cast("_R", response)
+
+    def _schedule_reauthentication(self, lifetime_ms: int) -> None:
+        """Log in again at 85-95 % of the session (Kafka's client: the same window)."""
+        if lifetime_ms <= 0:
+            self._reauth_at = None
+            return
+        self._reauth_at = monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: wait for the requests in flight, then log in again; others wait meanwhile.
+        A failed re-authentication closes the connection (its owner opens a new one)."""
+        security = self._security
+        assert security is not None
+        self._reauth_at = None
+        done = asyncio.get_running_loop().create_future()
+        self._reauthenticating = done
+        try:
+            pending = [fut for fut, _, _ in self._in_flight.values()]
+            if pending:
+                await asyncio.wait(pending, timeout=self.request_timeout_ms / 1000)
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                lifetime_ms = await authenticate(self, security)
+            self._schedule_reauthentication(lifetime_ms)
+        except Exception as exc:
+            error = KafkaConnectionError(f"re-authentication with {self} failed: {exc}")
+            self.close(error)
+            raise error from exc
+        finally:
+            self._reauthenticating = None
+            done.set_result(None)
 
     async def _send(
         self,

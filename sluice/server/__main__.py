@@ -119,13 +119,14 @@ def main(argv: list[str] | None = None) -> None:
         log.info("config keys from the environment", keys=list(config.environment_keys))
     import uvloop
 
+    from sluice.server.security.errors import SecurityError
     from sluice.server.storage.log_manager import OpenFileLimitError
 
     try:
         uvloop.run(_serve(config))
-    except (OSError, OpenFileLimitError) as exc:
-        # cannot listen (address in use...), cannot open the data dir, or its partitions need
-        # more open files than allowed
+    except (OSError, OpenFileLimitError, SecurityError, ConfigError) as exc:
+        # cannot listen (address in use...), cannot open the data dir, its partitions need
+        # more open files than allowed, or a keystore / the inter-broker login does not load
         log.error("cannot start broker", error=str(exc))
         raise SystemExit(1) from exc
 

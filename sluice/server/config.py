@@ -57,20 +57,28 @@ from sluice.server.config_def import (
     STRING,
     ConfigDef,
     ConfigKey,
+    Type,
     boolean,
     int_in,
     parse_ip_overrides,
+    string,
     typed_values,
 )
 from sluice.server.config_def import ConfigError as ConfigError  # raised by Config.load
 from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.group.config import GROUP_CONFIG
+from sluice.server.security.listeners import (
+    SUPPORTED_SASL_MECHANISMS,
+    SecurityProtocol,
+    listener_settings,
+)
 from sluice.server.storage.log_config import LONG_MAX, SERVER_LOG_CONFIG
 
 if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
 
 
+PASSWORD = Type.PASSWORD
 _EOL = re.compile(r"\r\n|\r|\n")
 _ESCAPE = re.compile(r"\\(u.{0,4}|.)", re.DOTALL)
 _HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
@@ -163,40 +171,92 @@ def _join_surrogates(match: re.Match[str]) -> str:
 
 @dataclass(frozen=True)
 class Listener:
-    """One ``PLAINTEXT://host:port`` listener. ``port`` 0 = any free port (tests)."""
+    """One ``NAME://host:port`` listener. ``port`` 0 = any free port (tests). Its security
+    protocol is ``listener.security.protocol.map``'s (:meth:`Config.security_protocol`)."""
 
     name: str
     host: str
     port: int
 
     def __str__(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 def parse_listeners(text: str) -> tuple[Listener, ...]:
-    """``PLAINTEXT://host:port[,...]``; only PLAINTEXT is supported (no TLS/SASL in Sluice)."""
+    """``NAME://host:port[,...]`` (Kafka's ``listeners``): names unique (upper-cased, as Kafka's
+    ``ListenerName.normalised``), an empty host meaning every interface."""
     listeners = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         name, sep, rest = item.partition("://")
-        if not sep:
+        if not sep or not _LISTENER_NAME.fullmatch(name):
             raise ValueError(f"{item!r} is not NAME://host:port")
-        if name.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {name!r}: only PLAINTEXT is supported")
         host, colon, port_text = rest.rpartition(":")
         if not colon:
             raise ValueError(f"{item!r} has no port")
         host = host.strip("[]")  # IPv6 literal
-        port = int(port_text)
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ValueError(f"{item!r}: port {port_text!r} is not a number") from None
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} out of range")
         listeners.append(Listener(name.upper(), host, port))
     if not listeners:
         raise ValueError("no listener given")
-    if len(listeners) > 1:
-        raise ValueError("Sluice serves exactly one listener")
+    names = [lst.name for lst in listeners]
+    if len(set(names)) != len(names):
+        raise ValueError(f"each listener must have a different name, listeners: {text}")
     return tuple(listeners)
+
+
+def _protocol_map(text: str) -> tuple[tuple[str, str], ...]:
+    """``listener.security.protocol.map``: ``NAME:PROTOCOL,...`` (Kafka's form)."""
+    pairs: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, colon, protocol = item.partition(":")
+        if not colon or not _LISTENER_NAME.fullmatch(name.strip()):
+            raise ValueError(f"{item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        pairs[name.strip().upper()] = SecurityProtocol.parse(protocol).value
+    return tuple(pairs.items())
+
+
+def _security_protocol(text: str) -> str:
+    return SecurityProtocol.parse(text).value
+
+
+def _listener_name(text: str) -> str:
+    text = text.strip()
+    if not _LISTENER_NAME.fullmatch(text):
+        raise ValueError(f"{text!r} is not a listener name")
+    return text.upper()
+
+
+def _mechanisms(text: str) -> tuple[str, ...]:
+    """``sasl.enabled.mechanisms``: a list (which of them Sluice has is checked for the SASL
+    listeners only: Kafka's default GSSAPI is harmless on a broker without one)."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _client_auth(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("none", "requested", "required"):
+        raise ValueError("expected none, requested or required")
+    return value
+
+
+def _endpoint_identification(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("https", ""):
+        raise ValueError("expected https or empty (no host name check)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -254,6 +314,8 @@ def _log_dirs(text: str) -> str:
     return dirs[0]
 
 
+_DEFAULT_PROTOCOL_MAP = ",".join(f"{p.value}:{p.value}" for p in SecurityProtocol)
+
 #: Every broker key: this room's (network, broker, replica, ZooKeeper, storage lifecycle), the
 #: controller's, the storage layer's ``log.*`` and the group coordinator's, in the order of
 #: DescribeConfigs and of the example file. One line per key:
@@ -289,8 +351,8 @@ def _super_users(text: str) -> tuple[str, ...]:
 BROKER_CONFIG = (
     ConfigDef()
     .section("network")
-    .define("listeners", STRING, "PLAINTEXT://127.0.0.1:9092", parse_listeners, HIGH, "where the broker listens (port 0 = any free port)")  # noqa: E501
-    .define("advertised.listeners", STRING, None, parse_listeners, HIGH, "what Metadata tells clients to connect to; defaults to listeners")  # noqa: E501
+    .define("listeners", STRING, "PLAINTEXT://127.0.0.1:9092", parse_listeners, HIGH, "where the broker listens: NAME://host:port,... one per listener name (port 0 = any free port)")  # noqa: E501
+    .define("advertised.listeners", STRING, None, parse_listeners, HIGH, "what Metadata tells clients of each listener to connect to; a listener not named here advertises its listeners entry")  # noqa: E501
     .define("socket.request.max.bytes", INT, 104857600, int_in(1), HIGH, "largest request frame; a bigger one closes the connection before its body is read")  # noqa: E501
     # Kafka: 102400 for both buffers; the kernel's autotuning fetches ~2x faster on loopback
     .define("socket.send.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_SNDBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
@@ -344,9 +406,40 @@ BROKER_CONFIG = (
     .define("log.flush.scheduler.interval.ms", LONG, LONG_MAX, int_in(0), HIGH, "how often the flush check runs (unset: every second, which also flushes rolled segments)")  # noqa: E501
     .define("sluice.log.open.files.max", INT, None, int_in(1), MEDIUM, "segment files kept open at once; the least recently read old segments are closed beyond it (unset: the open-file limit less a quarter of it, or 64 if more)")  # noqa: E501
     .define("log.flush.offset.checkpoint.interval.ms", INT, 60000, int_in(0), HIGH, "how often recovery points are checkpointed")  # noqa: E501
+    .section("security")
+    .define("listener.security.protocol.map", STRING, _DEFAULT_PROTOCOL_MAP, _protocol_map, LOW, "the security protocol of each listener name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); every ssl.*/sasl.* key below may be set for one listener as listener.name.<name lower case>.<key>")  # noqa: E501
+    .define("inter.broker.listener.name", STRING, None, _listener_name, MEDIUM, "the listener brokers use to reach each other (replica fetchers, the controller); unset: the one named security.inter.broker.protocol")  # noqa: E501
+    .define("security.inter.broker.protocol", STRING, "PLAINTEXT", _security_protocol, MEDIUM, "the inter-broker listener's name when inter.broker.listener.name is unset (set at most one of the two)")  # noqa: E501
+    .define("ssl.keystore.location", STRING, None, string, HIGH, "the broker's private key and certificate chain: a PEM file or a PKCS#12 keystore (JKS: convert with keytool -importkeystore -deststoretype PKCS12)")  # noqa: E501
+    .define("ssl.keystore.type", STRING, None, string, MEDIUM, "PEM or PKCS12 (unset: from the file's content)")  # noqa: E501
+    .define("ssl.keystore.password", PASSWORD, None, string, HIGH, "the PKCS#12 keystore's password")  # noqa: E501
+    .define("ssl.key.password", PASSWORD, None, string, HIGH, "the password of an encrypted private key")  # noqa: E501
+    .define("ssl.truststore.location", STRING, None, string, HIGH, "the CA certificates trusted for peers (client certificates; brokers, for the inter-broker client): PEM bundle or PKCS#12; unset: the system's")  # noqa: E501
+    .define("ssl.truststore.type", STRING, None, string, MEDIUM, "PEM or PKCS12 (unset: from the file's content)")  # noqa: E501
+    .define("ssl.truststore.password", PASSWORD, None, string, HIGH, "the PKCS#12 truststore's password")  # noqa: E501
+    .define("ssl.client.auth", STRING, "none", _client_auth, MEDIUM, "client certificates on TLS listeners: none, requested (verified when sent) or required; the certificate's name becomes the principal")  # noqa: E501
+    .define("ssl.enabled.protocols", STRING, "TLSv1.2,TLSv1.3", string, MEDIUM, "the TLS versions allowed")  # noqa: E501
+    .define("ssl.cipher.suites", STRING, "", string, LOW, "the TLS 1.2 cipher suites allowed (IANA or OpenSSL names; empty: OpenSSL's defaults)")  # noqa: E501
+    .define("ssl.endpoint.identification.algorithm", STRING, "https", _endpoint_identification, LOW, "https: the inter-broker client checks a broker's host name against its certificate; empty: not")  # noqa: E501
+    .define("ssl.principal.mapping.rules", STRING, "DEFAULT", string, LOW, "RULE:<regex>/<replacement>/[L|U],...,DEFAULT: the principal name of a client certificate's distinguished name")  # noqa: E501
+    .define("sasl.enabled.mechanisms", STRING, "GSSAPI", _mechanisms, MEDIUM, "the SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default GSSAPI is not supported: set this with a SASL listener)")  # noqa: E501
+    .define("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI", string, MEDIUM, "the mechanism brokers log in to each other with over a SASL inter-broker listener")  # noqa: E501
+    .define("sasl.jaas.config", PASSWORD, None, string, MEDIUM, "the inter-broker client's login (set it as listener.name.<l>.<mechanism>.sasl.jaas.config): ... required username=\"broker\" password=\"...\";")  # noqa: E501
+    .define("sasl.server.max.receive.size", INT, 524288, int_in(1), LOW, "largest frame accepted before a SASL login completes; a bigger one closes the connection")  # noqa: E501
+    .define("connections.max.reauth.ms", LONG, 0, int_in(0), MEDIUM, "a SASL session's lifetime: clients re-authenticate on the connection before it ends, others are disconnected (0: sessions never end)")  # noqa: E501
+    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a connection whose login failed waits before it is closed")  # noqa: E501
+    .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)
 )  # fmt: skip
+
+#: The ``ssl.*`` keys and the inter-broker login: no field of :class:`Config`; each listener
+#: reads them through :meth:`Config.listener_security_settings` (with its overrides).
+TLS_KEYS = frozenset(
+    key.name
+    for key in BROKER_CONFIG
+    if key.name.startswith("ssl.") or key.name == "sasl.jaas.config"
+)
 
 #: The declared keys, as the option table (DescribeConfigs' order).
 OPTIONS: tuple[ConfigKey, ...] = tuple(BROKER_CONFIG)
@@ -387,7 +480,8 @@ def properties_from_env(environ: Mapping[str, str]) -> tuple[dict[str, str], tup
         if not name.startswith(ENV_PREFIX) or name in NON_BROKER_ENV:
             continue
         key = key_from_env(name)
-        if key is not None and key in OPTIONS_BY_KEY:
+        # listener.name.<l>.<key>: a per-listener security setting (Config.listener_settings)
+        if key is not None and (key in OPTIONS_BY_KEY or key.startswith("listener.name.")):
             props[key] = value
         else:
             ignored.append(name)
@@ -459,6 +553,19 @@ class Config:
     log_flush_scheduler_interval_ms: int = _setting("log.flush.scheduler.interval.ms")
     log_checkpoint_interval_ms: int = _setting("log.flush.offset.checkpoint.interval.ms")
     log_open_files_max: int | None = _setting("sluice.log.open.files.max")
+    listener_security_protocol_map: tuple[tuple[str, str], ...] = _setting(
+        "listener.security.protocol.map"
+    )
+    inter_broker_listener_name: str | None = _setting("inter.broker.listener.name")
+    security_inter_broker_protocol: str = _setting("security.inter.broker.protocol")
+    sasl_enabled_mechanisms: tuple[str, ...] = _setting("sasl.enabled.mechanisms")
+    sasl_mechanism_inter_broker_protocol: str = _setting("sasl.mechanism.inter.broker.protocol")
+    sasl_server_max_receive_size: int = _setting("sasl.server.max.receive.size")
+    connections_max_reauth_ms: int = _setting("connections.max.reauth.ms")
+    connection_failed_authentication_delay_ms: int = _setting(
+        "connection.failed.authentication.delay.ms"
+    )
+    credentials_file: str | None = _setting("sluice.security.credentials.file")
     #: every key explicitly given (file + overrides), as text; log.* keys are read from here.
     properties: Mapping[str, str] = field(default_factory=dict)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).
@@ -474,12 +581,49 @@ class Config:
 
     @property
     def advertised_listener(self) -> Listener:
-        """What Metadata advertises: advertised.listeners, else listeners (0.0.0.0 -> 127.0.0.1)."""
-        if self.advertised_listeners:
-            return self.advertised_listeners[0]
-        lst = self.listener
-        host = lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        return Listener(lst.name, host, lst.port)
+        """What Metadata advertises on the first listener (:meth:`advertised_endpoints`)."""
+        return self.advertised_endpoints()[0]
+
+    def advertised_endpoints(self) -> tuple[Listener, ...]:
+        """Each listener as Metadata advertises it, in ``listeners`` order: its
+        ``advertised.listeners`` entry, else itself (0.0.0.0 / :: / empty -> 127.0.0.1)."""
+        given = {lst.name: lst for lst in self.advertised_listeners or ()}
+        out = []
+        for lst in self.listeners:
+            advertised = given.get(lst.name)
+            if advertised is None:
+                host = lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                advertised = Listener(lst.name, host, lst.port)
+            out.append(advertised)
+        return tuple(out)
+
+    def security_protocol(self, listener_name: str) -> SecurityProtocol:
+        """The security protocol of a listener (``listener.security.protocol.map``)."""
+        return SecurityProtocol(dict(self.listener_security_protocol_map)[listener_name])
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener brokers reach each other on: ``inter.broker.listener.name``, else the
+        one named ``security.inter.broker.protocol`` (Kafka's rule)."""
+        return self.inter_broker_listener_name or self.security_inter_broker_protocol
+
+    def listener_security_settings(self, listener_name: str) -> dict[str, str]:
+        """The ``ssl.*`` / ``sasl.*`` settings of one listener, as text: the declared defaults,
+        the keys given, then ``listener.name.<listener>.`` overrides (Kafka's
+        ``valuesWithPrefixOverride``)."""
+        merged = {
+            key.name: key.default
+            for key in BROKER_CONFIG
+            if key.group == "security" and key.default is not None
+        }
+        merged.update(self.properties)
+        return listener_settings(merged, listener_name)
+
+    def sasl_mechanisms(self, listener_name: str) -> tuple[str, ...]:
+        """``sasl.enabled.mechanisms`` of a listener (its override, else the broker's)."""
+        return _mechanisms(
+            self.listener_security_settings(listener_name)["sasl.enabled.mechanisms"]
+        )
 
     @property
     def cluster_mode(self) -> bool:
@@ -504,7 +648,12 @@ class Config:
     def from_properties(cls, props: Mapping[str, str]) -> Config:
         """Typed config from text properties (no file). Raises :class:`ConfigError`."""
         parsed = BROKER_CONFIG.parse(props)  # ConfigError naming key and value
-        ignored = [key for key in props if key not in BROKER_CONFIG]
+        # listener.name.<l>.<key>: a per-listener security setting (read by listener_settings)
+        ignored = [
+            key
+            for key in props
+            if key not in BROKER_CONFIG and not key.startswith("listener.name.")
+        ]
         values = typed_values(cls, parsed)
         if "log_dirs" not in values and "log.dir" in parsed:
             values["log_dirs"] = parsed["log.dir"]
@@ -513,6 +662,7 @@ class Config:
             values["node_id"] = broker_id
         config = cls(**values, properties=dict(props), ignored_keys=tuple(sorted(ignored)))
         config._check_log_config()
+        config._check_listeners()
         if config.replica_socket_timeout_ms < config.replica_fetch_wait_max_ms:
             raise ConfigError(  # Kafka's own check: a waiting fetch would always time out
                 f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at "
@@ -530,6 +680,72 @@ class Config:
                 "supports only 1"
             )
         return config
+
+    def _check_listeners(self) -> None:
+        """Kafka's checks of the listener keys (``KafkaConfig.validateValues``), and Sluice's:
+        every SASL listener offers only mechanisms Sluice has (Kafka's default GSSAPI is not)."""
+        protocols = dict(self.listener_security_protocol_map)
+        for lst in self.listeners:
+            if lst.name not in protocols:
+                raise ConfigError(
+                    f"No security protocol defined for listener {lst.name} "
+                    "(listener.security.protocol.map)"
+                )
+        ports = [lst.port for lst in self.listeners if lst.port != 0]
+        if len(set(ports)) != len(ports):
+            raise ConfigError(
+                "each listener must have a different port, listeners: "
+                + ",".join(map(str, self.listeners))
+            )
+        names = {lst.name for lst in self.listeners}
+        for lst in self.advertised_listeners or ():
+            if lst.name not in names:
+                raise ConfigError(
+                    f"advertised.listeners listener names must be equal to or a subset of the "
+                    f"ones defined in listeners: {lst.name} is not"
+                )
+        given = self.properties
+        if "inter.broker.listener.name" in given and "security.inter.broker.protocol" in given:
+            raise ConfigError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                "should be set."
+            )
+        if self.cluster_mode and self.inter_broker_listener not in names:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in "
+                f"advertised.listeners (or listeners); {self.inter_broker_listener} is not "
+                f"among {sorted(names)}"
+            )
+        for lst in self.listeners:  # listener.name.<l>.<key> overrides: the key's own check
+            prefix = f"listener.name.{lst.name.lower()}."
+            for name, text in given.items():
+                key = OPTIONS_BY_KEY.get(name[len(prefix) :]) if name.startswith(prefix) else None
+                if key is not None:
+                    try:
+                        key.parse(text)
+                    except ValueError as exc:
+                        raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from exc
+        supported = ", ".join(SUPPORTED_SASL_MECHANISMS)
+        for lst in self.listeners:
+            if not self.security_protocol(lst.name).uses_sasl:
+                continue
+            mechanisms = self.sasl_mechanisms(lst.name)
+            unknown = [name for name in mechanisms if name not in SUPPORTED_SASL_MECHANISMS]
+            if unknown or not mechanisms:
+                raise ConfigError(
+                    f"listener {lst.name} is {self.security_protocol(lst.name).value}, but "
+                    f"sasl.enabled.mechanisms={','.join(mechanisms)} names mechanisms Sluice "
+                    f"does not have ({', '.join(unknown) or 'none given'}): set "
+                    f"sasl.enabled.mechanisms to some of {supported}"
+                )
+        if self.cluster_mode and self.security_protocol(self.inter_broker_listener).uses_sasl:
+            mechanism = self.sasl_mechanism_inter_broker_protocol
+            if mechanism not in self.sasl_mechanisms(self.inter_broker_listener):
+                raise ConfigError(
+                    f"sasl.mechanism.inter.broker.protocol={mechanism} must be one of the "
+                    f"inter-broker listener's sasl.enabled.mechanisms ({supported} are "
+                    "supported)"
+                )
 
     def _check_log_config(self) -> None:
         """Fail at load, not at startup, when the storage layer rejects a ``log.*`` value."""

@@ -24,37 +24,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.server.api.handlers import Handlers
-from sluice.server.config import Config, MetricsListener
+from sluice.server.config import Config, ConfigError, MetricsListener
 from sluice.server.config_def import NO_BOUND
 from sluice.server.logging import get_logger
 from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
+from sluice.server.network.listener import ListenerSecurity
 from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
 from sluice.server.replication.partition import ReplicationSettings
 from sluice.server.replication.replica_manager import ReplicaManager
+from sluice.server.security.errors import SecurityError
 
 if TYPE_CHECKING:
+    import ssl
+
+    from sluice.net.security import ClientSecurity
     from sluice.server.group.coordinator import GroupCoordinator
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
     from sluice.server.replication.partition import Partition
+    from sluice.server.security.authenticator import SaslServerAuthenticator
     from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
     from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
 log = get_logger("sluice.server")
+_NOT_SEEN = object()
 
 #: A standalone broker's ACLs (Kafka's ZooKeeper layout as one JSON file) in ``log.dirs``.
 ACL_FILE = "sluice-acls.json"
-#: A standalone broker's SCRAM credentials in ``log.dirs``
-#: (``python -m sluice.server.security --credentials-file`` writes it before a start).
-CREDENTIALS_FILE = "sluice-credentials.json"
+#: A standalone broker's SCRAM credentials in ``log.dirs`` unless
+#: ``sluice.security.credentials.file`` says where (``python -m sluice.server.security
+#: --credentials-file`` writes it before a start).
+CREDENTIALS_FILE = "users.json"
 
 
 class Server:
@@ -78,6 +88,17 @@ class Server:
         #: The Prometheus endpoint (``sluice.metrics.listener``), once started.
         self.metrics_endpoint: MetricsEndpoint | None = None
         self._server: asyncio.Server | None = None
+        #: One server per listener, in ``listeners`` order.
+        self._servers: list[asyncio.Server] = []
+        #: The bound port of each listener (by name), after :meth:`start`.
+        self.ports: dict[str, int] = {}
+        #: Where SASL logins are checked: the file store standalone, ZooKeeper's in a cluster
+        #: (built only with a SASL listener or the users' admin APIs).
+        self.credentials: CredentialStore | None = None
+        self._listener_security: dict[str, ListenerSecurity] = {}
+        self._ssl_contexts: dict[str, ssl.SSLContext] = {}
+        self._inter_broker_client: ClientSecurity | None = None
+        self._credentials_seen: object = _NOT_SEEN
         self._connections: set[Connection] = set()
         #: ``max.connections*`` and ``sluice.quota.requests.per.second`` (None: no bound set).
         self.connection_quotas: ConnectionQuotas | None = None
@@ -130,7 +151,6 @@ class Server:
         replicas.startup()
         self.replica_manager = replicas
         await manager.start()
-        advertised = config.advertised_listener
         self.group_coordinator = self._group_coordinator(manager, replicas)
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
@@ -140,35 +160,47 @@ class Server:
         self._make_quotas()
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                self._make_connection,
-                host=config.listener.host or None,
-                port=config.listener.port,
-                reuse_address=True,
-                backlog=1024,
-            )
+            self._listener_security = self._make_listener_security()
+            if config.cluster_mode:
+                self._inter_broker_client = self._inter_broker_security()
+            for listener in config.listeners:
+                server = await loop.create_server(
+                    functools.partial(self._make_connection, listener.name),
+                    host=listener.host or None,
+                    port=listener.port,
+                    reuse_address=True,
+                    backlog=1024,
+                    ssl=self._ssl_contexts.get(listener.name),
+                )
+                self._servers.append(server)
+                self.ports[listener.name] = server.sockets[0].getsockname()[1]
+            self._server = self._servers[0]
             if config.metrics_listener is not None:
                 await self._start_metrics(config.metrics_listener)
-        except OSError:
-            # e.g. address in use: leave the data dir as cleanly as we found it.
-            if self._server is not None:
-                self._server.close()
+        except (OSError, SecurityError, ValueError):
+            # e.g. address in use, a keystore that does not load: leave the data dir as
+            # cleanly as we found it.
+            for server in self._servers:
+                server.close()
             await manager.stop()
             manager.close()
             self.log_manager = None
             raise
-        sockets = self._server.sockets
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
-        if advertised.port == 0:
-            # listeners=...:0: advertise the port the OS picked.
-            self.handlers.set_advertised(advertised.host, self.port)
+        self.port = self.ports[config.listener.name]
+        for endpoint in config.advertised_endpoints():
+            if endpoint.port == 0:
+                # listeners=...:0: advertise the port the OS picked.
+                self.handlers.set_advertised(
+                    endpoint.host, self.ports[endpoint.name], endpoint.name
+                )
         if config.cluster_mode:
             await self._join_cluster(replicas, self.handlers)
         log.info(
             "listening",
             host=self.host,
             port=self.port,
+            ports=self.ports,
+            protocols={name: self.config.security_protocol(name).value for name in self.ports},
             data_dir=str(config.data_dir),
             node_id=config.node_id,
             zero_copy=config.fetch_zero_copy,
@@ -192,8 +224,11 @@ class Server:
         registration advertises the bound port). A failure leaves nothing running."""
         from sluice.server.metadata.zk_cluster import ClusterMember
 
-        cluster = ClusterMember(self.config, replicas, handlers.advertised)
+        cluster = ClusterMember(
+            self.config, replicas, handlers.advertised_endpoints, self._inter_broker_client
+        )
         cluster.leadership_listeners.append(self._offsets_leadership)
+        cluster.session_started.append(self._start_zk_credentials)
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
@@ -203,8 +238,8 @@ class Server:
                 await store.close()
             self.cluster = None
             await cluster.stop()
-            if self._server is not None:
-                self._server.close()
+            for server in self._servers:
+                server.close()
             if self.metrics_endpoint is not None:
                 await self.metrics_endpoint.stop()
             assert self.log_manager is not None
@@ -239,24 +274,22 @@ class Server:
                 super_users=";".join(config.super_users),
                 acls=str(config.data_dir / ACL_FILE) if standalone else "ZooKeeper",
             )
-        credentials = (
-            FileCredentialStore(config.data_dir / CREDENTIALS_FILE)
-            if standalone
-            else CredentialStore()
-        )
+        credentials: CredentialStore = CredentialStore()  # a cluster's: ZooKeeper's, once up
+        if standalone:
+            path = config.credentials_file or config.data_dir / CREDENTIALS_FILE
+            credentials = FileCredentialStore(path)
+        # One store for SASL logins (PLAIN and SCRAM) and the SCRAM admin APIs alike.
+        self.credentials = credentials
+        self._reload_credentials_file()  # remember the file as loaded
         return authorizer, credentials
 
     async def _follow_zk_security(self, cluster: ClusterMember, handlers: Handlers) -> None:
-        """Cluster mode: ACLs and credentials from ZooKeeper, followed through Kafka's change
-        notices (so an ACL created through any broker applies at every broker)."""
+        """Cluster mode: ACLs from ZooKeeper, followed through Kafka's change notices (so an ACL
+        created through any broker applies at every broker). (The credentials are followed
+        from the session's start, :meth:`_start_zk_credentials`.)"""
         from sluice.server.security.authorizer import ZkAclStore
-        from sluice.server.security.credentials import ZkCredentialStore
 
         assert cluster.zk is not None
-        credentials = ZkCredentialStore(cluster.zk)
-        await credentials.start()
-        self._security_stores.append(credentials)
-        handlers.credentials = credentials
         if handlers.authorizer is not None:
             acls = ZkAclStore(cluster.zk)
             await acls.start()
@@ -328,21 +361,147 @@ class Server:
                 c.quota_requests_per_second, c.quota_window_num, c.quota_window_size_seconds
             )
 
-    def _make_connection(self) -> Connection:
+    # --- security ----------------------------------------------------------------------------
+
+    def _uses_sasl(self) -> bool:
+        return any(
+            self.config.security_protocol(lst.name).uses_sasl for lst in self.config.listeners
+        )
+
+    def _make_listener_security(self) -> dict[str, ListenerSecurity]:
+        """Each listener's TLS context, principal mapping and SASL set-up (module
+        ``network.listener``); raises SecurityError / ValueError for settings that do not load
+        (a keystore, a rule)."""
+        from sluice.server.security.tls import SslPrincipalMapper, server_context
+
+        config = self.config
+        out = {}
+        for listener in config.listeners:
+            protocol = config.security_protocol(listener.name)
+            settings = config.listener_security_settings(listener.name)
+            mapper = None
+            if protocol.uses_tls:
+                self._ssl_contexts[listener.name] = server_context(settings)
+                mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules"))
+            sasl = None
+            if protocol.uses_sasl:
+                sasl = functools.partial(
+                    self._authenticator,
+                    config.sasl_mechanisms(listener.name),
+                    int(settings["sasl.server.max.receive.size"]),
+                    int(settings["connections.max.reauth.ms"]),
+                )
+            out[listener.name] = ListenerSecurity(
+                name=listener.name,
+                tls=protocol.uses_tls,
+                principal_mapper=mapper,
+                sasl=sasl,
+                failed_authentication_delay_ms=config.connection_failed_authentication_delay_ms,
+            )
+        return out
+
+    def _authenticator(
+        self, mechanisms: tuple[str, ...], max_receive_size: int, reauth_ms: int, peer: str
+    ) -> SaslServerAuthenticator:
+        from sluice.server.security.authenticator import SaslServerAuthenticator
+        from sluice.server.security.credentials import CredentialStore
+
+        handlers = self.handlers
+        assert handlers is not None
+        self._reload_credentials_file()
+        return SaslServerAuthenticator(
+            mechanisms,
+            self.credentials or CredentialStore(),  # a cluster's, once ZooKeeper answered
+            api_versions=lambda request: handlers.dispatch(request.header, request.body),
+            max_receive_size=max_receive_size,
+            reauth_ms=reauth_ms,
+            peer=peer,
+        )
+
+    def _reload_credentials_file(self) -> None:
+        """Standalone: users added with ``python -m sluice.server.security --credentials-file``
+        while the broker runs log in from their next connection (one ``stat`` per SASL
+        connection; a file that does not parse keeps the users already loaded)."""
+        from sluice.server.security.credentials import FileCredentialStore
+
+        store = self.credentials
+        if not isinstance(store, FileCredentialStore):
+            return
+        try:
+            stat = os.stat(store.path)
+            seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            seen = None
+        if seen == self._credentials_seen:
+            return
+        first = self._credentials_seen is _NOT_SEEN
+        self._credentials_seen = seen
+        if first:
+            return  # loaded at start-up
+        try:
+            store.reload()
+        except SecurityError as exc:
+            log.warning("credentials file not reloaded", path=str(store.path), error=str(exc))
+            return
+        log.info("credentials file reloaded", path=str(store.path), users=len(store.users()))
+
+    async def _start_zk_credentials(self, zk: Any) -> None:  # the cluster's ZkClient
+        from sluice.server.security.credentials import ZkCredentialStore
+
+        store = ZkCredentialStore(zk)
+        await store.start()
+        self._security_stores.append(store)  # closed before the session
+        self.credentials = store
+        if self.handlers is not None:
+            self.handlers.credentials = store
+
+    def _inter_broker_security(self) -> ClientSecurity | None:
+        """How this broker's replica fetchers and controller requests reach the others: the
+        inter-broker listener's TLS (its ``ssl.*`` keys: truststore, host name check, a
+        keystore for mTLS) and SASL login (``sasl.mechanism.inter.broker.protocol`` with the
+        ``sasl.jaas.config`` of that listener and mechanism, Kafka's place for it)."""
+        from sluice.net.security import ClientSecurity, parse_jaas_login
+        from sluice.server.security.listeners import mechanism_settings
+        from sluice.server.security.tls import client_context
+
+        config = self.config
+        name = config.inter_broker_listener
+        protocol = config.security_protocol(name)
+        if protocol.value == "PLAINTEXT":
+            return None
+        settings = config.listener_security_settings(name)
+        context = client_context(settings) if protocol.uses_tls else None
+        if not protocol.uses_sasl:
+            return ClientSecurity(ssl_context=context)
+        mechanism = config.sasl_mechanism_inter_broker_protocol
+        jaas = mechanism_settings(settings, name, mechanism).get("sasl.jaas.config")
+        if not jaas:
+            raise ConfigError(
+                f"the inter-broker listener {name} uses SASL: set "
+                f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config to the "
+                'broker\'s login (... required username="..." password="...";)'
+            )
+        username, password = parse_jaas_login(jaas)
+        return ClientSecurity(context, mechanism, username, password)
+
+    def _make_connection(self, listener_name: str) -> Connection:
         assert self.handlers is not None
         c = self.config
+        security = self._listener_security.get(listener_name)
         return Connection(
             self.handlers,
             self.metrics,
             max_frame_size=c.socket_request_max_bytes,
             max_queued_requests=c.queued_max_requests,
             max_unsent_bytes=c.max_unsent_bytes,
-            zero_copy=c.fetch_zero_copy,
+            # os.sendfile bypasses TLS: a TLS listener's Fetch copies its records instead
+            zero_copy=c.fetch_zero_copy and not (security is not None and security.tls),
             registry=self._connections,
             send_buffer_bytes=c.socket_send_buffer_bytes,
             receive_buffer_bytes=c.socket_receive_buffer_bytes,
             connection_quotas=self.connection_quotas,
             request_quota=self.request_quota,
+            listener=security,
         )
 
     def install_signal_handlers(self) -> None:
@@ -383,8 +542,8 @@ class Server:
         if cluster is not None and self.config.controlled_shutdown_enable and not self._force_exit:
             await cluster.controlled_shutdown()
         # 1. stop accepting (and serving scrapes: they read state that is about to close).
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         # 2. stop reading new requests; wake long-polls so they answer with what they have.
@@ -407,10 +566,10 @@ class Server:
             w.cancel()
         for conn in list(self._connections):
             conn.abort()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
-                    await self._server.wait_closed()
+                    await server.wait_closed()
         # 4. leave the cluster: fetchers stop (before their logs close), the session closes and
         # the registration goes with it at once.
         for store in self._security_stores:

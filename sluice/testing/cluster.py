@@ -21,6 +21,11 @@ its own data directory under one temporary root, and cluster settings short enou
 Without ``zookeeper_connect`` the cluster starts (and stops) a ZooKeeper of its own
 (:class:`~sluice.testing.zookeeper.ZooKeeperServer`).
 
+A secured cluster is ``properties`` too (``tests/security/test_secured_cluster.py``): keep a
+PLAINTEXT listener first, which :meth:`metadata` and :attr:`bootstrap_servers` use, and put the
+brokers' own traffic on ``inter.broker.listener.name``; each broker's :attr:`EmbeddedBroker.ports`
+names the others.
+
 :meth:`start` returns when every broker has registered, a controller is elected and every
 broker's Metadata lists all of them. Faults: :meth:`kill` (SIGKILL), :meth:`pause` /
 :meth:`resume` (SIGSTOP / SIGCONT), :meth:`stop_broker` (SIGTERM: a controlled shutdown),

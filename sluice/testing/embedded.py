@@ -34,6 +34,11 @@ Two defaults differ from a production broker's, both for tests' sake, and an exp
 overrides either: ``group.initial.rebalance.delay.ms=0`` (Kafka's 3 s wait for more members
 before a new group's first rebalance would cost every consumer-group test 3 s; testcontainers'
 Kafka modules set it to 0 too) and ``sluice.shutdown.timeout.ms=2000``.
+
+A secured broker is properties too: ``listeners`` naming several listeners
+(``"PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"``) with the ``ssl.*`` / ``sasl.*`` keys and
+``sluice.security.credentials.file`` (README, *Security*); :attr:`ports` has each listener's
+bound port, :meth:`bootstrap` its ``host:port``, and :attr:`bootstrap_servers` is the first one.
 Logging is the application's (STYLE item 9). In-process, the server's structlog events go
 wherever the application configured structlog; an application that did not (structlog's
 defaults print every event, debug included, to stdout) gets them through the standard library's
@@ -116,6 +121,8 @@ class EmbeddedBroker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._state = "new"  # new -> running -> stopped
+        #: The bound port of each listener, by name (once started).
+        self.ports: dict[str, int] = {}
 
     # --- what tests use ----------------------------------------------------------------------
 
@@ -125,6 +132,12 @@ class EmbeddedBroker:
         if self._state != "running":
             raise RuntimeError("the embedded broker is not running")
         return f"{self.host}:{self.port}"
+
+    def bootstrap(self, listener: str) -> str:
+        """``host:port`` of the listener named ``listener`` (``properties["listeners"]``)."""
+        if self._state != "running":
+            raise RuntimeError("the embedded broker is not running")
+        return f"{self.host}:{self.ports[listener.upper()]}"
 
     @property
     def data_dir(self) -> Path:
@@ -200,7 +213,9 @@ class EmbeddedBroker:
         props = {
             **TEST_DEFAULTS,
             **self.properties,
-            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            # properties may name several listeners (a secured broker): the first is
+            # bootstrap_servers, each is bootstrap(name)
+            "listeners": self.properties.get("listeners", f"PLAINTEXT://{self.host}:{self.port}"),
             "log.dirs": str(self._data_dir),
         }
         return props
@@ -262,6 +277,7 @@ class EmbeddedBroker:
         await server.start()
         self.server = server
         self.port = server.port
+        self.ports = dict(server.ports)
 
     # --- sync form: a thread with its own loop, or a subprocess ------------------------------
 
@@ -388,7 +404,8 @@ class EmbeddedBroker:
         while True:
             port = self._listening_port()
             if port is not None:
-                self.port = port
+                self.port = port[0]
+                self.ports = port[1]
                 return
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")
@@ -397,7 +414,7 @@ class EmbeddedBroker:
                 raise TimeoutError(f"broker not ready after {self.startup_timeout}s")
             time.sleep(0.01)
 
-    def _listening_port(self) -> int | None:
+    def _listening_port(self) -> tuple[int, dict[str, int]] | None:
         assert self.log_path is not None
         try:
             text = self.log_path.read_text(errors="replace")
@@ -409,7 +426,8 @@ class EmbeddedBroker:
             with contextlib.suppress(ValueError):
                 event: dict[str, Any] = json.loads(line)
                 if event.get("event") == "listening":
-                    return int(event["port"])
+                    ports = {str(k): int(v) for k, v in event.get("ports", {}).items()}
+                    return int(event["port"]), ports
         return None
 
     def _terminate(self) -> None:

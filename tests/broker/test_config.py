@@ -123,7 +123,13 @@ def test_advertised_listener_defaults() -> None:
         ("num.partitions=0", "must be >= 1"),
         ("default.replication.factor=3", "default.replication.factor"),
         ("auto.create.topics.enable=yes", "true or false"),
-        ("listeners=SSL://127.0.0.1:9093", "only PLAINTEXT"),
+        ("listeners=INTERNAL://127.0.0.1:9093", "No security protocol defined for listener"),
+        ("listeners=SASL_SSL://127.0.0.1:9093", "set sasl.enabled.mechanisms to some of PLAIN"),
+        ("listeners=PLAINTEXT://:9092,plaintext://:9093", "different name"),
+        ("listeners=PLAINTEXT://:9092,SSL://:9092", "different port"),
+        ("listener.security.protocol.map=A:TLS", "unknown security protocol"),
+        ("ssl.client.auth=maybe", "none, requested or required"),
+        ("listener.name.plaintext.connections.max.reauth.ms=soon", "listener.name.plaintext"),
         ("listeners=PLAINTEXT://127.0.0.1", "port"),
         ("listeners=PLAINTEXT://127.0.0.1:70000", "out of range"),
         ("log.dirs=/a,/b", "exactly one"),
@@ -229,6 +235,7 @@ def test_typed_config_defaults_are_the_declared_ones() -> None:
     from sluice.server.storage.log_config import SERVER_LOG_CONFIG
 
     read = set(fields_by_key(Config)) | set(GROUP_CONFIG.names()) | set(SERVER_LOG_CONFIG.names())
+    read |= config_mod.TLS_KEYS  # read per listener (Config.listener_security_settings)
     assert set(config_mod.OPTIONS_BY_KEY) - read == {"log.dir", "broker.id"}  # the aliases
 
 
@@ -245,7 +252,8 @@ def test_invalid_group_value_is_a_config_error(override: str) -> None:
 DECLARED = {
     "advertised.listeners": (
         None,
-        "what Metadata tells clients to connect to; defaults to listeners",
+        "what Metadata tells clients of each listener to connect to; a listener not named here "
+        "advertises its listeners entry",
     ),
     "auto.create.topics.enable": ("true", "create a topic on Metadata/Produce for an unknown name"),
     "broker.id": (None, "Kafka's old name for node.id; node.id wins"),
@@ -264,7 +272,8 @@ DECLARED = {
     "group.min.session.timeout.ms": ("6000", "smallest session timeout"),
     "listeners": (
         "PLAINTEXT://127.0.0.1:9092",
-        "where the broker listens (port 0 = any free port)",
+        "where the broker listens: NAME://host:port,... one per listener name (port 0 = any free "
+        "port)",
     ),
     "log.cleanup.policy": (
         "delete",
@@ -502,6 +511,109 @@ DECLARED = {
     "controlled.shutdown.enable": ("true", "on SIGTERM, move leadership away before stopping"),
     "controlled.shutdown.max.retries": ("3", "controlled shutdown attempts before stopping anyway"),
     "controlled.shutdown.retry.backoff.ms": ("5000", "pause between controlled shutdown attempts"),
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "the security protocol of each listener name (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+        "SASL_SSL); every ssl.*/sasl.* key below may be set for one listener as "
+        "listener.name.<name lower case>.<key>",
+    ),
+    "inter.broker.listener.name": (
+        None,
+        "the listener brokers use to reach each other (replica fetchers, the controller);"
+        " unset: the one named security.inter.broker.protocol",
+    ),
+    "security.inter.broker.protocol": (
+        "PLAINTEXT",
+        "the inter-broker listener's name when inter.broker.listener.name is unset (set "
+        "at most one of the two)",
+    ),
+    "ssl.keystore.location": (
+        None,
+        "the broker's private key and certificate chain: a PEM file or a PKCS#12 keystore"
+        " (JKS: convert with keytool -importkeystore -deststoretype PKCS12)",
+    ),
+    "ssl.keystore.type": (
+        None,
+        "PEM or PKCS12 (unset: from the file's content)",
+    ),
+    "ssl.keystore.password": (
+        None,
+        "the PKCS#12 keystore's password",
+    ),
+    "ssl.key.password": (
+        None,
+        "the password of an encrypted private key",
+    ),
+    "ssl.truststore.location": (
+        None,
+        "the CA certificates trusted for peers (client certificates; brokers, for the "
+        "inter-broker client): PEM bundle or PKCS#12; unset: the system's",
+    ),
+    "ssl.truststore.type": (
+        None,
+        "PEM or PKCS12 (unset: from the file's content)",
+    ),
+    "ssl.truststore.password": (
+        None,
+        "the PKCS#12 truststore's password",
+    ),
+    "ssl.client.auth": (
+        "none",
+        "client certificates on TLS listeners: none, requested (verified when sent) or "
+        "required; the certificate's name becomes the principal",
+    ),
+    "ssl.enabled.protocols": (
+        "TLSv1.2,TLSv1.3",
+        "the TLS versions allowed",
+    ),
+    "ssl.cipher.suites": (
+        "",
+        "the TLS 1.2 cipher suites allowed (IANA or OpenSSL names; empty: OpenSSL's defaults)",
+    ),
+    "ssl.endpoint.identification.algorithm": (
+        "https",
+        "https: the inter-broker client checks a broker's host name against its "
+        "certificate; empty: not",
+    ),
+    "ssl.principal.mapping.rules": (
+        "DEFAULT",
+        "RULE:<regex>/<replacement>/[L|U],...,DEFAULT: the principal name of a client "
+        "certificate's distinguished name",
+    ),
+    "sasl.enabled.mechanisms": (
+        "GSSAPI",
+        "the SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+        "(Kafka's default GSSAPI is not supported: set this with a SASL listener)",
+    ),
+    "sasl.mechanism.inter.broker.protocol": (
+        "GSSAPI",
+        "the mechanism brokers log in to each other with over a SASL inter-broker listener",
+    ),
+    "sasl.jaas.config": (
+        None,
+        "the inter-broker client's login (set it as "
+        'listener.name.<l>.<mechanism>.sasl.jaas.config): ... required username="broker" '
+        'password="...";',
+    ),
+    "sasl.server.max.receive.size": (
+        "524288",
+        "largest frame accepted before a SASL login completes; a bigger one closes the connection",
+    ),
+    "connections.max.reauth.ms": (
+        "0",
+        "a SASL session's lifetime: clients re-authenticate on the connection before it "
+        "ends, others are disconnected (0: sessions never end)",
+    ),
+    "connection.failed.authentication.delay.ms": (
+        "100",
+        "how long a connection whose login failed waits before it is closed",
+    ),
+    "sluice.security.credentials.file": (
+        None,
+        "a standalone broker's SCRAM credentials (python -m sluice.server.security writes"
+        " it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper"
+        " (/config/users)",
+    ),
 }
 
 
@@ -628,3 +740,52 @@ def test_describe_configs_derives_types_docs_and_synonyms_from_the_declarations(
         ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
     ]
     assert entries["cleanup.policy"].config_type == Type.LIST
+
+
+def test_several_listeners_with_their_protocols_and_overrides() -> None:
+    c = Config.load(
+        overrides=[
+            "listeners=CLIENT://0.0.0.0:9094,INTERNAL://127.0.0.1:9093",
+            "advertised.listeners=CLIENT://broker.example:9094",
+            "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SSL",
+            "inter.broker.listener.name=INTERNAL",
+            "sasl.enabled.mechanisms=GSSAPI",
+            "listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
+            "listener.name.internal.ssl.client.auth=required",
+        ]
+    )
+    assert [lst.name for lst in c.listeners] == ["CLIENT", "INTERNAL"]
+    assert c.advertised_endpoints() == (
+        Listener("CLIENT", "broker.example", 9094),
+        Listener("INTERNAL", "127.0.0.1", 9093),
+    )
+    assert c.security_protocol("CLIENT").value == "SASL_SSL"
+    assert c.inter_broker_listener == "INTERNAL"
+    assert c.sasl_mechanisms("CLIENT") == ("SCRAM-SHA-512", "PLAIN")
+    assert c.listener_security_settings("INTERNAL")["ssl.client.auth"] == "required"
+    assert c.listener_security_settings("CLIENT")["ssl.client.auth"] == "none"
+    assert not any(k.startswith("listener.name.") for k in c.ignored_keys)
+
+
+def test_inter_broker_keys_are_exclusive_and_must_name_a_listener() -> None:
+    with pytest.raises(ConfigError, match="Only one of"):
+        Config.load(
+            overrides=["inter.broker.listener.name=PLAINTEXT", "security.inter.broker.protocol=SSL"]
+        )
+    with pytest.raises(ConfigError, match=r"inter\.broker\.listener\.name must be a listener"):
+        Config.load(
+            overrides=["zookeeper.connect=127.0.0.1:2181", "security.inter.broker.protocol=SSL"]
+        )
+
+
+def test_per_listener_settings_come_from_the_environment_too() -> None:
+    env = {
+        "SLUICE_LISTENERS": "SASL_SSL://:9094",
+        "SLUICE_SASL_ENABLED_MECHANISMS": "PLAIN",
+        "SLUICE_LISTENER_NAME_SASL__SSL_SSL_CLIENT_AUTH": "required",
+        "SLUICE_LISTENER_NAME_SASL__SSL_SCRAM___SHA___512_SASL_JAAS_CONFIG": "x",
+    }
+    c = Config.load(environ=env)
+    assert c.listener_security_settings("SASL_SSL")["ssl.client.auth"] == "required"
+    assert c.properties["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"] == "x"
+    assert c.ignored_environment == ()

@@ -47,7 +47,7 @@ SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
                  m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS, *SECURITY_APIS}  # fmt: skip
+          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

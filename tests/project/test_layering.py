@@ -19,17 +19,20 @@ the bottom up (the README's *Architecture* section lists the same):
   (credentials and ACLs live there), never the broker's rooms: the broker wires it in.
 * ``sluice.server.config`` (the broker's settings) sits at the bottom of the broker: protocol,
   ``config_def``, the keys declared by storage (``log_config``), the group room
-  (``group.config``) and the controller (``controller.config``), logging.
+  (``group.config``), the controller (``controller.config``) and the security protocols of
+  listeners (``security.listeners``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
   storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
   (what this broker knows of the cluster) drives replication from ZooKeeper and the controller.
 * ``sluice.server.metrics`` reads the state of the rooms below it; only it imports
   ``prometheus_client``.
-* ``sluice.server.network`` (connections, quotas) knows metrics and config, never the handlers:
+* ``sluice.server.network`` (connections, quotas) knows metrics, config and security (each
+  connection drives its SASL authenticator and reads its TLS principal), never the handlers:
   it calls them through ``network.request.RequestHandler``; ``sluice.server.api`` (the
   handlers) sees only ``network.request`` of the network room (the per-request context), and
   the security room (the authorizer it asks, the ACL and SCRAM admin functions).
-* ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together.
+* ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together,
+  security and the inter-broker client's ``sluice.net.security`` included.
 * ``sluice.client`` sits on the protocol and ``sluice.net``; ``sluice.pipeline`` on the client
   and storage's file layout; ``sluice.cli`` on top of the client, the pipeline's jobs and the
   dump-log tool. Nothing but ``sluice.testing`` (and ``sluice``'s own lazy exports) imports
@@ -68,6 +71,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.storage.log_config",
         "sluice.server.group.config",
         "sluice.server.controller.config",
+        "sluice.server.security.listeners",
         LOGGING,
     ),
     "sluice.server.replication": (
@@ -97,7 +101,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.config",
         LOGGING,
     ),
-    "sluice.server.network": (PROTOCOL, CONFIG_DEF, "sluice.server.metrics.metrics", LOGGING),
+    "sluice.server.network": (
+        PROTOCOL,
+        CONFIG_DEF,
+        "sluice.server.metrics.metrics",
+        "sluice.server.security",
+        LOGGING,
+    ),
     "sluice.server.api": (
         PROTOCOL,
         CONFIG_DEF,
@@ -123,12 +133,15 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.api",
         "sluice.server.security",
         "sluice.server.config",
+        "sluice.server.security",
+        "sluice.net",
         LOGGING,
     ),
     "sluice.server.__main__": (
         "sluice.server.server",
         "sluice.server.config",
         "sluice.server.storage.log_manager",
+        "sluice.server.security.errors",
         LOGGING,
     ),
     "sluice.server": ("sluice.server.server", "sluice.server.config"),  # lazy re-exports

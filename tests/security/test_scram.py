@@ -211,3 +211,41 @@ def test_any_final_message_fails_cleanly_or_authenticates(token: bytes) -> None:
         assert not exchange.complete
     else:
         assert token == RFC_CLIENT_FINAL
+
+
+def _librdkafka_2_0_final(
+    mechanism: str, password: str, cred: ScramCredential, client_first: bytes, server_first: bytes
+) -> bytes:
+    """The client-final message librdkafka 2.0.x sends: its nonce followed by the server's
+    whole nonce (client nonce included again), with the proof over that message."""
+    import hashlib
+    import hmac
+
+    digest = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}[mechanism]
+    client_nonce = client_first.decode().rsplit("r=", 1)[1]
+    combined = server_first.decode().split(",")[0][2:]
+    without_proof = f"c=biws,r={client_nonce}{combined}"
+    auth = f"{client_first.decode()[3:]},{server_first.decode()},{without_proof}".encode()
+    salted = salted_password(mechanism, password, cred.salt, cred.iterations)
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    signature = hmac.new(digest(client_key).digest(), auth, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_final_nonce_ending_with_the_servers_is_accepted_as_kafka_does(mechanism: str) -> None:
+    """Kafka checks ``nonce.endsWith(serverNonce)``; librdkafka 2.0.x (kcat 1.7.1) needs it."""
+    cred = credential_from_password(mechanism, "alice-pw")
+    first = b"n,,n=alice,r=Y[uJb>rNF@w]]xb9:``@P]9Cm@R;10]2"
+    for password, accepted in (("alice-pw", True), ("wrong", False)):
+        exchange = ScramServerExchange(mechanism, {"alice": cred}.get)
+        server_first = exchange.evaluate(first)
+        final = _librdkafka_2_0_final(mechanism, password, cred, first, server_first)
+        if accepted:
+            assert exchange.evaluate(final).startswith(b"v=")
+            assert exchange.complete and exchange.username == "alice"
+        else:
+            with pytest.raises(AuthenticationFailed, match="Invalid client"):
+                exchange.evaluate(final)
+            assert not exchange.complete

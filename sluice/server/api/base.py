@@ -143,13 +143,15 @@ class ApiBase:
         self.cluster: ClusterMember | None = None
         self._auto_creating: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        advertised = config.advertised_listener
-        self._advertised = (advertised.host, advertised.port)
+        endpoints = config.advertised_endpoints()
+        #: listener name -> (host, port) advertised to the clients of that listener.
+        self._endpoints = {e.name: (e.host, e.port) for e in endpoints}
+        self._first_listener = endpoints[0].name
         self._dispatch = HandlerRegistry()
         #: What the handlers read of the cluster: a one-broker cluster of its own standalone,
         #: ZooKeeper's view once the broker joined one.
         self.metadata_view: MetadataView = LocalMetadata(
-            config.node_id, self.advertised, replicas.logs, replicas
+            config.node_id, lambda: self._advertised, replicas.logs, replicas
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
@@ -235,8 +237,25 @@ class ApiBase:
             )
         )
 
-    def set_advertised(self, host: str, port: int) -> None:
-        self._advertised = (host, port)
+    def set_advertised(self, host: str, port: int, listener: str | None = None) -> None:
+        """Advertise ``host:port`` for ``listener`` (the first one by default), e.g. the port the
+        OS picked for ``listeners=...:0``."""
+        self._endpoints[listener or self._first_listener] = (host, port)
+
+    @property
+    def _listener(self) -> str:
+        """The listener of the request being handled (the first one outside a connection)."""
+        return REQUEST_CONTEXT.get().listener_name or self._first_listener
+
+    @property
+    def _advertised(self) -> tuple[str, int]:
+        """This broker's (host, port) as the current request's listener advertises it."""
+        endpoints = self._endpoints
+        return endpoints.get(self._listener) or endpoints[self._first_listener]
+
+    def advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """``[(listener, host, port)]`` of every listener (the ZooKeeper registration)."""
+        return [(name, host, port) for name, (host, port) in self._endpoints.items()]
 
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
@@ -244,12 +263,16 @@ class ApiBase:
         self.cluster = cluster
         self.config_resources.cluster = cluster
         self.metadata_view = ZkMetadata(
-            cluster, self.config.default_replication_factor, self._auto_creating, self._background
+            cluster,
+            self.config.default_replication_factor,
+            self._auto_creating,
+            self._background,
+            lambda: self._listener,
         )
 
     def advertised(self) -> tuple[str, int]:
-        """Where clients reach this broker (host, port)."""
-        return self._advertised
+        """Where clients of the first listener reach this broker (host, port)."""
+        return self._endpoints[self._first_listener]
 
     def shutting_down(self) -> None:
         """Server shutdown: long-polls answer now with what they have (and do not park again)."""

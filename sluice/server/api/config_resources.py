@@ -175,6 +175,8 @@ class ConfigResources:
                 continue
             given = key.name in props
             value = props[key.name] if given else key.default
+            if key.type == Type.PASSWORD:  # Kafka never sends a password's value
+                value = None
             source = SOURCE_STATIC_BROKER_CONFIG if given else SOURCE_DEFAULT_CONFIG
             synonyms = [synonym_cls(name=key.name, value=value, source=source)]
             out.append(self._entry(key.name, value, source, True, synonyms, key.type,
@@ -205,7 +207,7 @@ class ConfigResources:
             read_only=read_only,
             is_default=source == SOURCE_DEFAULT_CONFIG,  # v0's flag
             config_source=source,
-            is_sensitive=False,  # Sluice has no password-type settings
+            is_sensitive=type_ == Type.PASSWORD,
             synonyms=synonyms if version >= 1 and body.include_synonyms else [],
             config_type=type_,
             documentation=doc if body.include_documentation else None,

@@ -71,7 +71,7 @@ class GroupApis(ApiBase):
 
         partition = partition_for(group, len(assignment.partitions))
         leader = cache.leader(OFFSETS_TOPIC, partition)
-        address = cache.address(leader) if leader >= 0 else None
+        address = cache.address(leader, self._listener) if leader >= 0 else None
         if address is None:
             return unavailable
         return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader,

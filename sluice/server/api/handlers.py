@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.framing import (
     UnsupportedVersionError,
@@ -89,6 +90,25 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, 
         registry.register(m.DeleteAcls, self.delete_acls)
         registry.register(m.DescribeUserScramCredentials, self.describe_user_scram_credentials)
         registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
+        registry.register(m.SaslHandshake, self.sasl_handshake)
+        registry.register(m.SaslAuthenticate, self.sasl_authenticate)
+
+    # --- SaslHandshake (17) / SaslAuthenticate (36) outside a login ----------------------------
+    # During a login the connection's authenticator answers them; these are what reaches the
+    # handlers otherwise (a listener without SASL, a second handshake too soon for KIP-368
+    # re-authentication, an authenticate after the login), answered as Kafka's KafkaApis does.
+
+    def sasl_handshake(self, header: Any, body: m.SaslHandshakeRequest) -> m.SaslHandshakeResponse:
+        return m.SaslHandshakeResponse(error_code=errors.IllegalSaslState.code, mechanisms=[])
+
+    def sasl_authenticate(
+        self, header: Any, body: m.SaslAuthenticateRequest
+    ) -> m.SaslAuthenticateResponse:
+        return m.SaslAuthenticateResponse(
+            error_code=errors.IllegalSaslState.code,
+            error_message="SaslAuthenticate request received after successful authentication",
+            auth_bytes=b"",
+        )
 
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a

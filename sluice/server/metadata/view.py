@@ -152,8 +152,12 @@ class ZkMetadata:
         default_replication_factor: int,
         creating: set[str],
         tasks: set[asyncio.Task[None]],
+        listener: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._cluster = cluster
+        #: The listener of the request being answered: brokers are listed at their endpoints
+        #: on it (None: the inter-broker one).
+        self._listener = listener
         self._replication_factor = default_replication_factor
         #: Topics being created in the background, shared with the broker's other creators
         #: (the group coordinator's offsets topic), so that one topic is created once.
@@ -172,7 +176,7 @@ class ZkMetadata:
         cache = self._cluster.cache
         out = []
         for broker_id, info in sorted(cache.brokers.items()):
-            address = cache.address(broker_id)
+            address = cache.address(broker_id, self._listener())
             if address is not None:
                 out.append(BrokerEndpoint(broker_id, address[0], address[1], info.rack))
         return out

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import errors
@@ -50,6 +50,7 @@ from sluice.server.replication.partition import IsrUpdate
 from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 
 if TYPE_CHECKING:
+    from sluice.net.security import ClientSecurity
     from sluice.server.config import Config
     from sluice.server.controller.controller import Controller
     from sluice.server.replication.partition import Partition
@@ -86,6 +87,8 @@ class MetadataCache:
 
     def __init__(self, local_id: int) -> None:
         self.local_id = local_id
+        #: The listener :meth:`address` looks up by default (``inter.broker.listener.name``).
+        self.listener = "PLAINTEXT"
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id = -1
         self.assignments: dict[str, TopicAssignment] = {}
@@ -94,15 +97,15 @@ class MetadataCache:
         self.published: dict[str, TopicAssignment] = {}
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
 
-    def address(self, broker_id: int) -> tuple[str, int] | None:
-        """Where a live broker listens (its first PLAINTEXT endpoint), or None."""
+    def address(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """Where a live broker listens on ``listener`` (default: :attr:`listener`, the
+        inter-broker one), or None: not live, or without that listener (Kafka leaves such a
+        broker out of the Metadata of that listener's clients)."""
         info = self.brokers.get(broker_id)
         if info is None:
             return None
-        endpoint = next(
-            (e for e in info.endpoints if e.security_protocol == "PLAINTEXT"),
-            info.endpoints[0] if info.endpoints else None,
-        )
+        name = listener or self.listener
+        endpoint = next((e for e in info.endpoints if e.listener == name), None)
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
     def topics(self) -> dict[str, int]:
@@ -204,13 +207,18 @@ class ClusterMember:
         self,
         config: Config,
         replicas: ReplicaManager,
-        advertised: Callable[[], tuple[str, int]],
+        advertised: Callable[[], list[tuple[str, str, int]]],
+        security: ClientSecurity | None = None,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.logs = replicas.logs
         self.local_id = config.node_id
         self.cache = MetadataCache(self.local_id)
+        self.cache.listener = config.inter_broker_listener
+        #: TLS and SASL of the inter-broker client (None: the inter-broker listener is
+        #: PLAINTEXT).
+        self.security = security
         replicas.known_partition = self.cache.has_partition
         self._advertised = advertised
         self.fetchers = ReplicaFetcherManager(
@@ -223,9 +231,13 @@ class ClusterMember:
                 response_max_bytes=config.replica_fetch_response_max_bytes,
                 backoff_ms=config.replica_fetch_backoff_ms,
                 request_timeout_ms=config.replica_socket_timeout_ms,
+                security=security,
             ),
         )
         self.leadership_listeners: list[LeadershipListener] = []
+        #: Awaited with the ZooKeeper client once its session is up, before this broker
+        #: registers (the server starts the ZooKeeper credential store here).
+        self.session_started: list[Callable[[ZkClient], Awaitable[None]]] = []
         self.producer_ids = BlockProducerIdManager(self._allocate_producer_ids)
         self.zk: ZkClient | None = None
         self.kzk: KafkaZkClient | None = None
@@ -269,6 +281,8 @@ class ClusterMember:
         self.kzk = kzk = KafkaZkClient(zk)
         await kzk.create_top_level_paths()
         self.cluster_id = await kzk.get_or_create_cluster_id()
+        for hook in self.session_started:  # e.g. the credentials, before others may log in
+            await hook(zk)
         self.broker_epoch = await kzk.register_broker(self._broker_info())
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)
@@ -337,7 +351,10 @@ class ClusterMember:
             if address is not None:
                 try:
                     conn = await Connection.open(
-                        *address, client_id=f"broker-{self.local_id}", request_timeout_ms=10_000
+                        *address,
+                        client_id=f"broker-{self.local_id}",
+                        request_timeout_ms=10_000,
+                        security=self.security,
                     )
                     try:
                         request = m.ControlledShutdownRequest(
@@ -396,8 +413,12 @@ class ClusterMember:
     def _broker_info(self) -> BrokerInfo:
         from sluice.server.zk.data import BrokerInfo, EndPoint
 
-        host, port = self._advertised()
-        return BrokerInfo(self.local_id, (EndPoint("PLAINTEXT", host, port),))
+        protocol = self.config.security_protocol
+        endpoints = tuple(
+            EndPoint(name, host, port, protocol(name).value)
+            for name, host, port in self._advertised()
+        )
+        return BrokerInfo(self.local_id, endpoints)
 
     # --- watches -----------------------------------------------------------------------------
 

@@ -39,6 +39,19 @@ the socket (uvloop transports do not implement ``loop.sendfile``), waiting for w
 dup of the socket fd when the kernel buffer is full (uvloop refuses ``add_writer`` on an fd a
 transport owns). Otherwise each slice is copied with ``read_bytes()`` and written like any bytes.
 
+Security (:mod:`sluice.server.network.listener`). A connection knows its listener: on TLS
+listeners asyncio completes the handshake before :meth:`connection_made` (a plaintext client on a
+TLS port never reaches this object), and the client certificate gives the principal. On SASL
+listeners every frame goes to the connection's ``SaslServerAuthenticator`` until the login
+completes (the frame reader's limit meanwhile is ``sasl.server.max.receive.size``): it answers
+ApiVersions, SaslHandshake and SaslAuthenticate and fails anything else; a failed login is
+answered, then reading stops and the connection closes after
+``connection.failed.authentication.delay.ms``. PLAIN's PBKDF2 check (milliseconds) runs in the
+default executor, off the event loop. Once logged in, the principal goes into the worker's
+``RequestContext``; with ``connections.max.reauth.ms`` a request after the session's end closes
+the connection, and a SaslHandshake starts KIP-368 re-authentication on the same connection.
+Zero-copy is impossible over TLS (the kernel does not encrypt): Fetch takes the copy path there.
+
 Measurements behind this design, and the alternatives measured and rejected: ``bench/NOTES.md``.
 """
 
@@ -47,8 +60,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import os
 import socket
+import struct
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -62,6 +77,7 @@ from sluice.protocol.framing import (
     encode_response,
 )
 from sluice.server.logging import get_logger
+from sluice.server.network.listener import ListenerSecurity
 from sluice.server.network.request import (
     CLOSE_CONNECTION,
     REQUEST_CONTEXT,
@@ -72,6 +88,7 @@ from sluice.server.network.request import (
 if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+    from sluice.server.security.authenticator import SaslServerAuthenticator, Step
 
 log = get_logger("sluice.connection")
 
@@ -85,6 +102,10 @@ _MAX_COPY_CHUNK = 1024 * 1024
 _FETCH = m.Fetch.key
 #: Broker-to-broker APIs, never throttled (Kafka exempts cluster actions from request quotas).
 _CLUSTER_ACTIONS = frozenset({m.ControlledShutdown.key})
+_API_KEY = struct.Struct(">h")
+_SASL_HANDSHAKE = m.SaslHandshake.key
+_SASL_AUTHENTICATE = m.SaslAuthenticate.key
+_PLAINTEXT = ListenerSecurity()
 
 
 class Connection(asyncio.Protocol):
@@ -104,8 +125,13 @@ class Connection(asyncio.Protocol):
         receive_buffer_bytes: int = -1,
         connection_quotas: ConnectionQuotas | None = None,
         request_quota: RequestQuota | None = None,
+        listener: ListenerSecurity | None = None,
     ) -> None:
         self._handlers = handlers
+        self._listener = listener or _PLAINTEXT
+        self._max_frame_size = max_frame_size
+        self._principal = "User:ANONYMOUS"
+        self._auth: SaslServerAuthenticator | None = None
         self._metrics = metrics
         self._reader = FrameReader(max_frame_size)
         self._max_queued = max_queued_requests
@@ -141,6 +167,20 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         self._peer = transport.get_extra_info("peername")
         self._loop = asyncio.get_running_loop()
+        listener = self._listener
+        try:
+            self._principal = listener.principal(transport.get_extra_info("ssl_object"))
+        except Exception as exc:  # a certificate no ssl.principal.mapping.rules rule maps
+            log.warning("closing connection", reason="ssl_principal", peer=self._peer,
+                        listener=listener.name, error=str(exc))  # fmt: skip
+            self._metrics.inc("connections.closed.ssl_principal")
+            self._closing = True
+            self._transport = None
+            transport.close()
+            return
+        if listener.sasl is not None:
+            self._auth = listener.sasl(str(self._peer))
+            self._reader.max_frame_size = self._auth.max_receive_size
         quotas = self._connection_quotas
         if quotas is not None:
             ip = self._peer[0] if isinstance(self._peer, tuple) and self._peer else ""
@@ -203,6 +243,9 @@ class Connection(asyncio.Protocol):
                 # decode as slices of it).
                 self._frames.append(frame)
         except FrameTooLarge as exc:
+            if self._auth is not None and self._auth.authenticating:
+                self._auth.frame_too_large(exc.size)  # logs the failed login
+                self._metrics.inc("connections.failed_authentication")
             self._bad_input("frame_too_large", exc)
             return
         except ProtocolError as exc:
@@ -217,7 +260,8 @@ class Connection(asyncio.Protocol):
         # our side once the worker is done; the worker closes the transport itself).
         self._closing = True
         self._frame_ready.set()
-        return True
+        # (asyncio's TLS transports cannot stay half-open: they close after this)
+        return None if self._listener.tls else True
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -277,8 +321,12 @@ class Connection(asyncio.Protocol):
     async def _run(self) -> None:
         # The worker task's own context: handlers of this connection's requests see its peer.
         peer = self._peer
-        if isinstance(peer, tuple) and peer:
-            REQUEST_CONTEXT.set(RequestContext(client_host=f"/{peer[0]}"))
+        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        REQUEST_CONTEXT.set(
+            RequestContext(
+                client_host=host, principal=self._principal, listener_name=self._listener.name
+            )
+        )
         try:
             while True:
                 while not self._frames:
@@ -307,6 +355,20 @@ class Connection(asyncio.Protocol):
 
     async def _process(self, frame: memoryview) -> bool:
         """Handle one frame; False = close the connection."""
+        auth = self._auth
+        if auth is not None:
+            if auth.authenticating:
+                return await self._authenticate(auth, frame)
+            if auth.session_expired():
+                # Kafka's expired-session close: the client reconnects (and logs in again).
+                log.info("closing connection", reason="session_expired", peer=self._peer,
+                         principal=auth.principal)  # fmt: skip
+                self._metrics.inc("connections.closed.session_expired")
+                return False
+            if len(frame) >= 2 and _API_KEY.unpack_from(frame)[0] == _SASL_HANDSHAKE:
+                step = auth.begin_reauthentication(frame)
+                if step is not None:
+                    return await self._sasl_step(auth, step)
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -354,6 +416,50 @@ class Connection(asyncio.Protocol):
         if throttle_ms:
             # Muted for the throttle time (KIP-219): the next request waits in the queue.
             await asyncio.sleep(throttle_ms / 1000)
+        return True
+
+    async def _authenticate(self, auth: SaslServerAuthenticator, frame: memoryview) -> bool:
+        """One frame of a SASL login; False = close."""
+        data = bytes(frame)
+        plain_login = (
+            auth.mechanism == "PLAIN"
+            and len(data) >= 2
+            and _API_KEY.unpack_from(data)[0] == _SASL_AUTHENTICATE
+        )
+        if plain_login:  # PBKDF2 of the password: milliseconds, off the event loop
+            assert self._loop is not None
+            step = await self._loop.run_in_executor(None, auth.receive, data)
+        else:
+            step = auth.receive(data)
+        return await self._sasl_step(auth, step)
+
+    async def _sasl_step(self, auth: SaslServerAuthenticator, step: Step) -> bool:
+        """Write the authenticator's answer; apply its outcome. False = close."""
+        transport = self._transport
+        if transport is None:
+            return False
+        if step.send:
+            transport.writelines(step.send)
+        if step.close:
+            self._closing = True
+            if step.failed is not None:
+                self._metrics.inc("connections.failed_authentication")
+                if transport is not None and not self._reading_paused:
+                    transport.pause_reading()
+                    self._reading_paused = True
+                delay_ms = self._listener.failed_authentication_delay_ms
+                if delay_ms > 0:  # Kafka delays the close: a password guesser gets less done
+                    await asyncio.sleep(delay_ms / 1000)
+            return False
+        if step.authenticated:
+            assert auth.principal is not None
+            self._reader.max_frame_size = self._max_frame_size
+            REQUEST_CONTEXT.set(
+                dataclasses.replace(REQUEST_CONTEXT.get(), principal=auth.principal)
+            )
+            self._metrics.inc("connections.authenticated")
+        else:
+            self._reader.max_frame_size = auth.max_frame_size or self._max_frame_size
         return True
 
     def _throttle_ms(self, header: Any, body: Any) -> int:

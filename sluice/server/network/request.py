@@ -1,7 +1,8 @@
 """What the network layer hands the API layer with each request, and what it expects back.
 
-The API layer sees a connection only through :class:`RequestContext` (its client address now; the
-authenticated principal when SASL lands, set by the connection's authenticator) and answers
+The API layer sees a connection only through :class:`RequestContext` (the client's address, the
+listener it came in on, and its authenticated principal, which the connection replaces when a SASL
+login completes) and answers
 through :class:`RequestHandler`; it never reaches into :class:`~sluice.server.network.connection.
 Connection`. The context travels down in a context variable that each connection's worker task
 sets once: every handler of that connection's requests runs in the worker's context, so nothing
@@ -32,11 +33,12 @@ class RequestContext:
     #: The client's address as Kafka writes it (``InetAddress.toString``: ``"/127.0.0.1"``);
     #: empty outside a connection (in-process callers, tests).
     client_host: str = ""
-    #: Who is asking (Kafka's ``KafkaPrincipal`` as ``<type>:<name>``): ``User:ANONYMOUS`` on a
-    #: PLAINTEXT listener; the authenticated user (SASL) or certificate subject (SSL) otherwise.
+    #: Kafka's ``KafkaPrincipal.toString``: ``"User:ANONYMOUS"`` on PLAINTEXT (and on SSL
+    #: without a client certificate), the mapped certificate name on SSL with client auth,
+    #: ``"User:<name>"`` after a SASL login.
     principal: str = "User:ANONYMOUS"
-    #: The listener the connection came in on (``PLAINTEXT``, ``SASL_SSL``...); empty outside a
-    #: connection.
+    #: The name of the listener the connection came in on (``"PLAINTEXT"``, ``"SASL_SSL"``,
+    #: ``"INTERNAL"``...); Metadata answers with that listener's endpoints.
     listener_name: str = ""
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from sluice.net.connection import Connection
 from sluice.net.errors import KafkaConnectionError, KafkaTimeoutError
+from sluice.net.security import ClientSecurity
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.config import BROKER_CONFIG
@@ -70,6 +71,8 @@ class FetcherConfig:
     response_max_bytes: int = _setting("replica.fetch.response.max.bytes")
     backoff_ms: int = _setting("replica.fetch.backoff.ms")
     request_timeout_ms: int = _setting("replica.socket.timeout.ms")
+    #: TLS and SASL towards the leaders' inter-broker listener (None: PLAINTEXT).
+    security: ClientSecurity | None = None
 
 
 class Phase(enum.Enum):
@@ -179,6 +182,7 @@ class ReplicaFetcher:
             *address,
             client_id=f"replica-fetcher-{self.replicas.local_id}-{self.leader_id}",
             request_timeout_ms=self._config.request_timeout_ms + self._config.wait_max_ms,
+            security=self._config.security,
         )
         return self._conn
 

@@ -19,19 +19,21 @@ The modules (none imports the core; the core wires them in):
   against the file or ZooKeeper, before a broker runs.
 * :mod:`.files` -- the atomic, private file writer of the standalone stores.
 
-How this is wired into the broker (the plan for the core)
-=========================================================
+How this is wired into the broker
+=================================
 
-Wired so far: the authorizer keys, the ACL and credential stores at start-up
-(``sluice.server.server``: files standalone, ZooKeeper in a cluster) and **Handlers**
-(``sluice.server.api.base.ApiBase.allowed``, the ACL and SCRAM APIs in
-``sluice.server.api.security``). The listeners, SASL and TLS are still the plan.
+Wired (``sluice.server.server``, ``sluice.server.network.connection`` / ``.listener``,
+``sluice.net.security``, ``sluice.server.api.base.ApiBase.allowed`` and
+``sluice.server.api.security``): configuration, start-up (one credential store for SASL logins
+and the SCRAM admin APIs: the file standalone, ZooKeeper's in a cluster from the session's
+start), the per-connection path, the inter-broker client and the authorizer's checks in the
+handlers below; ``tests/security/`` runs them against real clients.
 
 **Configuration** (Kafka's keys, read once by the core's config and handed down as plain
 dicts): ``listeners``, ``advertised.listeners``, ``listener.security.protocol.map``,
 ``inter.broker.listener.name`` / ``security.inter.broker.protocol``; ``ssl.*`` and
 ``ssl.principal.mapping.rules``; ``sasl.enabled.mechanisms`` (Kafka's default is GSSAPI, which
-Sluice does not have: a SASL listener without the key should fail start-up with a message naming
+Sluice does not have: a SASL listener without the key fails to load with a message naming
 PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), ``sasl.mechanism.inter.broker.protocol``,
 ``sasl.server.max.receive.size`` (524288), ``connections.max.reauth.ms`` (0),
 ``connection.failed.authentication.delay.ms`` (100); ``authorizer.class.name`` (one of
@@ -45,10 +47,10 @@ PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), ``sasl.mechanism.inter.broker.protocol`
 plaintext client on a TLS port never reaches the protocol object). Cluster mode: after the
 ZooKeeper session, ``ZkCredentialStore(zk).start()`` and, with an authorizer,
 ``ZkAclStore(zk).start()`` (both create Kafka's paths and follow the notices). Standalone:
-``FileCredentialStore`` / ``FileAclStore`` on ``sluice-credentials.json`` /
-``sluice-acls.json`` in the log directory; ``python -m sluice.server.security`` (to be
-exposed as ``sluice users`` / ``sluice configs --entity-type users``) writes the credentials file
-or ZooKeeper before the first start.
+``FileCredentialStore`` / ``FileAclStore`` on ``users.json`` / ``sluice-acls.json`` in the log
+directory (``sluice.security.credentials.file`` moves the credentials); ``python -m
+sluice.server.security`` and ``sluice configs --entity-type users`` write the credentials file
+or ZooKeeper, before the first start or while the broker runs.
 
 **Per connection** (the protocol object gains a small security state):
 
@@ -60,9 +62,10 @@ or ZooKeeper before the first start.
    writes ``step.send``; ``step.close`` closes after the writes, delayed by
    ``connection.failed.authentication.delay.ms`` when ``step.failed`` (reading paused
    meanwhile); a ``FrameTooLarge`` goes to ``frame_too_large``. PLAIN costs one PBKDF2 per
-   login (a few ms): measure, and move ``receive`` of SaslAuthenticate frames to an executor if
-   it shows on the event loop. When ``step.authenticated``, the principal becomes
-   ``auth.principal`` and the normal path resumes with the reader's own limit;
+   login (4096 iterations, milliseconds: ``bench/security.py``), so ``receive`` of a PLAIN
+   SaslAuthenticate frame runs in the default executor. When ``step.authenticated``, the
+   principal becomes ``auth.principal`` and the normal path resumes with the reader's own
+   limit;
 3. afterwards, before each request: ``auth.session_expired()`` closes the connection (Kafka
    logs it and the client reconnects); a SaslHandshake goes to ``begin_reauthentication`` and
    to the handlers only when that returns ``None`` (they answer ILLEGAL_SASL_STATE, and
@@ -86,7 +89,8 @@ an idempotent producer's InitProducerId needs IdempotentWrite on the cluster or,
 **Inter-broker**: replica fetchers and controller requests connect to
 ``inter.broker.listener.name`` with :func:`.tls.client_context` of that listener's settings and
 authenticate with ``sasl.mechanism.inter.broker.protocol`` (scramp's client, or the PLAIN
-token) as the broker's user, who belongs in ``super.users``.
+token) as the broker's user -- ``listener.name.<l>.<mechanism>.sasl.jaas.config``'s
+``username`` / ``password``, Kafka's place for it -- who belongs in ``super.users``.
 
 Not covered: GSSAPI and OAUTHBEARER, delegation tokens, JKS keystores (convert to PKCS#12),
 restricting TLS 1.3 suites, certificate reload, SASLprep of passwords (none of Kafka, librdkafka

@@ -68,6 +68,7 @@ from sluice.server.logging import get_logger
 
 from .credentials import CredentialStore
 from .errors import AuthenticationFailed, generic_failure_message
+from .listeners import SUPPORTED_SASL_MECHANISMS
 from .scram import SCRAM_MECHANISMS, ScramServerExchange
 
 __all__ = [
@@ -84,7 +85,8 @@ log = get_logger("sluice.security")
 
 #: ``sasl.server.max.receive.size`` default.
 DEFAULT_MAX_RECEIVE_SIZE = 524288
-SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+SUPPORTED_MECHANISMS = SUPPORTED_SASL_MECHANISMS
+assert set(SCRAM_MECHANISMS) < set(SUPPORTED_MECHANISMS)
 #: Kafka's ``KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS``.
 MIN_REAUTH_INTERVAL = 1.0
 

@@ -15,7 +15,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-__all__ = ["SecurityProtocol", "listener_settings", "mechanism_settings"]
+__all__ = [
+    "SUPPORTED_SASL_MECHANISMS",
+    "SecurityProtocol",
+    "listener_settings",
+    "mechanism_settings",
+]
+
+#: The SASL mechanisms Sluice implements (Kafka's GSSAPI and OAUTHBEARER are not among them).
+SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class SecurityProtocol(enum.Enum):

@@ -17,7 +17,9 @@ AlterUserScramCredentials upsertion at most 16384 (``ZkAdminManager``'s ``maxIte
 
 **The exchange.** :class:`ScramServerExchange` is the server side of one authentication, driven
 by bytes (sans-I/O): ``evaluate(client-first) -> server-first``, ``evaluate(client-final) ->
-server-final``. Message parsing, nonces and the proof check are ``scramp``'s; what is Kafka's is
+server-final``. Message parsing, nonces and the proof check are ``scramp``'s (except a final
+nonce that merely ends with the server's, which Kafka accepts and librdkafka 2.0.x sends:
+checked like Kafka's ``verifyClientProof``); what is Kafka's is
 around it: the credential lookup, the checks ``ScramSaslServer`` adds (an authorization id must
 equal the user name, the credential's iterations are at least the mechanism's minimum) and which
 failures reveal their reason to the client (:mod:`sluice.server.security.errors`).
@@ -197,6 +199,9 @@ class ScramServerExchange:
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info, s_nonce=nonce)
         self._step = 0  # 0: client-first expected, 1: client-final expected, 2: done, -1: failed
         self._lookup_error: AuthenticationFailed | None = None
+        self._client_first = ""
+        self._server_first = ""
+        self._credential: ScramCredential | None = None
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int] | None:
         self.username = username
@@ -218,6 +223,7 @@ class ScramServerExchange:
                 f"{MIN_ITERATIONS} for {self.mechanism}"
             )
             return None
+        self._credential = credential
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def evaluate(self, token: bytes) -> bytes:
@@ -241,11 +247,16 @@ class ScramServerExchange:
                     f"Invalid SCRAM client first message format: {exc}"
                 ) from exc
             self._step = 1
+            self._client_first, self._server_first = text, answer
             return answer.encode("utf-8")
         if self._step == 1:
             try:
-                self._server.set_client_final(text)
-                answer = self._server.get_server_final()
+                lenient = self._lenient_final(text)
+                if lenient is not None:
+                    answer = lenient
+                else:
+                    self._server.set_client_final(text)
+                    answer = self._server.get_server_final()
             except scramp.ScramException as exc:
                 self._step = -1
                 raise AuthenticationFailed(f"Invalid client credentials: {exc}") from exc
@@ -257,6 +268,40 @@ class ScramServerExchange:
             "Unexpected challenge in Sasl server state "
             + ("COMPLETE" if self.complete else "FAILED")
         )
+
+    def _lenient_final(self, client_final: str) -> str | None:
+        """Kafka's check of the final nonce is ``endsWith`` the server's, not equality (RFC
+        5802), and librdkafka 2.0.x relies on it: it sends the client nonce followed by the
+        whole server nonce. scramp refuses that, so such a message is verified here the way
+        Kafka's ``ScramSaslServer.verifyClientProof`` does (the proof covers the message as
+        sent); None for any other message (scramp's path). Raises ``scramp.ScramException``
+        when the proof is wrong."""
+        fields = dict(f.split("=", 1) for f in client_final.split(",") if "=" in f)
+        combined = dict(f.split("=", 1) for f in self._server_first.split(",") if "=" in f)["r"]
+        nonce = fields.get("r", "")
+        if nonce == combined or not nonce.endswith(combined) or "p" not in fields:
+            return None
+        credential = self._credential
+        gs2_header, _, client_first_bare = self._client_first.partition(",")
+        authzid, _, client_first_bare = client_first_bare.partition(",")
+        gs2 = f"{gs2_header},{authzid},".encode()
+        if credential is None or base64.b64decode(fields.get("c", "")) != gs2:
+            raise scramp.ScramException("Invalid client final message")
+        without_proof = client_final[: client_final.rindex(",p=")]
+        auth_message = f"{client_first_bare},{self._server_first},{without_proof}".encode()
+        digest = _hash(self.mechanism)
+        signature = hmac.new(credential.stored_key, auth_message, digest).digest()
+        try:
+            proof = base64.b64decode(fields["p"], validate=True)
+        except binascii.Error:
+            raise scramp.ScramException("Invalid client proof") from None
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=False))
+        if len(proof) != len(signature) or not hmac.compare_digest(
+            digest(client_key).digest(), credential.stored_key
+        ):
+            raise scramp.ScramException("Invalid client proof")
+        server_signature = hmac.new(credential.server_key, auth_message, digest).digest()
+        return "v=" + base64.b64encode(server_signature).decode()
 
     def _check_authzid(self, client_first: str) -> None:
         """Kafka accepts an authorization id equal to the user name and refuses another one

@@ -149,7 +149,12 @@ class ApiBase:
         #: What the handlers read of the cluster: a one-broker cluster of its own standalone,
         #: ZooKeeper's view once the broker joined one.
         self.metadata_view: MetadataView = LocalMetadata(
-            config.node_id, self.advertised, replicas.logs, replicas
+            config.node_id,
+            self.advertised,
+            replicas.logs,
+            replicas,
+            producer_ids,
+            groups.ensure_ready,
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
@@ -244,7 +249,14 @@ class ApiBase:
         self.cluster = cluster
         self.config_resources.cluster = cluster
         self.metadata_view = ZkMetadata(
-            cluster, self.config.default_replication_factor, self._auto_creating, self._background
+            cluster,
+            self.config.default_replication_factor,
+            self._auto_creating,
+            self._background,
+            (
+                self.groups.config.offsets_topic_num_partitions,
+                self.groups.config.offsets_topic_replication_factor,
+            ),
         )
 
     def advertised(self) -> tuple[str, int]:

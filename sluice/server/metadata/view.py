@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluice.protocol import errors
+from sluice.server.group.offsets_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.metadata.producer_id_manager import ProducerIdManager
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.storage.log_manager import LogManager
@@ -82,6 +84,17 @@ class MetadataView(Protocol):
         it exists."""
         ...
 
+    async def allocate_producer_id(self) -> int:
+        """A producer id no other broker of the cluster hands out (InitProducerId); raises when
+        none can be had now (a cluster's ZooKeeper unreachable: retriable for the client)."""
+        ...
+
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """FindCoordinator for a consumer group: (0, the broker leading the group's
+        ``__consumer_offsets`` partition), or (error code, None) while there is none, the
+        offsets topic being created if it does not exist yet."""
+        ...
+
 
 class LocalMetadata:
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
@@ -93,11 +106,16 @@ class LocalMetadata:
         advertised: Callable[[], tuple[str, int]],
         logs: LogManager,
         replicas: ReplicaManager,
+        producer_ids: ProducerIdManager,
+        groups_ready: Callable[[], int],
     ) -> None:
         self._node_id = node_id
         self._advertised = advertised
         self._logs = logs
         self._replicas = replicas
+        self._producer_ids = producer_ids
+        #: The group coordinator's ``ensure_ready``: creates the offsets topic here if needed.
+        self._groups_ready = groups_ready
 
     @property
     def cluster_id(self) -> str:
@@ -141,6 +159,16 @@ class LocalMetadata:
         log.info("auto-created topic", topic=name, partitions=partitions)
         return 0
 
+    async def allocate_producer_id(self) -> int:
+        return self._producer_ids.generate()
+
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """This broker coordinates every group."""
+        code = self._groups_ready()
+        if code:
+            return code, None
+        return 0, self.brokers()[0]
+
 
 class ZkMetadata:
     """A cluster member's view: its cache of ZooKeeper (brokers, controller, assignments,
@@ -152,9 +180,12 @@ class ZkMetadata:
         default_replication_factor: int,
         creating: set[str],
         tasks: set[asyncio.Task[None]],
+        offsets_topic: tuple[int, int],
     ) -> None:
         self._cluster = cluster
         self._replication_factor = default_replication_factor
+        #: ``offsets.topic.num.partitions`` and ``offsets.topic.replication.factor``.
+        self._offsets_topic = offsets_topic
         #: Topics being created in the background, shared with the broker's other creators
         #: (the group coordinator's offsets topic), so that one topic is created once.
         self._auto_creating = creating
@@ -228,3 +259,63 @@ class ZkMetadata:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         return errors.LeaderNotAvailable.code
+
+    async def allocate_producer_id(self) -> int:
+        """From the block this broker holds, a new block from ZooKeeper when it is used up
+        (Kafka's ``ZkProducerIdManager``)."""
+        return await self._cluster.producer_ids.generate()
+
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets
+        topic has no live leader there, or does not exist yet (then it is created, with
+        ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
+        Kafka's ``createInternalTopic``)."""
+        cache = self._cluster.cache
+        assignment = cache.assignments.get(OFFSETS_TOPIC)
+        unavailable = errors.CoordinatorNotAvailable.code, None
+        if assignment is None:
+            self._create_offsets_topic()
+            return unavailable
+        partition = partition_for(group, len(assignment.partitions))
+        leader = cache.leader(OFFSETS_TOPIC, partition)
+        address = cache.address(leader) if leader >= 0 else None
+        if address is None:
+            return unavailable
+        broker = cache.brokers.get(leader)
+        return 0, BrokerEndpoint(
+            leader, address[0], address[1], None if broker is None else broker.rack
+        )
+
+    def _create_offsets_topic(self) -> None:
+        cluster = self._cluster
+        if OFFSETS_TOPIC in self._auto_creating:
+            return
+        num_partitions, rf = self._offsets_topic
+        if len(cluster.cache.brokers) < rf:
+            log.warning(
+                "cannot create the offsets topic yet",
+                live_brokers=len(cluster.cache.brokers),
+                replication_factor=rf,
+            )
+            return
+        try:
+            assignment = cluster.validate_new_topic(
+                OFFSETS_TOPIC, num_partitions, rf, None, OFFSETS_TOPIC_CONFIG
+            )
+        except errors.TopicAlreadyExists:
+            return
+        self._auto_creating.add(OFFSETS_TOPIC)
+
+        async def create() -> None:
+            try:
+                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
+            except errors.TopicAlreadyExists:
+                pass
+            except Exception as exc:
+                log.warning("creating the offsets topic failed", error=repr(exc))
+            finally:
+                self._auto_creating.discard(OFFSETS_TOPIC)
+
+        task = asyncio.get_running_loop().create_task(create())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

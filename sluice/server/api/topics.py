@@ -260,7 +260,8 @@ class TopicApis(ApiBase):
     def delete_topics(
         self, header: RequestHeader, body: m.DeleteTopicsRequest
     ) -> Answer[m.DeleteTopicsResponse]:
-        """Delete topics (standalone now; in a cluster through the controller).
+        """Delete topics (standalone now; in a cluster through the controller, the answer
+        waiting, bounded by ``timeout_ms``, until they are gone from this broker's view).
 
         ``__consumer_offsets`` is refused with TOPIC_AUTHORIZATION_FAILED, the rest of the
         request served. Kafka's broker has no internal-topic check of its own here
@@ -270,11 +271,9 @@ class TopicApis(ApiBase):
         internal topic and is not allowed to be marked for deletion"). Sluice has no ACLs, so
         it answers what a Kafka cluster denying DELETE on internal topics answers: every
         committed offset would otherwise be gone (and groups placed on a topic recreated)."""
-        if self.cluster is not None and self.config.delete_topic_enable:
-            return self._cluster_delete_topics(self.cluster, body)
         cls = m.DeleteTopicsResponse
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
-        results = []
+        codes: list[int] = []
         for name in body.topic_names:
             code = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
             if code:
@@ -283,54 +282,37 @@ class TopicApis(ApiBase):
                 code = errors.TopicDeletionDisabled.code
             elif name == OFFSETS_TOPIC:
                 code = self._refuse_internal_deletion(name)
-            else:
+            codes.append(code)
+
+        def response() -> m.DeleteTopicsResponse:
+            results = zip(body.topic_names, codes, strict=True)
+            answers = [result_cls(name=n, error_code=c) for n, c in results]
+            return cls(throttle_time_ms=0, responses=answers)
+
+        if not any(code == 0 for code in codes):
+            return response()
+
+        async def delete() -> m.DeleteTopicsResponse:
+            """Each allowed topic deleted in turn, then a wait (bounded by ``timeout_ms``)
+            until they are gone from this broker's view."""
+            view = self.metadata_view
+            for i, name in enumerate(body.topic_names):
+                if codes[i]:
+                    continue
                 try:
-                    self.replicas.delete_topic(name)  # parked fetches answer (with an error) now
-                    log.info("deleted topic", topic=name)
+                    await view.delete_topic(name)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("delete topic failed", topic=name)
-                    code = _code(exc)
-            results.append(result_cls(name=name, error_code=code))
-        return cls(throttle_time_ms=0, responses=results)
+                    codes[i] = _code(exc)
+            requested = [n for n, code in zip(body.topic_names, codes, strict=True) if code == 0]
+            late = await view.wait_deleted(requested, body.timeout_ms)
+            for i, name in enumerate(body.topic_names):
+                if codes[i] == 0 and name in late:
+                    codes[i] = errors.RequestTimedOut.code
+            return response()
 
-    async def _cluster_delete_topics(
-        self, cluster: ClusterMember, body: m.DeleteTopicsRequest
-    ) -> m.DeleteTopicsResponse:
-        """Ask the controller to delete each topic, then wait (bounded by ``timeout_ms``) until
-        it is gone from this broker's view (Kafka's DelayedDeleteTopics)."""
-        result_cls = m.DeleteTopicsResponse.DeletableTopicResult
-        codes: dict[str, int] = {}
-        for name in body.topic_names:
-            denied = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
-            if denied:
-                codes[name] = denied
-                continue
-            if name == OFFSETS_TOPIC:
-                codes[name] = self._refuse_internal_deletion(name)
-                continue
-            try:
-                await cluster.delete_topic(name)
-                codes[name] = 0
-            except Exception as exc:
-                if not isinstance(exc, errors.KafkaError):
-                    log.exception("delete topic failed", topic=name)
-                codes[name] = _code(exc)
-        requested = [n for n, code in codes.items() if code == 0]
-        if requested and body.timeout_ms > 0:
-            cache = cluster.cache
-            gone = await cache.wait_for(
-                lambda: not any(n in cache.assignments for n in requested),
-                body.timeout_ms / 1000,
-            )
-            if not gone:
-                for name in requested:
-                    if name in cache.assignments:
-                        codes[name] = errors.RequestTimedOut.code
-        return m.DeleteTopicsResponse(
-            throttle_time_ms=0,
-            responses=[result_cls(name=n, error_code=codes[n]) for n in body.topic_names],
-        )
+        return delete()
 
     @staticmethod
     def _refuse_internal_deletion(name: str) -> int:

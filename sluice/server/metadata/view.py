@@ -95,6 +95,16 @@ class MetadataView(Protocol):
         offsets topic being created if it does not exist yet."""
         ...
 
+    async def delete_topic(self, name: str) -> None:
+        """Delete ``name`` (standalone now; a cluster's controller deletes it in the
+        background); raises why not."""
+        ...
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        """Wait, bounded by ``timeout_ms``, until ``names`` are gone from this broker's view
+        (Kafka's DelayedDeleteTopics); those still there."""
+        ...
+
 
 class LocalMetadata:
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
@@ -168,6 +178,13 @@ class LocalMetadata:
         if code:
             return code, None
         return 0, self.brokers()[0]
+
+    async def delete_topic(self, name: str) -> None:
+        self._replicas.delete_topic(name)  # parked fetches answer (with an error) now
+        log.info("deleted topic", topic=name)
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        return set()  # deleted on the spot
 
 
 class ZkMetadata:
@@ -264,6 +281,19 @@ class ZkMetadata:
         """From the block this broker holds, a new block from ZooKeeper when it is used up
         (Kafka's ``ZkProducerIdManager``)."""
         return await self._cluster.producer_ids.generate()
+
+    async def delete_topic(self, name: str) -> None:
+        await self._cluster.delete_topic(name)
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        """A timeout of 0 does not wait: the deletions were asked, nothing is reported late."""
+        cache = self._cluster.cache
+        if not names or timeout_ms <= 0:
+            return set()
+        gone = await cache.wait_for(
+            lambda: not any(n in cache.assignments for n in names), timeout_ms / 1000
+        )
+        return set() if gone else {n for n in names if n in cache.assignments}
 
     def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
         """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets

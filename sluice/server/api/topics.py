@@ -164,50 +164,32 @@ class TopicApis(ApiBase):
         broker does not check it, ``ZkAdminManager.createPartitions`` 2.8; ``kafka-topics.sh``
         refuses it client-side, ``TopicCommand``: "The number of partitions for the internal
         topic ... cannot be changed".)
-        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster a
-        coroutine writes the grown assignment to ZooKeeper and waits for the new leaders."""
+        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster the
+        grown assignment is written to ZooKeeper and the answer waits for the new leaders
+        (:meth:`MetadataView.add_partitions`)."""
         seen: dict[str, int] = {}
         for t in body.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
-        cluster = self.cluster
+        view = self.metadata_view
 
-        async def in_cluster(
-            cluster: ClusterMember, t: m.CreatePartitionsRequest.CreatePartitionsTopic
-        ) -> tuple[int, str | None]:
+        async def one(t: m.CreatePartitionsRequest.CreatePartitionsTopic) -> tuple[int, str | None]:
             try:
                 self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
                 self._check_partitions_request(t, seen)
-                if t.name in cluster.cache.assignments:  # else add_partitions says unknown
+                if t.name in view.topics():  # else add_partitions says unknown
                     self._check_topic_limits(t.name, t.count)
                 assignments = (
                     None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 )
-                await cluster.add_partitions(
+                await view.add_partitions(
                     t.name, t.count, assignments, body.timeout_ms, body.validate_only
                 )
             except Exception as exc:
                 return _topic_failure(exc, "create partitions failed", t.name)
             return 0, None
 
-        def standalone(
-            t: m.CreatePartitionsRequest.CreatePartitionsTopic,
-        ) -> tuple[int, str | None]:
-            try:
-                self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
-                self._check_partitions_request(t, seen)
-                current = self.logs.validate_new_partition_count(t.name, t.count)
-                self._check_topic_limits(t.name, t.count)
-                if t.assignments is not None:
-                    self._check_local_assignments(t, current)
-                if not body.validate_only:
-                    made = self.logs.add_partitions(t.name, t.count)
-                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
-                    log.info("partitions added", topic=t.name, partitions=t.count)
-            except Exception as exc:
-                return _topic_failure(exc, "create partitions failed", t.name)
-            return 0, None
-
-        def response(outcomes: list[tuple[int, str | None]]) -> m.CreatePartitionsResponse:
+        async def gathered() -> m.CreatePartitionsResponse:
+            outcomes = await asyncio.gather(*(one(t) for t in body.topics))
             result_cls = m.CreatePartitionsResponse.CreatePartitionsTopicResult
             return m.CreatePartitionsResponse(
                 throttle_time_ms=0,
@@ -216,13 +198,6 @@ class TopicApis(ApiBase):
                     for t, (code, message) in zip(body.topics, outcomes, strict=True)
                 ],
             )
-
-        if cluster is None:
-            return response([standalone(t) for t in body.topics])
-
-        async def gathered() -> m.CreatePartitionsResponse:
-            outcomes = await asyncio.gather(*(in_cluster(cluster, t) for t in body.topics))
-            return response(list(outcomes))
 
         return gathered()
 
@@ -237,23 +212,6 @@ class TopicApis(ApiBase):
                 f"cannot add partitions to {OFFSETS_TOPIC}: groups are placed by its "
                 "partition count (offsets.topic.num.partitions)"
             )
-
-    def _check_local_assignments(
-        self, t: m.CreatePartitionsRequest.CreatePartitionsTopic, current: int
-    ) -> None:
-        assert t.assignments is not None
-        if len(t.assignments) != t.count - current:
-            raise errors.InvalidReplicaAssignment(
-                f"Increasing the number of partitions by {t.count - current} but "
-                f"{len(t.assignments)} assignments provided."
-            )
-        node = self.config.node_id
-        for a in t.assignments:
-            if list(a.broker_ids) != [node]:
-                raise errors.InvalidReplicaAssignment(
-                    f"single broker: every new partition's replicas must be [{node}], "
-                    f"not {list(a.broker_ids)}"
-                )
 
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 

@@ -105,6 +105,20 @@ class MetadataView(Protocol):
         (Kafka's DelayedDeleteTopics); those still there."""
         ...
 
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """CreatePartitions: grow ``name`` to ``count`` partitions (``assignments``: one
+        replica list per new partition), or only check it can be (``validate_only``); a
+        cluster's answer waits, bounded by ``timeout_ms``, for the new leaders. Raises why
+        not, with Kafka's messages."""
+        ...
+
 
 class LocalMetadata:
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
@@ -185,6 +199,37 @@ class LocalMetadata:
 
     async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
         return set()  # deleted on the spot
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """Added now (``LogManager.add_partitions``) and led here."""
+        current = self._logs.validate_new_partition_count(name, count)
+        if assignments is not None:
+            self._check_assignments(assignments, count - current)
+        if not validate_only:
+            made = self._logs.add_partitions(name, count)
+            self._replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
+            log.info("partitions added", topic=name, partitions=count)
+
+    def _check_assignments(self, assignments: list[list[int]], added: int) -> None:
+        if len(assignments) != added:
+            raise errors.InvalidReplicaAssignment(
+                f"Increasing the number of partitions by {added} but "
+                f"{len(assignments)} assignments provided."
+            )
+        node = self._node_id
+        for replicas in assignments:
+            if replicas != [node]:
+                raise errors.InvalidReplicaAssignment(
+                    f"single broker: every new partition's replicas must be [{node}], "
+                    f"not {replicas}"
+                )
 
 
 class ZkMetadata:
@@ -294,6 +339,17 @@ class ZkMetadata:
             lambda: not any(n in cache.assignments for n in names), timeout_ms / 1000
         )
         return set() if gone else {n for n in names if n in cache.assignments}
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """The grown assignment written to ZooKeeper (:meth:`ClusterMember.add_partitions`)."""
+        await self._cluster.add_partitions(name, count, assignments, timeout_ms, validate_only)
 
     def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
         """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets

@@ -93,6 +93,9 @@ class _Granted:
     def add(self, name: str, count: int) -> None:
         self.partitions[name] = count
 
+    def discard(self, name: str) -> None:
+        self.partitions.pop(name, None)
+
     def totals(self) -> tuple[int, int]:
         return len(self.partitions), sum(self.partitions.values())
 

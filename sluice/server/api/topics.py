@@ -1,22 +1,17 @@
-"""The topic admin APIs: CreateTopics, CreatePartitions, DeleteTopics (standalone: the logs now;
-in a cluster: through ZooKeeper and the controller)."""
+"""The topic admin APIs: CreateTopics, CreatePartitions, DeleteTopics, over the metadata view
+(standalone: the logs now; in a cluster: through ZooKeeper and the controller)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
+from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.security.acl import AclOperation, ResourceType
-
-if TYPE_CHECKING:
-    from sluice.server.metadata.zk_cluster import ClusterMember
-
-from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 
 
 class TopicApis(ApiBase):
@@ -43,44 +38,14 @@ class TopicApis(ApiBase):
     def create_topics(
         self, header: RequestHeader, body: m.CreateTopicsRequest
     ) -> Answer[m.CreateTopicsResponse]:
-        """Standalone: create the logs now and lead them (``ReplicaManager.lead``). In a
-        cluster: a coroutine (the topics are written to ZooKeeper and the answer waits for
-        their leaders, bounded by ``timeout_ms``)."""
-        if self.cluster is not None:
-            return self._cluster_create_topics(self.cluster, body)
-        cls = m.CreateTopicsResponse
+        """Validate each topic (:meth:`MetadataView.validate_new_topic`), check the topic
+        limits, then create it (:meth:`MetadataView.create_topic`: standalone the logs now; in a
+        cluster through ZooKeeper, the answer waiting for the leaders, bounded by
+        ``timeout_ms``). ``validate_only`` creates nothing."""
         result_cls = m.CreateTopicsResponse.CreatableTopicResult
         duplicates = self._duplicates(body)
-        results = []
-        # validate_only creates nothing: what the request's earlier topics would take.
-        granted = _Granted()
-        for t in body.topics:
-            code, message = 0, None
-            try:
-                if t.name in duplicates:
-                    raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
-                self._check_create(t.name)
-                partitions = self._partitions_for(t)
-                configs = self._creatable_configs(t)
-                self._check_topic_limits(t.name, partitions, granted)
-                if body.validate_only:
-                    granted.add(t.name, partitions)
-                    self.logs.validate_new_topic(t.name, partitions, configs)
-                else:
-                    made = self.logs.create_topic(t.name, partitions, configs)
-                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
-                    log.info("created topic", topic=t.name, partitions=partitions)
-            except Exception as exc:
-                code, message = _topic_failure(exc, "create topic failed", t.name)
-            results.append(result_cls(name=t.name, error_code=code, error_message=message))
-        return cls(throttle_time_ms=0, topics=results)
-
-    async def _cluster_create_topics(
-        self, cluster: ClusterMember, body: m.CreateTopicsRequest
-    ) -> m.CreateTopicsResponse:
-        result_cls = m.CreateTopicsResponse.CreatableTopicResult
-        duplicates = self._duplicates(body)
-        # The cache learns of the request's topics only once they are written: count them here.
+        view = self.metadata_view
+        # What the request's earlier topics take while the counts do not show them (yet).
         granted = _Granted()
 
         async def one(t: m.CreateTopicsRequest.CreatableTopic) -> tuple[int, str | None]:
@@ -101,54 +66,34 @@ class TopicApis(ApiBase):
                     n = self.config.num_partitions if n == -1 else n
                     rf = self.config.default_replication_factor if rf == -1 else rf
                 self._check_topic_limits(t.name, len(explicit) if explicit else n, granted)
-                planned = cluster.validate_new_topic(t.name, n, rf, explicit, configs)
+                planned = view.validate_new_topic(t.name, n, rf, explicit, configs)
                 granted.add(t.name, len(explicit) if explicit else n)
                 if not body.validate_only:
-                    await cluster.create_topic(t.name, planned, configs, body.timeout_ms)
+                    try:
+                        await view.create_topic(t.name, planned, configs, body.timeout_ms)
+                    finally:
+                        if t.name in view.topics():  # counted there from now on
+                            granted.discard(t.name)
             except Exception as exc:
                 return _topic_failure(exc, "create topic failed", t.name)
             return 0, None
 
-        outcomes = await asyncio.gather(*(one(t) for t in body.topics))
-        return m.CreateTopicsResponse(
-            throttle_time_ms=0,
-            topics=[
-                result_cls(name=t.name, error_code=code, error_message=message)
-                for t, (code, message) in zip(body.topics, outcomes, strict=True)
-            ],
-        )
+        async def gathered() -> m.CreateTopicsResponse:
+            outcomes = await asyncio.gather(*(one(t) for t in body.topics))
+            return m.CreateTopicsResponse(
+                throttle_time_ms=0,
+                topics=[
+                    result_cls(name=t.name, error_code=code, error_message=message)
+                    for t, (code, message) in zip(body.topics, outcomes, strict=True)
+                ],
+            )
+
+        return gathered()
 
     def _check_create(self, name: str) -> None:
         """Create on the cluster, or else on the topic (Kafka's CreateTopics rule)."""
         if not self.allowed(AclOperation.CREATE, audit=False):
             self.check(AclOperation.CREATE, ResourceType.TOPIC, name)
-
-    def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
-        node = self.config.node_id
-        if t.assignments:
-            if t.num_partitions != -1 or t.replication_factor != -1:
-                raise errors.InvalidRequest(
-                    "num_partitions and replication_factor must be -1 with assignments"
-                )
-            for a in t.assignments:
-                if list(a.broker_ids) != [node]:
-                    raise errors.InvalidReplicaAssignment(
-                        f"single broker: every partition's replicas must be [{node}]"
-                    )
-            return len(t.assignments)
-        rf = t.replication_factor
-        if rf == -1:
-            rf = self.config.default_replication_factor
-        if rf != 1:
-            raise errors.InvalidReplicationFactor(
-                f"replication factor {rf}: a single broker supports only 1"
-            )
-        n = t.num_partitions
-        if n == -1:
-            n = self.config.num_partitions
-        if n <= 0:
-            raise errors.InvalidPartitions(f"number of partitions must be > 0, got {n}")
-        return int(n)
 
     # --- CreatePartitions (37) -------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ cache a cluster member keeps of ZooKeeper. Handlers ask the interface and never 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluice.protocol import errors
@@ -119,6 +119,30 @@ class MetadataView(Protocol):
         not, with Kafka's messages."""
         ...
 
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """CreateTopics' checks of a new topic (Kafka's ``validateTopicCreate``: name, not
+        there yet, configs, partitions, replicas); its replica assignment, ``assignment`` or
+        Kafka's placement over the live brokers. Raises the KafkaError to answer."""
+        ...
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Create a validated topic; returns once it is published on this broker (a cluster:
+        bounded by ``timeout_ms``, REQUEST_TIMED_OUT while its leaders are on their way)."""
+        ...
+
 
 class LocalMetadata:
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
@@ -216,6 +240,47 @@ class LocalMetadata:
             made = self._logs.add_partitions(name, count)
             self._replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
             log.info("partitions added", topic=name, partitions=count)
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """A one-broker cluster: every partition's only replica is this broker."""
+        node = self._node_id
+        if assignment:
+            for replicas in assignment.values():
+                if list(replicas) != [node]:
+                    raise errors.InvalidReplicaAssignment(
+                        f"single broker: every partition's replicas must be [{node}]"
+                    )
+            num_partitions = len(assignment)
+        else:
+            if replication_factor != 1:
+                raise errors.InvalidReplicationFactor(
+                    f"replication factor {replication_factor}: a single broker supports only 1"
+                )
+            if num_partitions <= 0:
+                raise errors.InvalidPartitions(
+                    f"number of partitions must be > 0, got {num_partitions}"
+                )
+        self._logs.validate_new_topic(name, num_partitions, configs)
+        return {p: [node] for p in range(num_partitions)}
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Created now (``LogManager.create_topic``) and led here (``ReplicaManager.lead``)."""
+        made = self._logs.create_topic(name, len(assignment), configs)
+        self._replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
+        log.info("created topic", topic=name, partitions=len(assignment))
 
     def _check_assignments(self, assignments: list[list[int]], added: int) -> None:
         if len(assignments) != added:
@@ -350,6 +415,30 @@ class ZkMetadata:
     ) -> None:
         """The grown assignment written to ZooKeeper (:meth:`ClusterMember.add_partitions`)."""
         await self._cluster.add_partitions(name, count, assignments, timeout_ms, validate_only)
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """Against this broker's cache (:meth:`ClusterMember.validate_new_topic`)."""
+        return self._cluster.validate_new_topic(
+            name, num_partitions, replication_factor, assignment, configs
+        )
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Written to ZooKeeper, the controller electing the leaders
+        (:meth:`ClusterMember.create_topic`)."""
+        await self._cluster.create_topic(name, assignment, configs, timeout_ms)
 
     def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
         """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets

@@ -140,7 +140,7 @@ class ApiBase:
         self.groups = groups
         self.producer_ids = producer_ids
         self.metrics = metrics
-        self.config_resources = ConfigResources(config, replicas.logs)
+        self.config_resources = ConfigResources(config, replicas.logs, lambda: self.metadata_view)
         self._stopping = False
         #: Cluster mode: set by the Server once the broker has joined (None standalone).
         self.cluster: ClusterMember | None = None
@@ -250,7 +250,6 @@ class ApiBase:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
         broker-to-controller API, never advertised by a standalone broker) is served."""
         self.cluster = cluster
-        self.config_resources.cluster = cluster
         self.metadata_view = ZkMetadata(
             cluster,
             self.config.default_replication_factor,

@@ -44,7 +44,34 @@ class PartitionMetadata(NamedTuple):
     offline_replicas: list[int]
 
 
-class MetadataView(Protocol):
+class TopicConfigStore(Protocol):
+    """Where topic config overrides live: standalone the LogManager's topic metadata, in a
+    cluster ZooKeeper's ``/config/topics/<t>`` (every broker hosting the topic applies it from
+    its watch)."""
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's overrides; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        ...
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Replace the topic's overrides with ``overrides`` (already validated)."""
+        ...
+
+
+class LocalTopicConfigs:
+    """Standalone: the overrides the LogManager keeps, applied to the open logs on a change."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self._logs = logs
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return self._logs.topic_overrides(topic)
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        self._logs.alter_topic_config(topic, overrides)
+
+
+class MetadataView(TopicConfigStore, Protocol):
     """What the handlers read of the cluster, standalone and clustered alike."""
 
     @property
@@ -144,7 +171,7 @@ class MetadataView(Protocol):
         ...
 
 
-class LocalMetadata:
+class LocalMetadata(LocalTopicConfigs):
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
     address) is every partition's only replica, leader and ISR, and the controller."""
 
@@ -439,6 +466,19 @@ class ZkMetadata:
         """Written to ZooKeeper, the controller electing the leaders
         (:meth:`ClusterMember.create_topic`)."""
         await self._cluster.create_topic(name, assignment, configs, timeout_ms)
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """From the cache (any broker answers for any topic)."""
+        cache = self._cluster.cache
+        if topic not in cache.assignments:
+            raise errors.UnknownTopicOrPartition(f"unknown topic {topic!r}")
+        return dict(cache.configs.get(topic, {}))
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """The znode written; the brokers hosting the topic apply it from their watches."""
+        kzk = self._cluster.kzk
+        assert kzk is not None
+        await kzk.set_topic_config(topic, overrides)
 
     def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
         """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets

@@ -460,9 +460,11 @@ class ProduceFetchApis(ApiBase):
     ) -> Answer[m.InitProducerIdResponse]:
         """A fresh producer id, epoch 0, for an idempotent producer.
 
-        Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
-        epoch checks on append are the storage layer's (sluice.server.storage.producer_state via
-        Log).
+        The id comes from the metadata view (standalone the broker's counter; in a cluster the
+        block this broker took from ZooKeeper); COORDINATOR_NOT_AVAILABLE (retriable) when none
+        can be had. Transactions are not implemented: a transactional id gets INVALID_REQUEST.
+        Sequence and epoch checks on append are the storage layer's
+        (sluice.server.storage.producer_state via Log).
         """
         cls = m.InitProducerIdResponse
         if body.transactional_id is None and not self._may_write_idempotently():

@@ -1,8 +1,12 @@
 """One interface for what the request handlers read of the cluster (Kafka's ``MetadataCache``):
 its id, its live brokers and controller, the topics and, per partition, leader, leader epoch,
-replicas and ISR. :class:`LocalMetadata` answers for a standalone broker -- a one-broker cluster
-that leads every partition and is its own controller; :class:`ZkMetadata` answers from the
-cache a cluster member keeps of ZooKeeper. Handlers ask the interface and never which one it is.
+replicas and ISR -- and for what they change in it: topics created, grown and deleted, topic
+configs, producer ids handed out, a group's coordinator found (the offsets topic created).
+:class:`LocalMetadata` answers for a standalone broker -- a one-broker cluster that leads every
+partition and is its own controller, changing its LogManager on the spot; :class:`ZkMetadata`
+answers from the cache a cluster member keeps of ZooKeeper and changes ZooKeeper. Handlers ask
+the interface and never which one it is: their checks (authorization, request validity, the
+topic limits) are made once, in the handler, for both.
 """
 
 from __future__ import annotations

@@ -101,6 +101,31 @@ async def test_topic_count_bound_covers_create_and_auto_create(
         await c.close()
 
 
+async def test_one_request_creating_several_topics_counts_each_once(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """A topic the request has created is counted by the broker, not again as granted."""
+    srv = await start_server(tmp_path, "sluice.max.topics=2")
+    servers.append(srv)
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        req = m.CreateTopicsRequest(
+            topics=[
+                m.CreateTopicsRequest.CreatableTopic(
+                    name=n, num_partitions=1, replication_factor=1, configs=[]
+                )
+                for n in ("a", "b", "c")
+            ],
+            timeout_ms=1000,
+            validate_only=False,
+        )
+        resp = await c.request(m.CreateTopics.key, 4, req)
+        assert [t.error_code for t in resp.topics] == [0, 0, errors.PolicyViolation.code]
+        assert set(srv.log_manager.topics()) == {"a", "b"}  # type: ignore[union-attr]
+    finally:
+        await c.close()
+
+
 async def test_total_partitions_bound(tmp_path: Path, servers: list[Server]) -> None:
     srv = await start_server(tmp_path, "sluice.max.partitions=6")
     servers.append(srv)

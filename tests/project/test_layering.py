@@ -23,7 +23,8 @@ the bottom up (the README's *Architecture* section lists the same):
   listeners (``security.listeners``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
   storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
-  (what this broker knows of the cluster) drives replication from ZooKeeper and the controller.
+  (what this broker knows of the cluster) drives replication from ZooKeeper and the controller,
+  and finds a group's coordinator (the group store's topic name and partitioning).
 * ``sluice.server.metrics`` reads the state of the rooms below it; only it imports
   ``prometheus_client``.
 * ``sluice.server.network`` (connections, quotas) knows metrics, config and security (each
@@ -86,6 +87,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         PROTOCOL,
         "sluice.net",
         STORAGE,
+        "sluice.server.group.offsets_store",
         "sluice.server.zk",
         "sluice.server.controller",
         "sluice.server.replication",

@@ -93,6 +93,9 @@ class _Granted:
     def add(self, name: str, count: int) -> None:
         self.partitions[name] = count
 
+    def discard(self, name: str) -> None:
+        self.partitions.pop(name, None)
+
     def totals(self) -> tuple[int, int]:
         return len(self.partitions), sum(self.partitions.values())
 
@@ -137,9 +140,10 @@ class ApiBase:
         self.groups = groups
         self.producer_ids = producer_ids
         self.metrics = metrics
-        self.config_resources = ConfigResources(config, replicas.logs)
+        self.config_resources = ConfigResources(config, replicas.logs, lambda: self.metadata_view)
         self._stopping = False
-        #: Cluster mode: set by the Server once the broker has joined (None standalone).
+        #: Cluster mode: set by the Server once the broker has joined (None standalone). Only
+        #: ControlledShutdown reads it; the rest goes through ``metadata_view``.
         self.cluster: ClusterMember | None = None
         self._auto_creating: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -151,7 +155,12 @@ class ApiBase:
         #: What the handlers read of the cluster: a one-broker cluster of its own standalone,
         #: ZooKeeper's view once the broker joined one.
         self.metadata_view: MetadataView = LocalMetadata(
-            config.node_id, lambda: self._advertised, replicas.logs, replicas
+            config.node_id,
+            lambda: self._advertised,
+            replicas.logs,
+            replicas,
+            producer_ids,
+            groups.ensure_ready,
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
@@ -261,12 +270,15 @@ class ApiBase:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
         broker-to-controller API, never advertised by a standalone broker) is served."""
         self.cluster = cluster
-        self.config_resources.cluster = cluster
         self.metadata_view = ZkMetadata(
             cluster,
             self.config.default_replication_factor,
             self._auto_creating,
             self._background,
+            (
+                self.groups.config.offsets_topic_num_partitions,
+                self.groups.config.offsets_topic_replication_factor,
+            ),
             lambda: self._listener,
         )
 

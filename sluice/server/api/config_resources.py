@@ -18,10 +18,11 @@ Resources (Kafka's ``ConfigResource.Type``):
 Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
 Runs on the event-loop thread, called from the handlers; writes only through the LogManager.
 
-**In a cluster** topic configs live in ZooKeeper (``/config/topics/<t>``, Kafka's layout): they
-are read from the cluster's metadata cache (any broker answers for any topic) and an alter
-writes the znode -- every broker hosting the topic applies it from its watch -- so the alter
-methods then return a coroutine for the response.
+Topic overrides are read and written through the metadata view's
+:class:`~sluice.server.metadata.view.TopicConfigStore`: standalone the LogManager's, in a
+cluster ZooKeeper's (``/config/topics/<t>``, Kafka's layout; any broker answers for any topic,
+and every broker hosting the topic applies a change from its watch). An alter that writes
+returns a coroutine for the response; every resource is validated before any is written.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from sluice.protocol.acl import AclOperation
 from sluice.protocol.acl import ResourceType as AclResource
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.server.config_def import Type
+from sluice.server.logging import get_logger
+from sluice.server.metadata.view import LocalTopicConfigs, TopicConfigStore
 from sluice.server.security.acl import CLUSTER_NAME
 from sluice.server.storage.log_config import (
     TOPIC_DOCS,
@@ -49,12 +52,13 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from sluice.server.config import Config
-    from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.storage.log_manager import LogManager
+
+log = get_logger("sluice.configs")
 
 RESOURCE_TOPIC, RESOURCE_BROKER = ResourceType.TOPIC, ResourceType.BROKER
 
-#: One resource's alter result: (error code, message, the ZooKeeper write a cluster makes).
+#: One resource's alter result: (error code, message, the overrides to write).
 _Outcome = tuple[int, "str | None", "tuple[str, dict[str, str]] | None"]
 _R = TypeVar("_R")
 
@@ -75,11 +79,20 @@ def _allow_all(operation: AclOperation, resource_type: AclResource, name: str) -
 class ConfigResources:
     """The config side of the admin API over the broker's Config and the LogManager."""
 
-    def __init__(self, config: Config, logs: LogManager) -> None:
+    def __init__(
+        self,
+        config: Config,
+        logs: LogManager,
+        topic_configs: Callable[[], TopicConfigStore] | None = None,
+    ) -> None:
         self.config = config
         self.logs = logs
-        #: Cluster mode: topic configs are ZooKeeper's (set once the broker joined).
-        self.cluster: ClusterMember | None = None
+        #: Where topic overrides live now: the handlers' metadata view (the LogManager's
+        #: standalone, ZooKeeper's once the broker joined a cluster); default the LogManager's.
+        if topic_configs is None:
+            local = LocalTopicConfigs(logs)
+            topic_configs = lambda: local  # noqa: E731
+        self.topic_configs = topic_configs
         #: The handlers' authorization check (raises *_AUTHORIZATION_FAILED): DescribeConfigs /
         #: AlterConfigs on the topic, or on the cluster for a broker's configs.
         self.check: Callable[[AclOperation, AclResource, str], None] = _allow_all
@@ -92,12 +105,7 @@ class ConfigResources:
 
     def _overrides(self, topic: str) -> dict[str, str]:
         """A topic's overrides; UnknownTopicOrPartition if it does not exist."""
-        cluster = self.cluster
-        if cluster is None:
-            return self.logs.topic_overrides(topic)
-        if topic not in cluster.cache.assignments:
-            raise errors.UnknownTopicOrPartition(f"unknown topic {topic!r}")
-        return dict(cluster.cache.configs.get(topic, {}))
+        return self.topic_configs().topic_overrides(topic)
 
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
@@ -267,19 +275,22 @@ class ConfigResources:
     def _finish(
         self, outcomes: list[_Outcome], respond: Callable[[list[tuple[int, str | None]]], _R]
     ) -> _R | Awaitable[_R]:
-        """The response now, or (a cluster with writes to make) a coroutine for it."""
-        cluster = self.cluster
-        if cluster is None or not any(write for _, _, write in outcomes):
+        """The response now, or (with writes to make) a coroutine for it."""
+        if not any(write for _, _, write in outcomes):
             return respond([(code, message) for code, message, _ in outcomes])
+        store = self.topic_configs()
 
         async def written() -> _R:
-            assert cluster is not None and cluster.kzk is not None
             codes = []
             for code, message, write in outcomes:
                 if write is not None:
                     try:
-                        await cluster.kzk.set_topic_config(*write)
+                        await store.alter_topic_config(*write)
+                    except errors.KafkaError as exc:
+                        code, message = exc.code, str(exc.args[0])
                     except Exception as exc:
+                        log.warning("altering a topic config failed", topic=write[0],
+                                    error=repr(exc))  # fmt: skip
                         code, message = errors.UnknownServerError.code, repr(exc)
                 codes.append((code, message))
             return respond(codes)
@@ -293,9 +304,9 @@ class ConfigResources:
         new_overrides: Callable[[Mapping[str, str]], dict[str, str]],
         validate_only: bool,
     ) -> _Outcome:
-        """(error code, message, ZooKeeper write to make) of altering one resource;
+        """(error code, message, overrides to write) of altering one resource;
         ``new_overrides`` maps the topic's current overrides to the wanted ones (raising
-        KafkaError for a bad request). Standalone the change is applied here."""
+        KafkaError for a bad request)."""
         try:
             self._authorize(AclOperation.ALTER_CONFIGS, resource_type, name)
             if resource_type == RESOURCE_BROKER:
@@ -312,9 +323,7 @@ class ConfigResources:
             wanted = new_overrides(current)
             LogConfig.from_properties(wanted, self.logs.default_config)  # InvalidConfig
             if not validate_only:
-                if self.cluster is not None:
-                    return 0, None, (name, wanted)
-                self.logs.alter_topic_config(name, wanted)
+                return 0, None, (name, wanted)
         except errors.KafkaError as exc:
             return exc.code, str(exc.args[0]), None
         return 0, None, None

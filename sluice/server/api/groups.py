@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import acl, errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import REQUEST_CONTEXT
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from sluice.server.metadata.zk_cluster import ClusterMember
+    pass
 
-from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code, log
+from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code
 
 
 class GroupApis(ApiBase):
@@ -35,84 +33,21 @@ class GroupApis(ApiBase):
         """Standalone this broker coordinates every group (key type 0); in a cluster the leader
         of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
         cls = m.FindCoordinatorResponse
-        host, port = self._advertised
         resource = ResourceType.GROUP if body.key_type == 0 else ResourceType.TRANSACTIONAL_ID
         denied = self.denied_code(AclOperation.DESCRIBE, resource, body.key)
         if denied:
             return cls(throttle_time_ms=0, error_code=denied, error_message=None, node_id=-1,
                        host="", port=-1)  # fmt: skip
-        if self.cluster is not None and body.key_type == 0:
-            return self._cluster_coordinator(self.cluster, body.key)
         if body.key_type == 0:
-            code = self.groups.ensure_ready()
+            code, broker = self.metadata_view.group_coordinator(body.key)
         else:
-            code = errors.CoordinatorNotAvailable.code
-        if code:
+            code, broker = errors.CoordinatorNotAvailable.code, None
+        if code or broker is None:
             message = "transactions are not supported" if body.key_type else None
             return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
                        host="", port=-1)  # fmt: skip
         return cls(throttle_time_ms=0, error_code=0, error_message=None,
-                   node_id=self.config.node_id, host=host, port=port)  # fmt: skip
-
-    def _cluster_coordinator(self, cluster: ClusterMember, group: str) -> m.FindCoordinatorResponse:
-        """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets
-        topic has no live leader there, or does not exist yet (then it is created, with
-        ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
-        Kafka's ``createInternalTopic``)."""
-        cls = m.FindCoordinatorResponse
-        cache = cluster.cache
-        assignment = cache.assignments.get(OFFSETS_TOPIC)
-        unavailable = cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
-                          error_message=None, node_id=-1, host="", port=-1)  # fmt: skip
-        if assignment is None:
-            self._create_offsets_topic(cluster)
-            return unavailable
-        from sluice.server.group.offsets_store import partition_for
-
-        partition = partition_for(group, len(assignment.partitions))
-        leader = cache.leader(OFFSETS_TOPIC, partition)
-        address = cache.address(leader, self._listener) if leader >= 0 else None
-        if address is None:
-            return unavailable
-        return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader,
-                   host=address[0], port=address[1])  # fmt: skip
-
-    def _create_offsets_topic(self, cluster: ClusterMember) -> None:
-        from sluice.server.group.offsets_store import OFFSETS_TOPIC_CONFIG
-
-        if OFFSETS_TOPIC in self._auto_creating:
-            return
-        group_config = self.groups.config
-        rf = group_config.offsets_topic_replication_factor
-        if len(cluster.cache.brokers) < rf:
-            log.warning(
-                "cannot create the offsets topic yet",
-                live_brokers=len(cluster.cache.brokers),
-                replication_factor=rf,
-            )
-            return
-        try:
-            assignment = cluster.validate_new_topic(
-                OFFSETS_TOPIC, group_config.offsets_topic_num_partitions, rf, None,
-                OFFSETS_TOPIC_CONFIG,
-            )  # fmt: skip
-        except errors.TopicAlreadyExists:
-            return
-        self._auto_creating.add(OFFSETS_TOPIC)
-
-        async def create() -> None:
-            try:
-                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
-            except errors.TopicAlreadyExists:
-                pass
-            except Exception as exc:
-                log.warning("creating the offsets topic failed", error=repr(exc))
-            finally:
-                self._auto_creating.discard(OFFSETS_TOPIC)
-
-        task = asyncio.get_running_loop().create_task(create())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+                   node_id=broker.broker_id, host=broker.host, port=broker.port)  # fmt: skip
 
     async def join_group(
         self, header: RequestHeader, body: m.JoinGroupRequest

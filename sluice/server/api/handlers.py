@@ -5,7 +5,9 @@ the families and registers each handler in the typed table (:mod:`sluice.server.
 Handlers run on the event loop thread, one request at a time per connection (the connection
 awaits each before decoding the next). They decode, call the
 :class:`~sluice.server.replication.replica_manager.ReplicaManager` (partition leadership, appends,
-reads, parked requests), the group coordinator or the LogManager (topic admin), and encode.
+reads, parked requests), the group coordinator or the metadata view
+(:class:`~sluice.server.metadata.view.MetadataView`: what the cluster is, and topic admin, one
+path for a standalone broker and a cluster member), and encode.
 
 Errors: storage raises ``sluice.protocol.errors.KafkaError`` subclasses, which become the
 per-partition or per-topic error code; anything else is a bug, logged with its traceback and

@@ -15,7 +15,6 @@ from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.replication.delayed import AppendResult, DelayedProduce
 
 from sluice.server.api.base import (
@@ -461,9 +460,11 @@ class ProduceFetchApis(ApiBase):
     ) -> Answer[m.InitProducerIdResponse]:
         """A fresh producer id, epoch 0, for an idempotent producer.
 
-        Transactions are not implemented: a transactional id gets INVALID_REQUEST. Sequence and
-        epoch checks on append are the storage layer's (sluice.server.storage.producer_state via
-        Log).
+        The id comes from the metadata view (standalone the broker's counter; in a cluster the
+        block this broker took from ZooKeeper); COORDINATOR_NOT_AVAILABLE (retriable) when none
+        can be had. Transactions are not implemented: a transactional id gets INVALID_REQUEST.
+        Sequence and epoch checks on append are the storage layer's
+        (sluice.server.storage.producer_state via Log).
         """
         cls = m.InitProducerIdResponse
         if body.transactional_id is None and not self._may_write_idempotently():
@@ -478,11 +479,7 @@ class ProduceFetchApis(ApiBase):
         if body.transactional_id is not None:
             return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
-        if self.cluster is not None:
-            return self._cluster_init_producer_id(self.cluster)
-        producer_id = self.producer_ids.generate()
-        self.metrics.inc("producer_ids.allocated")
-        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+        return self._allocate_producer_id()
 
     def _may_write_idempotently(self) -> bool:
         """IdempotentWrite on the cluster or, failing that, Write on some topic (KIP-679:
@@ -491,10 +488,10 @@ class ProduceFetchApis(ApiBase):
             self.allowed_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
         )
 
-    async def _cluster_init_producer_id(self, cluster: ClusterMember) -> m.InitProducerIdResponse:
+    async def _allocate_producer_id(self) -> m.InitProducerIdResponse:
         cls = m.InitProducerIdResponse
         try:
-            producer_id = await cluster.producer_ids.generate()
+            producer_id = await self.metadata_view.allocate_producer_id()
         except Exception as exc:
             # ZooKeeper unreachable (or too contended): retriable for the client.
             log.warning("no producer id block", error=repr(exc))

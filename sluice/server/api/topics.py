@@ -1,22 +1,17 @@
-"""The topic admin APIs: CreateTopics, CreatePartitions, DeleteTopics (standalone: the logs now;
-in a cluster: through ZooKeeper and the controller)."""
+"""The topic admin APIs: CreateTopics, CreatePartitions, DeleteTopics, over the metadata view
+(standalone: the logs now; in a cluster: through ZooKeeper and the controller)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
+from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.security.acl import AclOperation, ResourceType
-
-if TYPE_CHECKING:
-    from sluice.server.metadata.zk_cluster import ClusterMember
-
-from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 
 
 class TopicApis(ApiBase):
@@ -43,44 +38,14 @@ class TopicApis(ApiBase):
     def create_topics(
         self, header: RequestHeader, body: m.CreateTopicsRequest
     ) -> Answer[m.CreateTopicsResponse]:
-        """Standalone: create the logs now and lead them (``ReplicaManager.lead``). In a
-        cluster: a coroutine (the topics are written to ZooKeeper and the answer waits for
-        their leaders, bounded by ``timeout_ms``)."""
-        if self.cluster is not None:
-            return self._cluster_create_topics(self.cluster, body)
-        cls = m.CreateTopicsResponse
+        """Validate each topic (:meth:`MetadataView.validate_new_topic`), check the topic
+        limits, then create it (:meth:`MetadataView.create_topic`: standalone the logs now; in a
+        cluster through ZooKeeper, the answer waiting for the leaders, bounded by
+        ``timeout_ms``). ``validate_only`` creates nothing."""
         result_cls = m.CreateTopicsResponse.CreatableTopicResult
         duplicates = self._duplicates(body)
-        results = []
-        # validate_only creates nothing: what the request's earlier topics would take.
-        granted = _Granted()
-        for t in body.topics:
-            code, message = 0, None
-            try:
-                if t.name in duplicates:
-                    raise errors.InvalidRequest(f"topic {t.name!r} appears more than once")
-                self._check_create(t.name)
-                partitions = self._partitions_for(t)
-                configs = self._creatable_configs(t)
-                self._check_topic_limits(t.name, partitions, granted)
-                if body.validate_only:
-                    granted.add(t.name, partitions)
-                    self.logs.validate_new_topic(t.name, partitions, configs)
-                else:
-                    made = self.logs.create_topic(t.name, partitions, configs)
-                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
-                    log.info("created topic", topic=t.name, partitions=partitions)
-            except Exception as exc:
-                code, message = _topic_failure(exc, "create topic failed", t.name)
-            results.append(result_cls(name=t.name, error_code=code, error_message=message))
-        return cls(throttle_time_ms=0, topics=results)
-
-    async def _cluster_create_topics(
-        self, cluster: ClusterMember, body: m.CreateTopicsRequest
-    ) -> m.CreateTopicsResponse:
-        result_cls = m.CreateTopicsResponse.CreatableTopicResult
-        duplicates = self._duplicates(body)
-        # The cache learns of the request's topics only once they are written: count them here.
+        view = self.metadata_view
+        # What the request's earlier topics take while the counts do not show them (yet).
         granted = _Granted()
 
         async def one(t: m.CreateTopicsRequest.CreatableTopic) -> tuple[int, str | None]:
@@ -101,54 +66,34 @@ class TopicApis(ApiBase):
                     n = self.config.num_partitions if n == -1 else n
                     rf = self.config.default_replication_factor if rf == -1 else rf
                 self._check_topic_limits(t.name, len(explicit) if explicit else n, granted)
-                planned = cluster.validate_new_topic(t.name, n, rf, explicit, configs)
+                planned = view.validate_new_topic(t.name, n, rf, explicit, configs)
                 granted.add(t.name, len(explicit) if explicit else n)
                 if not body.validate_only:
-                    await cluster.create_topic(t.name, planned, configs, body.timeout_ms)
+                    try:
+                        await view.create_topic(t.name, planned, configs, body.timeout_ms)
+                    finally:
+                        if t.name in view.topics():  # counted there from now on
+                            granted.discard(t.name)
             except Exception as exc:
                 return _topic_failure(exc, "create topic failed", t.name)
             return 0, None
 
-        outcomes = await asyncio.gather(*(one(t) for t in body.topics))
-        return m.CreateTopicsResponse(
-            throttle_time_ms=0,
-            topics=[
-                result_cls(name=t.name, error_code=code, error_message=message)
-                for t, (code, message) in zip(body.topics, outcomes, strict=True)
-            ],
-        )
+        async def gathered() -> m.CreateTopicsResponse:
+            outcomes = await asyncio.gather(*(one(t) for t in body.topics))
+            return m.CreateTopicsResponse(
+                throttle_time_ms=0,
+                topics=[
+                    result_cls(name=t.name, error_code=code, error_message=message)
+                    for t, (code, message) in zip(body.topics, outcomes, strict=True)
+                ],
+            )
+
+        return gathered()
 
     def _check_create(self, name: str) -> None:
         """Create on the cluster, or else on the topic (Kafka's CreateTopics rule)."""
         if not self.allowed(AclOperation.CREATE, audit=False):
             self.check(AclOperation.CREATE, ResourceType.TOPIC, name)
-
-    def _partitions_for(self, t: m.CreateTopicsRequest.CreatableTopic) -> int:
-        node = self.config.node_id
-        if t.assignments:
-            if t.num_partitions != -1 or t.replication_factor != -1:
-                raise errors.InvalidRequest(
-                    "num_partitions and replication_factor must be -1 with assignments"
-                )
-            for a in t.assignments:
-                if list(a.broker_ids) != [node]:
-                    raise errors.InvalidReplicaAssignment(
-                        f"single broker: every partition's replicas must be [{node}]"
-                    )
-            return len(t.assignments)
-        rf = t.replication_factor
-        if rf == -1:
-            rf = self.config.default_replication_factor
-        if rf != 1:
-            raise errors.InvalidReplicationFactor(
-                f"replication factor {rf}: a single broker supports only 1"
-            )
-        n = t.num_partitions
-        if n == -1:
-            n = self.config.num_partitions
-        if n <= 0:
-            raise errors.InvalidPartitions(f"number of partitions must be > 0, got {n}")
-        return int(n)
 
     # --- CreatePartitions (37) -------------------------------------------------------------------
 
@@ -164,50 +109,32 @@ class TopicApis(ApiBase):
         broker does not check it, ``ZkAdminManager.createPartitions`` 2.8; ``kafka-topics.sh``
         refuses it client-side, ``TopicCommand``: "The number of partitions for the internal
         topic ... cannot be changed".)
-        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster a
-        coroutine writes the grown assignment to ZooKeeper and waits for the new leaders."""
+        Standalone the logs are added now (``LogManager.add_partitions``); in a cluster the
+        grown assignment is written to ZooKeeper and the answer waits for the new leaders
+        (:meth:`MetadataView.add_partitions`)."""
         seen: dict[str, int] = {}
         for t in body.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
-        cluster = self.cluster
+        view = self.metadata_view
 
-        async def in_cluster(
-            cluster: ClusterMember, t: m.CreatePartitionsRequest.CreatePartitionsTopic
-        ) -> tuple[int, str | None]:
+        async def one(t: m.CreatePartitionsRequest.CreatePartitionsTopic) -> tuple[int, str | None]:
             try:
                 self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
                 self._check_partitions_request(t, seen)
-                if t.name in cluster.cache.assignments:  # else add_partitions says unknown
+                if t.name in view.topics():  # else add_partitions says unknown
                     self._check_topic_limits(t.name, t.count)
                 assignments = (
                     None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 )
-                await cluster.add_partitions(
+                await view.add_partitions(
                     t.name, t.count, assignments, body.timeout_ms, body.validate_only
                 )
             except Exception as exc:
                 return _topic_failure(exc, "create partitions failed", t.name)
             return 0, None
 
-        def standalone(
-            t: m.CreatePartitionsRequest.CreatePartitionsTopic,
-        ) -> tuple[int, str | None]:
-            try:
-                self.check(AclOperation.ALTER, ResourceType.TOPIC, t.name)
-                self._check_partitions_request(t, seen)
-                current = self.logs.validate_new_partition_count(t.name, t.count)
-                self._check_topic_limits(t.name, t.count)
-                if t.assignments is not None:
-                    self._check_local_assignments(t, current)
-                if not body.validate_only:
-                    made = self.logs.add_partitions(t.name, t.count)
-                    self.replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
-                    log.info("partitions added", topic=t.name, partitions=t.count)
-            except Exception as exc:
-                return _topic_failure(exc, "create partitions failed", t.name)
-            return 0, None
-
-        def response(outcomes: list[tuple[int, str | None]]) -> m.CreatePartitionsResponse:
+        async def gathered() -> m.CreatePartitionsResponse:
+            outcomes = await asyncio.gather(*(one(t) for t in body.topics))
             result_cls = m.CreatePartitionsResponse.CreatePartitionsTopicResult
             return m.CreatePartitionsResponse(
                 throttle_time_ms=0,
@@ -216,13 +143,6 @@ class TopicApis(ApiBase):
                     for t, (code, message) in zip(body.topics, outcomes, strict=True)
                 ],
             )
-
-        if cluster is None:
-            return response([standalone(t) for t in body.topics])
-
-        async def gathered() -> m.CreatePartitionsResponse:
-            outcomes = await asyncio.gather(*(in_cluster(cluster, t) for t in body.topics))
-            return response(list(outcomes))
 
         return gathered()
 
@@ -238,29 +158,13 @@ class TopicApis(ApiBase):
                 "partition count (offsets.topic.num.partitions)"
             )
 
-    def _check_local_assignments(
-        self, t: m.CreatePartitionsRequest.CreatePartitionsTopic, current: int
-    ) -> None:
-        assert t.assignments is not None
-        if len(t.assignments) != t.count - current:
-            raise errors.InvalidReplicaAssignment(
-                f"Increasing the number of partitions by {t.count - current} but "
-                f"{len(t.assignments)} assignments provided."
-            )
-        node = self.config.node_id
-        for a in t.assignments:
-            if list(a.broker_ids) != [node]:
-                raise errors.InvalidReplicaAssignment(
-                    f"single broker: every new partition's replicas must be [{node}], "
-                    f"not {list(a.broker_ids)}"
-                )
-
     # --- DeleteTopics (20) -----------------------------------------------------------------------
 
     def delete_topics(
         self, header: RequestHeader, body: m.DeleteTopicsRequest
     ) -> Answer[m.DeleteTopicsResponse]:
-        """Delete topics (standalone now; in a cluster through the controller).
+        """Delete topics (standalone now; in a cluster through the controller, the answer
+        waiting, bounded by ``timeout_ms``, until they are gone from this broker's view).
 
         ``__consumer_offsets`` is refused with TOPIC_AUTHORIZATION_FAILED, the rest of the
         request served. Kafka's broker has no internal-topic check of its own here
@@ -270,11 +174,9 @@ class TopicApis(ApiBase):
         internal topic and is not allowed to be marked for deletion"). Sluice has no ACLs, so
         it answers what a Kafka cluster denying DELETE on internal topics answers: every
         committed offset would otherwise be gone (and groups placed on a topic recreated)."""
-        if self.cluster is not None and self.config.delete_topic_enable:
-            return self._cluster_delete_topics(self.cluster, body)
         cls = m.DeleteTopicsResponse
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
-        results = []
+        codes: list[int] = []
         for name in body.topic_names:
             code = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
             if code:
@@ -283,54 +185,37 @@ class TopicApis(ApiBase):
                 code = errors.TopicDeletionDisabled.code
             elif name == OFFSETS_TOPIC:
                 code = self._refuse_internal_deletion(name)
-            else:
+            codes.append(code)
+
+        def response() -> m.DeleteTopicsResponse:
+            results = zip(body.topic_names, codes, strict=True)
+            answers = [result_cls(name=n, error_code=c) for n, c in results]
+            return cls(throttle_time_ms=0, responses=answers)
+
+        if not any(code == 0 for code in codes):
+            return response()
+
+        async def delete() -> m.DeleteTopicsResponse:
+            """Each allowed topic deleted in turn, then a wait (bounded by ``timeout_ms``)
+            until they are gone from this broker's view."""
+            view = self.metadata_view
+            for i, name in enumerate(body.topic_names):
+                if codes[i]:
+                    continue
                 try:
-                    self.replicas.delete_topic(name)  # parked fetches answer (with an error) now
-                    log.info("deleted topic", topic=name)
+                    await view.delete_topic(name)
                 except Exception as exc:
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("delete topic failed", topic=name)
-                    code = _code(exc)
-            results.append(result_cls(name=name, error_code=code))
-        return cls(throttle_time_ms=0, responses=results)
+                    codes[i] = _code(exc)
+            requested = [n for n, code in zip(body.topic_names, codes, strict=True) if code == 0]
+            late = await view.wait_deleted(requested, body.timeout_ms)
+            for i, name in enumerate(body.topic_names):
+                if codes[i] == 0 and name in late:
+                    codes[i] = errors.RequestTimedOut.code
+            return response()
 
-    async def _cluster_delete_topics(
-        self, cluster: ClusterMember, body: m.DeleteTopicsRequest
-    ) -> m.DeleteTopicsResponse:
-        """Ask the controller to delete each topic, then wait (bounded by ``timeout_ms``) until
-        it is gone from this broker's view (Kafka's DelayedDeleteTopics)."""
-        result_cls = m.DeleteTopicsResponse.DeletableTopicResult
-        codes: dict[str, int] = {}
-        for name in body.topic_names:
-            denied = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
-            if denied:
-                codes[name] = denied
-                continue
-            if name == OFFSETS_TOPIC:
-                codes[name] = self._refuse_internal_deletion(name)
-                continue
-            try:
-                await cluster.delete_topic(name)
-                codes[name] = 0
-            except Exception as exc:
-                if not isinstance(exc, errors.KafkaError):
-                    log.exception("delete topic failed", topic=name)
-                codes[name] = _code(exc)
-        requested = [n for n, code in codes.items() if code == 0]
-        if requested and body.timeout_ms > 0:
-            cache = cluster.cache
-            gone = await cache.wait_for(
-                lambda: not any(n in cache.assignments for n in requested),
-                body.timeout_ms / 1000,
-            )
-            if not gone:
-                for name in requested:
-                    if name in cache.assignments:
-                        codes[name] = errors.RequestTimedOut.code
-        return m.DeleteTopicsResponse(
-            throttle_time_ms=0,
-            responses=[result_cls(name=n, error_code=codes[n]) for n in body.topic_names],
-        )
+        return delete()
 
     @staticmethod
     def _refuse_internal_deletion(name: str) -> int:

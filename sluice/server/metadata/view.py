@@ -1,20 +1,26 @@
 """One interface for what the request handlers read of the cluster (Kafka's ``MetadataCache``):
 its id, its live brokers and controller, the topics and, per partition, leader, leader epoch,
-replicas and ISR. :class:`LocalMetadata` answers for a standalone broker -- a one-broker cluster
-that leads every partition and is its own controller; :class:`ZkMetadata` answers from the
-cache a cluster member keeps of ZooKeeper. Handlers ask the interface and never which one it is.
+replicas and ISR -- and for what they change in it: topics created, grown and deleted, topic
+configs, producer ids handed out, a group's coordinator found (the offsets topic created).
+:class:`LocalMetadata` answers for a standalone broker -- a one-broker cluster that leads every
+partition and is its own controller, changing its LogManager on the spot; :class:`ZkMetadata`
+answers from the cache a cluster member keeps of ZooKeeper and changes ZooKeeper. Handlers ask
+the interface and never which one it is: their checks (authorization, request validity, the
+topic limits) are made once, in the handler, for both.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluice.protocol import errors
+from sluice.server.group.offsets_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.server.metadata.producer_id_manager import ProducerIdManager
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.storage.log_manager import LogManager
@@ -42,7 +48,34 @@ class PartitionMetadata(NamedTuple):
     offline_replicas: list[int]
 
 
-class MetadataView(Protocol):
+class TopicConfigStore(Protocol):
+    """Where topic config overrides live: standalone the LogManager's topic metadata, in a
+    cluster ZooKeeper's ``/config/topics/<t>`` (every broker hosting the topic applies it from
+    its watch)."""
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's overrides; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        ...
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Replace the topic's overrides with ``overrides`` (already validated)."""
+        ...
+
+
+class LocalTopicConfigs:
+    """Standalone: the overrides the LogManager keeps, applied to the open logs on a change."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self._logs = logs
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return self._logs.topic_overrides(topic)
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        self._logs.alter_topic_config(topic, overrides)
+
+
+class MetadataView(TopicConfigStore, Protocol):
     """What the handlers read of the cluster, standalone and clustered alike."""
 
     @property
@@ -82,8 +115,67 @@ class MetadataView(Protocol):
         it exists."""
         ...
 
+    async def allocate_producer_id(self) -> int:
+        """A producer id no other broker of the cluster hands out (InitProducerId); raises when
+        none can be had now (a cluster's ZooKeeper unreachable: retriable for the client)."""
+        ...
 
-class LocalMetadata:
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """FindCoordinator for a consumer group: (0, the broker leading the group's
+        ``__consumer_offsets`` partition), or (error code, None) while there is none, the
+        offsets topic being created if it does not exist yet."""
+        ...
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete ``name`` (standalone now; a cluster's controller deletes it in the
+        background); raises why not."""
+        ...
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        """Wait, bounded by ``timeout_ms``, until ``names`` are gone from this broker's view
+        (Kafka's DelayedDeleteTopics); those still there."""
+        ...
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """CreatePartitions: grow ``name`` to ``count`` partitions (``assignments``: one
+        replica list per new partition), or only check it can be (``validate_only``); a
+        cluster's answer waits, bounded by ``timeout_ms``, for the new leaders. Raises why
+        not, with Kafka's messages."""
+        ...
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """CreateTopics' checks of a new topic (Kafka's ``validateTopicCreate``: name, not
+        there yet, configs, partitions, replicas); its replica assignment, ``assignment`` or
+        Kafka's placement over the live brokers. Raises the KafkaError to answer."""
+        ...
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Create a validated topic; returns once it is published on this broker (a cluster:
+        bounded by ``timeout_ms``, REQUEST_TIMED_OUT while its leaders are on their way)."""
+        ...
+
+
+class LocalMetadata(LocalTopicConfigs):
     """A standalone broker as a one-broker cluster: the broker (``node.id`` at its advertised
     address) is every partition's only replica, leader and ISR, and the controller."""
 
@@ -93,11 +185,16 @@ class LocalMetadata:
         advertised: Callable[[], tuple[str, int]],
         logs: LogManager,
         replicas: ReplicaManager,
+        producer_ids: ProducerIdManager,
+        groups_ready: Callable[[], int],
     ) -> None:
         self._node_id = node_id
         self._advertised = advertised
         self._logs = logs
         self._replicas = replicas
+        self._producer_ids = producer_ids
+        #: The group coordinator's ``ensure_ready``: creates the offsets topic here if needed.
+        self._groups_ready = groups_ready
 
     @property
     def cluster_id(self) -> str:
@@ -141,6 +238,95 @@ class LocalMetadata:
         log.info("auto-created topic", topic=name, partitions=partitions)
         return 0
 
+    async def allocate_producer_id(self) -> int:
+        return self._producer_ids.generate()
+
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """This broker coordinates every group."""
+        code = self._groups_ready()
+        if code:
+            return code, None
+        return 0, self.brokers()[0]
+
+    async def delete_topic(self, name: str) -> None:
+        self._replicas.delete_topic(name)  # parked fetches answer (with an error) now
+        log.info("deleted topic", topic=name)
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        return set()  # deleted on the spot
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """Added now (``LogManager.add_partitions``) and led here."""
+        current = self._logs.validate_new_partition_count(name, count)
+        if assignments is not None:
+            self._check_assignments(assignments, count - current)
+        if not validate_only:
+            made = self._logs.add_partitions(name, count)
+            self._replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
+            log.info("partitions added", topic=name, partitions=count)
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """A one-broker cluster: every partition's only replica is this broker."""
+        node = self._node_id
+        if assignment:
+            for replicas in assignment.values():
+                if list(replicas) != [node]:
+                    raise errors.InvalidReplicaAssignment(
+                        f"single broker: every partition's replicas must be [{node}]"
+                    )
+            num_partitions = len(assignment)
+        else:
+            if replication_factor != 1:
+                raise errors.InvalidReplicationFactor(
+                    f"replication factor {replication_factor}: a single broker supports only 1"
+                )
+            if num_partitions <= 0:
+                raise errors.InvalidPartitions(
+                    f"number of partitions must be > 0, got {num_partitions}"
+                )
+        self._logs.validate_new_topic(name, num_partitions, configs)
+        return {p: [node] for p in range(num_partitions)}
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Created now (``LogManager.create_topic``) and led here (``ReplicaManager.lead``)."""
+        made = self._logs.create_topic(name, len(assignment), configs)
+        self._replicas.lead([(made_log.topic, made_log.partition) for made_log in made])
+        log.info("created topic", topic=name, partitions=len(assignment))
+
+    def _check_assignments(self, assignments: list[list[int]], added: int) -> None:
+        if len(assignments) != added:
+            raise errors.InvalidReplicaAssignment(
+                f"Increasing the number of partitions by {added} but "
+                f"{len(assignments)} assignments provided."
+            )
+        node = self._node_id
+        for replicas in assignments:
+            if replicas != [node]:
+                raise errors.InvalidReplicaAssignment(
+                    f"single broker: every new partition's replicas must be [{node}], "
+                    f"not {replicas}"
+                )
+
 
 class ZkMetadata:
     """A cluster member's view: its cache of ZooKeeper (brokers, controller, assignments,
@@ -152,6 +338,7 @@ class ZkMetadata:
         default_replication_factor: int,
         creating: set[str],
         tasks: set[asyncio.Task[None]],
+        offsets_topic: tuple[int, int],
         listener: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._cluster = cluster
@@ -159,6 +346,8 @@ class ZkMetadata:
         #: on it (None: the inter-broker one).
         self._listener = listener
         self._replication_factor = default_replication_factor
+        #: ``offsets.topic.num.partitions`` and ``offsets.topic.replication.factor``.
+        self._offsets_topic = offsets_topic
         #: Topics being created in the background, shared with the broker's other creators
         #: (the group coordinator's offsets topic), so that one topic is created once.
         self._auto_creating = creating
@@ -232,3 +421,124 @@ class ZkMetadata:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         return errors.LeaderNotAvailable.code
+
+    async def allocate_producer_id(self) -> int:
+        """From the block this broker holds, a new block from ZooKeeper when it is used up
+        (Kafka's ``ZkProducerIdManager``)."""
+        return await self._cluster.producer_ids.generate()
+
+    async def delete_topic(self, name: str) -> None:
+        await self._cluster.delete_topic(name)
+
+    async def wait_deleted(self, names: list[str], timeout_ms: int) -> set[str]:
+        """A timeout of 0 does not wait: the deletions were asked, nothing is reported late."""
+        cache = self._cluster.cache
+        if not names or timeout_ms <= 0:
+            return set()
+        gone = await cache.wait_for(
+            lambda: not any(n in cache.assignments for n in names), timeout_ms / 1000
+        )
+        return set() if gone else {n for n in names if n in cache.assignments}
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> None:
+        """The grown assignment written to ZooKeeper (:meth:`ClusterMember.add_partitions`)."""
+        await self._cluster.add_partitions(name, count, assignments, timeout_ms, validate_only)
+
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> dict[int, list[int]]:
+        """Against this broker's cache (:meth:`ClusterMember.validate_new_topic`)."""
+        return self._cluster.validate_new_topic(
+            name, num_partitions, replication_factor, assignment, configs
+        )
+
+    async def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        timeout_ms: int,
+    ) -> None:
+        """Written to ZooKeeper, the controller electing the leaders
+        (:meth:`ClusterMember.create_topic`)."""
+        await self._cluster.create_topic(name, assignment, configs, timeout_ms)
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """From the cache (any broker answers for any topic)."""
+        cache = self._cluster.cache
+        if topic not in cache.assignments:
+            raise errors.UnknownTopicOrPartition(f"unknown topic {topic!r}")
+        return dict(cache.configs.get(topic, {}))
+
+    async def alter_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """The znode written; the brokers hosting the topic apply it from their watches."""
+        kzk = self._cluster.kzk
+        assert kzk is not None
+        await kzk.set_topic_config(topic, overrides)
+
+    def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
+        """The leader of ``partitionFor(group)``; COORDINATOR_NOT_AVAILABLE while the offsets
+        topic has no live leader there, or does not exist yet (then it is created, with
+        ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
+        Kafka's ``createInternalTopic``)."""
+        cache = self._cluster.cache
+        assignment = cache.assignments.get(OFFSETS_TOPIC)
+        unavailable = errors.CoordinatorNotAvailable.code, None
+        if assignment is None:
+            self._create_offsets_topic()
+            return unavailable
+        partition = partition_for(group, len(assignment.partitions))
+        leader = cache.leader(OFFSETS_TOPIC, partition)
+        address = cache.address(leader, self._listener()) if leader >= 0 else None
+        if address is None:
+            return unavailable
+        broker = cache.brokers.get(leader)
+        return 0, BrokerEndpoint(
+            leader, address[0], address[1], None if broker is None else broker.rack
+        )
+
+    def _create_offsets_topic(self) -> None:
+        cluster = self._cluster
+        if OFFSETS_TOPIC in self._auto_creating:
+            return
+        num_partitions, rf = self._offsets_topic
+        if len(cluster.cache.brokers) < rf:
+            log.warning(
+                "cannot create the offsets topic yet",
+                live_brokers=len(cluster.cache.brokers),
+                replication_factor=rf,
+            )
+            return
+        try:
+            assignment = cluster.validate_new_topic(
+                OFFSETS_TOPIC, num_partitions, rf, None, OFFSETS_TOPIC_CONFIG
+            )
+        except errors.TopicAlreadyExists:
+            return
+        self._auto_creating.add(OFFSETS_TOPIC)
+
+        async def create() -> None:
+            try:
+                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
+            except errors.TopicAlreadyExists:
+                pass
+            except Exception as exc:
+                log.warning("creating the offsets topic failed", error=repr(exc))
+            finally:
+                self._auto_creating.discard(OFFSETS_TOPIC)
+
+        task = asyncio.get_running_loop().create_task(create())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -355,6 +355,71 @@ def test_min_compaction_lag_and_the_high_watermark_bound_the_dirty_section(tmp_p
     log.close()
 
 
+def test_an_open_transaction_bounds_the_dirty_section(tmp_path: Path) -> None:
+    """Kafka's cleanableOffsets: the last stable offset bounds cleaning, so a record of a
+    transaction that may still abort never supersedes a committed one."""
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock)
+    write(log, [(b"k", b"committed")], NOW)  # 0
+    txn = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "is_transactional": True}
+    write(log, [(b"k", b"open")], NOW, **txn)  # 1: its transaction still open
+    log.roll()
+    write(log, [(b"other", b"x")], NOW)  # 2, active segment
+    log.update_high_watermark(log.log_end_offset)
+    assert (log.high_watermark, log.last_stable_offset) == (3, 1)
+    assert log_to_clean(log, None, NOW).first_uncleanable == 0  # the segment holding the LSO
+    clean(log, Cleaner(CleanerConfig()), None, NOW)
+    assert (0, b"k", b"committed") in records(log)
+    log.close()
+
+
+async def test_a_truncation_during_the_swaps_fsync_keeps_the_checkpoint(tmp_path: Path) -> None:
+    """A follower truncating while the cleaner waits for its directory fsync writes records
+    again below the cleaning's end: they are dirty, so the checkpoint stays below them (else a
+    tombstone among them would never delete its key's older value)."""
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock)
+    write(log, [(b"K", b"v1"), (b"A", b"a")], NOW)  # 0, 1
+    log.roll()
+    write(log, [(b"B", b"b")], NOW)  # 2
+    write(log, [(b"C", b"c")], NOW)  # 3
+    log.roll()
+    write(log, [(b"D", b"d")], NOW)  # 4, active
+    log.update_high_watermark(log.log_end_offset)
+    manager = LogCleaner(tmp_path, CleanerConfig(), clock=clock)
+    log.truncated = lambda leo: manager.truncated(log.topic, log.partition, leo)
+    fsync_dir = log.vfs.fsync_dir
+
+    def truncating_fsync_dir(path: Path) -> None:  # the cleaner's, in its thread: once
+        fsync_dir(path)
+        if threading.current_thread() is not threading.main_thread() and not calls:
+            calls.append(path)
+            loop.call_soon_threadsafe(log.truncate_to, 3)
+            truncated.wait(10)
+
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    truncated = threading.Event()
+    calls: list[Path] = []
+    log.vfs.fsync_dir = truncating_fsync_dir  # type: ignore[method-assign]
+    original_truncate = log.truncate_to
+
+    def truncate_to(offset: int) -> None:
+        original_truncate(offset)
+        truncated.set()
+
+    log.truncate_to = truncate_to  # type: ignore[method-assign]
+    try:
+        assert not await manager.run_once([log])
+    finally:
+        log.vfs.fsync_dir = fsync_dir  # type: ignore[method-assign]
+    assert log.log_end_offset == 3
+    assert manager.checkpoints.get(("t", 0), 0) <= 3
+    log.close()
+
+
 async def test_run_once_cleans_in_a_thread_and_checkpoints(tmp_path: Path) -> None:
     clock = Clock()
     directory = tmp_path / "t-0"

@@ -15,11 +15,11 @@ are not contiguous (Kafka's clients skip them too).
 The first dirty offset is the log's entry in the data dir's ``cleaner-offset-checkpoint``
 (the log start offset when there is none, or when it is out of range). The first uncleanable
 offset is the base offset of the segment holding the smallest of: the active segment's base
-(never cleaned), the high watermark (uncommitted records may still be truncated: a record
-must not supersede another until it is committed; Sluice has no transactions, so the last
-stable offset is the high watermark) and, with ``min.compaction.lag.ms``, the first segment
-holding a record younger than the lag. Bounded at a segment boundary, as Kafka's
-``calculateCleanableBytes`` does.
+(never cleaned), the last stable offset (the high watermark, or below it the first offset of an
+open transaction: uncommitted records may still be truncated and an open transaction may still
+abort, so neither may supersede another record yet; Kafka's ``cleanableOffsets``) and, with
+``min.compaction.lag.ms``, the first segment holding a record younger than the lag. Bounded at
+a segment boundary, as Kafka's ``calculateCleanableBytes`` does.
 
 **Choosing a log** (:meth:`LogCleaner.grab_filthiest_log`, Kafka's
 ``LogCleanerManager.grabFilthiestCompactedLog``): among the compacted logs not being cleaned,
@@ -325,7 +325,7 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
             )
         first_dirty, force = start, True
     active = segments[-1]
-    bound = min(log.high_watermark, active.base_offset)
+    bound = min(log.last_stable_offset, active.base_offset)
     inactive_dirty = segments[_floor_index(bases, first_dirty) : -1]
     if config.min_compaction_lag_ms > 0:
         horizon = now_ms - config.min_compaction_lag_ms
@@ -856,6 +856,16 @@ class LogCleaner:
                 # bring back superseded records the next cleaning would think clean (and keep
                 # while their tombstone goes).
                 await asyncio.to_thread(log.vfs.fsync_dir, log.directory)
+            if log.closed or log.truncation_count != result.plan.truncations:
+                # Truncated (or deleted) during that wait: the records written again below the
+                # cleaning's end are dirty, so the checkpoint must not move past them (Kafka
+                # aborts a cleaning before it truncates: abortAndPauseCleaning).
+                logger.info(
+                    "cleaning swapped in, but the log changed meanwhile: checkpoint kept",
+                    topic=log.topic,
+                    partition=log.partition,
+                )
+                return False
         except CleaningAbortedError as exc:
             logger.info(
                 "cleaning aborted", topic=log.topic, partition=log.partition, reason=str(exc)

@@ -1493,3 +1493,28 @@ def end_txn_marker_of(batch: bytes | bytearray | memoryview) -> EndTxnMarker | N
         return None
     record = decoded.records[0]
     return parse_end_txn_marker(record.key, record.value)
+
+
+def has_transactional_batch(data: object) -> bool:
+    """Whether any batch of ``data`` (a Produce partition's records, split by the batches'
+    length prefixes, no copy) has the transactional attribute: Kafka's
+    ``ProduceRequest.hasTransactionalRecords``, over every batch rather than the first. Bytes
+    that do not parse as batches stop the walk (the append's validation refuses them); a value
+    that is not bytes (none, or a records part not in memory) has no batch here."""
+    if not isinstance(data, (bytes, bytearray, memoryview)) or not data:
+        return False
+    view = memoryview(data)
+    position, end = 0, len(view)
+    for _ in range(end // HEADER_SIZE + 1):  # each batch is at least a header long
+        if position + ATTRIBUTES_OFFSET + 2 > end:
+            return False
+        if view[position + ATTRIBUTES_OFFSET + 1] & ATTR_TRANSACTIONAL_MASK:  # low byte, BE
+            return True
+        (length,) = _BATCH_LENGTH.unpack_from(view, position + LENGTH_OFFSET)
+        if length < MIN_BATCH_LENGTH:
+            return False
+        position += LOG_OVERHEAD + length
+    return False
+
+
+_BATCH_LENGTH = struct.Struct(">i")

@@ -316,6 +316,75 @@ def test_gap_and_duplicate_errors_on_the_wire(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+def test_transactional_records_are_refused_and_read_committed_readers_keep_reading(
+    tmp_path: Path,
+) -> None:
+    """Kafka refuses transactional records without a transactional id the client may Write
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); with no transaction coordinator here, Sluice
+    refuses them with one too (INVALID_REQUEST). Written, such a batch would open a transaction
+    nothing could end, and read_committed readers (librdkafka's default) would stop at it for
+    good, across restarts."""
+    import asyncio
+
+    from sluice.protocol.records import build_batch, has_transactional_batch
+    from tests.broker_util import WireClient
+
+    plain = build_batch([(1000, b"k", b"plain")])
+    txn = build_batch(
+        [(1000, b"k", b"txn")],
+        producer_id=4242,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    assert has_transactional_batch(plain + txn) and not has_transactional_batch(plain + plain)
+
+    async def produce(client: WireClient, records: bytes, tid: str | None) -> tuple[int, int]:
+        pd = m.ProduceRequest.PartitionProduceData(index=0, records=records)
+        td = m.ProduceRequest.TopicProduceData(name="txn", partition_data=[pd])
+        body = m.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[td])
+        resp = await client.request(PRODUCE, 8, body, timeout=DEADLINE_S)
+        p = resp.responses[0].partition_responses[0]
+        return p.error_code, p.base_offset
+
+    async def session(broker: BrokerProcess) -> None:
+        client = await WireClient.connect(broker.host, broker.port)
+        try:
+            assert await produce(client, txn, None) == (53, -1)  # TRANSACTIONAL_ID_AUTH...
+            assert await produce(client, plain + txn, None) == (53, -1)  # any batch counts
+            assert await produce(client, txn, "app") == (42, -1)  # INVALID_REQUEST
+            assert await produce(client, plain, None) == (0, 0)  # nothing was written
+        finally:
+            await client.close()
+
+    broker = start_broker(tmp_path / "data", overrides=["num.partitions=1"])
+    try:
+        create_topic(broker.bootstrap, "txn")
+        asyncio.run(session(broker))
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "rc",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition("txn", 0, 0)])
+            got = None
+            deadline = time.monotonic() + DEADLINE_S
+            while got is None and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got = msg.value()
+            assert got == b"plain"
+        finally:
+            consumer.close()
+    finally:
+        assert broker.stop() == 0
+    assert log_values(broker, "txn") == [b"plain"]
+
+
 def test_sluice_client_idempotent_retries_after_dropped_connections_write_once(
     proxied: tuple[BrokerProcess, DroppingProxy],
 ) -> None:

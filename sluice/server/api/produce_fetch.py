@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
+from sluice.protocol.records import has_transactional_batch
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
@@ -36,14 +37,26 @@ class ProduceFetchApis(ApiBase):
 
     def produce(self, header: RequestHeader, body: m.ProduceRequest) -> Answer[m.ProduceResponse]:
         """The response (None for acks=0), or a coroutine for it when acks=-1 has to wait for
-        the high watermark (never on a single broker: the ISR is just the leader)."""
-        denied: list[m.ProduceRequest.TopicProduceData] = []
-        if self.authorizer is not None:  # Write on each topic; the others are appended
+        the high watermark (never on a single broker: the ISR is just the leader).
+
+        Transactional records are refused whole, as Kafka's ``handleProduceRequest`` refuses
+        them without a transactional id the client may Write (TRANSACTIONAL_ID_AUTHORIZATION_
+        FAILED); with one, INVALID_REQUEST: Sluice has no transaction coordinator yet, so no
+        marker could ever end such a transaction, and the partition's last stable offset --
+        what read_committed consumers read up to -- would stay below it for good."""
+        denied: list[tuple[m.ProduceRequest.TopicProduceData, int]] = []
+        refusal = self._transactional_refusal(body)
+        if refusal:
+            denied = [(t, refusal) for t in body.topic_data]
+            body.topic_data = []  # (the decoded request is this call's own)
+        elif self.authorizer is not None:  # Write on each topic; the others are appended
             allowed: list[m.ProduceRequest.TopicProduceData] = []
             for t in body.topic_data:
-                ok = self.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name)
-                (allowed if ok else denied).append(t)
-            body.topic_data = allowed  # (the decoded request is this call's own)
+                if self.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
+                    allowed.append(t)
+                else:
+                    denied.append((t, errors.TopicAuthorizationFailed.code))
+            body.topic_data = allowed
         topic_data = body.topic_data
         results, delayed = self.replicas.append_records(
             [(t.name, pd.index, pd.records) for t in topic_data for pd in t.partition_data],
@@ -55,11 +68,22 @@ class ProduceFetchApis(ApiBase):
             return self._produce_response(body, results, denied)
         return self._produce_wait(body, delayed, denied)
 
+    def _transactional_refusal(self, body: m.ProduceRequest) -> int:
+        """0, or the code refusing a request holding transactional batches (:meth:`produce`)."""
+        if not any(
+            has_transactional_batch(pd.records) for t in body.topic_data for pd in t.partition_data
+        ):
+            return 0
+        tid = body.transactional_id
+        if tid is None or not self.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return errors.TransactionalIdAuthorizationFailed.code
+        return errors.InvalidRequest.code
+
     async def _produce_wait(
         self,
         body: m.ProduceRequest,
         delayed: DelayedProduce,
-        denied: list[m.ProduceRequest.TopicProduceData],
+        denied: list[tuple[m.ProduceRequest.TopicProduceData, int]],
     ) -> m.ProduceResponse | CloseConnection | None:
         self.metrics.inc("produce.delayed")
         await self.replicas.produce_purgatory.wait(delayed, max(body.timeout_ms, 0) / 1000)
@@ -69,15 +93,14 @@ class ProduceFetchApis(ApiBase):
         self,
         body: m.ProduceRequest,
         results: list[AppendResult],
-        denied: list[m.ProduceRequest.TopicProduceData],
+        denied: list[tuple[m.ProduceRequest.TopicProduceData, int]],
     ) -> m.ProduceResponse | CloseConnection | None:
         cls = m.ProduceResponse
         topic_cls = m.ProduceResponse.TopicProduceResponse
         part_cls = m.ProduceResponse.PartitionProduceResponse
         responses = []
         failed = 0
-        for topic in denied:
-            code = errors.TopicAuthorizationFailed.code
+        for topic, code in denied:
             failed += len(topic.partition_data)
             responses.append(topic_cls(name=topic.name, partition_responses=[
                 part_cls(index=pd.index, error_code=code, base_offset=-1, log_append_time_ms=-1,

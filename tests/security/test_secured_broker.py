@@ -570,3 +570,41 @@ def test_a_user_added_to_the_file_while_the_broker_runs_can_log_in(secured: Secu
     metadata = confluent_kafka.admin.AdminClient(config).list_topics(timeout=15)
     assert len(metadata.brokers) == 1
     assert "User:bob" in secured.principals("SASL_PLAINTEXT")
+
+
+def test_a_plain_login_after_a_v0_handshake_is_checked_off_the_event_loop(
+    secured: Secured,
+) -> None:
+    """A PLAIN password costs a PBKDF2: after a SaslHandshake v0 the token comes raw (no
+    SaslAuthenticate header), and must still be checked outside the event loop, or a client not
+    yet logged in could stall every connection with wrong passwords (found by a review)."""
+    store = secured.broker.call(lambda s: s.credentials)
+    verify = store.verify_plain
+    on_loop: list[bool] = []
+
+    def recording(user: str, password: str) -> bool:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return bool(verify(user, password))
+
+    store.verify_plain = recording
+    try:
+        with socket.create_connection(
+            ("127.0.0.1", secured.port("SASL_PLAINTEXT")), timeout=10
+        ) as s:
+            mechanism = b"PLAIN"
+            body = struct.pack(">hhih", m.SaslHandshake.key, 0, 1, 1) + b"x"
+            body += struct.pack(">h", len(mechanism)) + mechanism
+            s.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+            answer = s.recv(size, socket.MSG_WAITALL)
+            assert struct.unpack_from(">h", answer, 4)[0] == 0  # handshake accepted
+            token = b"\0alice\0alice-pw"
+            s.sendall(struct.pack(">i", len(token)) + token)
+            assert s.recv(4, socket.MSG_WAITALL) == b"\0\0\0\0"  # v0: an empty frame = logged in
+    finally:
+        store.verify_plain = verify
+    assert on_loop == [False]

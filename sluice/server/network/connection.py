@@ -104,7 +104,6 @@ _FETCH = m.Fetch.key
 _CLUSTER_ACTIONS = frozenset({m.ControlledShutdown.key})
 _API_KEY = struct.Struct(">h")
 _SASL_HANDSHAKE = m.SaslHandshake.key
-_SASL_AUTHENTICATE = m.SaslAuthenticate.key
 _PLAINTEXT = ListenerSecurity()
 
 
@@ -420,13 +419,14 @@ class Connection(asyncio.Protocol):
 
     async def _authenticate(self, auth: SaslServerAuthenticator, frame: memoryview) -> bool:
         """One frame of a SASL login; False = close."""
+        from sluice.server.security.authenticator import SaslState
+
         data = bytes(frame)
-        plain_login = (
-            auth.mechanism == "PLAIN"
-            and len(data) >= 2
-            and _API_KEY.unpack_from(data)[0] == _SASL_AUTHENTICATE
-        )
-        if plain_login:  # PBKDF2 of the password: milliseconds, off the event loop
+        # The PLAIN token -- in a SaslAuthenticate request, or raw after a v0 handshake --
+        # costs a PBKDF2 of the password: milliseconds, off the event loop (a client not yet
+        # logged in must not be able to stall every other connection with wrong passwords).
+        plain_login = auth.mechanism == "PLAIN" and auth.state is SaslState.AUTHENTICATE
+        if plain_login:
             assert self._loop is not None
             step = await self._loop.run_in_executor(None, auth.receive, data)
         else:

@@ -251,3 +251,28 @@ class WireClient:
         self.writer.close()
         with contextlib.suppress(OSError):
             await self.writer.wait_closed()
+
+
+def watermark_offsets(
+    consumer: Any, topic: str, partition: int, timeout: float = 30.0
+) -> tuple[int, int]:
+    """``consumer.get_watermark_offsets`` (confluent-kafka) retried on retriable errors, bounded.
+
+    Right after a leader election the new leader answers ListOffsets with OFFSET_NOT_AVAILABLE
+    ("Leader high watermark is not caught up") until its high watermark reaches the start of its
+    epoch, as Kafka's does (``Partition.fetchOffsetForTimestamp``); librdkafka passes that
+    retriable error straight to the caller, so a reader started just after a failover retries.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic())
+            )
+            return int(low), int(high)
+        except KafkaException as e:
+            if not e.args[0].retriable() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)

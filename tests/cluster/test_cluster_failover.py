@@ -18,6 +18,7 @@ import pytest
 
 from sluice.testing.cluster import EmbeddedCluster
 from sluice.testing.zookeeper import ZooKeeperServer
+from tests.broker_util import watermark_offsets
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,7 @@ def read_all(cluster: EmbeddedCluster, topic: str, partitions: int = 1) -> dict[
     try:
         ends = {}
         for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            _, high = watermark_offsets(consumer, topic, p)
             ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: dict[int, list[Any]] = {p: [] for p in range(partitions)}

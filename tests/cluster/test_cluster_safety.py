@@ -20,7 +20,7 @@ from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.records import build_batch
 from sluice.testing.cluster import EmbeddedCluster
-from tests.broker_util import WireClient
+from tests.broker_util import WireClient, watermark_offsets
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def values(cluster: EmbeddedCluster, topic: str) -> list[bytes]:
     c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "check",
                   "enable.auto.commit": False})  # fmt: skip
     try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        _, high = watermark_offsets(c, topic, 0)
         c.assign([TopicPartition(topic, 0, 0)])
         out: list[bytes] = []
         deadline = time.monotonic() + 30

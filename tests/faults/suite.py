@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.broker_util import BrokerProcess, WireClient, start_broker
+from tests.broker_util import BrokerProcess, WireClient, start_broker, watermark_offsets
 from tests.jepsen.checker import Observation, Send, check
 
 PARTITIONS = 3
@@ -166,10 +166,7 @@ def read_all(
         }
     )
     try:
-        marks = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            for p in range(PARTITIONS)
-        }
+        marks = {p: watermark_offsets(consumer, topic, p) for p in range(PARTITIONS)}
         low = {p: lo for p, (lo, _) in marks.items()}
         consumer.assign([TopicPartition(topic, p, low[p]) for p in range(PARTITIONS)])
         position = dict(low)

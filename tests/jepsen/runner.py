@@ -35,6 +35,7 @@ from typing import Any
 
 from sluice.protocol.records import BatchHeader, iter_batches
 from sluice.testing.zookeeper import ZooKeeperServer
+from tests.broker_util import watermark_offsets
 from tests.jepsen.checker import Observation, Report, Send, check
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 
@@ -257,10 +258,7 @@ def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[Obse
         "log_level": 3,
     })  # fmt: skip
     try:
-        high = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
+        high = {p: watermark_offsets(consumer, topic, p)[1] for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         observations: list[Observation] = []
         position = dict.fromkeys(range(PARTITIONS), 0)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from sluice.testing.zookeeper import ZooKeeperServer
+from tests.broker_util import watermark_offsets
 from tests.jepsen.harness import FaultCluster
 
 pytestmark = pytest.mark.slow
@@ -94,7 +95,7 @@ def read(cluster: FaultCluster, topic: str, partition: int = 0) -> list[tuple[in
     c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "reader",
                   "enable.auto.commit": False, "log_level": 3})  # fmt: skip
     try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        _, high = watermark_offsets(c, topic, partition)
         c.assign([TopicPartition(topic, partition, 0)])
         out: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + DEADLINE_S

@@ -4,6 +4,7 @@ reference model, invariants, truncation, trimming, reopening and corruption dete
 from __future__ import annotations
 
 import bisect
+import io
 import random
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from sluice.server.storage.index import (
     OffsetPosition,
     TimeIndex,
     TimestampOffset,
+    _data_end,
 )
+from sluice.server.storage.vfs import OSVFS
 
 BASE = 45
 
@@ -272,6 +275,45 @@ def test_reopen_preallocated_untrimmed_after_crash(tmp_path: Path) -> None:
     assert index.entries == 9 and index.last_offset == BASE + 27
     index.close()
     times.close()
+
+
+def test_reopen_after_crash_scans_only_the_written_extents(tmp_path: Path) -> None:
+    """Reopening a 10 MiB preallocated index left by a crash scans the file only up to its
+    last data extent (SEEK_DATA / SEEK_HOLE: the rest is a hole, all zeros), and counts the
+    same entries as a scan of the whole file would, sparse or fully written."""
+    size = 10 * 1024 * 1024
+    sparse = OffsetIndex(tmp_path / "s.index", BASE, size)
+    for i in range(1, 600):  # more than one page of entries
+        sparse.append(BASE + i, i * 10)
+    sparse.flush()
+    sparse.close_handler()
+    vfs = OSVFS()
+    file = vfs.open(tmp_path / "s.index", create=False)
+    try:
+        end = _data_end(file, size)
+    finally:
+        file.close()
+    assert 599 * OFFSET_ENTRY.size <= end < size  # bounded by the data, not the file
+    # The same bytes without holes: zeros written out, so the whole file is data.
+    dense = tmp_path / "d.index"
+    dense.write_bytes((tmp_path / "s.index").read_bytes())
+    file = vfs.open(dense, create=False)
+    try:
+        assert _data_end(file, size) == size
+    finally:
+        file.close()
+    for path in (tmp_path / "s.index", dense):
+        index = OffsetIndex(path, BASE, size)
+        assert index.entries == 599 and index.last_offset == BASE + 599
+        index.close()
+
+
+def test_data_end_without_a_real_descriptor_is_the_whole_file(tmp_path: Path) -> None:
+    class NoFd:
+        def fileno(self) -> int:
+            raise io.UnsupportedOperation("no descriptor")
+
+    assert _data_end(NoFd(), 4096) == 4096  # type: ignore[arg-type]
 
 
 def test_sanity_check_wrong_length(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ SIGTERM once it accepts connections, and reports the modules it had loaded at ex
 :data:`HEAVY` may be among them. Each would cost tens of milliseconds of every start (the
 import profile is in bench/NOTES.md) and is needed only for what a plain start does not use:
 a terminal's pretty console, a CLI framework, ZooKeeper (cluster mode), Prometheus
-(``sluice.metrics.listener``), Spark, the user-facing client.
+(``sluice.metrics.listener``), Spark, the user-facing client, TLS keystores and SCRAM.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ HEAVY = (
     "sluice.server.metrics.prometheus",
     "sluice.server.replication.replica_fetcher",
     "sluice.server.controller.controller",
+    "cryptography",  # TLS keystores and certificate names: only with an SSL listener
+    "scramp",  # SCRAM: only when a client logs in with it
+    "asn1crypto",
 )
 
 #: Runs the entrypoint in-process and writes ``sorted(sys.modules)`` to argv[1] at exit.

@@ -35,9 +35,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import scramp
-
 from .errors import AuthenticationFailed, InvalidCredential
+
+# ``scramp`` (and the asn1crypto it pulls in, ~16 ms) is imported by the first SCRAM exchange, so
+# a broker whose clients never log in with SCRAM does not load it.
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -196,6 +197,8 @@ class ScramServerExchange:
         self.username: str | None = None
         self.complete = False
         self._lookup = lookup
+        import scramp
+
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info, s_nonce=nonce)
         self._step = 0  # 0: client-first expected, 1: client-final expected, 2: done, -1: failed
         self._lookup_error: AuthenticationFailed | None = None
@@ -228,6 +231,8 @@ class ScramServerExchange:
 
     def evaluate(self, token: bytes) -> bytes:
         """One client message in, the server's answer out."""
+        import scramp
+
         try:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
@@ -276,6 +281,8 @@ class ScramServerExchange:
         Kafka's ``ScramSaslServer.verifyClientProof`` does (the proof covers the message as
         sent); None for any other message (scramp's path). Raises ``scramp.ScramException``
         when the proof is wrong."""
+        import scramp
+
         fields = dict(f.split("=", 1) for f in client_final.split(",") if "=" in f)
         combined = dict(f.split("=", 1) for f in self._server_first.split(",") if "=" in f)["r"]
         nonce = fields.get("r", "")

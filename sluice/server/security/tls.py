@@ -42,13 +42,15 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING
 
 from .errors import SecurityError
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# ``cryptography`` (~30 ms and several MB to import) is imported where a keystore, truststore or
+# client certificate is read, so a broker with only PLAINTEXT listeners never loads it.
 
 __all__ = [
     "ANONYMOUS",
@@ -132,6 +134,10 @@ def _private_pem(data: bytes) -> Iterator[str]:
 
 
 def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, str]) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
     location = _get(config, "ssl.keystore.location")
     inline_key = _get(config, "ssl.keystore.key")
     if inline_key is not None:  # KIP-651: PEM in the config itself
@@ -182,6 +188,10 @@ def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, str]) -> None:
 
 
 def _load_truststore(ctx: ssl.SSLContext, config: Mapping[str, str], purpose: ssl.Purpose) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
     location = _get(config, "ssl.truststore.location")
     inline = _get(config, "ssl.truststore.certificates")  # KIP-651
     if location is None and inline is None:
@@ -305,17 +315,18 @@ def client_context(config: Mapping[str, str]) -> ssl.SSLContext:
 
 # --- principals ---------------------------------------------------------------------------------
 
-#: The attribute keywords Java's RFC 2253 output uses; any other attribute is ``<oid>=#<hex DER>``.
+#: The attribute keywords Java's RFC 2253 output uses, by dotted OID (``cryptography``'s
+#: ``NameOID`` names); any other attribute is ``<oid>=#<hex DER>``.
 _KEYWORDS = {
-    NameOID.COMMON_NAME: "CN",
-    NameOID.COUNTRY_NAME: "C",
-    NameOID.LOCALITY_NAME: "L",
-    NameOID.STATE_OR_PROVINCE_NAME: "ST",
-    NameOID.ORGANIZATION_NAME: "O",
-    NameOID.ORGANIZATIONAL_UNIT_NAME: "OU",
-    NameOID.STREET_ADDRESS: "STREET",
-    NameOID.DOMAIN_COMPONENT: "DC",
-    NameOID.USER_ID: "UID",
+    "2.5.4.3": "CN",  # COMMON_NAME
+    "2.5.4.6": "C",  # COUNTRY_NAME
+    "2.5.4.7": "L",  # LOCALITY_NAME
+    "2.5.4.8": "ST",  # STATE_OR_PROVINCE_NAME
+    "2.5.4.10": "O",  # ORGANIZATION_NAME
+    "2.5.4.11": "OU",  # ORGANIZATIONAL_UNIT_NAME
+    "2.5.4.9": "STREET",  # STREET_ADDRESS
+    "0.9.2342.19200300.100.1.25": "DC",  # DOMAIN_COMPONENT
+    "0.9.2342.19200300.100.1.1": "UID",  # USER_ID
 }
 
 
@@ -348,7 +359,7 @@ def distinguished_name(cert: x509.Certificate) -> str:
     for rdn in reversed(list(cert.subject.rdns)):
         parts = []
         for attr in rdn:
-            keyword = _KEYWORDS.get(attr.oid)
+            keyword = _KEYWORDS.get(attr.oid.dotted_string)
             if keyword is not None:
                 value = attr.value if isinstance(attr.value, str) else attr.value.decode()
                 parts.append(f"{keyword}={_escape(value)}")
@@ -446,5 +457,7 @@ def ssl_principal(cert_der: bytes | None, mapper: SslPrincipalMapper | None = No
     ``SSLObject.getpeercert(binary_form=True)`` returns it); ``User:ANONYMOUS`` without one."""
     if not cert_der:
         return ANONYMOUS
+    from cryptography import x509
+
     dn = distinguished_name(x509.load_der_x509_certificate(cert_der))
     return "User:" + (mapper or SslPrincipalMapper()).name(dn)

@@ -119,6 +119,8 @@ def _exports(module: ModuleType) -> list[tuple[str, Any]]:
     for name, value in vars(module).items():
         if name.startswith("_") or name == "annotations":
             continue
+        if not name.isidentifier():
+            continue  # ``@py_builtins``, ``@pytest_ar``: pytest's assertion rewriting adds them
         if isinstance(value, type) and not issubclass(value, Message):
             continue  # a class imported from schema
         if callable(value) and not isinstance(value, type):

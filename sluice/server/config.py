@@ -294,6 +294,11 @@ def parse_metrics_listener(text: str) -> MetricsListener | None:
     return MetricsListener(parts.hostname, port, path)
 
 
+def _rack(text: str) -> str | None:
+    """``broker.rack``: empty means none (Kafka's ``Option(rack).filter(_.nonEmpty)``)."""
+    return text.strip() or None
+
+
 def _zookeeper_connect(text: str) -> str:
     """``host:port[,host:port...][/chroot]`` as Kafka takes it (checked, returned unchanged)."""
     text = text.strip()
@@ -379,6 +384,7 @@ BROKER_CONFIG = (
     .define("allow.everyone.if.no.acl.found", BOOLEAN, False, boolean, LOW, "with an authorizer: a resource with no ACL is open to everyone (true) or to super users only")  # noqa: E501
     .define("node.id", INT, 0, int_in(0), HIGH, "this broker's id (in Metadata)")
     .define("broker.id", INT, None, int_in(-1), HIGH, "Kafka's old name for node.id; node.id wins")
+    .define("broker.rack", STRING, None, _rack, MEDIUM, "this broker's rack (e.g. us-east-1d): new topics spread their replicas over racks (Kafka's rack-aware assignment), shown in Metadata")  # noqa: E501
     .define("num.partitions", INT, 1, int_in(1), MEDIUM, "partitions of an auto-created topic or CreateTopics with num_partitions -1")  # noqa: E501
     .define("default.replication.factor", INT, 1, int_in(1), MEDIUM, "replicas of an auto-created topic or CreateTopics with replication_factor -1 (standalone: only 1)")  # noqa: E501
     .define("auto.create.topics.enable", BOOLEAN, True, boolean, HIGH, "create a topic on Metadata/Produce for an unknown name")  # noqa: E501
@@ -523,6 +529,7 @@ class Config:
     super_users: tuple[str, ...] = _setting("super.users")
     allow_everyone_if_no_acl_found: bool = _setting("allow.everyone.if.no.acl.found")
     node_id: int = _setting("node.id")
+    broker_rack: str | None = _setting("broker.rack")
     num_partitions: int = _setting("num.partitions")
     default_replication_factor: int = _setting("default.replication.factor")
     auto_create_topics_enable: bool = _setting("auto.create.topics.enable")

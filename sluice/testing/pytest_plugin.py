@@ -163,7 +163,8 @@ def sluice_cluster(
 ) -> Iterator[EmbeddedCluster]:
     """A running replicated cluster (3 broker processes, ids 1-3) on the session's ZooKeeper,
     in a chroot of its own; ``sluice_cluster.bootstrap_servers`` lists every broker. Configure
-    it with ``@pytest.mark.sluice_cluster(size=..., properties=..., mode=...)``; faults with
+    it with ``@pytest.mark.sluice_cluster(size=..., properties=..., broker_properties={id: {...}},
+    mode=...)``; faults with
     ``sluice_cluster.kill(id)`` / ``pause`` / ``resume`` / ``restart``."""
     from sluice.testing.cluster import EmbeddedCluster
 
@@ -173,6 +174,7 @@ def sluice_cluster(
         kwargs.pop("size", 3),
         zookeeper_connect=sluice_zookeeper_connect,
         properties=kwargs.pop("properties", None),
+        broker_properties=kwargs.pop("broker_properties", None),
         mode=kwargs.pop("mode", "subprocess"),
     )
     if kwargs:

@@ -257,6 +257,7 @@ DECLARED = {
     ),
     "auto.create.topics.enable": ("true", "create a topic on Metadata/Produce for an unknown name"),
     "broker.id": (None, "Kafka's old name for node.id; node.id wins"),
+    "broker.rack": (None, "this broker's rack (e.g. us-east-1d): new topics spread their replicas over racks (Kafka's rack-aware assignment), shown in Metadata"),  # noqa: E501
     "default.replication.factor": (
         "1",
         "replicas of an auto-created topic or CreateTopics with replication_factor -1 "

@@ -8,7 +8,11 @@ from collections import Counter
 import pytest
 
 from sluice.protocol import errors
-from sluice.server.controller.assignment import assign_replicas, validate_assignment
+from sluice.server.controller.assignment import (
+    assign_replicas,
+    rack_alternated,
+    validate_assignment,
+)
 
 
 def test_five_brokers_ten_partitions_rf3_matches_kafka() -> None:
@@ -101,3 +105,68 @@ def test_bad_requests_raise_kafkas_errors(
 def test_explicit_assignment_is_validated(assignment: dict[int, list[int]], message: str) -> None:
     with pytest.raises(errors.InvalidReplicaAssignment, match=message):
         validate_assignment(assignment, [0, 1, 2])
+
+
+KAFKA_RACKS = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+
+
+def test_rack_aware_matches_kafka() -> None:
+    # AdminRackAwareTest.testGetRackAlternatedBrokerListAndAssignReplicasToBrokers.
+    assert rack_alternated(KAFKA_RACKS) == [0, 3, 1, 5, 4, 2]
+    assert rack_alternated({b: r for b, r in KAFKA_RACKS.items() if b != 5}) == [0, 3, 1, 4, 2]
+    assert assign_replicas(KAFKA_RACKS, 7, 3, start_index=0) == {
+        0: [0, 3, 1],
+        1: [3, 1, 5],
+        2: [1, 5, 4],
+        3: [5, 4, 2],
+        4: [4, 2, 0],
+        5: [2, 0, 3],
+        6: [0, 4, 2],
+    }
+
+
+@pytest.mark.parametrize(
+    ("racks", "partitions", "rf"),
+    [
+        ({0: "r1", 1: "r2", 2: "r2", 3: "r3", 4: "r3", 5: "r1"}, 6, 3),
+        ({0: "r1", 1: "r2", 2: "r2", 3: "r3", 4: "r3", 5: "r1"}, 12, 2),
+        ({0: "r1", 1: "r1", 2: "r2", 3: "r3", 4: "r3", 5: "r1"}, 12, 3),  # uneven racks
+        ({0: "r1", 1: "r2", 4: "r3"}, 3, 2),
+        ({0: "r1", 1: "r1", 2: "r2"}, 9, 3),  # more replicas than racks
+        ({b: f"r{b % 4}" for b in range(12)}, 96, 3),
+    ],
+)
+def test_rack_aware_spreads_every_partition_over_racks(
+    racks: dict[int, str], partitions: int, rf: int
+) -> None:
+    """Kafka's ``checkReplicaDistribution``: every partition has ``min(rf, racks)`` racks and no
+    broker twice, whatever the random start; with as many racks as replicas and equal racks,
+    leaders and replicas are even across brokers."""
+    num_racks = len(set(racks.values()))
+    for seed in range(20):
+        assignment = assign_replicas(racks, partitions, rf, rng=random.Random(seed))
+        assert sorted(assignment) == list(range(partitions))
+        for replicas in assignment.values():
+            assert len(set(replicas)) == rf
+            assert len({racks[b] for b in replicas}) == min(rf, num_racks)
+        sizes = Counter(len([b for b in racks if racks[b] == r]) for r in set(racks.values()))
+        if len(sizes) == 1 and partitions % len(racks) == 0 and rf <= num_racks:
+            leaders = Counter(replicas[0] for replicas in assignment.values())
+            assert set(leaders.values()) == {partitions // len(racks)}
+            every = Counter(b for replicas in assignment.values() for b in replicas)
+            assert set(every.values()) == {partitions * rf // len(racks)}
+
+
+def test_rack_aware_expansion_continues_the_layout() -> None:
+    whole = assign_replicas(KAFKA_RACKS, 12, 2, start_index=1)
+    tail = assign_replicas(KAFKA_RACKS, 6, 2, start_index=1, start_partition=6)
+    assert tail == {p: whole[p] for p in range(6, 12)}
+
+
+def test_some_brokers_without_a_rack_is_refused_as_kafka_does() -> None:
+    with pytest.raises(errors.UnknownServerError, match="Not all brokers have rack information"):
+        assign_replicas({0: "r1", 1: None, 2: "r2"}, 3, 2)
+    # None anywhere: rack-unaware, the same layout as plain ids.
+    assert assign_replicas(dict.fromkeys(range(5)), 10, 3, start_index=0) == assign_replicas(
+        range(5), 10, 3, start_index=0
+    )

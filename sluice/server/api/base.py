@@ -161,6 +161,7 @@ class ApiBase:
             replicas,
             producer_ids,
             groups.ensure_ready,
+            rack=config.broker_rack,
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None

@@ -187,8 +187,11 @@ class LocalMetadata(LocalTopicConfigs):
         replicas: ReplicaManager,
         producer_ids: ProducerIdManager,
         groups_ready: Callable[[], int],
+        *,
+        rack: str | None = None,
     ) -> None:
         self._node_id = node_id
+        self._rack = rack  # broker.rack, shown in Metadata and DescribeCluster
         self._advertised = advertised
         self._logs = logs
         self._replicas = replicas
@@ -206,7 +209,7 @@ class LocalMetadata(LocalTopicConfigs):
 
     def brokers(self) -> list[BrokerEndpoint]:
         host, port = self._advertised()
-        return [BrokerEndpoint(self._node_id, host, port, None)]
+        return [BrokerEndpoint(self._node_id, host, port, self._rack)]
 
     def topics(self) -> dict[str, int]:
         return self._logs.topics()

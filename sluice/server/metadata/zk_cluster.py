@@ -410,6 +410,11 @@ class ClusterMember:
         if not task.cancelled() and task.exception() is not None:
             log.error("cluster task failed", task=task.get_name(), error=repr(task.exception()))
 
+    def _racks(self) -> dict[int, str | None]:
+        """The live brokers' racks (``broker.rack``; None: none), what replica placement
+        spreads over (Kafka's ``getBrokerMetadatas``)."""
+        return {broker_id: info.rack for broker_id, info in self.cache.brokers.items()}
+
     def _broker_info(self) -> BrokerInfo:
         from sluice.server.zk.data import BrokerInfo, EndPoint
 
@@ -418,7 +423,7 @@ class ClusterMember:
             EndPoint(name, host, port, protocol(name).value)
             for name, host, port in self._advertised()
         )
-        return BrokerInfo(self.local_id, endpoints)
+        return BrokerInfo(self.local_id, endpoints, rack=self.config.broker_rack)
 
     # --- watches -----------------------------------------------------------------------------
 
@@ -673,7 +678,7 @@ class ClusterMember:
             validate_assignment(assignment, live)
             result = {p: list(r) for p, r in assignment.items()}
         else:
-            result = assign_replicas(live, num_partitions, replication_factor)
+            result = assign_replicas(self._racks(), num_partitions, replication_factor)
         if len(result) > MAX_PARTITIONS:
             raise errors.InvalidPartitions(
                 f"number of partitions must be in [1, {MAX_PARTITIONS}], not {len(result)}"
@@ -778,7 +783,7 @@ class ClusterMember:
                         f"Unknown broker(s) in replica assignment: {unknown}."
                     )
             else:
-                added = assign_replicas(live, count - have, rf, start_partition=have)
+                added = assign_replicas(self._racks(), count - have, rf, start_partition=have)
             if validate_only:
                 return
             grown = replace(

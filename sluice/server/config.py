@@ -299,6 +299,20 @@ def _rack(text: str) -> str | None:
     return text.strip() or None
 
 
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(text: str) -> str | None:
+    """``replica.selector.class``: Kafka's RackAwareReplicaSelector or nothing; Sluice runs no
+    user classes, so any other name is refused rather than ignored."""
+    name = text.strip()
+    if not name:
+        return None
+    if name != RACK_AWARE_REPLICA_SELECTOR:
+        raise ValueError(f"Sluice implements only {RACK_AWARE_REPLICA_SELECTOR}")
+    return name
+
+
 def _zookeeper_connect(text: str) -> str:
     """``host:port[,host:port...][/chroot]`` as Kafka takes it (checked, returned unchanged)."""
     text = text.strip()
@@ -393,6 +407,7 @@ BROKER_CONFIG = (
     .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
     .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
     .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
+    .define("replica.selector.class", STRING, None, _replica_selector, MEDIUM, "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer that sets client.rack to a replica in its rack; unset: consumers read from leaders (followers still serve a consumer that fetches from them)")  # noqa: E501
     .define("replica.lag.time.max.ms", LONG, 30000, int_in(1), HIGH, "a follower not caught up for this long leaves the ISR")  # noqa: E501
     .define("replica.fetch.wait.max.ms", INT, 500, int_in(0), MEDIUM, "how long a follower's fetch waits at the leader for new data")  # noqa: E501
     .define("replica.fetch.min.bytes", INT, 1, int_in(1), MEDIUM, "bytes a follower's fetch waits for")  # noqa: E501
@@ -538,6 +553,7 @@ class Config:
     zookeeper_session_timeout_ms: int = _setting("zookeeper.session.timeout.ms")
     zookeeper_connection_timeout_ms: int | None = _setting("zookeeper.connection.timeout.ms")
     replica_lag_time_max_ms: int = _setting("replica.lag.time.max.ms")
+    replica_selector_class: str | None = _setting("replica.selector.class")
     replica_fetch_wait_max_ms: int = _setting("replica.fetch.wait.max.ms")
     replica_fetch_min_bytes: int = _setting("replica.fetch.min.bytes")
     replica_fetch_max_bytes: int = _setting("replica.fetch.max.bytes")

@@ -148,6 +148,7 @@ class Server:
             ReplicationSettings(replica_lag_time_max_ms=config.replica_lag_time_max_ms),
             standalone=not config.cluster_mode,
         )
+        replicas.rack_aware_selector = config.replica_selector_class is not None
         replicas.startup()
         self.replica_manager = replicas
         await manager.start()
@@ -228,6 +229,7 @@ class Server:
             self.config, replicas, handlers.advertised_endpoints, self._inter_broker_client
         )
         cluster.leadership_listeners.append(self._offsets_leadership)
+        replicas.rack_of = cluster.rack_of
         cluster.session_started.append(self._start_zk_credentials)
         self.cluster = cluster  # states may be applied while it starts
         try:

@@ -257,7 +257,17 @@ DECLARED = {
     ),
     "auto.create.topics.enable": ("true", "create a topic on Metadata/Produce for an unknown name"),
     "broker.id": (None, "Kafka's old name for node.id; node.id wins"),
-    "broker.rack": (None, "this broker's rack (e.g. us-east-1d): new topics spread their replicas over racks (Kafka's rack-aware assignment), shown in Metadata"),  # noqa: E501
+    "replica.selector.class": (
+        None,
+        "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer that "
+        "sets client.rack to a replica in its rack; unset: consumers read from leaders "
+        "(followers still serve a consumer that fetches from them)",
+    ),
+    "broker.rack": (
+        None,
+        "this broker's rack (e.g. us-east-1d): new topics spread their replicas over racks "
+        "(Kafka's rack-aware assignment), shown in Metadata",
+    ),
     "default.replication.factor": (
         "1",
         "replicas of an auto-created topic or CreateTopics with replication_factor -1 "

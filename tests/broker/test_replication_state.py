@@ -409,3 +409,59 @@ def test_cluster_mode_hosts_only_what_it_is_told(manager: LogManager) -> None:
     assert results[0].error == errors.NotLeaderOrFollower.code
     with pytest.raises(errors.UnknownTopicOrPartition):
         rm.host("t", 1)
+
+
+RACKS = {LEADER: "rack-l", F1: "rack-1", F2: "rack-1"}
+
+
+def test_preferred_read_replica_is_kafkas_rack_aware_selector(manager: LogManager) -> None:
+    """KIP-392 (Kafka's RackAwareReplicaSelector): the leader when it shares the client's rack or
+    no in-sync replica that reached the fetch offset does; else the most caught-up of those."""
+    clock = Clock()
+    rm, p = make_rm(manager, clock)
+    append(rm, 5)
+    rack_of = RACKS.get
+    assert p.preferred_read_replica("", 0, rack_of) is None  # no rack: the leader
+    assert p.preferred_read_replica("rack-l", 0, rack_of) is None  # the leader's rack
+    assert p.preferred_read_replica("elsewhere", 0, rack_of) is None  # nobody's rack
+    # Neither follower has fetched yet (LEO unknown, -1): nobody has reached offset 0.
+    assert p.preferred_read_replica("rack-1", 0, rack_of) is None
+    rm.update_follower_end_offset("t", 0, F1, 3)
+    rm.update_follower_end_offset("t", 0, F2, 5)
+    assert p.preferred_read_replica("rack-1", 0, rack_of) == F2  # furthest ahead
+    assert p.preferred_read_replica("rack-1", 4, rack_of) == F2
+    rm.update_follower_end_offset("t", 0, F2, 2)
+    assert p.preferred_read_replica("rack-1", 0, rack_of) == F1
+    assert p.preferred_read_replica("rack-1", 3, rack_of) == F1
+    assert p.preferred_read_replica("rack-1", 4, rack_of) is None  # none reached offset 4
+    clock.now += LAG_MS + 1
+    rm.maybe_shrink_isr()
+    assert p.isr == (LEADER,)  # both out of the ISR now
+    assert p.preferred_read_replica("rack-1", 0, rack_of) is None
+
+
+def test_fetch_sends_a_consumer_with_a_rack_to_its_replica(manager: LogManager) -> None:
+    """The leader answers without records and with the preferred replica only when the selector
+    is configured and the consumer names a rack; without, it reads as before."""
+    from sluice.server.storage.log import Isolation
+
+    clock = Clock()
+    rm, _ = make_rm(manager, clock)
+    append(rm, 4)
+    rm.update_follower_end_offset("t", 0, F1, 4)
+    rm.update_follower_end_offset("t", 0, F2, 4)
+    rm.rack_of = RACKS.get
+    want = [("t", 0, 0, 1 << 20, -1)]
+
+    def read(rack: str | None) -> tuple[int, int]:
+        (result,) = rm.fetch_messages(want, 1 << 20, Isolation.HIGH_WATERMARK, client_rack=rack)
+        assert result.error is None and result.info is not None
+        size = result.info.slice.size if result.info.slice is not None else 0
+        return result.preferred_read_replica, size
+
+    assert read("rack-1")[0] == -1 and read("rack-1")[1] > 0  # no selector configured
+    rm.rack_aware_selector = True
+    preferred, size = read("rack-1")
+    assert preferred in (F1, F2) and size == 0
+    assert read("rack-l") == (-1, read(None)[1])
+    assert read(None)[0] == -1

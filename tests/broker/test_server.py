@@ -682,15 +682,16 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     handlers = server.handlers
     assert handlers is not None
     body = fetch_request("sync", 0, max_wait_ms=60_000)
-    response = handlers.fetch(None, body)
+    header: Any = SimpleNamespace(api_key=FETCH, api_version=11)
+    response = handlers.fetch(header, body)
     assert not asyncio.iscoroutine(response)
     # The connection's per-request call: no coroutine either, and the request is counted.
     before = server.metrics.get("requests.Fetch")
-    dispatched = handlers.dispatch(SimpleNamespace(api_key=FETCH), body)
+    dispatched = handlers.dispatch(header, body)
     assert not asyncio.iscoroutine(dispatched)
     assert server.metrics.get("requests.Fetch") == before + 1
     assert response.responses[0].partitions[0].records.size > 0
-    waiting = handlers.fetch(None, fetch_request("sync", 3, max_wait_ms=20))
+    waiting = handlers.fetch(header, fetch_request("sync", 3, max_wait_ms=20))
     assert asyncio.iscoroutine(waiting)
     empty = await asyncio.wait_for(waiting, 30)
     assert empty.responses[0].partitions[0].records == b""

@@ -5,6 +5,8 @@ AdminClient), and a new topic's replicas, and partitions added to it, are spread
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sluice.testing.cluster import EmbeddedCluster
@@ -50,3 +52,55 @@ def test_a_standalone_broker_shows_its_rack(sluice_broker: EmbeddedBroker) -> No
     admin = AdminClient({"bootstrap.servers": sluice_broker.bootstrap_servers})
     (node,) = admin.describe_cluster().result(DEADLINE_S).nodes
     assert node.rack == "us-east-1d"
+
+
+@pytest.mark.slow
+def test_a_consumer_fetches_from_the_replica_in_its_rack() -> None:
+    """KIP-392 with librdkafka: the leader (``replica.selector.class`` =
+    RackAwareReplicaSelector) sends a consumer with ``client.rack`` to the follower in that
+    rack, which serves every record (counted in its BytesOut, none in the leader's)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.broker.test_metrics import scrape, value
+    from tests.broker_util import free_port
+
+    racks = {1: "rack-1", 2: "rack-2", 3: "rack-3"}
+    urls = {b: f"http://127.0.0.1:{free_port()}/metrics" for b in racks}
+    per_broker = {b: {"broker.rack": racks[b], "sluice.metrics.listener": urls[b]} for b in racks}
+    props = {
+        "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        "auto.leader.rebalance.enable": "false",
+    }
+    with EmbeddedCluster(3, properties=props, broker_properties=per_broker) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic("near", 1, 3)])["near"].result(DEADLINE_S)
+        leader = cluster.wait_for_leader("near")
+        follower = next(b for b in cluster.ids if b != leader)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        for i in range(100):
+            producer.produce("near", b"record-%d" % i)
+        assert producer.flush(DEADLINE_S) == 0
+
+        def bytes_out(broker: int) -> float:
+            return value(scrape(urls[broker])[0], "kafka_server_brokertopicmetrics_bytesout_total",
+                         topic="near")  # fmt: skip
+
+        consumer = Consumer({
+            "bootstrap.servers": cluster.bootstrap_servers, "group.id": "near",
+            "client.rack": racks[follower], "enable.auto.commit": False,
+        })  # fmt: skip
+        try:
+            consumer.assign([TopicPartition("near", 0, 0)])
+            got: list[bytes] = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 100:
+                assert time.monotonic() < deadline, f"read {len(got)} of 100"
+                msg = consumer.poll(0.5)
+                if msg is not None and not msg.error():
+                    got.append(msg.value())
+        finally:
+            consumer.close()
+        assert got == [b"record-%d" % i for i in range(100)]
+        assert bytes_out(follower) > 0
+        assert bytes_out(leader) == 0

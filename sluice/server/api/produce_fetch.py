@@ -182,12 +182,14 @@ class ProduceFetchApis(ApiBase):
             for p in t.partitions
         ]
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
-        read = self._read_fetch(body, wanted, isolation)
+        # KIP-392: a consumer's rack from v11 on ("" if it has none) lets followers serve it.
+        rack = body.rack_id if header.api_version >= 11 and body.replica_id < 0 else None
+        read = self._read_fetch(body, wanted, isolation, rack=rack)
         if read[1] >= body.min_bytes or read[2] or not wanted or self._stopping:
             return self._fetch_answer(body, read, denied)
         if time.monotonic() >= deadline:
             return self._fetch_answer(body, read, denied)
-        return self._fetch_wait(body, wanted, isolation, deadline, denied)
+        return self._fetch_wait(body, wanted, isolation, deadline, denied, rack)
 
     def _fetch_denied(self, body: m.FetchRequest) -> list[tuple[str, int]]:
         """Take out of ``body`` the partitions the principal may not read (a follower: every
@@ -245,6 +247,7 @@ class ProduceFetchApis(ApiBase):
         isolation: Any,
         deadline: float,
         denied: list[tuple[str, int]],
+        rack: str | None,
     ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
         keys = [(topic, part) for topic, part, *_ in wanted]
@@ -253,10 +256,10 @@ class ProduceFetchApis(ApiBase):
             delayed = self.replicas.delayed_fetch(keys, isolation)
             if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
-                read = self._read_fetch(body, wanted, isolation, False)
+                read = self._read_fetch(body, wanted, isolation, False, rack)
                 return self._fetch_answer(body, read, denied)
             self.metrics.inc("fetch.woken")
-            read = self._read_fetch(body, wanted, isolation, False)
+            read = self._read_fetch(body, wanted, isolation, False, rack)
             _, size, had_error, _ = read
             done = size >= body.min_bytes or had_error or self._stopping
             if done or time.monotonic() >= deadline:
@@ -268,10 +271,13 @@ class ProduceFetchApis(ApiBase):
         wanted: list[tuple[str, int, int, int, int]],
         isolation: Any,
         record_follower: bool = True,
+        rack: str | None = None,
     ) -> _FetchRead:
-        """``(response, record bytes, whether a partition has an error, [(topic, record bytes)]
-        of the partitions with data)``. A long poll's re-reads pass ``record_follower=False``:
-        a follower's fetch is recorded once per request (``ReplicaManager.fetch_messages``)."""
+        """``(response, record bytes, whether to answer at once (a partition has an error, or
+        the consumer is sent to another replica), [(topic, record bytes)] of the partitions
+        with data)``. A long poll's re-reads pass ``record_follower=False``: a follower's fetch
+        is recorded once per request (``ReplicaManager.fetch_messages``). ``rack``: the
+        consumer's, KIP-392 (:meth:`ReplicaManager.fetch_messages`)."""
         # Hot path (every Fetch, every partition): classes resolved once, one response object
         # per partition.
         cls = m.FetchResponse
@@ -282,9 +288,9 @@ class ProduceFetchApis(ApiBase):
         total = 0
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
         reads = self.replicas.fetch_messages(
-            wanted, body.max_bytes, isolation, body.replica_id, record_follower
+            wanted, body.max_bytes, isolation, body.replica_id, record_follower, rack
         )
-        for (topic, part, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
+        for (topic, part, *_), (partition, info, exc, preferred) in zip(wanted, reads, strict=True):
             entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
@@ -318,6 +324,8 @@ class ProduceFetchApis(ApiBase):
                 if size:
                     total += size
                     sent.append((topic, size))
+                if preferred >= 0:
+                    had_error = True  # not an error: answered at once, like Kafka
                 entry = part_cls(
                     partition_index=part,
                     error_code=0,
@@ -325,7 +333,7 @@ class ProduceFetchApis(ApiBase):
                     last_stable_offset=hw,
                     log_start_offset=info.log_start_offset,
                     aborted_transactions=None,
-                    preferred_read_replica=-1,
+                    preferred_read_replica=preferred,
                     records=records if size else b"",
                 )
             entries = topics.get(topic)

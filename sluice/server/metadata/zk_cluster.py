@@ -410,6 +410,11 @@ class ClusterMember:
         if not task.cancelled() and task.exception() is not None:
             log.error("cluster task failed", task=task.get_name(), error=repr(task.exception()))
 
+    def rack_of(self, broker_id: int) -> str | None:
+        """A live broker's ``broker.rack`` (None: none, or not registered)."""
+        info = self.cache.brokers.get(broker_id)
+        return None if info is None else info.rack
+
     def _racks(self) -> dict[int, str | None]:
         """The live brokers' racks (``broker.rack``; None: none), what replica placement
         spreads over (Kafka's ``getBrokerMetadatas``)."""

@@ -598,7 +598,33 @@ class Partition:
         isolation: Isolation,
         min_one_message: bool,
         current_leader_epoch: int = NO_EPOCH,
+        require_leader: bool = True,
     ) -> FetchDataInfo:
-        """Read from the leader's log below the isolation bound (HW for consumers)."""
-        log_ = self.local_log(current_leader_epoch)
+        """Read from the log below the isolation bound (HW for consumers). ``require_leader``
+        False: a follower serves it too, below its own HW (KIP-392, a consumer that sent its
+        rack: Kafka's ``fetchOnlyLeader`` is false for a consumer with client metadata)."""
+        log_ = self.local_log(current_leader_epoch, require_leader)
         return log_.read(offset, max_bytes, isolation, min_one_message=min_one_message)
+
+    def preferred_read_replica(
+        self, client_rack: str, fetch_offset: int, rack_of: Callable[[int], str | None]
+    ) -> int | None:
+        """The replica a consumer in ``client_rack`` should fetch from instead of this leader
+        (KIP-392: Kafka's ``ReplicaManager.findPreferredReadReplica`` with its
+        ``RackAwareReplicaSelector``); None: read here. Candidates are the leader and the ISR
+        followers whose last fetch had reached ``fetch_offset`` (a lagging follower would make
+        the consumer fall behind for good). The leader wins if it is in the client's rack or no
+        candidate is; otherwise the candidate in the rack that is furthest ahead (then the most
+        recently caught up). Leader only; ``rack_of`` gives a broker's ``broker.rack``."""
+        if not client_rack or not self.is_leader or rack_of(self.local_id) == client_rack:
+            return None
+        best: tuple[int, int, int] | None = None  # (leo, last caught up, broker)
+        for replica, follower in self._followers.items():
+            if replica not in self.isr or follower.leo < fetch_offset:
+                continue
+            if rack_of(replica) != client_rack:
+                continue
+            candidate = (follower.leo, follower.last_caught_up_ms, replica)
+            if best is None or candidate > best:
+                best = candidate
+        return None if best is None else best[2]

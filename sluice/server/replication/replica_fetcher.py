@@ -379,7 +379,12 @@ class ReplicaFetcher:
         leader_log_start: int = -1,
     ) -> None:
         # False when truncated meanwhile (cannot happen on one loop; cheap to be sure)
+        hw_before = partition.log.high_watermark
         partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
+        if partition.log.high_watermark != hw_before:
+            # Consumers reading from this follower (KIP-392) wait for its HW: wake them, as
+            # Kafka's fetcher completes delayed fetches of the partitions whose HW moved.
+            self.replicas.fetch_purgatory.check_and_complete(key)
 
     def _on_error(
         self,

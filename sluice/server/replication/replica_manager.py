@@ -73,10 +73,9 @@ from sluice.server.replication.partition import (
     ReplicationSettings,
 )
 from sluice.server.replication.purgatory import DelayedOperationPurgatory
-from sluice.server.storage.log import Isolation
+from sluice.server.storage.log import FetchDataInfo, Isolation
 
 if TYPE_CHECKING:
-    from sluice.server.storage.log import FetchDataInfo
     from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.replica_manager")
@@ -98,6 +97,9 @@ class PartitionRead(NamedTuple):
     partition: Partition | None
     info: FetchDataInfo | None
     error: Exception | None
+    #: KIP-392: the replica the consumer should fetch this partition from instead (-1: none);
+    #: set, the read was skipped and ``info`` holds no records.
+    preferred_read_replica: int = -1
 
 
 class DiskFaults:
@@ -178,6 +180,11 @@ class ReplicaManager:
         self.local_id = local_id
         self.standalone = standalone
         self.settings = settings or ReplicationSettings()
+        #: ``replica.selector.class`` is Kafka's RackAwareReplicaSelector (KIP-392): a leader
+        #: sends a consumer that names its rack to a replica in that rack.
+        self.rack_aware_selector = False
+        #: A broker's ``broker.rack`` (None: none or unknown); the cluster sets it.
+        self.rack_of: Callable[[int], str | None] = lambda broker_id: None
         self._partitions: dict[PartitionKey, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory[DelayedFetch]("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
@@ -602,10 +609,17 @@ class ReplicaManager:
         isolation: Isolation,
         replica_id: int = -1,
         record_follower: bool = True,
+        client_rack: str | None = None,
     ) -> list[PartitionRead]:
         """Read the ``wanted`` partitions for one Fetch (Kafka's ``fetchMessages`` /
         ``readFromLocalLog``), ``max_bytes`` in all (0: no bound) and each partition's own
         bound; the first partition with data may exceed both (KIP-74).
+
+        ``client_rack`` (KIP-392) is a consumer's rack (Fetch v11+; "" when it has none), None
+        for older consumers and followers. With it a follower serves the read too (below its
+        HW), and a leader with ``replica.selector.class`` set may send the consumer to a
+        replica in its rack instead (:meth:`Partition.preferred_read_replica`): that partition
+        is answered without records and with ``preferred_read_replica``.
 
         A follower's fetch (``replica_id`` >= 0) is also its report: its fetch offset is its
         LEO, recorded once its epoch passed the check (HW may move then and complete parked
@@ -615,6 +629,8 @@ class ReplicaManager:
         """
         get_partition = self.get_partition
         record = replica_id >= 0 and record_follower
+        require_leader = client_rack is None
+        select = client_rack if client_rack and self.rack_aware_selector else None
         budget = max_bytes if max_bytes > 0 else 0
         min_one = True
         total = 0
@@ -630,8 +646,19 @@ class ReplicaManager:
                     partition.local_log(current_epoch)  # the epoch check comes first
                     if partition.update_follower_end_offset(replica_id, offset):
                         self.complete_delayed_requests((topic, index))
+                if select is not None:
+                    preferred = partition.preferred_read_replica(select, offset, self.rack_of)
+                    if preferred is not None:
+                        log_ = partition.local_log(current_epoch)
+                        empty = FetchDataInfo(
+                            None, log_.high_watermark, log_.log_start_offset, log_.log_end_offset
+                        )
+                        out.append(PartitionRead(partition, empty, None, preferred))
+                        continue
                 # Fetch v9+ carries the client's leader epoch (-1 before: no check)
-                info = partition.read(offset, limit, isolation, min_one, current_epoch)
+                info = partition.read(
+                    offset, limit, isolation, min_one, current_epoch, require_leader
+                )
             except Exception as exc:
                 if not isinstance(exc, errors.KafkaError):
                     log.exception("fetch read failed", topic=topic, partition=index)

@@ -131,6 +131,7 @@ class Harness:
         leader: int | None = None,
         isr: list[int] | None = None,
         leader_epoch: int | None = None,
+        elr: tuple[int, ...] | None = None,
         timeout: float = WAIT,
     ) -> PartitionState:
         """Wait for the state znode to show the given values; returns it."""
@@ -144,6 +145,7 @@ class Harness:
                 and (leader is None or state.leader == leader)
                 and (isr is None or list(state.isr) == isr)
                 and (leader_epoch is None or state.leader_epoch == leader_epoch)
+                and (elr is None or state.eligible_leader_replicas == elr)
             )
 
         want = f"{topic}-{partition}: leader={leader} isr={isr} epoch={leader_epoch}"
@@ -153,13 +155,17 @@ class Harness:
             raise AssertionError(f"{exc}; last state {found}") from None
         return found[0]
 
-    async def leader_writes_isr(self, topic: str, partition: int, isr: list[int]) -> None:
-        """The partition's leader changes its ISR, conditionally, as a broker does."""
+    async def leader_writes_isr(
+        self, topic: str, partition: int, isr: list[int], elr: tuple[int, ...] = ()
+    ) -> None:
+        """The partition's leader changes its ISR (and eligible leader replicas), conditionally,
+        as a broker does."""
         state = await self.state(topic, partition)
         assert state is not None
         new = PartitionState(
-            state.leader, state.leader_epoch, tuple(isr), state.controller_epoch, state.zk_version
-        )
+            state.leader, state.leader_epoch, tuple(isr), state.controller_epoch, state.zk_version,
+            eligible_leader_replicas=elr,
+        )  # fmt: skip
         ok, _ = await self.observer.update_leader_and_isr(tp(topic, partition), new)
         assert ok
 
@@ -278,6 +284,28 @@ async def test_clean_election_refuses_an_out_of_sync_replica_until_an_isr_member
     await h.broker(1)
     s = await h.wait_state("t", leader=1)
     assert (s.isr, s.leader_epoch) == ((1,), 2)
+
+
+async def test_an_eligible_replica_leads_when_the_isr_is_gone_and_leaves_when_it_restarts(
+    h: Harness,
+) -> None:
+    """KIP-966: the leader shrank the ISR below min ISR, naming 2 and 3 eligible; it dies and the
+    first live eligible replica leads alone (ISR [2], 3 still eligible). Broker 3 then registers
+    again (it may have lost unflushed writes): it is no longer eligible, at the same leader
+    epoch."""
+    for b in (1, 2, 3):
+        await h.broker(b)
+    await h.active()
+    await h.topic("t", {0: [1, 2, 3]})
+    await h.wait_state("t", leader=1, isr=[1, 2, 3])
+    await h.leader_writes_isr("t", 0, [1], elr=(2, 3))
+    await h.kill(1)
+    s = await h.wait_state("t", leader=2)
+    assert (s.isr, s.eligible_leader_replicas, s.leader_epoch) == ((2,), (3,), 1)
+    await h.kill(3)
+    await h.broker(3)
+    s = await h.wait_state("t", leader=2, isr=[2], elr=())
+    assert s.leader_epoch == 1
 
 
 @pytest.mark.parametrize(

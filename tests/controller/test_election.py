@@ -12,6 +12,7 @@ from sluice.server.controller.election import (
     elect_controlled_shutdown,
     elect_offline,
     elect_preferred,
+    next_elr,
     remove_replica,
     remove_replicas,
 )
@@ -122,3 +123,32 @@ def test_offline_election_invariants_over_every_small_state(unclean: bool) -> No
             else:
                 # The first eligible in assignment order.
                 assert new.leader == next(r for r in ASSIGNMENT if r in live and r in state.isr)
+
+
+# --- KIP-966: eligible leader replicas ----------------------------------------------------------
+
+
+def test_replicas_leaving_an_isr_below_min_isr_become_eligible() -> None:
+    # min ISR 2: [1, 2, 3] -> [1, 3] keeps the bound (the HW may still move: 2 is not eligible);
+    # [1, 3] -> [1] falls below it (the HW stops): 3 is eligible.
+    assert next_elr((1, 2, 3), (), (1, 3), 2) == ()
+    assert next_elr((1, 3), (), (1,), 2) == (3,)
+    assert next_elr((1, 2, 3), (), (1,), 2) == (2, 3)  # seed 5014: both at once
+    assert next_elr((1,), (2, 3), (1, 3), 2) == ()  # back at the bound: the HW moves again
+    assert next_elr((1,), (2, 3), (1,), 3) == (2, 3)
+    assert next_elr((1, 2), (3,), (1,), 3) == (3, 2)
+    assert next_elr((1,), (2, 3), (1, 2), 3) == (3,)  # 2 rejoined the ISR
+
+
+def test_an_eligible_replica_leads_when_no_isr_member_is_left() -> None:
+    state = LeaderAndIsr(1, 4, (1,), elr=(3, 2))
+    # The ISR's last member died: the first live eligible replica in assignment order.
+    assert elect_offline(state, ASSIGNMENT, live={2, 3}) == LeaderAndIsr(2, 5, (2,), (3,))
+    assert elect_offline(state, ASSIGNMENT, live={3}) == LeaderAndIsr(3, 5, (3,), (2,))
+    # A live ISR member still wins.
+    assert elect_offline(state, ASSIGNMENT, live={1, 2}) == LeaderAndIsr(1, 5, (1,), (3, 2))
+    # None eligible alive: offline, the eligible kept.
+    assert elect_offline(state, ASSIGNMENT, live=set()) == LeaderAndIsr(NO_LEADER, 5, (1,), (3, 2))
+    # Unclean elections do not need them and clear them.
+    unclean = elect_offline(LeaderAndIsr(1, 4, (1,)), ASSIGNMENT, live={3}, unclean=True)
+    assert unclean == LeaderAndIsr(3, 5, (3,), ())

@@ -23,6 +23,7 @@ from pathlib import Path
 from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import (
+    FAULTS,
     TrialConfig,
     TrialResult,
     aggregate,
@@ -42,7 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-idempotence", dest="idempotence", action="store_false")
     parser.add_argument("--duration", type=float, default=10.0, help="workload seconds per trial")
     parser.add_argument("--out", type=Path, help="append one JSON record per trial here")
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)})",
+    )
     args = parser.parse_args(argv)
+    args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    if not args.faults or set(args.faults) - set(FAULTS):
+        parser.error(f"--faults: choose among {', '.join(FAULTS)}")
 
     results: list[TrialResult] = []
     interrupt_on_signals(
@@ -66,6 +75,7 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 acks=args.acks,
                 idempotence=args.idempotence,
                 duration=args.duration,
+                faults=args.faults,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
             result = run_trial(zookeeper, config)

@@ -515,3 +515,50 @@ def test_a_leader_back_from_a_power_loss_before_anyone_noticed_does_not_lead_on_
     cluster.wait_fully_replicated("quick")
     assert [v for _, v in read(cluster, "quick")] == acked + more
     replicas_converge(cluster, "quick", cluster.ids)
+
+
+# --- KIP-966: the sole in-sync replica loses power ------------------------------------------------
+
+
+@pytest.mark.fault_cluster(
+    properties={"replica.lag.time.max.ms": "1500", "replica.socket.timeout.ms": "30000"}
+)
+def test_kip966_an_eligible_replica_leads_when_the_sole_isr_member_loses_power(
+    fault_cluster: FaultCluster,
+) -> None:
+    """Seed 5014's window. RF 3, min ISR 2, 100 records acknowledged by all three. The leader is
+    cut off from its followers until the ISR shrinks to it alone (from then on acks=all writes
+    are refused: the high watermark stops), then it loses power and comes back with an empty
+    log. Both followers hold every acknowledged record: they left the ISR while it was below
+    min ISR, so they are eligible leader replicas, and one of them leads instead of nobody (or
+    of the emptied leader). Nothing acknowledged is lost. (As in the trial, the followers' fetches
+    are black-holed, and they wait ``replica.socket.timeout.ms`` before asking again -- long
+    here, so the window stays open -- while an acks=1 write moves the leader on without them.)"""
+    cluster = fault_cluster
+    create(cluster, "elr", config={"min.insync.replicas": "2"})
+    leader = wait_leader(cluster, "elr", cluster.ids)
+    followers = [b for b in cluster.ids if b != leader]
+    p = producer(cluster)
+    acked = [b"v%03d" % i for i in range(100)]
+    assert send(p, "elr", acked) == list(range(100))
+    cluster.apply("isolate", leader)  # the followers' fetches vanish
+    cluster.cluster.wait_for(
+        lambda: cluster.listener[leader].starved() >= 2, "both followers' fetches black-holed"
+    )
+    cluster.undo("isolate", leader)
+    unsafe = producer(cluster, acks="1", **{"enable.idempotence": False})
+    assert send(unsafe, "elr", [b"acks=1"]) == [100]  # the followers do not fetch it
+    cluster.cluster.wait_for(
+        lambda: list(state(cluster, "elr", via=followers[0]).isr_nodes) == [leader],
+        "the ISR shrunk to the leader alone",
+        DEADLINE_S,
+    )
+    cluster.apply("lose_unflushed", leader)
+    new = wait_leader(cluster, "elr", followers)
+    more = [b"w%03d" % i for i in range(50)]
+    assert send(p, "elr", more) == list(range(100, 150))  # the acks=1 record was lost
+    cluster.undo("lose_unflushed", leader)
+    cluster.wait_fully_replicated("elr")
+    assert [v for _, v in read(cluster, "elr")] == acked + more
+    assert new in followers
+    replicas_converge(cluster, "elr", cluster.ids)

@@ -194,6 +194,17 @@ def test_partition_state_v1() -> None:
     offline = PartitionState(PartitionState.NO_LEADER, 5, (3,), 2, leader_recovery_state=1)
     assert json.loads(offline.encode())["leader_recovery_state"] == 1
     assert PartitionState.decode(offline.encode()).leader_recovery_state == 1
+    # KIP-966's eligible leader replicas: written only when there are some (Kafka's own
+    # brokers read the fields they know); the state without them encodes exactly as Kafka's.
+    eligible = PartitionState(1, 4, (1,), 2, eligible_leader_replicas=(3, 2))
+    assert json.loads(eligible.encode())["eligible_leader_replicas"] == [3, 2]
+    assert PartitionState.decode(eligible.encode()).eligible_leader_replicas == (3, 2)
+    assert "eligible" not in PartitionState(1, 4, (1,), 2).encode().decode()
+    with pytest.raises(ZkDataError, match="eligible_leader_replicas"):
+        PartitionState.decode(
+            b'{"version":1,"leader":1,"leader_epoch":0,"controller_epoch":1,"isr":[1],'
+            b'"eligible_leader_replicas":"x"}'
+        )
     with pytest.raises(ZkDataError, match="missing field 'isr'"):
         PartitionState.decode(b'{"version":1,"leader":1,"leader_epoch":0,"controller_epoch":1}')
     with pytest.raises(ZkDataError, match="unsupported version 2"):

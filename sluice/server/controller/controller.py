@@ -228,7 +228,9 @@ Decide = Callable[[TopicPartition, PartitionState], Awaitable[LeaderAndIsr | Non
 
 
 def _leader_and_isr(state: PartitionState) -> LeaderAndIsr:
-    return LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr))
+    return LeaderAndIsr(
+        state.leader, state.leader_epoch, tuple(state.isr), tuple(state.eligible_leader_replicas)
+    )
 
 
 class Controller:
@@ -630,6 +632,7 @@ class Controller:
                     isr=tuple(new.isr),
                     controller_epoch=fence.epoch,
                     zk_version=state.zk_version,
+                    eligible_leader_replicas=tuple(new.elr),
                 )
             pending = []
             for topic, states_of_topic in sorted(proposals.items()):
@@ -722,24 +725,34 @@ class Controller:
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             replicas = assignments[tp.topic].replicas(tp.partition)
             current = _leader_and_isr(state)
-            live = candidates
+            stale = self._registered_since(state, state.eligible_leader_replicas)
+            if stale:
+                # Eligible replicas that registered again may have lost unflushed writes: no
+                # longer eligible (they rejoin the ISR by catching up).
+                current = current._replace(elr=tuple(r for r in current.elr if r not in stale))
             if self._leader_registered_since(state):
                 # Its leader bounced after this state was written (KIP-380, also when this
                 # controller took over after the bounce and never saw the old epoch): treat it
-                # as gone -- another in-sync replica leads, and it leaves the ISR; alone in
-                # it, it leads again at a new epoch (what it kept is all there is).
+                # as gone -- another in-sync replica leads, and it leaves the ISR; none, an
+                # eligible replica (KIP-966: the bounce may have been a power loss); alone in
+                # it and none eligible, it leads again at a new epoch (what it kept is all
+                # there is).
                 others = candidates - {state.leader}
-                if any(r in others for r in state.isr):
-                    live = others
-                return elect_offline(current, replicas, live)
+                elected = elect_offline(current, replicas, others)
+                if elected is not None and elected.leader != NO_LEADER:
+                    return elected
+                return elect_offline(current, replicas, candidates)
             if state.leader not in registered:
                 allow = False
-                if not any(r in candidates for r in state.isr):
+                if not any(r in candidates for r in (*state.isr, *current.elr)):
                     if tp.topic not in unclean:
                         unclean[tp.topic] = await self._unclean_allowed(tp.topic)
                     allow = unclean[tp.topic]
                 return elect_offline(current, replicas, candidates, unclean=allow)
-            return remove_replicas(current, [r for r in current.isr if r not in registered])
+            removed = remove_replicas(current, [r for r in current.isr if r not in registered])
+            if removed is None and stale:
+                return current  # only the eligible replicas changed: same leader and epoch
+            return removed
 
         needs = [
             tp
@@ -749,6 +762,7 @@ class Controller:
                 s.leader not in registered
                 or any(r not in registered for r in s.isr)
                 or self._leader_registered_since(s)
+                or self._registered_since(s, s.eligible_leader_replicas)
             )
         ]
         if needs:
@@ -757,8 +771,12 @@ class Controller:
     def _leader_registered_since(self, state: PartitionState) -> bool:
         """The state's leader registered (its broker epoch, a czxid) after the state was
         written (its mzxid): the leadership was given to an earlier incarnation."""
-        epoch = self._live.get(state.leader)
-        return epoch is not None and 0 <= state.mzxid < epoch
+        return bool(self._registered_since(state, (state.leader,)))
+
+    def _registered_since(self, state: PartitionState, brokers: Iterable[int]) -> set[int]:
+        """Those of ``brokers`` registered after ``state`` was written (see above)."""
+        live = self._live
+        return {b for b in brokers if 0 <= state.mzxid < live.get(b, -1)}
 
     # --- handlers -----------------------------------------------------------------------------
 

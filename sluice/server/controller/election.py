@@ -4,7 +4,8 @@ Kafka's ``PartitionLeaderElectionAlgorithms`` and the ISR adjustments of its par
 replica state machines (ZooKeeper mode, 2.6), as pure functions of a partition's state:
 
 * **offline** (the leader died, or the partition has none): the first replica in *assignment
-  order* that is alive and in the ISR. Only if ``unclean.leader.election.enable`` is on may an
+  order* that is alive and in the ISR; none: the first live *eligible leader replica* (KIP-966,
+  below), which becomes the ISR alone. Only if ``unclean.leader.election.enable`` is on may an
   out-of-sync live replica be chosen (it may lack acknowledged records: Kafka's documented
   trade). New ISR = old ISR minus the dead; after an unclean election, just the new leader.
   No eligible replica: no leader (-1), ISR unchanged -- never silently an out-of-sync one.
@@ -17,6 +18,18 @@ replica state machines (ZooKeeper mode, 2.6), as pure functions of a partition's
 
 Every result that changes leader or ISR bumps the leader epoch by one (Kafka's
 ``LeaderAndIsr.newLeaderAndIsr``): followers truncate by epoch, clients drop older metadata.
+
+**Eligible leader replicas** (ELR, KIP-966, :func:`next_elr`). With a strict
+``min.insync.replicas`` the high watermark does not move while the ISR is smaller than it, so a
+replica that leaves the ISR at such a time keeps every record below the high watermark -- every
+record acknowledged with acks=all -- for as long as the ISR stays small. Such replicas are kept
+in the state as eligible: when the ISR's last member is gone (or back from a power loss with
+less: a broker that registered after the state was written is not trusted to lead on it while
+an eligible replica is alive), one of them leads instead, so nothing acknowledged is lost. Once
+the ISR reaches ``min.insync.replicas`` again the high watermark moves past them and the list is
+emptied. A broker that registers again leaves every list it is in (it may have lost unflushed
+writes; Kafka 4 drops a broker with an unclean shutdown the same way), and rejoins the ISR by
+catching up.
 """
 
 from __future__ import annotations
@@ -34,10 +47,30 @@ class LeaderAndIsr(NamedTuple):
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
+    #: KIP-966's eligible leader replicas (module docstring); never an ISR member.
+    elr: tuple[int, ...] = ()
 
-    def next(self, leader: int, isr: Sequence[int]) -> LeaderAndIsr:
-        """The state after a change: ``leader`` and ``isr`` at the next leader epoch."""
-        return LeaderAndIsr(leader, self.leader_epoch + 1, tuple(isr))
+    def next(
+        self, leader: int, isr: Sequence[int], elr: Sequence[int] | None = None
+    ) -> LeaderAndIsr:
+        """The state after a change: ``leader`` and ``isr`` at the next leader epoch; the
+        eligible replicas kept (minus the new ISR) unless given."""
+        kept = self.elr if elr is None else elr
+        return LeaderAndIsr(
+            leader, self.leader_epoch + 1, tuple(isr), tuple(r for r in kept if r not in isr)
+        )
+
+
+def next_elr(
+    old_isr: Sequence[int], old_elr: Sequence[int], new_isr: Sequence[int], min_isr: int
+) -> tuple[int, ...]:
+    """The eligible leader replicas after the ISR changes from ``old_isr`` to ``new_isr``
+    (KIP-966): while the new ISR is below ``min_isr``, the replicas that left it join the
+    eligible ones; once it is not, there are none (the high watermark may move past them)."""
+    if len(new_isr) >= min_isr:
+        return ()
+    joined = [r for r in old_isr if r not in new_isr and r not in old_elr]
+    return tuple(r for r in (*old_elr, *joined) if r not in new_isr)
 
 
 def elect_offline(
@@ -56,10 +89,13 @@ def elect_offline(
     leader = next((r for r in assignment if r in live and r in state.isr), None)
     if leader is not None:
         return state.next(leader, live_isr)
+    leader = next((r for r in assignment if r in live and r in state.elr), None)
+    if leader is not None:  # KIP-966: it holds every record below the high watermark
+        return state.next(leader, [leader])
     if unclean:
         leader = next((r for r in assignment if r in live), None)
         if leader is not None:
-            return state.next(leader, [leader])
+            return state.next(leader, [leader], elr=())
     if state.leader == NO_LEADER:
         return None
     return state.next(NO_LEADER, state.isr)

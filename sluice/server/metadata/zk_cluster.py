@@ -839,15 +839,33 @@ class ClusterMember:
     # --- the leader's ISR writes -------------------------------------------------------------
 
     async def _write_isr(self, update: IsrUpdate) -> int | None:
+        """Store a leader's ISR change (conditional on the partition epoch it was computed
+        over), with the eligible leader replicas it implies (KIP-966,
+        :func:`~sluice.server.controller.election.next_elr`): computed from the state held,
+        which the write's condition guarantees is the one it replaces."""
+        from sluice.server.controller.election import next_elr
         from sluice.server.zk.data import PartitionState
 
         assert self.kzk is not None
+        held = self.replicas.get_partition(update.topic, update.partition)
+        known = self.cache.state(update.topic, update.partition)
+        elr: tuple[int, ...] = ()
+        if held is not None and known is not None and known.zk_version == update.partition_epoch:
+            # The bound below which the high watermark stops (Partition's rule, capped at the
+            # replication factor): eligible replicas are safe exactly while it cannot move.
+            elr = next_elr(
+                held.isr,
+                known.eligible_leader_replicas,
+                update.isr,
+                min(held.min_insync_replicas, len(held.replicas)),
+            )
         state = PartitionState(
             leader=update.leader,
             leader_epoch=update.leader_epoch,
             isr=update.isr,
             controller_epoch=update.controller_epoch,
             zk_version=update.partition_epoch,
+            eligible_leader_replicas=elr,
         )
         ok, version = await self.kzk.update_leader_and_isr(
             TopicPartition(update.topic, update.partition), state
@@ -863,6 +881,7 @@ class ClusterMember:
                 topic=update.topic,
                 partition=update.partition,
                 isr=list(update.isr),
+                eligible_leader_replicas=list(elr),
                 partition_epoch=version,
             )
             return version

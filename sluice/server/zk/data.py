@@ -491,6 +491,12 @@ class PartitionState:
     #: does not lead on it and the controller elects again (see ``ClusterMember._apply``,
     #: ``Controller._reconcile``). Not part of the JSON.
     mzxid: int = field(default=-1, compare=False)
+    #: KIP-966's eligible leader replicas: replicas out of the ISR that still hold every record
+    #: below the high watermark (they left it while it was below ``min.insync.replicas``, when
+    #: the high watermark cannot move); the controller elects one when no ISR member is left.
+    #: A Sluice addition to the JSON (``eligible_leader_replicas``, written only when not
+    #: empty): Kafka's ZooKeeper-mode brokers read the fields they know and ignore it.
+    eligible_leader_replicas: tuple[int, ...] = ()
 
     NO_LEADER = -1
 
@@ -504,6 +510,8 @@ class PartitionState:
         }
         if self.leader_recovery_state != 0:
             obj["leader_recovery_state"] = self.leader_recovery_state
+        if self.eligible_leader_replicas:
+            obj["eligible_leader_replicas"] = list(self.eligible_leader_replicas)
         return _dumps(obj)
 
     @classmethod
@@ -524,6 +532,9 @@ class PartitionState:
             controller_epoch=_int(obj, "controller_epoch", what),
             zk_version=zk_version,
             leader_recovery_state=recovery,
+            eligible_leader_replicas=_int_list(
+                obj.get("eligible_leader_replicas", []), "eligible_leader_replicas", what
+            ),
         )
 
     def same_data(self, other: PartitionState) -> bool:

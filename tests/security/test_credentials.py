@@ -237,3 +237,31 @@ async def test_concurrent_alters_of_one_user_lose_nothing(zk_clients: list[ZkCli
     finally:
         for store in stores:
             await store.close()
+
+
+def test_plain_check_of_an_unknown_user_costs_a_known_users_pbkdf2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a security review: an unknown user's PLAIN login answered at once while a known
+    user's cost a PBKDF2, so the answer's timing told which users exist. Both now derive once,
+    with the same hash and iterations."""
+    from sluice.server.security import scram
+
+    store = FileCredentialStore(tmp_path / "users.json")
+    store.alter_sync("alice", {SHA512: credential_from_password(SHA512, "secret")})
+    derived: list[tuple[str, int]] = []
+    real = scram.salted_password
+
+    def recording(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+        derived.append((mechanism, iterations))
+        return real(mechanism, password, salt, iterations)
+
+    monkeypatch.setattr(scram, "salted_password", recording)
+    assert not store.verify_plain("alice", "wrong")
+    known = list(derived)
+    derived.clear()
+    assert not store.verify_plain("mallory", "wrong")
+    assert not store.verify_plain("mallory", "secret")
+    assert not store.verify_plain("", "secret")
+    assert known == [(SHA512, 4096)]
+    assert derived == known * 3

@@ -427,7 +427,7 @@ BROKER_CONFIG = (
     .define("sasl.jaas.config", PASSWORD, None, string, MEDIUM, "the inter-broker client's login (set it as listener.name.<l>.<mechanism>.sasl.jaas.config): ... required username=\"broker\" password=\"...\";")  # noqa: E501
     .define("sasl.server.max.receive.size", INT, 524288, int_in(1), LOW, "largest frame accepted before a SASL login completes; a bigger one closes the connection")  # noqa: E501
     .define("connections.max.reauth.ms", LONG, 0, int_in(0), MEDIUM, "a SASL session's lifetime: clients re-authenticate on the connection before it ends, others are disconnected (0: sessions never end)")  # noqa: E501
-    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a connection whose login failed waits before it is closed")  # noqa: E501
+    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a failed login's answer and the close of its connection wait")  # noqa: E501
     .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)

@@ -606,7 +606,7 @@ DECLARED = {
     ),
     "connection.failed.authentication.delay.ms": (
         "100",
-        "how long a connection whose login failed waits before it is closed",
+        "how long a failed login's answer and the close of its connection wait",
     ),
     "sluice.security.credentials.file": (
         None,

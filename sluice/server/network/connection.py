@@ -44,12 +44,15 @@ listeners asyncio completes the handshake before :meth:`connection_made` (a plai
 TLS port never reaches this object), and the client certificate gives the principal. On SASL
 listeners every frame goes to the connection's ``SaslServerAuthenticator`` until the login
 completes (the frame reader's limit meanwhile is ``sasl.server.max.receive.size``): it answers
-ApiVersions, SaslHandshake and SaslAuthenticate and fails anything else; a failed login is
-answered, then reading stops and the connection closes after
-``connection.failed.authentication.delay.ms``. PLAIN's PBKDF2 check (milliseconds) runs in the
-default executor, off the event loop. Once logged in, the principal goes into the worker's
-``RequestContext``; with ``connections.max.reauth.ms`` a request after the session's end closes
-the connection, and a SaslHandshake starts KIP-368 re-authentication on the same connection.
+ApiVersions, SaslHandshake and SaslAuthenticate and fails anything else. Until then reading
+pauses while a login step is pending (Kafka reads one receive at a time before
+authentication), so a client not logged in holds at most one frame and one read. A failed
+login stops reading; its answer and the close wait ``connection.failed.authentication.delay.ms``
+(Kafka delays both; only that connection's worker waits). PLAIN's PBKDF2 check (milliseconds)
+runs in the default executor, off the event loop. Once logged in, the principal goes into the
+worker's ``RequestContext``; with ``connections.max.reauth.ms`` a request after the session's
+end closes the connection, and a SaslHandshake starts KIP-368 re-authentication on the same
+connection.
 Zero-copy is impossible over TLS (the kernel does not encrypt): Fetch takes the copy path there.
 
 Measurements behind this design, and the alternatives measured and rejected: ``bench/NOTES.md``.
@@ -292,6 +295,16 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    @property
+    def authenticating(self) -> bool:
+        """A SASL login (or KIP-368 re-authentication) is under way on this connection."""
+        return self._auth is not None and self._auth.authenticating
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet handled: queued frames and a partial one."""
+        return sum(len(frame) for frame in self._frames) + self._reader.buffered
+
     # --- internals -------------------------------------------------------------------------------
 
     def _update_reading(self) -> None:
@@ -299,6 +312,12 @@ class Connection(asyncio.Protocol):
         if transport is None or self._closing:
             return
         full = len(self._frames) >= self._max_queued or self._writing_paused
+        auth = self._auth
+        if auth is not None and auth.authenticating and (self._frames or self._busy):
+            # Kafka reads one receive at a time until the login completes: while a login
+            # step is pending nothing more is read, so a client not logged in holds at most
+            # one frame of sasl.server.max.receive.size and one read.
+            full = True
         if full and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
@@ -334,12 +353,14 @@ class Connection(asyncio.Protocol):
                     self._frame_ready.clear()
                     await self._frame_ready.wait()
                 frame = self._frames.popleft()
-                self._update_reading()
                 self._busy = True
+                self._update_reading()
                 try:
                     keep_going = await self._process(frame)
                 finally:
                     self._busy = False
+                if self._auth is not None:
+                    self._update_reading()  # a login step done: read the next frame
                 if not keep_going:
                     return
         except asyncio.CancelledError:
@@ -438,19 +459,27 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return False
-        if step.send:
-            transport.writelines(step.send)
         if step.close:
             self._closing = True
+            if not self._reading_paused:
+                transport.pause_reading()
+                self._reading_paused = True
             if step.failed is not None:
                 self._metrics.inc("connections.failed_authentication")
-                if transport is not None and not self._reading_paused:
-                    transport.pause_reading()
-                    self._reading_paused = True
                 delay_ms = self._listener.failed_authentication_delay_ms
-                if delay_ms > 0:  # Kafka delays the close: a password guesser gets less done
+                if delay_ms > 0:
+                    # Kafka delays the answer and the close (the Selector's
+                    # DelayedAuthenticationFailureClose): a password guesser learns the outcome
+                    # no sooner. Only this connection's worker waits.
                     await asyncio.sleep(delay_ms / 1000)
+                    transport = self._transport
+                    if transport is None:  # the client gave up meanwhile
+                        return False
+            if step.send:
+                transport.writelines(step.send)
             return False
+        if step.send:
+            transport.writelines(step.send)
         if step.authenticated:
             assert auth.principal is not None
             self._reader.max_frame_size = self._max_frame_size

@@ -358,6 +358,7 @@ BROKER_CONFIG = (
     .define("socket.send.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_SNDBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
     .define("socket.receive.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_RCVBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
     .define("queued.max.requests", INT, 500, int_in(1), HIGH, "per connection: unanswered requests before the broker stops reading from it")  # noqa: E501
+    .define("connections.max.idle.ms", LONG, 600000, int_in(-1), MEDIUM, "close client connections idle (nothing read or written, no request being handled) this long (-1: never)")  # noqa: E501
     .define("sluice.connection.max.unsent.bytes", INT, 4194304, int_in(1), MEDIUM, "per connection: bytes buffered for a slow reader; above it sending and reading wait")  # noqa: E501
     .define("fetch.max.bytes", INT, 57671680, int_in(1024), MEDIUM, "largest Fetch response; a request asking more gets this (its first batch may exceed it)")  # noqa: E501
     .define("sluice.fetch.zero.copy", BOOLEAN, True, boolean, LOW, "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)")  # noqa: E501
@@ -504,6 +505,7 @@ class Config:
     socket_receive_buffer_bytes: int = _setting("socket.receive.buffer.bytes")
     queued_max_requests: int = _setting("queued.max.requests")
     max_unsent_bytes: int = _setting("sluice.connection.max.unsent.bytes")
+    connections_max_idle_ms: int = _setting("connections.max.idle.ms")
     fetch_max_bytes: int = _setting("fetch.max.bytes")
     fetch_zero_copy: bool = _setting("sluice.fetch.zero.copy")
     shutdown_timeout_ms: int = _setting("sluice.shutdown.timeout.ms")

@@ -107,6 +107,7 @@ class Server:
         self._force_exit = False
         self._stopped = False
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._idle_task: asyncio.Task[None] | None = None
         #: Cluster mode: the ZooKeeper ACL and credential stores (closed before the session).
         self._security_stores: list[ZkAclStore | ZkCredentialStore] = []
         self.host = config.listener.host
@@ -195,6 +196,10 @@ class Server:
                 )
         if config.cluster_mode:
             await self._join_cluster(replicas, self.handlers)
+        if config.connections_max_idle_ms >= 0:
+            self._idle_task = loop.create_task(
+                self._close_idle_connections(config.connections_max_idle_ms / 1000)
+            )
         log.info(
             "listening",
             host=self.host,
@@ -213,6 +218,19 @@ class Server:
         endpoint = MetricsEndpoint(listener, self)
         endpoint.start()
         self.metrics_endpoint = endpoint
+
+    async def _close_idle_connections(self, max_idle: float) -> None:
+        """``connections.max.idle.ms``: close connections idle that long (Kafka's
+        ``IdleExpiryManager``), checked every tenth of it (at most every second), so one is
+        closed between ``max_idle`` and ``max_idle`` plus a tenth (or a second)."""
+        from time import monotonic
+
+        interval = min(1.0, max(0.01, max_idle / 10))
+        while True:
+            await asyncio.sleep(interval)
+            now = monotonic()
+            for conn in [c for c in self._connections if c.idle_for(now) >= max_idle]:
+                conn.close_idle()
 
     @property
     def connections(self) -> set[Connection]:
@@ -544,6 +562,8 @@ class Server:
         # 1. stop accepting (and serving scrapes: they read state that is about to close).
         for server in self._servers:
             server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         # 2. stop reading new requests; wake long-polls so they answer with what they have.

@@ -398,6 +398,11 @@ DECLARED = {
         "500",
         "per connection: unanswered requests before the broker stops reading from it",
     ),
+    "connections.max.idle.ms": (
+        "600000",
+        "close client connections idle (nothing read or written, no request being handled) "
+        "this long (-1: never)",
+    ),
     "fetch.max.bytes": (
         "57671680",
         "largest Fetch response; a request asking more gets this (its first batch may exceed it)",

@@ -29,7 +29,8 @@ Limits (:mod:`sluice.server.network.quotas`). A connection over ``max.connection
 ``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
 open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
 worker waits that long before taking the next request (Kafka mutes the channel the same way);
-frames keep queuing meanwhile, up to ``queued.max.requests``.
+frames keep queuing meanwhile, up to ``queued.max.requests``. A connection with nothing read or
+written for ``connections.max.idle.ms`` and no request in hand is closed (``Server`` checks).
 
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
 partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
@@ -160,6 +161,7 @@ class Connection(asyncio.Protocol):
         self._connection_quotas = connection_quotas
         self._request_quota = request_quota
         self._quota_ip: str | None = None  # the address counted by connection_quotas
+        self._last_active = monotonic()  # the last read or write (connections.max.idle.ms)
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
@@ -238,6 +240,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._last_active = monotonic()
         try:
             self._reader.feed(data)
             while (frame := self._reader.next_frame()) is not None:
@@ -294,6 +297,25 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last byte read or written; 0 while a request is handled or
+        queued (a long-polling Fetch is not idle)."""
+        if self._busy or self._frames:
+            return 0.0
+        return now - self._last_active
+
+    def close_idle(self) -> None:
+        """Close for ``connections.max.idle.ms`` (Kafka's Selector closes idle channels)."""
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        log.info("closing connection", reason="idle", peer=self._peer,
+                 idle_s=round(monotonic() - self._last_active, 3))  # fmt: skip
+        self._metrics.inc("connections.closed.idle")
+        self._closing = True
+        self._frame_ready.set()
+        transport.close()
 
     @property
     def authenticating(self) -> bool:
@@ -480,6 +502,7 @@ class Connection(asyncio.Protocol):
             return False
         if step.send:
             transport.writelines(step.send)
+            self._last_active = monotonic()
         if step.authenticated:
             assert auth.principal is not None
             self._reader.max_frame_size = self._max_frame_size
@@ -518,6 +541,7 @@ class Connection(asyncio.Protocol):
         transport = await self._writable_transport()
         if transport is None:
             return
+        self._last_active = monotonic()
         pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
             if isinstance(part, _BYTES_LIKE):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sluice.protocol import messages
@@ -50,7 +50,7 @@ class ClientSecurity:
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
     sasl_username: str = ""
-    sasl_password: str = ""
+    sasl_password: str = field(default="", repr=False)  # never in a repr, log or traceback
     server_hostname: str | None = None
     #: KIP-368: log in again before the broker's session ends (False: behave like an older
     #: client, which the broker disconnects at the session's end).

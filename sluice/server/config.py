@@ -569,7 +569,8 @@ class Config:
     )
     credentials_file: str | None = _setting("sluice.security.credentials.file")
     #: every key explicitly given (file + overrides), as text; log.* keys are read from here.
-    properties: Mapping[str, str] = field(default_factory=dict)
+    #: Not in the repr: it may hold passwords (``ssl.key.password``, ``sasl.jaas.config``).
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).
     ignored_keys: tuple[str, ...] = ()
     #: ``SLUICE_`` environment variables that name no broker key (the entrypoint warns).

@@ -87,6 +87,7 @@ from sluice.server.network.request import (
     REQUEST_CONTEXT,
     RequestContext,
     RequestHandler,
+    java_host_address,
 )
 
 if TYPE_CHECKING:
@@ -361,7 +362,8 @@ class Connection(asyncio.Protocol):
     async def _run(self) -> None:
         # The worker task's own context: handlers of this connection's requests see its peer.
         peer = self._peer
-        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        # Kafka's InetAddress.toString ("/127.0.0.1", "/0:0:0:0:0:0:0:1"): ACL hosts match it
+        host = f"/{java_host_address(peer[0])}" if isinstance(peer, tuple) and peer else ""
         REQUEST_CONTEXT.set(
             RequestContext(
                 client_host=host, principal=self._principal, listener_name=self._listener.name

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -84,6 +84,24 @@ class ClientSecurity:
             raise ValueError("SASL needs sasl.username and sasl.password (or sasl.jaas.config)")
         return cls(context, mechanism, username, password)
 
+    def sasl_tokens(self) -> Generator[bytes, bytes, None]:
+        """The client's side of the SASL exchange, I/O-free: yields each token to send in a
+        SaslAuthenticate request and takes the broker's answer back (``send``); raises
+        ``scramp``'s error when the broker's SCRAM signature is wrong. Driven by
+        :func:`authenticate` here and by blocking clients (the Spark pipeline's)."""
+        mechanism = self.sasl_mechanism
+        assert mechanism is not None
+        if mechanism == "PLAIN":
+            yield f"\0{self.sasl_username}\0{self.sasl_password}".encode()
+            return
+        import scramp
+
+        client = scramp.ScramClient([mechanism], self.sasl_username, self.sasl_password)
+        server_first = yield client.get_client_first().encode()
+        client.set_server_first(server_first.decode())
+        server_final = yield client.get_client_final().encode()
+        client.set_server_final(server_final.decode())  # checks the broker's signature
+
 
 def parse_jaas_login(text: str) -> tuple[str, str]:
     """``username`` and ``password`` of a JAAS line as Kafka writes it:
@@ -130,17 +148,14 @@ async def authenticate(conn: Connection, security: ClientSecurity) -> int:
         raise for_code(handshake.error_code)(
             f"SASL mechanism {mechanism} refused by {conn} (it offers: {offered})"
         )
-    if mechanism == "PLAIN":
-        login = f"\0{security.sasl_username}\0{security.sasl_password}".encode()
-        return (await _sasl_round(conn, login))[1]
-    import scramp
-
-    client = scramp.ScramClient([mechanism], security.sasl_username, security.sasl_password)
-    server_first, _ = await _sasl_round(conn, client.get_client_first().encode())
-    client.set_server_first(server_first.decode())
-    server_final, lifetime = await _sasl_round(conn, client.get_client_final().encode())
-    client.set_server_final(server_final.decode())  # checks the broker's signature
-    return lifetime
+    tokens = security.sasl_tokens()
+    token = next(tokens)
+    while True:
+        answer, lifetime = await _sasl_round(conn, token)
+        try:
+            token = tokens.send(answer)
+        except StopIteration:
+            return lifetime
 
 
 async def _sasl_round(conn: Connection, token: bytes) -> tuple[bytes, int]:

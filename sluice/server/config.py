@@ -259,6 +259,17 @@ def _endpoint_identification(text: str) -> str:
     return value
 
 
+def _pem_store(text: str) -> str:
+    """``zookeeper.ssl.*store.type``: the ZooKeeper link (kazoo, Python's ssl) reads PEM."""
+    value = text.strip().upper()
+    if value != "PEM":
+        raise ValueError(
+            "the ZooKeeper link reads PEM files only (convert a JKS or PKCS12 store with keytool "
+            "-importkeystore and openssl pkcs12)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class MetricsListener:
     """Where the Prometheus endpoint serves: ``http://host:port[/path]`` (path ``/metrics``)."""
@@ -388,6 +399,14 @@ BROKER_CONFIG = (
     .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
     .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
     .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
+    .define("zookeeper.ssl.client.enable", BOOLEAN, False, boolean, MEDIUM, "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys")  # noqa: E501
+    .define("zookeeper.ssl.keystore.location", STRING, None, string, MEDIUM, "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)")  # noqa: E501
+    .define("zookeeper.ssl.keystore.password", PASSWORD, None, string, MEDIUM, "the password of the keystore's private key")  # noqa: E501
+    .define("zookeeper.ssl.keystore.type", STRING, None, _pem_store, MEDIUM, "PEM (unset: PEM)")
+    .define("zookeeper.ssl.truststore.location", STRING, None, string, MEDIUM, "the CA certificates ZooKeeper's certificate must chain to (PEM; unset: the system's)")  # noqa: E501
+    .define("zookeeper.ssl.truststore.password", PASSWORD, None, string, MEDIUM, "not needed for a PEM truststore (accepted)")  # noqa: E501
+    .define("zookeeper.ssl.truststore.type", STRING, None, _pem_store, MEDIUM, "PEM (unset: PEM)")
+    .define("zookeeper.ssl.endpoint.identification.algorithm", STRING, "HTTPS", _endpoint_identification, LOW, "HTTPS: check ZooKeeper's host name against its certificate; empty: not")  # noqa: E501
     .define("replica.lag.time.max.ms", LONG, 30000, int_in(1), HIGH, "a follower not caught up for this long leaves the ISR")  # noqa: E501
     .define("replica.fetch.wait.max.ms", INT, 500, int_in(0), MEDIUM, "how long a follower's fetch waits at the leader for new data")  # noqa: E501
     .define("replica.fetch.min.bytes", INT, 1, int_in(1), MEDIUM, "bytes a follower's fetch waits for")  # noqa: E501
@@ -532,6 +551,16 @@ class Config:
     zookeeper_connect: str | None = _setting("zookeeper.connect")
     zookeeper_session_timeout_ms: int = _setting("zookeeper.session.timeout.ms")
     zookeeper_connection_timeout_ms: int | None = _setting("zookeeper.connection.timeout.ms")
+    zookeeper_ssl_client_enable: bool = _setting("zookeeper.ssl.client.enable")
+    zookeeper_ssl_keystore_location: str | None = _setting("zookeeper.ssl.keystore.location")
+    zookeeper_ssl_keystore_password: str | None = _setting("zookeeper.ssl.keystore.password")
+    zookeeper_ssl_keystore_type: str | None = _setting("zookeeper.ssl.keystore.type")
+    zookeeper_ssl_truststore_location: str | None = _setting("zookeeper.ssl.truststore.location")
+    zookeeper_ssl_truststore_password: str | None = _setting("zookeeper.ssl.truststore.password")
+    zookeeper_ssl_truststore_type: str | None = _setting("zookeeper.ssl.truststore.type")
+    zookeeper_ssl_endpoint_identification_algorithm: str = _setting(
+        "zookeeper.ssl.endpoint.identification.algorithm"
+    )
     replica_lag_time_max_ms: int = _setting("replica.lag.time.max.ms")
     replica_fetch_wait_max_ms: int = _setting("replica.fetch.wait.max.ms")
     replica_fetch_min_bytes: int = _setting("replica.fetch.min.bytes")

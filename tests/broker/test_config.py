@@ -482,6 +482,38 @@ DECLARED = {
         None,
         "how long to wait for a ZooKeeper connection (unset: the session timeout)",
     ),
+    "zookeeper.ssl.client.enable": (
+        "false",
+        "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys",
+    ),
+    "zookeeper.ssl.keystore.location": (
+        None,
+        "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)",
+    ),
+    "zookeeper.ssl.keystore.password": (
+        None,
+        "the password of the keystore's private key",
+    ),
+    "zookeeper.ssl.keystore.type": (
+        None,
+        "PEM (unset: PEM)",
+    ),
+    "zookeeper.ssl.truststore.location": (
+        None,
+        "the CA certificates ZooKeeper's certificate must chain to (PEM; unset: the system's)",
+    ),
+    "zookeeper.ssl.truststore.password": (
+        None,
+        "not needed for a PEM truststore (accepted)",
+    ),
+    "zookeeper.ssl.truststore.type": (
+        None,
+        "PEM (unset: PEM)",
+    ),
+    "zookeeper.ssl.endpoint.identification.algorithm": (
+        "HTTPS",
+        "HTTPS: check ZooKeeper's host name against its certificate; empty: not",
+    ),
     "replica.lag.time.max.ms": ("30000", "a follower not caught up for this long leaves the ISR"),
     "replica.fetch.wait.max.ms": (
         "500",

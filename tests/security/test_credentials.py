@@ -282,8 +282,10 @@ def test_no_repr_shows_a_secret() -> None:
     assert security is not None and security.sasl_password == "pa55word"
     assert "pa55word" not in repr(security) and "alice" in repr(security)
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="pa55word";'
-    config = Config.load(None, [f"sasl.jaas.config={jaas}", "ssl.key.password=pa55word"])
+    config = Config.load(None, [f"sasl.jaas.config={jaas}", "ssl.key.password=pa55word",
+                                "zookeeper.ssl.keystore.password=pa55word"])  # fmt: skip
     assert config.properties["ssl.key.password"] == "pa55word"
+    assert config.zookeeper_ssl_keystore_password == "pa55word"
     assert "pa55word" not in repr(config)
     cred = credential_from_password(SHA512, "secret")
     text = repr(cred)

@@ -15,7 +15,7 @@ server. Every socket operation is bounded by ``timeout``; a Kafka error code bec
 
 Security: ``security`` holds Kafka client properties (``security.protocol``, ``sasl.*``,
 ``ssl.*``, read by ``ClientSecurity.from_properties``): the socket is wrapped in TLS and a SASL
-login (SaslHandshake v1, then SaslAuthenticate with ``ClientSecurity.sasl_tokens``) precedes
+login (``ClientSecurity.login``: SaslHandshake v1, then SaslAuthenticate requests) precedes
 the first request. There is no KIP-368 re-authentication: on a broker with
 ``connections.max.reauth.ms`` a connection older than the session is closed by the broker, and
 the request fails with :class:`WireError`.
@@ -52,7 +52,7 @@ API_CREATE_TOPICS, API_DELETE_RECORDS = messages.CreateTopics.key, messages.Dele
 # Versions this client speaks (all within sluice.protocol.framing.SUPPORTED_VERSIONS).
 PRODUCE_V, FETCH_V, LIST_OFFSETS_V, METADATA_V = 8, 11, 5, 8
 CREATE_TOPICS_V, DELETE_RECORDS_V = 4, 1
-SASL_HANDSHAKE_V, SASL_AUTHENTICATE_V = 1, 1
+SASL_V = 1  # SaslHandshake and SaslAuthenticate, the versions of Kafka's Java client
 _SIZE = struct.Struct(">i")
 _R = TypeVar("_R", bound=ResponseMessage)
 
@@ -146,32 +146,14 @@ class SyncClient:
         raise WireError(f"no bootstrap server reachable ({'; '.join(errors) or bootstrap!r})")
 
     def _login(self, security: ClientSecurity) -> None:
-        """SASL login as Kafka's Java client does it (KIP-152); raises the Kafka error the
-        broker answered (``SaslAuthenticationFailed`` with its message)."""
-        mechanism = security.sasl_mechanism
-        assert mechanism is not None
-        handshake = self.request(
-            messages.SaslHandshake.key,
-            SASL_HANDSHAKE_V,
-            messages.SaslHandshakeRequest(mechanism=mechanism),
-        )
-        if handshake.error_code:
-            offered = ", ".join(handshake.mechanisms or [])
-            raise for_code(handshake.error_code)(
-                f"SASL mechanism {mechanism} refused (the broker offers: {offered})"
-            )
-        tokens = security.sasl_tokens()
-        token = next(tokens)
+        """SASL login (:meth:`ClientSecurity.login`); raises the Kafka error the broker
+        answered (``SaslAuthenticationFailed`` with its message)."""
+        steps = security.login()
+        api_key, body = next(steps)
         while True:
-            answer = self.request(
-                messages.SaslAuthenticate.key,
-                SASL_AUTHENTICATE_V,
-                messages.SaslAuthenticateRequest(auth_bytes=token),
-            )
-            if answer.error_code:
-                raise for_code(answer.error_code)(answer.error_message or "SASL login failed")
+            response = self.request(api_key, SASL_V, body)
             try:
-                token = tokens.send(bytes(answer.auth_bytes))
+                api_key, body = steps.send(response)
             except StopIteration:
                 return
 

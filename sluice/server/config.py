@@ -399,6 +399,7 @@ BROKER_CONFIG = (
     .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
     .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
     .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
+    .define("zookeeper.set.acl", BOOLEAN, False, boolean, MEDIUM, "create znodes readable by anyone but writable only by this broker's ZooKeeper identity (its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)")  # noqa: E501
     .define("zookeeper.ssl.client.enable", BOOLEAN, False, boolean, MEDIUM, "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys")  # noqa: E501
     .define("zookeeper.ssl.keystore.location", STRING, None, string, MEDIUM, "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)")  # noqa: E501
     .define("zookeeper.ssl.keystore.password", PASSWORD, None, string, MEDIUM, "the password of the keystore's private key")  # noqa: E501
@@ -551,6 +552,7 @@ class Config:
     zookeeper_connect: str | None = _setting("zookeeper.connect")
     zookeeper_session_timeout_ms: int = _setting("zookeeper.session.timeout.ms")
     zookeeper_connection_timeout_ms: int | None = _setting("zookeeper.connection.timeout.ms")
+    zookeeper_set_acl: bool = _setting("zookeeper.set.acl")
     zookeeper_ssl_client_enable: bool = _setting("zookeeper.ssl.client.enable")
     zookeeper_ssl_keystore_location: str | None = _setting("zookeeper.ssl.keystore.location")
     zookeeper_ssl_keystore_password: str | None = _setting("zookeeper.ssl.keystore.password")
@@ -710,6 +712,14 @@ class Config:
                 f"invalid value {config.default_replication_factor} for "
                 "default.replication.factor: a standalone broker (no zookeeper.connect) "
                 "supports only 1"
+            )
+        if config.zookeeper_set_acl and not (
+            config.zookeeper_ssl_client_enable and config.zookeeper_ssl_keystore_location
+        ):
+            raise ConfigError(  # Kafka's check (KafkaServer.initZkClient): ACLs need an identity
+                "zookeeper.set.acl is true, but ZooKeeper client TLS configuration identifying "
+                "at least zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location was "
+                "not present (Sluice's ZooKeeper link has no SASL)"
             )
         return config
 

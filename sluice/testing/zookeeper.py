@@ -348,6 +348,8 @@ class ZooKeeperServer:
                 f"ssl.keyStore.location={self.tls_keystore.resolve()}",
                 "ssl.keyStore.type=PEM",
                 "ssl.clientAuth=need",
+                # a client certificate's subject is the session's identity (znode ACLs)
+                "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
             ]
             if self.tls_truststore is not None:
                 tls += [f"ssl.trustStore.location={self.tls_truststore.resolve()}",

@@ -482,6 +482,11 @@ DECLARED = {
         None,
         "how long to wait for a ZooKeeper connection (unset: the session timeout)",
     ),
+    "zookeeper.set.acl": (
+        "false",
+        "create znodes readable by anyone but writable only by this broker's ZooKeeper identity "
+        "(its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)",
+    ),
     "zookeeper.ssl.client.enable": (
         "false",
         "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys",

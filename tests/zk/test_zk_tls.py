@@ -1,10 +1,13 @@
 """The ZooKeeper link over TLS (Kafka's ``zookeeper.ssl.*`` keys), against a real ZooKeeper
 serving its ``secureClientPort`` with client authentication required (``ssl.clientAuth=need``):
 a broker with the keys joins the cluster over TLS; one without a client certificate, or not
-trusting ZooKeeper's certificate, does not get in."""
+trusting ZooKeeper's certificate, does not get in. With ``zookeeper.set.acl`` the znodes it
+creates are Kafka's secure ACLs: writable by its certificate's identity only, readable by
+anyone but the credentials."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +105,52 @@ async def test_zookeeper_must_present_a_certificate_the_truststore_trusts(tls: T
         assert "zookeeper" in await client.get_children("/")
     finally:
         await client.close()
+
+
+async def test_set_acl_makes_the_brokers_znodes_its_own(tls: Tls, tmp_path: Path) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import Permissions
+
+    keys = [k.replace("/tls", "/tls-acl") for k in zookeeper_keys(tls)]
+    server = await start_server(
+        tmp_path, "node.id=9", "controlled.shutdown.enable=false", "zookeeper.set.acl=true", *keys
+    )
+
+    def check() -> None:
+        owner = KazooClient(hosts=tls.zookeeper.secure_hosts, use_ssl=True, ca=str(tls.ca),
+                            certfile=str(tls.client), keyfile=str(tls.client))  # fmt: skip
+        anyone = KazooClient(hosts=tls.zookeeper.hosts)  # plaintext: no identity
+        owner.start(timeout=10)
+        anyone.start(timeout=10)
+        try:
+            registration, _ = owner.get_acls("/tls-acl/brokers/ids/9")
+            users, _ = owner.get_acls("/tls-acl/config/users")
+            assert {(a.id.scheme, a.perms) for a in registration} == {
+                ("x509", Permissions.ALL),
+                ("world", Permissions.READ),
+            }
+            assert [(a.id.scheme, a.perms) for a in users] == [("x509", Permissions.ALL)]
+            assert "CN=broker" in users[0].id.id
+            assert anyone.get("/tls-acl/brokers/ids/9")[0]  # readable by anyone
+            with pytest.raises(NoAuthError):
+                anyone.set("/tls-acl/brokers/ids/9", b"{}")
+            with pytest.raises(NoAuthError):
+                anyone.get_children("/tls-acl/config/users")
+        finally:
+            for client in (owner, anyone):
+                client.stop()
+                client.close()
+
+    try:
+        await asyncio.to_thread(check)
+    finally:
+        await server.shutdown()
+
+
+def test_set_acl_needs_a_zookeeper_identity() -> None:
+    with pytest.raises(ConfigError, match=r"zookeeper\.set\.acl is true"):
+        Config.load(None, ["zookeeper.connect=127.0.0.1:2181", "zookeeper.set.acl=true"])
 
 
 def test_only_pem_stores_are_read() -> None:

@@ -279,6 +279,7 @@ class ClusterMember:
             session_timeout=session,
             connect_timeout=connect / 1000,
             tls=self._zookeeper_tls(),
+            secure_acls=config.zookeeper_set_acl,
         )
         await zk.start()
         self.kzk = kzk = KafkaZkClient(zk)

@@ -226,6 +226,24 @@ class ZkTls:
     check_hostname: bool = True
 
 
+#: Kafka's ``ZkData.SensitiveRootPaths``: credentials and broker configs, not readable by all.
+SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token")
+
+
+def secure_acl(path: str) -> list[Any]:
+    """Kafka's ``ZkData.defaultAcls`` with ``zookeeper.set.acl``: everything for the creator
+    (the session's authenticated identity, here its TLS certificate's subject), read for
+    anyone, except below :data:`SENSITIVE_ROOT_PATHS`; the old consumers' ``/consumers`` stays
+    open."""
+    from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+
+    if path == "/consumers":
+        return list(OPEN_ACL_UNSAFE)
+    if path.startswith(SENSITIVE_ROOT_PATHS):
+        return list(CREATOR_ALL_ACL)
+    return [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
+
+
 def _tls_handler(tls: ZkTls) -> Any:
     """kazoo's threading handler connecting over TLS with ``tls``'s context (built now: a file
     that does not load fails the start). Not kazoo's own ``use_ssl``: it wraps the socket
@@ -277,9 +295,12 @@ class ZkClient:
         request_timeout: float = 30.0,
         close_timeout: float = 10.0,
         tls: ZkTls | None = None,
+        secure_acls: bool = False,
     ) -> None:
         self.connect = connect
         self.tls = tls
+        #: Kafka's ``zookeeper.set.acl``: the znodes this client creates get :func:`secure_acl`.
+        self.secure_acls = secure_acls
         self.hosts, self.chroot = split_connect_string(connect)
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
@@ -441,6 +462,7 @@ class ZkClient:
             lambda kz: kz.create_async(
                 path,
                 data,
+                acl=self._acl(path),
                 ephemeral=ephemeral,
                 sequence=sequence,
                 makepath=make_parents,
@@ -470,7 +492,11 @@ class ZkClient:
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its missing parents as empty persistent znodes."""
-        await self._request(path, lambda kz: kz.ensure_path_async(path))
+        await self._request(path, lambda kz: kz.ensure_path_async(path, self._acl(path)))
+
+    def _acl(self, path: str) -> list[Any] | None:
+        """The ACL of a znode this client creates (None: kazoo's default, open to all)."""
+        return secure_acl(path) if self.secure_acls else None
 
     async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         """Apply ``ops`` atomically (ZooKeeper's multi). On failure nothing is applied and the
@@ -482,7 +508,13 @@ class ZkClient:
             txn = kz.transaction()
             for op in ops:
                 if isinstance(op, CreateOp):
-                    txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
+                    txn.create(
+                        op.path,
+                        op.data,
+                        acl=self._acl(op.path),
+                        ephemeral=op.ephemeral,
+                        sequence=op.sequence,
+                    )
                 elif isinstance(op, SetDataOp):
                     txn.set_data(op.path, op.data, op.version)
                 elif isinstance(op, DeleteOp):

@@ -18,6 +18,8 @@ Consumer groups: ``Consumer(group_id=...)`` with ``subscribe([...])`` joins the 
 ``group_id`` those raise :class:`GroupsNotSupportedError`.
 """
 
+from sluice.net.security import ClientSecurity  # how to reach a secured listener
+
 from .accumulator import RecordMetadata
 from .admin import Admin, TopicDescription
 from .cluster import BrokerInfo, PartitionInfo, TopicPartition
@@ -40,6 +42,7 @@ __all__ = [
     "Admin",
     "BrokerInfo",
     "ClientError",
+    "ClientSecurity",
     "Consumer",
     "ConsumerRecord",
     "GroupsNotSupportedError",

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sluice.protocol import messages
 from sluice.protocol.errors import for_code
@@ -50,7 +50,7 @@ class ClientSecurity:
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
     sasl_username: str = ""
-    sasl_password: str = ""
+    sasl_password: str = field(default="", repr=False)  # never in a repr, log or traceback
     server_hostname: str | None = None
     #: KIP-368: log in again before the broker's session ends (False: behave like an older
     #: client, which the broker disconnects at the session's end).
@@ -84,6 +84,52 @@ class ClientSecurity:
             raise ValueError("SASL needs sasl.username and sasl.password (or sasl.jaas.config)")
         return cls(context, mechanism, username, password)
 
+    def login(self) -> Generator[LoginRequest, Any, int]:
+        """The client's side of a SASL login as Kafka's Java client does it (KIP-152), I/O-free:
+        yields each request to send -- ``(api_key, body)``: a SaslHandshake v1, then
+        SaslAuthenticate requests -- and takes each response back (``send``); returns the
+        session's lifetime in ms (0: unbounded). Raises the Kafka error the broker answered
+        (``SaslAuthenticationFailed`` with its message, ``UnsupportedSaslMechanism`` with the
+        mechanisms it offers), or ``scramp``'s when the broker's SCRAM signature is wrong.
+        Driven by :func:`authenticate` and by blocking clients (the Spark pipeline's)."""
+        mechanism = self.sasl_mechanism
+        assert mechanism is not None
+        handshake = yield (
+            messages.SaslHandshake.key,
+            messages.SaslHandshakeRequest(mechanism=mechanism),
+        )
+        if handshake.error_code:
+            offered = ", ".join(handshake.mechanisms or [])
+            raise for_code(handshake.error_code)(
+                f"SASL mechanism {mechanism} refused (the broker offers: {offered})"
+            )
+        if mechanism == "PLAIN":
+            token = f"\0{self.sasl_username}\0{self.sasl_password}".encode()
+            return (yield from _sasl_round(token))[1]
+        import scramp
+
+        client = scramp.ScramClient([mechanism], self.sasl_username, self.sasl_password)
+        server_first, _ = yield from _sasl_round(client.get_client_first().encode())
+        client.set_server_first(server_first.decode())
+        server_final, lifetime = yield from _sasl_round(client.get_client_final().encode())
+        client.set_server_final(server_final.decode())  # checks the broker's signature
+        return lifetime
+
+
+#: A request of a SASL login: ``(api_key, request body)``.
+LoginRequest = tuple[int, Any]
+
+
+def _sasl_round(token: bytes) -> Generator[LoginRequest, Any, tuple[bytes, int]]:
+    """One SaslAuthenticate exchange: the broker's token and the session lifetime."""
+    response = yield (
+        messages.SaslAuthenticate.key,
+        messages.SaslAuthenticateRequest(auth_bytes=token),
+    )
+    if response.error_code:
+        raise for_code(response.error_code)(response.error_message or "SASL login failed")
+    return bytes(response.auth_bytes), int(getattr(response, "session_lifetime_ms", 0) or 0)
+
 
 def parse_jaas_login(text: str) -> tuple[str, str]:
     """``username`` and ``password`` of a JAAS line as Kafka writes it:
@@ -115,38 +161,14 @@ def tls_client_context(props: Mapping[str, str]) -> ssl.SSLContext:
 
 
 async def authenticate(conn: Connection, security: ClientSecurity) -> int:
-    """Log in on ``conn`` with ``security``'s SASL mechanism; the session's lifetime in ms
-    (0: unbounded). Raises the Kafka error the broker answered
-    (``SaslAuthenticationFailedError`` with its message, ``UnsupportedSaslMechanism`` with the
-    mechanisms it offers). Sends through ``conn._exchange``: the requests of a
-    re-authentication must not wait for it."""
-    mechanism = security.sasl_mechanism
-    assert mechanism is not None
-    handshake = await conn._exchange(
-        messages.SaslHandshake.key, messages.SaslHandshakeRequest(mechanism=mechanism)
-    )
-    if handshake.error_code:
-        offered = ", ".join(handshake.mechanisms or [])
-        raise for_code(handshake.error_code)(
-            f"SASL mechanism {mechanism} refused by {conn} (it offers: {offered})"
-        )
-    if mechanism == "PLAIN":
-        login = f"\0{security.sasl_username}\0{security.sasl_password}".encode()
-        return (await _sasl_round(conn, login))[1]
-    import scramp
-
-    client = scramp.ScramClient([mechanism], security.sasl_username, security.sasl_password)
-    server_first, _ = await _sasl_round(conn, client.get_client_first().encode())
-    client.set_server_first(server_first.decode())
-    server_final, lifetime = await _sasl_round(conn, client.get_client_final().encode())
-    client.set_server_final(server_final.decode())  # checks the broker's signature
-    return lifetime
-
-
-async def _sasl_round(conn: Connection, token: bytes) -> tuple[bytes, int]:
-    response = await conn._exchange(
-        messages.SaslAuthenticate.key, messages.SaslAuthenticateRequest(auth_bytes=token)
-    )
-    if response.error_code:
-        raise for_code(response.error_code)(response.error_message or "SASL login failed")
-    return bytes(response.auth_bytes), int(getattr(response, "session_lifetime_ms", 0) or 0)
+    """Log in on ``conn`` with ``security``'s SASL mechanism (:meth:`ClientSecurity.login`);
+    the session's lifetime in ms (0: unbounded). Sends through ``conn._exchange``: the
+    requests of a re-authentication must not wait for it."""
+    steps = security.login()
+    api_key, body = next(steps)
+    while True:
+        response = await conn._exchange(api_key, body)
+        try:
+            api_key, body = steps.send(response)
+        except StopIteration as done:
+            return int(done.value)

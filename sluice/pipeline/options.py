@@ -25,6 +25,20 @@ Write options: ``kafka.bootstrap.servers``, ``topic`` (default topic when rows h
 ``kafka.acks`` (-1/all, 1, 0; default all), ``kafka.batch.size`` (bytes per produced batch,
 default 1 MiB), ``kafka.compression.type`` (none, gzip, snappy, lz4, zstd).
 
+Security, read and write (passed through to the client as Spark's Kafka connector does with
+every ``kafka.`` option; PEM files)::
+
+    kafka.security.protocol   PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    kafka.sasl.mechanism      PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+    kafka.sasl.jaas.config    ... required username="..." password="...";
+                              (or librdkafka's kafka.sasl.username / kafka.sasl.password)
+    kafka.ssl.truststore.location / kafka.ssl.ca.location          CA certificates
+    kafka.ssl.keystore.location / kafka.ssl.certificate.location   client certificate (mTLS)
+    kafka.ssl.key.location, kafka.ssl.key.password, kafka.ssl.endpoint.identification.algorithm
+
+They are checked on the driver (a bad protocol, mechanism or file fails the query there) and
+never appear in a repr of the parsed options.
+
 ``sluice-segments`` reads ``path`` (the broker's ``log.dirs`` directory) and accepts
 ``subscribe`` / ``subscribePattern`` / ``assign`` (one is required), ``includeHeaders`` and
 ``failOnDataLoss``.
@@ -50,18 +64,26 @@ DEFAULT_PARTITION_FETCH_BYTES = 1 << 20
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 _SUBSCRIPTION_KEYS = ("subscribe", "subscribePattern", "assign")
+#: The client's security properties (``ClientSecurity.from_properties``), ``kafka.``-prefixed.
+SECURITY_KEYS = tuple(f"kafka.{key}" for key in (
+    "security.protocol", "sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password",
+    "ssl.truststore.location", "ssl.ca.location", "ssl.keystore.location",
+    "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+))  # fmt: skip
 #: The keys each format understands (Spark's option names are case-insensitive).
 SOURCE_KEYS = (
     "kafka.bootstrap.servers", *_SUBSCRIPTION_KEYS, "startingOffsets", "endingOffsets",
     "startingTimestamp", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
     "includeHeaders", "failOnDataLoss", "kafka.max.partition.fetch.bytes",
-    "kafka.request.timeout.ms",
+    "kafka.request.timeout.ms", *SECURITY_KEYS,
 )  # fmt: skip
 SEGMENTS_KEYS = ("path", *_SUBSCRIPTION_KEYS, "includeHeaders", "failOnDataLoss")
 SINK_KEYS = (
     "kafka.bootstrap.servers", "topic", "kafka.acks", "kafka.batch.size",
     "kafka.compression.type", "kafka.request.timeout.ms",
     "checkpointLocation",  # Spark's own (streaming writes), passed to the sink too
+    *SECURITY_KEYS,
 )  # fmt: skip
 _NO_GROUP = (
     "this source reads without a consumer group: offsets live in Spark's checkpoint, and no "
@@ -81,6 +103,7 @@ UNSUPPORTED = {
     "kafka.auto.offset.reset": "set the source option startingOffsets instead",
 }
 _UNSUPPORTED_BY_LOWER = {k.lower(): (k, hint) for k, hint in UNSUPPORTED.items()}
+_SECURITY_LOWER = tuple(k.lower() for k in SECURITY_KEYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +180,8 @@ class SourceOptions:
     fetch_bytes: int
     timeout_s: float
     path: str | None = None
+    #: Kafka client properties for TLS/SASL (``security.protocol``...); may hold passwords.
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +192,8 @@ class SinkOptions:
     batch_bytes: int
     compression: int
     timeout_s: float
+    #: Kafka client properties for TLS/SASL (``security.protocol``...); may hold passwords.
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -247,6 +274,20 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
     return Subscription("assign", assigned=pairs)
 
 
+def _security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``kafka.``-prefixed security options as client properties, checked here (on the
+    driver) by building the client's settings from them."""
+    from .wire import client_security
+
+    prefix = len("kafka.")
+    props = tuple(sorted((key[prefix:], opts[key]) for key in _SECURITY_LOWER if key in opts))
+    try:
+        client_security(props)
+    except (ValueError, OSError) as exc:
+        raise OptionError(f"kafka.security.protocol / kafka.sasl.* / kafka.ssl.*: {exc}") from None
+    return props
+
+
 def _offset_spec(opts: Mapping[str, str], key: str, default: int, *, ending: bool) -> OffsetSpec:
     raw = opts.get(key.lower())
     if raw is None:
@@ -304,6 +345,7 @@ def parse(options: Mapping[str, str], *, streaming: bool, segments: bool = False
         or DEFAULT_PARTITION_FETCH_BYTES,
         timeout_s=(_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000) / 1000,
         path=opts.get("path"),
+        security=() if segments else _security(opts),
     )
 
 
@@ -330,4 +372,5 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         batch_bytes=_int(opts, "kafka.batch.size", 1 << 20, minimum=1) or 1 << 20,
         compression=COMPRESSION_CODECS[codec],
         timeout_s=(_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000) / 1000,
+        security=_security(opts),
     )

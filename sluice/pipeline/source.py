@@ -121,7 +121,7 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[Any]:
     tp = r.topic_partition
     builder = ColumnBuilder(r.topic, r.partition, options.include_headers)
     offset = r.from_offset
-    with SyncClient(options.bootstrap, timeout=options.timeout_s) as client:
+    with SyncClient.of(options) as client:
         while offset < r.until_offset:
             result = client.fetch(tp, offset, max_bytes=options.fetch_bytes)
             if result.error_code == OffsetOutOfRange.code:
@@ -168,7 +168,7 @@ class SluiceBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        with SyncClient(opts.bootstrap, timeout=opts.timeout_s) as client:
+        with SyncClient.of(opts) as client:
             tps = selected_partitions(client, opts)
             start = resolve(client, tps, opts.starting)
             end = resolve(client, tps, opts.ending)
@@ -209,7 +209,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _conn(self) -> SyncClient:
         if self._client is None:
-            self._client = SyncClient(self.options.bootstrap, timeout=self.options.timeout_s)
+            self._client = SyncClient.of(self.options)
         return self._client
 
     def _call(self, fn: Any) -> Any:

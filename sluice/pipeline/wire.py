@@ -12,6 +12,13 @@ event loop per call (``bench/NOTES.md``).
 Scope: one broker (Sluice is single-node): every request goes to the first reachable bootstrap
 server. Every socket operation is bounded by ``timeout``; a Kafka error code becomes the
 ``sluice.protocol.errors`` class for it (raised by the callers that cannot handle it).
+
+Security: ``security`` holds Kafka client properties (``security.protocol``, ``sasl.*``,
+``ssl.*``, read by ``ClientSecurity.from_properties``): the socket is wrapped in TLS and a SASL
+login (``ClientSecurity.login``: SaslHandshake v1, then SaslAuthenticate requests) precedes
+the first request. There is no KIP-368 re-authentication: on a broker with
+``connections.max.reauth.ms`` a connection older than the session is closed by the broker, and
+the request fails with :class:`WireError`.
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, cast, overload
 
 from sluice.protocol import messages
 from sluice.protocol.errors import (
@@ -36,14 +43,39 @@ from sluice.protocol.schema import RequestMessage, ResponseMessage
 from sluice.protocol.structs import TopicPartition
 from sluice.protocol.varint import Buffer
 
+if TYPE_CHECKING:
+    from sluice.client import ClientSecurity
+
 API_PRODUCE, API_FETCH = messages.Produce.key, messages.Fetch.key
 API_LIST_OFFSETS, API_METADATA = messages.ListOffsets.key, messages.Metadata.key
 API_CREATE_TOPICS, API_DELETE_RECORDS = messages.CreateTopics.key, messages.DeleteRecords.key
 # Versions this client speaks (all within sluice.protocol.framing.SUPPORTED_VERSIONS).
 PRODUCE_V, FETCH_V, LIST_OFFSETS_V, METADATA_V = 8, 11, 5, 8
 CREATE_TOPICS_V, DELETE_RECORDS_V = 4, 1
+SASL_V = 1  # SaslHandshake and SaslAuthenticate, the versions of Kafka's Java client
 _SIZE = struct.Struct(">i")
 _R = TypeVar("_R", bound=ResponseMessage)
+
+
+class ClientOptions(Protocol):
+    """What :meth:`SyncClient.of` reads (``SourceOptions``, ``SinkOptions``)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def security(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def client_security(properties: Sequence[tuple[str, str]]) -> ClientSecurity | None:
+    """The TLS/SASL settings of Kafka client ``properties`` (None: PLAINTEXT); ValueError or
+    OSError (a file that does not load) for ones that cannot work."""
+    if not properties:
+        return None
+    from sluice.client import ClientSecurity
+
+    return ClientSecurity.from_properties(dict(properties))
 
 
 class WireError(ConnectionError):
@@ -68,14 +100,31 @@ class SyncClient:
     """One blocking connection to a Sluice broker. Not thread-safe; one per Spark task."""
 
     def __init__(
-        self, bootstrap: str, *, timeout: float = 30.0, client_id: str = "sluice-spark"
+        self,
+        bootstrap: str,
+        *,
+        timeout: float = 30.0,
+        client_id: str = "sluice-spark",
+        security: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.timeout = timeout
         self.client_id = client_id
         self._correlation = 0
-        self._sock = self._connect(bootstrap)
+        login = client_security(security)
+        self._sock = self._connect(bootstrap, login)
+        if login is not None and login.sasl_mechanism is not None:
+            try:
+                self._login(login)
+            except BaseException:
+                self._sock.close()
+                raise
 
-    def _connect(self, bootstrap: str) -> socket.socket:
+    @classmethod
+    def of(cls, options: ClientOptions) -> SyncClient:
+        """A connection as the source's or sink's parsed options say."""
+        return cls(options.bootstrap, timeout=options.timeout_s, security=options.security)
+
+    def _connect(self, bootstrap: str, security: ClientSecurity | None) -> socket.socket:
         errors = []
         for server in (s.strip() for s in bootstrap.split(",") if s.strip()):
             host, _, port = server.rpartition(":")
@@ -86,8 +135,27 @@ class SyncClient:
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.timeout)
+            if security is not None and security.ssl_context is not None:
+                name = security.server_hostname or host.strip("[]") or "127.0.0.1"
+                try:
+                    sock = security.ssl_context.wrap_socket(sock, server_hostname=name)
+                except OSError as exc:  # ssl.SSLError included: a certificate not trusted
+                    sock.close()
+                    raise WireError(f"TLS handshake with {server} failed: {exc}") from exc
             return sock
         raise WireError(f"no bootstrap server reachable ({'; '.join(errors) or bootstrap!r})")
+
+    def _login(self, security: ClientSecurity) -> None:
+        """SASL login (:meth:`ClientSecurity.login`); raises the Kafka error the broker
+        answered (``SaslAuthenticationFailed`` with its message)."""
+        steps = security.login()
+        api_key, body = next(steps)
+        while True:
+            response = self.request(api_key, SASL_V, body)
+            try:
+                api_key, body = steps.send(response)
+            except StopIteration:
+                return
 
     def close(self) -> None:
         self._sock.close()

@@ -64,7 +64,7 @@ class BatchProducer:
 
     def __init__(self, sink: SinkOptions) -> None:
         self.sink = sink
-        self.client = SyncClient(sink.bootstrap, timeout=sink.timeout_s)
+        self.client = SyncClient.of(sink)
         self._builders: dict[TopicPartition, RecordBatchBuilder] = {}
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}

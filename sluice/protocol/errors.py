@@ -201,6 +201,9 @@ UnacceptableCredential = _define(
 MismatchedEndpointType = _define(
     "MismatchedEndpointType", 114, False, "the request was sent to the wrong endpoint type"
 )
+UnsupportedEndpointType = _define(
+    "UnsupportedEndpointType", 115, False, "This endpoint type is not supported yet."
+)
 UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
 
 

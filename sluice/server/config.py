@@ -259,6 +259,17 @@ def _endpoint_identification(text: str) -> str:
     return value
 
 
+def _pem_store(text: str) -> str:
+    """``zookeeper.ssl.*store.type``: the ZooKeeper link (kazoo, Python's ssl) reads PEM."""
+    value = text.strip().upper()
+    if value != "PEM":
+        raise ValueError(
+            "the ZooKeeper link reads PEM files only (convert a JKS or PKCS12 store with keytool "
+            "-importkeystore and openssl pkcs12)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class MetricsListener:
     """Where the Prometheus endpoint serves: ``http://host:port[/path]`` (path ``/metrics``)."""
@@ -377,6 +388,7 @@ BROKER_CONFIG = (
     .define("socket.send.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_SNDBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
     .define("socket.receive.buffer.bytes", INT, -1, int_in(-1), HIGH, "SO_RCVBUF of client connections (-1: the OS default, with autotuning)")  # noqa: E501
     .define("queued.max.requests", INT, 500, int_in(1), HIGH, "per connection: unanswered requests before the broker stops reading from it")  # noqa: E501
+    .define("connections.max.idle.ms", LONG, 600000, int_in(-1), MEDIUM, "close client connections idle (nothing read or written, no request being handled) this long (-1: never)")  # noqa: E501
     .define("sluice.connection.max.unsent.bytes", INT, 4194304, int_in(1), MEDIUM, "per connection: bytes buffered for a slow reader; above it sending and reading wait")  # noqa: E501
     .define("fetch.max.bytes", INT, 57671680, int_in(1024), MEDIUM, "largest Fetch response; a request asking more gets this (its first batch may exceed it)")  # noqa: E501
     .define("sluice.fetch.zero.copy", BOOLEAN, True, boolean, LOW, "send Fetch record bytes with os.sendfile (true) or copy them through Python (false)")  # noqa: E501
@@ -407,6 +419,15 @@ BROKER_CONFIG = (
     .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
     .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
     .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
+    .define("zookeeper.set.acl", BOOLEAN, False, boolean, MEDIUM, "create znodes readable by anyone but writable only by this broker's ZooKeeper identity (its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)")  # noqa: E501
+    .define("zookeeper.ssl.client.enable", BOOLEAN, False, boolean, MEDIUM, "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys")  # noqa: E501
+    .define("zookeeper.ssl.keystore.location", STRING, None, string, MEDIUM, "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)")  # noqa: E501
+    .define("zookeeper.ssl.keystore.password", PASSWORD, None, string, MEDIUM, "the password of the keystore's private key")  # noqa: E501
+    .define("zookeeper.ssl.keystore.type", STRING, None, _pem_store, MEDIUM, "PEM (unset: PEM)")
+    .define("zookeeper.ssl.truststore.location", STRING, None, string, MEDIUM, "the CA certificates ZooKeeper's certificate must chain to (PEM; unset: the system's)")  # noqa: E501
+    .define("zookeeper.ssl.truststore.password", PASSWORD, None, string, MEDIUM, "not needed for a PEM truststore (accepted)")  # noqa: E501
+    .define("zookeeper.ssl.truststore.type", STRING, None, _pem_store, MEDIUM, "PEM (unset: PEM)")
+    .define("zookeeper.ssl.endpoint.identification.algorithm", STRING, "HTTPS", _endpoint_identification, LOW, "HTTPS: check ZooKeeper's host name against its certificate; empty: not")  # noqa: E501
     .define("replica.selector.class", STRING, None, _replica_selector, MEDIUM, "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer that sets client.rack to a replica in its rack; unset: consumers read from leaders (followers still serve a consumer that fetches from them)")  # noqa: E501
     .define("replica.lag.time.max.ms", LONG, 30000, int_in(1), HIGH, "a follower not caught up for this long leaves the ISR")  # noqa: E501
     .define("replica.fetch.wait.max.ms", INT, 500, int_in(0), MEDIUM, "how long a follower's fetch waits at the leader for new data")  # noqa: E501
@@ -448,7 +469,7 @@ BROKER_CONFIG = (
     .define("sasl.jaas.config", PASSWORD, None, string, MEDIUM, "the inter-broker client's login (set it as listener.name.<l>.<mechanism>.sasl.jaas.config): ... required username=\"broker\" password=\"...\";")  # noqa: E501
     .define("sasl.server.max.receive.size", INT, 524288, int_in(1), LOW, "largest frame accepted before a SASL login completes; a bigger one closes the connection")  # noqa: E501
     .define("connections.max.reauth.ms", LONG, 0, int_in(0), MEDIUM, "a SASL session's lifetime: clients re-authenticate on the connection before it ends, others are disconnected (0: sessions never end)")  # noqa: E501
-    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a connection whose login failed waits before it is closed")  # noqa: E501
+    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a failed login's answer and the close of its connection wait")  # noqa: E501
     .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)
@@ -525,6 +546,7 @@ class Config:
     socket_receive_buffer_bytes: int = _setting("socket.receive.buffer.bytes")
     queued_max_requests: int = _setting("queued.max.requests")
     max_unsent_bytes: int = _setting("sluice.connection.max.unsent.bytes")
+    connections_max_idle_ms: int = _setting("connections.max.idle.ms")
     fetch_max_bytes: int = _setting("fetch.max.bytes")
     fetch_zero_copy: bool = _setting("sluice.fetch.zero.copy")
     shutdown_timeout_ms: int = _setting("sluice.shutdown.timeout.ms")
@@ -552,6 +574,17 @@ class Config:
     zookeeper_connect: str | None = _setting("zookeeper.connect")
     zookeeper_session_timeout_ms: int = _setting("zookeeper.session.timeout.ms")
     zookeeper_connection_timeout_ms: int | None = _setting("zookeeper.connection.timeout.ms")
+    zookeeper_set_acl: bool = _setting("zookeeper.set.acl")
+    zookeeper_ssl_client_enable: bool = _setting("zookeeper.ssl.client.enable")
+    zookeeper_ssl_keystore_location: str | None = _setting("zookeeper.ssl.keystore.location")
+    zookeeper_ssl_keystore_password: str | None = _setting("zookeeper.ssl.keystore.password")
+    zookeeper_ssl_keystore_type: str | None = _setting("zookeeper.ssl.keystore.type")
+    zookeeper_ssl_truststore_location: str | None = _setting("zookeeper.ssl.truststore.location")
+    zookeeper_ssl_truststore_password: str | None = _setting("zookeeper.ssl.truststore.password")
+    zookeeper_ssl_truststore_type: str | None = _setting("zookeeper.ssl.truststore.type")
+    zookeeper_ssl_endpoint_identification_algorithm: str = _setting(
+        "zookeeper.ssl.endpoint.identification.algorithm"
+    )
     replica_lag_time_max_ms: int = _setting("replica.lag.time.max.ms")
     replica_selector_class: str | None = _setting("replica.selector.class")
     replica_fetch_wait_max_ms: int = _setting("replica.fetch.wait.max.ms")
@@ -590,7 +623,8 @@ class Config:
     )
     credentials_file: str | None = _setting("sluice.security.credentials.file")
     #: every key explicitly given (file + overrides), as text; log.* keys are read from here.
-    properties: Mapping[str, str] = field(default_factory=dict)
+    #: Not in the repr: it may hold passwords (``ssl.key.password``, ``sasl.jaas.config``).
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: keys given that Sluice does not know or does not use (the entrypoint warns about them).
     ignored_keys: tuple[str, ...] = ()
     #: ``SLUICE_`` environment variables that name no broker key (the entrypoint warns).
@@ -701,6 +735,14 @@ class Config:
                 f"invalid value {config.default_replication_factor} for "
                 "default.replication.factor: a standalone broker (no zookeeper.connect) "
                 "supports only 1"
+            )
+        if config.zookeeper_set_acl and not (
+            config.zookeeper_ssl_client_enable and config.zookeeper_ssl_keystore_location
+        ):
+            raise ConfigError(  # Kafka's check (KafkaServer.initZkClient): ACLs need an identity
+                "zookeeper.set.acl is true, but ZooKeeper client TLS configuration identifying "
+                "at least zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location was "
+                "not present (Sluice's ZooKeeper link has no SASL)"
             )
         return config
 

@@ -210,11 +210,15 @@ class ConfigDef:
     def setting(self, name: str, *, scale: int | float = 1) -> Any:
         """A dataclass field of a typed config object read from key ``name`` (its value times
         ``scale``: ``offsets.retention.minutes`` -> milliseconds), defaulting to the declared
-        default. :func:`typed_values` maps parsed keys onto such fields."""
+        default. :func:`typed_values` maps parsed keys onto such fields. A PASSWORD key's field
+        is left out of the object's repr (Kafka prints a ``Password`` as ``[hidden]``)."""
         value = self.default(name)
         if value is not None and scale != 1:
             value = value * scale
-        return dataclasses.field(default=value, metadata={"config": name, "scale": scale})
+        shown = self._keys[name].type is not Type.PASSWORD
+        return dataclasses.field(
+            default=value, metadata={"config": name, "scale": scale}, repr=shown
+        )
 
 
 def typed_values(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:

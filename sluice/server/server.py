@@ -6,7 +6,9 @@ ReplicaManager / GroupCoordinator -> LogManager.
 1. startup: open the LogManager on ``log.dirs`` (loads/recovers every partition, removes the
    clean-shutdown marker), start its background tasks, build the ReplicaManager (leader of every
    partition), the group coordinator (loads ``__consumer_offsets``) and the producer id
-   manager, then listen (and serve ``/metrics`` with ``sluice.metrics.listener``);
+   manager, then bind the listeners (and serve ``/metrics`` with ``sluice.metrics.listener``),
+   in a cluster join it (ACLs and credentials loaded from ZooKeeper, then the registration),
+   and only then accept connections;
 2. shutdown (first SIGTERM/SIGINT, or :meth:`shutdown`): stop accepting connections (and
    scrapes) -> stop
    reading new requests and complete parked fetches and produces, stop the group coordinator ->
@@ -107,6 +109,7 @@ class Server:
         self._force_exit = False
         self._stopped = False
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._idle_task: asyncio.Task[None] | None = None
         #: Cluster mode: the ZooKeeper ACL and credential stores (closed before the session).
         self._security_stores: list[ZkAclStore | ZkCredentialStore] = []
         self.host = config.listener.host
@@ -172,6 +175,7 @@ class Server:
                     reuse_address=True,
                     backlog=1024,
                     ssl=self._ssl_contexts.get(listener.name),
+                    start_serving=False,  # bound (the port is known), accepting later
                 )
                 self._servers.append(server)
                 self.ports[listener.name] = server.sockets[0].getsockname()[1]
@@ -196,6 +200,16 @@ class Server:
                 )
         if config.cluster_mode:
             await self._join_cluster(replicas, self.handlers)
+        # Only now are connections accepted: in a cluster, after the ACLs and credentials are
+        # loaded from ZooKeeper and the broker has joined (Kafka enables request processing
+        # once the authorizer is ready, at the end of its start-up); until then a client's
+        # connection is refused, and it retries.
+        for server in self._servers:
+            await server.start_serving()
+        if config.connections_max_idle_ms >= 0:
+            self._idle_task = loop.create_task(
+                self._close_idle_connections(config.connections_max_idle_ms / 1000)
+            )
         log.info(
             "listening",
             host=self.host,
@@ -215,6 +229,19 @@ class Server:
         endpoint.start()
         self.metrics_endpoint = endpoint
 
+    async def _close_idle_connections(self, max_idle: float) -> None:
+        """``connections.max.idle.ms``: close connections idle that long (Kafka's
+        ``IdleExpiryManager``), checked every tenth of it (at most every second), so one is
+        closed between ``max_idle`` and ``max_idle`` plus a tenth (or a second)."""
+        from time import monotonic
+
+        interval = min(1.0, max(0.01, max_idle / 10))
+        while True:
+            await asyncio.sleep(interval)
+            now = monotonic()
+            for conn in [c for c in self._connections if c.idle_for(now) >= max_idle]:
+                conn.close_idle()
+
     @property
     def connections(self) -> set[Connection]:
         """The open client connections (read by the metrics collector)."""
@@ -231,10 +258,10 @@ class Server:
         cluster.leadership_listeners.append(self._offsets_leadership)
         replicas.rack_of = cluster.rack_of
         cluster.session_started.append(self._start_zk_credentials)
+        cluster.session_started.append(self._start_zk_acls)
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
-            await self._follow_zk_security(cluster, handlers)
         except BaseException:
             for store in self._security_stores:
                 await store.close()
@@ -255,8 +282,8 @@ class Server:
         """The authorizer (``authorizer.class.name`` set) and the SCRAM credential store. A
         standalone broker keeps both in files of its data directory (:data:`ACL_FILE`,
         :data:`CREDENTIALS_FILE`); a cluster member in ZooKeeper, loaded once its session is
-        up (:meth:`_follow_zk_security`): until then the ACL cache is empty, so only super
-        users (or everyone, with ``allow.everyone.if.no.acl.found``) get in."""
+        up (:meth:`_start_zk_acls`, :meth:`_start_zk_credentials`), before it registers and
+        before its listeners accept a connection."""
         from sluice.server.security.authorizer import AclAuthorizer, AclStore, FileAclStore
         from sluice.server.security.credentials import CredentialStore, FileCredentialStore
 
@@ -285,18 +312,19 @@ class Server:
         self._reload_credentials_file()  # remember the file as loaded
         return authorizer, credentials
 
-    async def _follow_zk_security(self, cluster: ClusterMember, handlers: Handlers) -> None:
+    async def _start_zk_acls(self, zk: Any) -> None:  # the cluster's ZkClient
         """Cluster mode: ACLs from ZooKeeper, followed through Kafka's change notices (so an ACL
-        created through any broker applies at every broker). (The credentials are followed
-        from the session's start, :meth:`_start_zk_credentials`.)"""
+        created through any broker applies at every broker); loaded whole before this broker
+        registers or serves anyone (an empty cache would let everyone in with
+        ``allow.everyone.if.no.acl.found``)."""
         from sluice.server.security.authorizer import ZkAclStore
 
-        assert cluster.zk is not None
-        if handlers.authorizer is not None:
-            acls = ZkAclStore(cluster.zk)
+        authorizer = self.handlers.authorizer if self.handlers is not None else None
+        if authorizer is not None:
+            acls = ZkAclStore(zk)
             await acls.start()
             self._security_stores.append(acls)
-            handlers.authorizer.store = acls
+            authorizer.store = acls
 
     def _offsets_leadership(self, partition: Partition) -> None:
         """Cluster mode: the group coordinator serves the groups of the offsets partitions this
@@ -546,6 +574,8 @@ class Server:
         # 1. stop accepting (and serving scrapes: they read state that is about to close).
         for server in self._servers:
             server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         # 2. stop reading new requests; wake long-polls so they answer with what they have.

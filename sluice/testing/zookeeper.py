@@ -58,6 +58,11 @@ __all__ = [
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
 #: A logging backend for slf4j (Debian's ``libslf4j-java``, a dependency of the above).
 DEBIAN_SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
+#: What ZooKeeper's Netty server (TLS) needs beyond the jars zookeeper.jar's manifest names.
+DEBIAN_NETTY_TLS = (
+    Path("/usr/share/java/netty-codec.jar"),
+    Path("/usr/share/java/netty-resolver.jar"),
+)
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 JVM_FLAGS = (
     "-Dzookeeper.forceSync=no",
@@ -133,9 +138,18 @@ class ZooKeeperServer:
         max_session_timeout_ms: int = 60_000,
         startup_timeout: float = 30.0,
         shutdown_timeout: float = 10.0,
+        tls_keystore: str | Path | None = None,
+        tls_truststore: str | Path | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        #: TLS (``secureClientPort``, ZooKeeper's Netty server): a PEM keystore (a PKCS#8 key
+        #: and its certificate chain, what ZooKeeper's PEMFileLoader reads) and the PEM CA
+        #: certificates client certificates must chain to (``ssl.clientAuth=need``). The
+        #: plaintext port stays, for the readiness check and for tests.
+        self.tls_keystore = Path(tls_keystore) if tls_keystore is not None else None
+        self.tls_truststore = Path(tls_truststore) if tls_truststore is not None else None
+        self.secure_port = 0
         self.tick_time_ms = tick_time_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -157,6 +171,13 @@ class ZooKeeperServer:
         if self.port == 0:
             raise RuntimeError("ZooKeeper has not been started")
         return f"{self.host}:{self.port}"
+
+    @property
+    def secure_hosts(self) -> str:
+        """``127.0.0.1:SECURE_PORT``, the TLS port (with ``tls_keystore``, once started)."""
+        if self.secure_port == 0:
+            raise RuntimeError("ZooKeeper has not been started with TLS")
+        return f"{self.host}:{self.secure_port}"
 
     def connect_string(self, chroot: str = "", *, copies: int = 1) -> str:
         """``zookeeper.connect`` for this server, with an optional chroot (``/a/b``).
@@ -255,6 +276,8 @@ class ZooKeeperServer:
             for attempt in range(3):
                 if self._pick_port and (attempt > 0 or self.port == 0):
                     self.port = _free_port(self.host)
+                if self.tls_keystore is not None and (attempt > 0 or self.secure_port == 0):
+                    self.secure_port = _free_port(self.host)
                 try:
                     self._launch(java, classpath)
                     return self
@@ -316,8 +339,24 @@ class ZooKeeperServer:
     # --- internals ---------------------------------------------------------------------------
 
     def _config(self) -> str:
+        tls = []
+        if self.tls_keystore is not None:
+            tls = [
+                f"secureClientPort={self.secure_port}",
+                f"secureClientPortAddress={self.host}",
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.tls_keystore.resolve()}",
+                "ssl.keyStore.type=PEM",
+                "ssl.clientAuth=need",
+                # a client certificate's subject is the session's identity (znode ACLs)
+                "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+            ]
+            if self.tls_truststore is not None:
+                tls += [f"ssl.trustStore.location={self.tls_truststore.resolve()}",
+                        "ssl.trustStore.type=PEM"]  # fmt: skip
         return "\n".join(
             [
+                *tls,
                 f"tickTime={self.tick_time_ms}",
                 f"dataDir={self.data_dir}",
                 f"clientPort={self.port}",
@@ -335,6 +374,9 @@ class ZooKeeperServer:
         assert self._scratch is not None
         cfg = self._scratch / "zoo.cfg"
         cfg.write_text(self._config())
+        if self.tls_keystore is not None and not os.environ.get("SLUICE_ZOOKEEPER_CLASSPATH"):
+            extra = [str(jar) for jar in DEBIAN_NETTY_TLS if jar.is_file()]
+            classpath = os.pathsep.join([classpath, *extra])
         with open(self.log_path, "ab") as log:
             log.write(f"--- starting ZooKeeper on {self.host}:{self.port}\n".encode())
             log.flush()

@@ -409,6 +409,11 @@ DECLARED = {
         "500",
         "per connection: unanswered requests before the broker stops reading from it",
     ),
+    "connections.max.idle.ms": (
+        "600000",
+        "close client connections idle (nothing read or written, no request being handled) "
+        "this long (-1: never)",
+    ),
     "fetch.max.bytes": (
         "57671680",
         "largest Fetch response; a request asking more gets this (its first batch may exceed it)",
@@ -487,6 +492,43 @@ DECLARED = {
     "zookeeper.connection.timeout.ms": (
         None,
         "how long to wait for a ZooKeeper connection (unset: the session timeout)",
+    ),
+    "zookeeper.set.acl": (
+        "false",
+        "create znodes readable by anyone but writable only by this broker's ZooKeeper identity "
+        "(its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)",
+    ),
+    "zookeeper.ssl.client.enable": (
+        "false",
+        "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys",
+    ),
+    "zookeeper.ssl.keystore.location": (
+        None,
+        "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)",
+    ),
+    "zookeeper.ssl.keystore.password": (
+        None,
+        "the password of the keystore's private key",
+    ),
+    "zookeeper.ssl.keystore.type": (
+        None,
+        "PEM (unset: PEM)",
+    ),
+    "zookeeper.ssl.truststore.location": (
+        None,
+        "the CA certificates ZooKeeper's certificate must chain to (PEM; unset: the system's)",
+    ),
+    "zookeeper.ssl.truststore.password": (
+        None,
+        "not needed for a PEM truststore (accepted)",
+    ),
+    "zookeeper.ssl.truststore.type": (
+        None,
+        "PEM (unset: PEM)",
+    ),
+    "zookeeper.ssl.endpoint.identification.algorithm": (
+        "HTTPS",
+        "HTTPS: check ZooKeeper's host name against its certificate; empty: not",
     ),
     "replica.lag.time.max.ms": ("30000", "a follower not caught up for this long leaves the ISR"),
     "replica.fetch.wait.max.ms": (
@@ -617,7 +659,7 @@ DECLARED = {
     ),
     "connection.failed.authentication.delay.ms": (
         "100",
-        "how long a connection whose login failed waits before it is closed",
+        "how long a failed login's answer and the close of its connection wait",
     ),
     "sluice.security.credentials.file": (
         None,

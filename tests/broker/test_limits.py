@@ -201,6 +201,38 @@ async def test_connections_over_the_bound_are_closed(
             await c.close()
 
 
+async def test_idle_connections_are_closed_after_connections_max_idle_ms(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """Kafka's ``connections.max.idle.ms`` (default ten minutes): a connection with nothing
+    read or written that long is closed by the broker; one in use is kept."""
+    srv = await start_server(tmp_path, "connections.max.idle.ms=400")
+    servers.append(srv)
+    idle = await WireClient.connect("127.0.0.1", srv.port)
+    busy = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        assert (await api_versions(idle)).error_code == 0
+        answered = time.monotonic()
+        # the busy one asks every 100 ms until the idle one is closed (bounded)
+        closing = asyncio.create_task(idle.read_frame(timeout=DEADLINE_S))
+        while not closing.done() and time.monotonic() - answered < DEADLINE_S:
+            assert (await api_versions(busy)).error_code == 0
+            await asyncio.wait({closing}, timeout=0.1)
+        assert await closing is None  # closed by the broker, nothing sent
+        assert time.monotonic() - answered >= 0.4
+        assert srv.metrics.get("connections.closed.idle") == 1
+        assert (await api_versions(busy)).error_code == 0
+    finally:
+        await idle.close()
+        await busy.close()
+
+
+def test_idle_connections_are_closed_after_ten_minutes_by_default() -> None:
+    from sluice.server.config import Config
+
+    assert Config().connections_max_idle_ms == 600_000
+
+
 def test_zero_per_ip_needs_overrides() -> None:
     from sluice.server.config import Config, ConfigError
 

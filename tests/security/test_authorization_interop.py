@@ -358,6 +358,30 @@ def test_describe_cluster_reports_the_principals_operations(acls: Acls) -> None:
     assert set(ops) == {AclOperation.ALTER, AclOperation.DESCRIBE}  # the seed
 
 
+def test_describe_cluster_is_answered_without_describe_on_the_cluster(
+    broker: BrokerProcess, acls: Acls
+) -> None:
+    """Kafka answers DescribeCluster to anyone (AuthHelper.computeDescribeClusterResponse):
+    Describe on the cluster only decides the authorized operations asked for (0 without it).
+    It was refused with CLUSTER_AUTHORIZATION_FAILED (found by a security review)."""
+    acls.grant(deny(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE))
+    asked = acls.admin.describe_cluster(include_authorized_operations=True, request_timeout=10)
+    described = asked.result(timeout=DEADLINE_S)
+    assert [n.port for n in described.nodes] == [int(broker.bootstrap.split(":")[1])]
+    assert not described.authorized_operations
+    answer = request(broker, m.DescribeCluster.key, m.DescribeClusterRequest(
+        include_cluster_authorized_operations=True))  # fmt: skip
+    assert (answer.error_code, answer.cluster_authorized_operations) == (0, 0)
+    answer = request(broker, m.DescribeCluster.key, m.DescribeClusterRequest())
+    assert (answer.error_code, answer.cluster_authorized_operations) == (0, -(2**31))
+    assert answer.controller_id == answer.brokers[0].broker_id
+    # Kafka's answers to the other endpoint types
+    for endpoint_type, code in ((2, 114), (3, 115)):
+        answer = request(broker, m.DescribeCluster.key, m.DescribeClusterRequest(
+            endpoint_type=endpoint_type))  # fmt: skip
+        assert (answer.error_code, answer.brokers) == (code, [])
+
+
 def test_topic_admin_apis_are_refused_without_their_acl(acls: Acls) -> None:
     topic = unique("adm")
     futures = acls.admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=10)

@@ -237,3 +237,57 @@ async def test_concurrent_alters_of_one_user_lose_nothing(zk_clients: list[ZkCli
     finally:
         for store in stores:
             await store.close()
+
+
+def test_plain_check_of_an_unknown_user_costs_a_known_users_pbkdf2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a security review: an unknown user's PLAIN login answered at once while a known
+    user's cost a PBKDF2, so the answer's timing told which users exist. Both now derive once,
+    with the same hash and iterations."""
+    from sluice.server.security import scram
+
+    store = FileCredentialStore(tmp_path / "users.json")
+    store.alter_sync("alice", {SHA512: credential_from_password(SHA512, "secret")})
+    derived: list[tuple[str, int]] = []
+    real = scram.salted_password
+
+    def recording(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+        derived.append((mechanism, iterations))
+        return real(mechanism, password, salt, iterations)
+
+    monkeypatch.setattr(scram, "salted_password", recording)
+    assert not store.verify_plain("alice", "wrong")
+    known = list(derived)
+    derived.clear()
+    assert not store.verify_plain("mallory", "wrong")
+    assert not store.verify_plain("mallory", "secret")
+    assert not store.verify_plain("", "secret")
+    assert known == [(SHA512, 4096)]
+    assert derived == known * 3
+
+
+def test_no_repr_shows_a_secret() -> None:
+    """Found by a security review: ``ClientSecurity``'s repr included the password (a log line
+    or a traceback showing the object would print it). Nor do the broker's config (its
+    properties may hold ``ssl.key.password`` and ``sasl.jaas.config``) or a SCRAM credential's
+    keys show theirs."""
+    from sluice.net.security import ClientSecurity
+    from sluice.server.config import Config
+
+    security = ClientSecurity.from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice", "sasl.password": "pa55word",
+    })  # fmt: skip
+    assert security is not None and security.sasl_password == "pa55word"
+    assert "pa55word" not in repr(security) and "alice" in repr(security)
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="pa55word";'
+    config = Config.load(None, [f"sasl.jaas.config={jaas}", "ssl.key.password=pa55word",
+                                "zookeeper.ssl.keystore.password=pa55word"])  # fmt: skip
+    assert config.properties["ssl.key.password"] == "pa55word"
+    assert config.zookeeper_ssl_keystore_password == "pa55word"
+    assert "pa55word" not in repr(config)
+    cred = credential_from_password(SHA512, "secret")
+    text = repr(cred)
+    assert cred.stored_key.hex() not in text and repr(cred.stored_key) not in text
+    assert repr(cred.server_key) not in text and "iterations=4096" in text

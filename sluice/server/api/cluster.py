@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 from sluice.server.api.base import ApiBase, log
 
+#: Kafka's ``EndpointType`` ids (DescribeCluster v1 ``endpoint_type``).
+_BROKER_ENDPOINT = 1
+_CONTROLLER_ENDPOINT = 2
+
 
 class ClusterApis(ApiBase):
     """This family\'s handlers (module docstring); mixed into ``Handlers``."""
@@ -91,8 +95,8 @@ class ClusterApis(ApiBase):
             cluster_id=view.cluster_id,
             controller_id=view.controller_id,
             topics=topics,
-            cluster_authorized_operations=self.authorized_operations(
-                body.include_cluster_authorized_operations, ResourceType.CLUSTER
+            cluster_authorized_operations=self._cluster_operations(
+                body.include_cluster_authorized_operations
             ),
         )
 
@@ -241,30 +245,46 @@ class ClusterApis(ApiBase):
         self, header: RequestHeader, body: m.DescribeClusterRequest
     ) -> m.DescribeClusterResponse:
         """What Kafka's admin clients use for brokers, controller and cluster id (KIP-700). This
-        broker is all three; it serves broker endpoints only (v1 ``endpoint_type`` 1)."""
+        broker serves broker endpoints only (v1 ``endpoint_type`` 1, BROKER).
+
+        As Kafka's ``AuthHelper.computeDescribeClusterResponse``, the answer needs no ACL:
+        Describe on the cluster decides only ``cluster_authorized_operations`` when asked for
+        (0 without it; the schema's default, INT32_MIN, when not asked); a controller id not
+        among the brokers is answered as -1."""
         cls = m.DescribeClusterResponse
-        if body.endpoint_type != 1:
-            return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
-                       error_message="this is a broker endpoint",
-                       cluster_id=self.metadata_view.cluster_id,
-                       controller_id=-1, brokers=[])  # fmt: skip
-        if not self.allowed(AclOperation.DESCRIBE):
-            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
-                       error_message=None, cluster_id=self.metadata_view.cluster_id,
-                       controller_id=-1, brokers=[])  # fmt: skip
-        ops = self.authorized_operations(
-            body.include_cluster_authorized_operations, ResourceType.CLUSTER
-        )
         view = self.metadata_view
+        if body.endpoint_type not in (_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT):
+            return cls(throttle_time_ms=0, error_code=errors.UnsupportedEndpointType.code,
+                       error_message=f"Unsupported endpoint type {body.endpoint_type}",
+                       cluster_id=view.cluster_id, brokers=[])  # fmt: skip
+        if body.endpoint_type != _BROKER_ENDPOINT:
+            return cls(throttle_time_ms=0, error_code=errors.MismatchedEndpointType.code,
+                       error_message="The request was sent to an endpoint of type BROKER, but we "
+                       "wanted an endpoint of type CONTROLLER",
+                       cluster_id=view.cluster_id, brokers=[])  # fmt: skip
+        brokers = [
+            cls.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)
+            for b, h, p, r in view.brokers()
+        ]
+        controller_id = view.controller_id
+        if all(b.broker_id != controller_id for b in brokers):
+            controller_id = -1
         return cls(
             throttle_time_ms=0,
             error_code=0,
             error_message=None,
             cluster_id=view.cluster_id,
-            controller_id=view.controller_id,
-            brokers=[
-                cls.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)
-                for b, h, p, r in view.brokers()
-            ],
-            cluster_authorized_operations=ops,
+            controller_id=controller_id,
+            brokers=brokers,
+            cluster_authorized_operations=self._cluster_operations(
+                body.include_cluster_authorized_operations
+            ),
         )
+
+    def _cluster_operations(self, requested: bool) -> int:
+        """Metadata's and DescribeCluster's ``cluster_authorized_operations``, as Kafka: the
+        schema default unless asked for; 0 without Describe on the cluster; else the
+        principal's operations on it."""
+        if requested and not self.allowed(AclOperation.DESCRIBE):
+            return 0
+        return self.authorized_operations(requested, ResourceType.CLUSTER)

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from sluice.server.controller.controller import Controller
     from sluice.server.replication.partition import Partition
     from sluice.server.replication.replica_manager import ReplicaManager
-    from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZnodeStat
+    from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZkTls, ZnodeStat
     from sluice.server.zk.data import BrokerInfo, PartitionState, TopicAssignment
     from sluice.server.zk.kafka_zk import KafkaZkClient
 
@@ -275,7 +275,11 @@ class ClusterMember:
         session = config.zookeeper_session_timeout_ms / 1000
         connect = config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
         self.zk = zk = ZkClient(
-            config.zookeeper_connect, session_timeout=session, connect_timeout=connect / 1000
+            config.zookeeper_connect,
+            session_timeout=session,
+            connect_timeout=connect / 1000,
+            tls=self._zookeeper_tls(),
+            secure_acls=config.zookeeper_set_acl,
         )
         await zk.start()
         self.kzk = kzk = KafkaZkClient(zk)
@@ -311,6 +315,20 @@ class ClusterMember:
             zookeeper=config.zookeeper_connect,
             topics=len(self.cache.assignments),
             published=len(self.cache.published),
+        )
+
+    def _zookeeper_tls(self) -> ZkTls | None:
+        """Kafka's ``zookeeper.ssl.*`` keys (``zookeeper.ssl.client.enable``)."""
+        from sluice.server.zk.client import ZkTls
+
+        config = self.config
+        if not config.zookeeper_ssl_client_enable:
+            return None
+        return ZkTls(
+            truststore=config.zookeeper_ssl_truststore_location,
+            keystore=config.zookeeper_ssl_keystore_location,
+            keystore_password=config.zookeeper_ssl_keystore_password,
+            check_hostname=config.zookeeper_ssl_endpoint_identification_algorithm == "https",
         )
 
     async def stop(self) -> None:

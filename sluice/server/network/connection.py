@@ -29,7 +29,8 @@ Limits (:mod:`sluice.server.network.quotas`). A connection over ``max.connection
 ``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
 open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
 worker waits that long before taking the next request (Kafka mutes the channel the same way);
-frames keep queuing meanwhile, up to ``queued.max.requests``.
+frames keep queuing meanwhile, up to ``queued.max.requests``. A connection with nothing read or
+written for ``connections.max.idle.ms`` and no request in hand is closed (``Server`` checks).
 
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
 partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
@@ -44,12 +45,15 @@ listeners asyncio completes the handshake before :meth:`connection_made` (a plai
 TLS port never reaches this object), and the client certificate gives the principal. On SASL
 listeners every frame goes to the connection's ``SaslServerAuthenticator`` until the login
 completes (the frame reader's limit meanwhile is ``sasl.server.max.receive.size``): it answers
-ApiVersions, SaslHandshake and SaslAuthenticate and fails anything else; a failed login is
-answered, then reading stops and the connection closes after
-``connection.failed.authentication.delay.ms``. PLAIN's PBKDF2 check (milliseconds) runs in the
-default executor, off the event loop. Once logged in, the principal goes into the worker's
-``RequestContext``; with ``connections.max.reauth.ms`` a request after the session's end closes
-the connection, and a SaslHandshake starts KIP-368 re-authentication on the same connection.
+ApiVersions, SaslHandshake and SaslAuthenticate and fails anything else. Until then reading
+pauses while a login step is pending (Kafka reads one receive at a time before
+authentication), so a client not logged in holds at most one frame and one read. A failed
+login stops reading; its answer and the close wait ``connection.failed.authentication.delay.ms``
+(Kafka delays both; only that connection's worker waits). PLAIN's PBKDF2 check (milliseconds)
+runs in the default executor, off the event loop. Once logged in, the principal goes into the
+worker's ``RequestContext``; with ``connections.max.reauth.ms`` a request after the session's
+end closes the connection, and a SaslHandshake starts KIP-368 re-authentication on the same
+connection.
 Zero-copy is impossible over TLS (the kernel does not encrypt): Fetch takes the copy path there.
 
 Measurements behind this design, and the alternatives measured and rejected: ``bench/NOTES.md``.
@@ -83,6 +87,7 @@ from sluice.server.network.request import (
     REQUEST_CONTEXT,
     RequestContext,
     RequestHandler,
+    java_host_address,
 )
 
 if TYPE_CHECKING:
@@ -157,6 +162,7 @@ class Connection(asyncio.Protocol):
         self._connection_quotas = connection_quotas
         self._request_quota = request_quota
         self._quota_ip: str | None = None  # the address counted by connection_quotas
+        self._last_active = monotonic()  # the last read or write (connections.max.idle.ms)
 
     # --- asyncio.Protocol callbacks --------------------------------------------------------------
 
@@ -235,6 +241,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._last_active = monotonic()
         try:
             self._reader.feed(data)
             while (frame := self._reader.next_frame()) is not None:
@@ -292,6 +299,35 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last byte read or written; 0 while a request is handled or
+        queued (a long-polling Fetch is not idle)."""
+        if self._busy or self._frames:
+            return 0.0
+        return now - self._last_active
+
+    def close_idle(self) -> None:
+        """Close for ``connections.max.idle.ms`` (Kafka's Selector closes idle channels)."""
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        log.info("closing connection", reason="idle", peer=self._peer,
+                 idle_s=round(monotonic() - self._last_active, 3))  # fmt: skip
+        self._metrics.inc("connections.closed.idle")
+        self._closing = True
+        self._frame_ready.set()
+        transport.close()
+
+    @property
+    def authenticating(self) -> bool:
+        """A SASL login (or KIP-368 re-authentication) is under way on this connection."""
+        return self._auth is not None and self._auth.authenticating
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet handled: queued frames and a partial one."""
+        return sum(len(frame) for frame in self._frames) + self._reader.buffered
+
     # --- internals -------------------------------------------------------------------------------
 
     def _update_reading(self) -> None:
@@ -299,6 +335,12 @@ class Connection(asyncio.Protocol):
         if transport is None or self._closing:
             return
         full = len(self._frames) >= self._max_queued or self._writing_paused
+        auth = self._auth
+        if auth is not None and auth.authenticating and (self._frames or self._busy):
+            # Kafka reads one receive at a time until the login completes: while a login
+            # step is pending nothing more is read, so a client not logged in holds at most
+            # one frame of sasl.server.max.receive.size and one read.
+            full = True
         if full and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
@@ -320,7 +362,8 @@ class Connection(asyncio.Protocol):
     async def _run(self) -> None:
         # The worker task's own context: handlers of this connection's requests see its peer.
         peer = self._peer
-        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        # Kafka's InetAddress.toString ("/127.0.0.1", "/0:0:0:0:0:0:0:1"): ACL hosts match it
+        host = f"/{java_host_address(peer[0])}" if isinstance(peer, tuple) and peer else ""
         REQUEST_CONTEXT.set(
             RequestContext(
                 client_host=host, principal=self._principal, listener_name=self._listener.name
@@ -334,12 +377,14 @@ class Connection(asyncio.Protocol):
                     self._frame_ready.clear()
                     await self._frame_ready.wait()
                 frame = self._frames.popleft()
-                self._update_reading()
                 self._busy = True
+                self._update_reading()
                 try:
                     keep_going = await self._process(frame)
                 finally:
                     self._busy = False
+                if self._auth is not None:
+                    self._update_reading()  # a login step done: read the next frame
                 if not keep_going:
                     return
         except asyncio.CancelledError:
@@ -438,19 +483,28 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return False
-        if step.send:
-            transport.writelines(step.send)
         if step.close:
             self._closing = True
+            if not self._reading_paused:
+                transport.pause_reading()
+                self._reading_paused = True
             if step.failed is not None:
                 self._metrics.inc("connections.failed_authentication")
-                if transport is not None and not self._reading_paused:
-                    transport.pause_reading()
-                    self._reading_paused = True
                 delay_ms = self._listener.failed_authentication_delay_ms
-                if delay_ms > 0:  # Kafka delays the close: a password guesser gets less done
+                if delay_ms > 0:
+                    # Kafka delays the answer and the close (the Selector's
+                    # DelayedAuthenticationFailureClose): a password guesser learns the outcome
+                    # no sooner. Only this connection's worker waits.
                     await asyncio.sleep(delay_ms / 1000)
+                    transport = self._transport
+                    if transport is None:  # the client gave up meanwhile
+                        return False
+            if step.send:
+                transport.writelines(step.send)
             return False
+        if step.send:
+            transport.writelines(step.send)
+            self._last_active = monotonic()
         if step.authenticated:
             assert auth.principal is not None
             self._reader.max_frame_size = self._max_frame_size
@@ -489,6 +543,7 @@ class Connection(asyncio.Protocol):
         transport = await self._writable_transport()
         if transport is None:
             return
+        self._last_active = monotonic()
         pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
             if isinstance(part, _BYTES_LIKE):

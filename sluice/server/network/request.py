@@ -12,6 +12,7 @@ on the per-request path pays for carrying it.
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -23,7 +24,27 @@ __all__ = [
     "CloseConnection",
     "RequestContext",
     "RequestHandler",
+    "java_host_address",
 ]
+
+
+def java_host_address(address: str) -> str:
+    """A peer address as Java's ``InetAddress.getHostAddress`` writes it, the form Kafka's
+    authorizer compares ACL hosts with and ``RequestContext`` prints: IPv6 uncompressed
+    without leading zeros (``::1`` -> ``0:0:0:0:0:0:0:1``), an IPv4-mapped IPv6 address as
+    the IPv4 one (Java makes it an ``Inet4Address``), a zone kept (``fe80:...%eth0``).
+    Anything that is not an IP address is returned as it is."""
+    text, percent, zone = address.partition("%")
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv4Address):
+        return text
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    groups = ":".join(f"{int(group, 16):x}" for group in ip.exploded.split(":"))
+    return groups + percent + zone
 
 
 @dataclass(frozen=True, slots=True)

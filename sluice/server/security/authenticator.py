@@ -24,9 +24,9 @@ tokens with only a size prefix; v1 by SaslAuthenticate requests.
 Failures answer what Kafka answers: UNSUPPORTED_SASL_MECHANISM with the enabled mechanisms,
 SASL_AUTHENTICATION_FAILED with PLAIN's messages ("Authentication failed: Invalid username or
 password") or, for SCRAM, one generic message that does not tell an unknown user from a wrong
-password. The connection then closes after ``connection.failed.authentication.delay.ms``
-(:attr:`Step.failed` says the close is an authentication failure; the delay is the connection's
-to apply, Kafka's default 100 ms).
+password. The answer is written and the connection closed after
+``connection.failed.authentication.delay.ms`` (:attr:`Step.failed` says the close is an
+authentication failure; the delay is the connection's to apply, Kafka's default 100 ms).
 
 **Re-authentication (KIP-368).** With ``connections.max.reauth.ms`` > 0 the session lasts that
 long: SaslAuthenticate v1+ tells the client ``session_lifetime_ms`` and the client
@@ -112,7 +112,7 @@ class SaslState(enum.Enum):
 class Step:
     """What the connection does after one frame: write ``send`` (complete frames, in order),
     then close if ``close``. ``failed`` is the reason when the close is an authentication
-    failure (delay it by ``connection.failed.authentication.delay.ms`` and log it);
+    failure (delay the answer and the close by ``connection.failed.authentication.delay.ms``);
     ``authenticated`` is true on the step that completed (re-)authentication."""
 
     send: list[bytes] = field(default_factory=list)

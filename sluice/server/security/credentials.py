@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is use
 from .errors import InvalidCredential, SecurityError
 from .files import write_atomically
 from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
-from .scram import SCRAM_MECHANISMS, ScramCredential, verify_password
+from .scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, ScramCredential, verify_password
 
 __all__ = [
     "CONFIG_CHANGES_PATH",
@@ -68,6 +68,11 @@ CHANGE_PREFIX = "config_change_"
 MAX_UPDATE_RETRIES = 10
 
 UserCredentials = dict[str, ScramCredential]  # mechanism -> credential
+
+#: What a PLAIN login of an unknown user is checked against: the work of a known user's check
+#: (one PBKDF2 of Kafka's default 4096 iterations, SHA-512 as PLAIN prefers), matching nothing
+#: (an empty stored key), so that the answer's timing does not tell which users exist.
+_UNKNOWN_USER = ("SCRAM-SHA-512", ScramCredential(bytes(32), b"", b"", DEFAULT_ITERATIONS))
 
 
 def sanitize(name: str) -> str:
@@ -121,11 +126,14 @@ class CredentialStore:
 
     def verify_plain(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s (checked against the strongest SCRAM credential
-        the user has; one PBKDF2 of its iterations)."""
+        the user has; one PBKDF2 of its iterations). An unknown user costs the same PBKDF2
+        (:data:`_UNKNOWN_USER`): a login timing probe cannot enumerate the users."""
         creds = self._users.get(user, {})
         for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
             if mechanism in creds:
                 return verify_password(mechanism, creds[mechanism], password)
+        mechanism, dummy = _UNKNOWN_USER
+        verify_password(mechanism, dummy, password)  # never matches: b"" is no stored key
         return False
 
     def _set(self, user: str, creds: UserCredentials) -> None:

@@ -33,7 +33,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import AuthenticationFailed, InvalidCredential
 
@@ -94,8 +94,9 @@ class ScramCredential:
     """One user's credential for one mechanism (Kafka's ``ScramCredential``)."""
 
     salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    #: Not in the repr: with the server key, what impersonates the broker to its clients.
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
     iterations: int
 
     def to_text(self) -> str:

@@ -38,6 +38,12 @@ Requests wait at most ``request_timeout`` seconds (:class:`ConnectionLossError` 
 outcome is unknown, as for any connection loss). The chroot of the connect string
 (``host:port/chroot``) is created if missing, like Kafka's broker does at start-up.
 
+**TLS** (:class:`ZkTls`, Kafka's ``zookeeper.ssl.*``): the connection to ZooKeeper's
+``secureClientPort`` is wrapped in Python's ``ssl`` (:func:`_tls_handler`), verifying
+ZooKeeper's certificate (against the truststore, or the system's CAs) and its host name unless
+disabled, and presenting the broker's certificate when a keystore is given (ZooKeeper's
+``ssl.clientAuth``).
+
 Only the event loop thread may call the methods (they are not thread-safe). kazoo is imported
 when a client is constructed, never at import: standalone brokers do not load it.
 """
@@ -50,7 +56,7 @@ import enum
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sluice.server.logging import get_logger
@@ -208,6 +214,69 @@ def split_connect_string(connect: str) -> tuple[str, str]:
     return hosts, chroot
 
 
+@dataclass(frozen=True, slots=True)
+class ZkTls:
+    """TLS to ZooKeeper (Kafka's ``zookeeper.ssl.*``): PEM files. ``keystore`` holds the
+    client's key and certificate chain (None: no client certificate); ``truststore`` the CAs
+    ZooKeeper's certificate must chain to (None: the system's)."""
+
+    truststore: str | None = None
+    keystore: str | None = None
+    keystore_password: str | None = field(default=None, repr=False)
+    check_hostname: bool = True
+
+
+#: Kafka's ``ZkData.SensitiveRootPaths``: credentials and broker configs, not readable by all.
+SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token")
+
+
+def secure_acl(path: str) -> list[Any]:
+    """Kafka's ``ZkData.defaultAcls`` with ``zookeeper.set.acl``: everything for the creator
+    (the session's authenticated identity, here its TLS certificate's subject), read for
+    anyone, except below :data:`SENSITIVE_ROOT_PATHS`; the old consumers' ``/consumers`` stays
+    open."""
+    from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+
+    if path == "/consumers":
+        return list(OPEN_ACL_UNSAFE)
+    if path.startswith(SENSITIVE_ROOT_PATHS):
+        return list(CREATOR_ALL_ACL)
+    return [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
+
+
+def _tls_handler(tls: ZkTls) -> Any:
+    """kazoo's threading handler connecting over TLS with ``tls``'s context (built now: a file
+    that does not load fails the start). Not kazoo's own ``use_ssl``: it wraps the socket
+    before connecting and leaves it open when the handshake fails, a file descriptor lost per
+    reconnect attempt to a ZooKeeper whose certificate is not trusted; here the TCP connection
+    is made first and the handshake's failure closes it (``SSLContext.wrap_socket``)."""
+    import socket
+    import ssl
+
+    from kazoo.handlers.threading import SequentialThreadingHandler
+
+    context = ssl.create_default_context(cafile=tls.truststore)
+    context.check_hostname = tls.check_hostname
+    if tls.keystore is not None:
+        context.load_cert_chain(tls.keystore, password=tls.keystore_password)
+
+    class TlsHandler(SequentialThreadingHandler):  # type: ignore[misc]
+        def create_connection(
+            self, address: tuple[str, int], hostname: str | None = None,
+            timeout: float | None = None, **_plain: Any,
+        ) -> ssl.SSLSocket:  # fmt: skip
+            sock = socket.create_connection(address, timeout)
+            try:
+                tls_sock = context.wrap_socket(sock, server_hostname=hostname or address[0])
+            except BaseException:
+                sock.close()
+                raise
+            tls_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return tls_sock
+
+    return TlsHandler()
+
+
 class ZkClient:
     """An asyncio ZooKeeper session; see the module docstring.
 
@@ -225,8 +294,13 @@ class ZkClient:
         connect_timeout: float = 18.0,
         request_timeout: float = 30.0,
         close_timeout: float = 10.0,
+        tls: ZkTls | None = None,
+        secure_acls: bool = False,
     ) -> None:
         self.connect = connect
+        self.tls = tls
+        #: Kafka's ``zookeeper.set.acl``: the znodes this client creates get :func:`secure_acl`.
+        self.secure_acls = secure_acls
         self.hosts, self.chroot = split_connect_string(connect)
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
@@ -293,7 +367,7 @@ class ZkClient:
         from kazoo.retry import KazooRetry
 
         self._loop = asyncio.get_running_loop()
-        handler = SequentialThreadingHandler()
+        handler = SequentialThreadingHandler() if self.tls is None else _tls_handler(self.tls)
         # Reconnect forever (the session decides what is lost), with a short cap on the backoff
         # so a restarted ZooKeeper is found again within a second.
         retry = KazooRetry(
@@ -388,6 +462,7 @@ class ZkClient:
             lambda kz: kz.create_async(
                 path,
                 data,
+                acl=self._acl(path),
                 ephemeral=ephemeral,
                 sequence=sequence,
                 makepath=make_parents,
@@ -417,7 +492,11 @@ class ZkClient:
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its missing parents as empty persistent znodes."""
-        await self._request(path, lambda kz: kz.ensure_path_async(path))
+        await self._request(path, lambda kz: kz.ensure_path_async(path, self._acl(path)))
+
+    def _acl(self, path: str) -> list[Any] | None:
+        """The ACL of a znode this client creates (None: kazoo's default, open to all)."""
+        return secure_acl(path) if self.secure_acls else None
 
     async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         """Apply ``ops`` atomically (ZooKeeper's multi). On failure nothing is applied and the
@@ -429,7 +508,13 @@ class ZkClient:
             txn = kz.transaction()
             for op in ops:
                 if isinstance(op, CreateOp):
-                    txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
+                    txn.create(
+                        op.path,
+                        op.data,
+                        acl=self._acl(op.path),
+                        ephemeral=op.ephemeral,
+                        sequence=op.sequence,
+                    )
                 elif isinstance(op, SetDataOp):
                     txn.set_data(op.path, op.data, op.version)
                 elif isinstance(op, DeleteOp):

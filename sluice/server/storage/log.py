@@ -44,6 +44,7 @@ from sluice.server.storage.layout import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    offset_file_name,
     parse_offset_file_name,
     parse_partition_dir,
     segment_file_names,
@@ -492,7 +493,7 @@ class Log:
             if swap_base is None:
                 continue
             # The cleaned segment replaces every segment its offsets cover (Kafka's order:
-            # those go first, then the rename), and its transaction index is rebuilt (step 9).
+            # those go first, then the rename).
             end = _next_offset_of_file(directory / name, swap_base, vfs)
             for other in names:
                 for suffix in (*SEGMENT_SUFFIXES, TXN_INDEX_SUFFIX):
@@ -500,9 +501,30 @@ class Log:
                     if base is not None and swap_base <= base < end:
                         vfs.remove(directory / other)
             vfs.rename(directory / name, directory / segment_file_names(swap_base)[0])
-            swapped.append(swap_base)
+            # Its transaction index is the cleaned one, renamed after the .log (complete and
+            # fsynced like it); none with the .log.swap: the cleaned segment may have none,
+            # or the file is from an older version: rebuilt (step 9).
+            txn_index = offset_file_name(swap_base, TXN_INDEX_SUFFIX)
+            for suffix in (SWAP_SUFFIX, CLEANED_SUFFIX):
+                if txn_index + suffix in listed:
+                    vfs.rename(directory / (txn_index + suffix), directory / txn_index)
+                    break
+            else:
+                swapped.append(swap_base)
             touched = True
             log.warning("completed interrupted segment swap", segment=swap_base, next_offset=end)
+        for name in names:
+            # A swap interrupted in its last step, after the .log's rename: the .txnindex.swap
+            # is the segment's (the others are rebuilt in step 2).
+            base = parse_offset_file_name(name, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
+            if (
+                base is not None
+                and offset_file_name(base, LOG_SUFFIX + SWAP_SUFFIX) not in listed
+                and offset_file_name(base, LOG_SUFFIX) in listed
+            ):
+                vfs.rename(directory / name, directory / offset_file_name(base, TXN_INDEX_SUFFIX))
+                touched = True
+                log.warning("completed interrupted transaction index swap", segment=base)
         for name in vfs.listdir(directory) if touched else names:
             if name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
@@ -1990,11 +2012,20 @@ class Log:
 
         File steps, in this order, so a crash at any point loads as either the old segments
         or the cleaned one (``open`` step 1): 1. the cleaned files ``.cleaned`` -> ``.swap``
-        (the ``.log`` first); 2. the old segments renamed ``.deleted`` (their files removed
+        (the ``.log`` first, the ``.txnindex`` -- if the cleaned segment has one -- last);
+        2. the old segments renamed ``.deleted`` (their files removed
         ``file.delete.delay.ms`` later, so fetches in flight finish); 3. ``.swap`` -> the
-        segment's own names. Then the new segment replaces the old ones in the list, and the
-        directory is marked for the flusher's fsync. Never the active segment. On the event
-        loop (the cleaner's thread only writes the ``.cleaned`` files).
+        segment's own names (the ``.log`` first, the ``.txnindex`` last). Then the new segment
+        replaces the old ones in the list, and the directory is marked for the flusher's
+        fsync. Never the active segment. On the event loop (the cleaner's thread only writes
+        the ``.cleaned`` files).
+
+        The cleaned ``.txnindex`` (the aborted transactions whose marker the cleaned segment
+        keeps, Kafka's ``CleanedTransactionMetadata``) travels with the segment: derived data
+        like the other indexes, but rebuilding it needs the producer state replayed from a
+        snapshot, so load takes it as it is (``open`` step 1). The producer state in memory
+        and its snapshots stay valid: cleaning keeps every producer's last batch and every
+        marker whose transaction still has data, so the state the log replays to is the same.
         """
         if self._closed or truncations != self._truncations or not old:
             return False
@@ -2009,7 +2040,10 @@ class Log:
         ):
             return False
         vfs, directory = self._vfs, self.directory
-        names = segment_file_names(cleaned_base)
+        names: tuple[str, ...] = segment_file_names(cleaned_base)
+        txn_index_name = offset_file_name(cleaned_base, TXN_INDEX_SUFFIX)
+        if vfs.exists(directory / (txn_index_name + CLEANED_SUFFIX)):
+            names = (*names, txn_index_name)
         for name in names:
             vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
         del self._segments[first : first + len(old)]

@@ -426,7 +426,11 @@ class Log:
            crash can leave behind that is never valid data: ``*.deleted`` (deletion was
            decided, only the unlink was pending), ``*.cleaned``, other ``*.swap`` (the swap's
            indexes: rebuilt in step 2), ``*.tmp``; then index files with no ``.log``
-           (orphans).
+           (orphans). The swapped segment's ``.txnindex`` (renamed after its ``.log`` in each
+           step of the swap: ``.txnindex.swap``, or ``.txnindex.cleaned`` if the crash came
+           before) is renamed with it; a ``.txnindex.swap`` whose ``.log.swap`` is gone but
+           whose ``.log`` is there belongs to that ``.log`` (the swap's last step was cut after
+           the ``.log``'s rename) and is renamed into place too.
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
            segment open recreates it empty), that fails its sanity check (size not a multiple
            of the entry size, last offset below base, timestamps decreasing, position past the
@@ -464,7 +468,10 @@ class Log:
            GiB; the leader_epoch section of the measurement notes has the figures).
         9. Transaction indexes: a ``.txnindex`` that fails its check (not a multiple of 34
            bytes, unknown version, markers not increasing or outside its segment), the one of
-           a segment swapped in, and those of the segments recovered in step 3 whose walk met
+           a segment swapped in without its cleaned ``.txnindex`` (one carried over in step 1
+           is kept as the cleaner wrote it, also through step 2's index rebuild unless that
+           truncated the segment), that of a segment whose step-2 index rebuild met a control
+           batch, and those of the segments recovered in step 3 whose walk met
            a control batch are rebuilt -- the latter from the recovery point on: entries of
            markers below it were fsynced with them (the others only lose entries past their
            end). The producer state is replayed from the newest snapshot at or below the first
@@ -488,6 +495,8 @@ class Log:
         # file): if not, after a clean shutdown (whose close fsynced it) it needs no fsync.
         touched = False
         swapped: list[int] = []
+        # Swapped in with their cleaned .txnindex: kept through step 2's index rebuild.
+        carried: set[int] = set()
         for name in names:
             swap_base = parse_offset_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)
             if swap_base is None:
@@ -508,6 +517,7 @@ class Log:
             for suffix in (SWAP_SUFFIX, CLEANED_SUFFIX):
                 if txn_index + suffix in listed:
                     vfs.rename(directory / (txn_index + suffix), directory / txn_index)
+                    carried.add(swap_base)
                     break
             else:
                 swapped.append(swap_base)
@@ -523,6 +533,7 @@ class Log:
                 and offset_file_name(base, LOG_SUFFIX) in listed
             ):
                 vfs.rename(directory / name, directory / offset_file_name(base, TXN_INDEX_SUFFIX))
+                carried.add(base)
                 touched = True
                 log.warning("completed interrupted transaction index swap", segment=base)
         for name in vfs.listdir(directory) if touched else names:
@@ -579,7 +590,7 @@ class Log:
                     reason=str(exc),
                     truncated_bytes=truncated,
                 )
-                if segment.recovered_control:
+                if segment.recovered_control and (base not in carried or truncated > 0):
                     rebuild_txn[base] = None
             try:
                 end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()

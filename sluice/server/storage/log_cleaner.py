@@ -63,8 +63,8 @@ load removes them (phase 2 or the first rename lost = the old segments stand). A
 in its offset range, then renames it into place (``Log.open`` step 1, Kafka's ``LogLoader``),
 so a crash between the renames of phase 3 ends with either the old segments or the cleaned one,
 never both; its indexes are rebuilt, its ``.txnindex`` (``.swap``, or still ``.cleaned``) is
-renamed with it, and a ``.txnindex.swap`` whose ``.log`` was renamed already follows it. A lost checkpoint write only means the next cleaning
-repeats work (cleaning is idempotent).
+renamed with it, and a ``.txnindex.swap`` whose ``.log`` was renamed already follows it. A
+lost checkpoint write only means the next cleaning repeats work (cleaning is idempotent).
 
 **Which records stay** (:func:`clean_batch`, Kafka's ``cleanInto`` and ``MemoryRecords.filterTo``):
 

@@ -226,8 +226,8 @@ def _txn(pid: int, seq: int, key: bytes, value: bytes | None) -> bytes:
 
 
 def _write_txn_base(log: Log) -> None:
-    """Committed (2, 3), aborted (1: offsets 1, 4 then 10) transactions, plain records and a
-    tombstone over small segments; ABORT markers at 5 and 11."""
+    """Committed (2, 3), aborted (1: offsets 1, 4 then 10) and open (4, at 17) transactions,
+    plain records and a tombstone over small segments; ABORT markers at 5 and 11."""
     plain = [(NOW, b"a", b"v0")]
     steps: list[object] = [
         rec.build_batch(plain),  # 0
@@ -252,6 +252,7 @@ def _write_txn_base(log: Log) -> None:
         (2, True),  # 15
         "roll",
         rec.build_batch([(NOW, b"z", b"active")]),  # 16, the active segment
+        _txn(4, 0, b"a", b"open"),  # 17: still open, the LSO
     ]
     for step in steps:
         if step == "roll":
@@ -265,7 +266,7 @@ def _write_txn_base(log: Log) -> None:
     log.maybe_increment_high_watermark(log.log_end_offset)
 
 
-TXN_LEO = 17
+TXN_LEO = 18
 
 
 def read_committed(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -355,6 +356,8 @@ def test_the_transactional_reference_cleaning(txn_reference: Reference) -> None:
     """The uninterrupted cleaning removes the aborted data, keeps the ABORT markers' entries in
     the cleaned segments and what read_committed sees."""
     assert txn_reference.after == txn_reference.before
+    producers, lso, _ = txn_reference.before
+    assert lso == 17 and producers[4] == (0, 0, 17)  # type: ignore[index]
     kept = {offset for offset, _, _ in txn_reference.records}
     assert not kept & ABORTED
     assert [(e.producer_id, e.last_offset) for e in txn_reference.aborted] == [

@@ -562,3 +562,27 @@ def test_a_producer_with_only_markers_keeps_its_last_epoch(tmp_path: Path) -> No
     log = Log.open(directory, config(), clock=clock, had_clean_shutdown=False, high_watermark=3)
     assert all_aborted(log) == []
     log.close()
+
+
+def test_delete_retention_long_max_keeps_markers_and_tombstones(tmp_path: Path) -> None:
+    """``delete.retention.ms`` = Long.MAX_VALUE (allowed): the horizon saturates at the int64
+    maximum instead of failing the cleaning (the partition left uncleanable) or wrapping."""
+    directory = tmp_path / "t-0"
+    clock = Clock()
+    log = Log.open(directory, config(delete_retention_ms=2**63 - 1), clock=clock)
+    log.append_as_leader(batch([(b"k", None)]))  # 0: a tombstone
+    log.append_end_txn_marker(6, 0, 0, commit=False, leader_epoch=0)  # 1: no data: discardable
+    log.append_as_leader(batch([(b"x", b"y")]))  # 2
+    log.roll()
+    log.append_as_leader(batch([(b"z", b"active")]))  # 3
+    log.update_high_watermark(log.log_end_offset)
+    cleaner = Cleaner(CleanerConfig())
+    cleaner.clean(log, 0, 3, NOW)
+    assert markers_in(log) == {1: 2**63 - 1}
+    (tombstone,) = (h for h in batch_headers(log) if h.base_offset == 0)
+    assert rec.delete_horizon_ms(tombstone) == 2**63 - 1
+    clock.now = 2**62
+    cleaner.clean(log, 0, 3, clock.now)
+    assert markers_in(log) == {1: 2**63 - 1} and all_records(log)[0] == (b"k", None)
+    log.close()
+    assert dump_log.verify_partition(directory) == []

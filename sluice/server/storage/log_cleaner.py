@@ -145,6 +145,7 @@ logger = structlog.get_logger("sluice.storage.cleaner")
 OFFSET_MAP_ENTRY_BYTES = 16 + 8
 _I32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class CleaningAbortedError(Exception):
@@ -624,6 +625,13 @@ class CleanedTransactionMetadata:
         return False
 
 
+def delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
+    """The KIP-534 horizon a cleaning stamps: ``now + delete.retention.ms``, at most the int64
+    maximum (``delete.retention.ms`` may be Long.MAX_VALUE: keep deletes and markers forever;
+    Java's sum would wrap negative and remove them at once)."""
+    return min(now_ms + delete_retention_ms, _INT64_MAX)
+
+
 def clean_batch(
     header: rec.BatchHeader,
     batch: memoryview,
@@ -673,7 +681,7 @@ def clean_batch(
     set_horizon = tombstones and horizon is None
     if len(kept) == len(records) and not set_horizon:
         return batch
-    new_horizon = now_ms + delete_retention_ms if set_horizon else horizon
+    new_horizon = delete_horizon(now_ms, delete_retention_ms) if set_horizon else horizon
     return rec.retained_batch(header, kept, delete_horizon_ms=new_horizon)
 
 
@@ -701,7 +709,8 @@ def _clean_control_batch(
         return rec.empty_batch(header) if retain_empty else None
     stats.records_written += len(records)
     if discardable and horizon is None:
-        return rec.retained_batch(header, records, delete_horizon_ms=now_ms + delete_retention_ms)
+        horizon = delete_horizon(now_ms, delete_retention_ms)
+        return rec.retained_batch(header, records, delete_horizon_ms=horizon)
     return batch
 
 

@@ -283,7 +283,11 @@ class Log:
     opens its transaction (producer state: :mod:`sluice.server.storage.producer_state`); the
     coordinator's marker (:meth:`append_end_txn_marker`; a follower copies it) closes it, and
     an ABORT marker adds an entry to the active segment's ``.txnindex``
-    (:mod:`sluice.server.storage.txn_index`). How Fetch and ListOffsets use this:
+    (:mod:`sluice.server.storage.txn_index`). On a compacted log the cleaner removes aborted
+    data and, once their transaction has nothing left and a delete horizon passed, markers;
+    a cleaned segment carries the entries of the aborts whose markers it keeps
+    (:mod:`sluice.server.storage.log_cleaner`, :meth:`replace_segments`). How Fetch and
+    ListOffsets use this:
 
     * Fetch v4+ with ``isolation_level=1`` (read_committed): ``read(start, max_bytes,
       Isolation.TXN_COMMITTED)`` returns batches below the LSO only; answer

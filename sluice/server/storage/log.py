@@ -44,6 +44,7 @@ from sluice.server.storage.layout import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    offset_file_name,
     parse_offset_file_name,
     parse_partition_dir,
     segment_file_names,
@@ -282,7 +283,11 @@ class Log:
     opens its transaction (producer state: :mod:`sluice.server.storage.producer_state`); the
     coordinator's marker (:meth:`append_end_txn_marker`; a follower copies it) closes it, and
     an ABORT marker adds an entry to the active segment's ``.txnindex``
-    (:mod:`sluice.server.storage.txn_index`). How Fetch and ListOffsets use this:
+    (:mod:`sluice.server.storage.txn_index`). On a compacted log the cleaner removes aborted
+    data and, once their transaction has nothing left and a delete horizon passed, markers;
+    a cleaned segment carries the entries of the aborts whose markers it keeps
+    (:mod:`sluice.server.storage.log_cleaner`, :meth:`replace_segments`). How Fetch and
+    ListOffsets use this:
 
     * Fetch v4+ with ``isolation_level=1`` (read_committed): ``read(start, max_bytes,
       Isolation.TXN_COMMITTED)`` returns batches below the LSO only; answer
@@ -425,7 +430,11 @@ class Log:
            crash can leave behind that is never valid data: ``*.deleted`` (deletion was
            decided, only the unlink was pending), ``*.cleaned``, other ``*.swap`` (the swap's
            indexes: rebuilt in step 2), ``*.tmp``; then index files with no ``.log``
-           (orphans).
+           (orphans). The swapped segment's ``.txnindex`` (renamed after its ``.log`` in each
+           step of the swap: ``.txnindex.swap``, or ``.txnindex.cleaned`` if the crash came
+           before) is renamed with it; a ``.txnindex.swap`` whose ``.log.swap`` is gone but
+           whose ``.log`` is there belongs to that ``.log`` (the swap's last step was cut after
+           the ``.log``'s rename) and is renamed into place too.
         2. Open every ``<base>.log`` in base-offset order. An index file that was missing (the
            segment open recreates it empty), that fails its sanity check (size not a multiple
            of the entry size, last offset below base, timestamps decreasing, position past the
@@ -463,7 +472,10 @@ class Log:
            GiB; the leader_epoch section of the measurement notes has the figures).
         9. Transaction indexes: a ``.txnindex`` that fails its check (not a multiple of 34
            bytes, unknown version, markers not increasing or outside its segment), the one of
-           a segment swapped in, and those of the segments recovered in step 3 whose walk met
+           a segment swapped in without its cleaned ``.txnindex`` (one carried over in step 1
+           is kept as the cleaner wrote it, also through step 2's index rebuild unless that
+           truncated the segment), that of a segment whose step-2 index rebuild met a control
+           batch, and those of the segments recovered in step 3 whose walk met
            a control batch are rebuilt -- the latter from the recovery point on: entries of
            markers below it were fsynced with them (the others only lose entries past their
            end). The producer state is replayed from the newest snapshot at or below the first
@@ -487,12 +499,14 @@ class Log:
         # file): if not, after a clean shutdown (whose close fsynced it) it needs no fsync.
         touched = False
         swapped: list[int] = []
+        # Swapped in with their cleaned .txnindex: kept through step 2's index rebuild.
+        carried: set[int] = set()
         for name in names:
             swap_base = parse_offset_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)
             if swap_base is None:
                 continue
             # The cleaned segment replaces every segment its offsets cover (Kafka's order:
-            # those go first, then the rename), and its transaction index is rebuilt (step 9).
+            # those go first, then the rename).
             end = _next_offset_of_file(directory / name, swap_base, vfs)
             for other in names:
                 for suffix in (*SEGMENT_SUFFIXES, TXN_INDEX_SUFFIX):
@@ -500,9 +514,32 @@ class Log:
                     if base is not None and swap_base <= base < end:
                         vfs.remove(directory / other)
             vfs.rename(directory / name, directory / segment_file_names(swap_base)[0])
-            swapped.append(swap_base)
+            # Its transaction index is the cleaned one, renamed after the .log (complete and
+            # fsynced like it); none with the .log.swap: the cleaned segment may have none,
+            # or the file is from an older version: rebuilt (step 9).
+            txn_index = offset_file_name(swap_base, TXN_INDEX_SUFFIX)
+            for suffix in (SWAP_SUFFIX, CLEANED_SUFFIX):
+                if txn_index + suffix in listed:
+                    vfs.rename(directory / (txn_index + suffix), directory / txn_index)
+                    carried.add(swap_base)
+                    break
+            else:
+                swapped.append(swap_base)
             touched = True
             log.warning("completed interrupted segment swap", segment=swap_base, next_offset=end)
+        for name in names:
+            # A swap interrupted in its last step, after the .log's rename: the .txnindex.swap
+            # is the segment's (the others are rebuilt in step 2).
+            base = parse_offset_file_name(name, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
+            if (
+                base is not None
+                and offset_file_name(base, LOG_SUFFIX + SWAP_SUFFIX) not in listed
+                and offset_file_name(base, LOG_SUFFIX) in listed
+            ):
+                vfs.rename(directory / name, directory / offset_file_name(base, TXN_INDEX_SUFFIX))
+                carried.add(base)
+                touched = True
+                log.warning("completed interrupted transaction index swap", segment=base)
         for name in vfs.listdir(directory) if touched else names:
             if name.endswith(STRAY_SUFFIXES):
                 log.info("removing leftover file", file=name)
@@ -557,7 +594,7 @@ class Log:
                     reason=str(exc),
                     truncated_bytes=truncated,
                 )
-                if segment.recovered_control:
+                if segment.recovered_control and (base not in carried or truncated > 0):
                     rebuild_txn[base] = None
             try:
                 end = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
@@ -1990,11 +2027,20 @@ class Log:
 
         File steps, in this order, so a crash at any point loads as either the old segments
         or the cleaned one (``open`` step 1): 1. the cleaned files ``.cleaned`` -> ``.swap``
-        (the ``.log`` first); 2. the old segments renamed ``.deleted`` (their files removed
+        (the ``.log`` first, the ``.txnindex`` -- if the cleaned segment has one -- last);
+        2. the old segments renamed ``.deleted`` (their files removed
         ``file.delete.delay.ms`` later, so fetches in flight finish); 3. ``.swap`` -> the
-        segment's own names. Then the new segment replaces the old ones in the list, and the
-        directory is marked for the flusher's fsync. Never the active segment. On the event
-        loop (the cleaner's thread only writes the ``.cleaned`` files).
+        segment's own names (the ``.log`` first, the ``.txnindex`` last). Then the new segment
+        replaces the old ones in the list, and the directory is marked for the flusher's
+        fsync. Never the active segment. On the event loop (the cleaner's thread only writes
+        the ``.cleaned`` files).
+
+        The cleaned ``.txnindex`` (the aborted transactions whose marker the cleaned segment
+        keeps, Kafka's ``CleanedTransactionMetadata``) travels with the segment: derived data
+        like the other indexes, but rebuilding it needs the producer state replayed from a
+        snapshot, so load takes it as it is (``open`` step 1). The producer state in memory
+        and its snapshots stay valid: cleaning keeps every producer's last batch and every
+        marker whose transaction still has data, so the state the log replays to is the same.
         """
         if self._closed or truncations != self._truncations or not old:
             return False
@@ -2009,7 +2055,10 @@ class Log:
         ):
             return False
         vfs, directory = self._vfs, self.directory
-        names = segment_file_names(cleaned_base)
+        names: tuple[str, ...] = segment_file_names(cleaned_base)
+        txn_index_name = offset_file_name(cleaned_base, TXN_INDEX_SUFFIX)
+        if vfs.exists(directory / (txn_index_name + CLEANED_SUFFIX)):
+            names = (*names, txn_index_name)
         for name in names:
             vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
         del self._segments[first : first + len(old)]

@@ -32,7 +32,8 @@ is above ``min.cleanable.dirty.ratio``, or that has held a dirty record longer t
 1. *plan*, on the event loop (:func:`plan_cleaning`): the segments below the first
    uncleanable offset (paths and sizes: the thread reads each through a descriptor of its
    own, as the open-file cache may close the segment's), the last offset of every
-   idempotent producer, the log's truncation count.
+   idempotent producer (the epoch of those with only markers), every ``.txnindex`` entry of
+   the log, the log's truncation count.
 2. *write*, CPU- and I/O-heavy, in a thread (:meth:`Cleaner.write_cleaned`): build the offset
    map of the dirty section (:class:`OffsetMap`: key hash -> last offset, Kafka's
    ``SkimpyOffsetMap``, MD5 of the key, at most ``dedupe buffer / 24 * load factor`` keys: when
@@ -41,11 +42,13 @@ is above ``min.cleanable.dirty.ratio``, or that has held a dirty record longer t
    (:func:`group_segments_by_size`, Kafka's ``groupSegmentsBySize``: consecutive segments
    whose data and indexes fit one segment's bounds and whose offsets fit int32 relative
    offsets); write each group's retained batches (:func:`clean_batch`) as one segment
-   ``<base>.log.cleaned`` (+ indexes), fsynced. Throttled by
+   ``<base>.log.cleaned`` (+ indexes, + ``<base>.txnindex.cleaned`` when it keeps an ABORT
+   marker whose entry stays), fsynced. Throttled by
    ``log.cleaner.io.max.bytes.per.second`` (reads and writes together, Kafka's ``Throttler``).
 3. *swap*, on the event loop (:meth:`sluice.server.storage.log.Log.replace_segments`, Kafka's
    ``LocalLog.replaceSegments``): for each group in order: rename the cleaned files
-   ``.cleaned`` -> ``.swap``; rename the replaced segments to ``.deleted`` (removed
+   ``.cleaned`` -> ``.swap`` (the ``.log`` first, the ``.txnindex`` last); rename the
+   replaced segments to ``.deleted`` (removed
    ``file.delete.delay.ms`` later: fetches in flight finish); rename ``.swap`` -> the segment's
    name. If the log changed under the cleaning (truncated, a replaced segment deleted by
    retention or DeleteRecords, closed), the rest is discarded: cleaning is never required for
@@ -59,8 +62,9 @@ load removes them (phase 2 or the first rename lost = the old segments stand). A
 ``<base>.log.swap`` is complete and fsynced: load deletes every segment whose base offset lies
 in its offset range, then renames it into place (``Log.open`` step 1, Kafka's ``LogLoader``),
 so a crash between the renames of phase 3 ends with either the old segments or the cleaned one,
-never both; its indexes are rebuilt. A lost checkpoint write only means the next cleaning
-repeats work (cleaning is idempotent).
+never both; its indexes are rebuilt, its ``.txnindex`` (``.swap``, or still ``.cleaned``) is
+renamed with it, and a ``.txnindex.swap`` whose ``.log`` was renamed already follows it. A
+lost checkpoint write only means the next cleaning repeats work (cleaning is idempotent).
 
 **Which records stay** (:func:`clean_batch`, Kafka's ``cleanInto`` and ``MemoryRecords.filterTo``):
 
@@ -75,9 +79,27 @@ Per batch: all records kept and no horizon to set -> the original bytes; some ke
 rebuilt from them (:func:`sluice.protocol.records.retained_batch`: offsets, last offset delta,
 timestamps, codec, producer fields kept, CRC recomputed); none kept -> the batch is dropped,
 except the last batch of an idempotent producer (so its sequence and epoch survive a restart
-that rebuilds producer state from the batch headers) and the last batch before the first
+that rebuilds producer state from the batch headers; for a producer whose current epoch wrote
+only markers, its control batches of that epoch) and the last batch before the first
 uncleanable offset (so the offset it ended at survives), kept as an empty batch (Kafka's
-``RETAIN_EMPTY``). Control batches are kept as they are (Sluice writes none: no transactions yet).
+``RETAIN_EMPTY``, :func:`is_last_batch_of_producer`).
+
+**Transactions** (KIP-98; Kafka's ``CleanedTransactionMetadata``, see
+:class:`CleanedTransactionMetadata`): the map and the rewrite each walk the batches in offset
+order knowing, from the ``.txnindex`` entries, which transactions were aborted:
+
+* a batch of an aborted transaction never enters the offset map (an aborted value does not
+  supersede a committed one) and none of its records stays (an empty batch if it is its
+  producer's last); every transaction below the first uncleanable offset is decided (the LSO
+  bounds the dirty section), so any other transactional batch is committed data, cleaned as
+  any record;
+* a marker (control batch) stays while its transaction still has a batch the walk meets; an
+  ABORT marker that stays takes its ``.txnindex`` entry (the original: first offset, marker,
+  LSO) into the cleaned segment's index. A marker whose transaction has nothing left gets the
+  delete horizon ``now + delete.retention.ms`` (KIP-534, as a tombstone's batch) and a
+  cleaning after it removes it. So a reader that fetched the data in time meets its marker,
+  and a producer state replayed from the cleaned log never sees a transaction without its
+  end: the live producer state and its snapshots stay valid through a swap.
 
 **Concurrency**: :class:`LogCleaner` lives on the event loop; only phase 2 runs in a thread, and
 it touches no object of the log: its own descriptors (one segment file at a time), the new
@@ -89,6 +111,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
+import heapq
 import math
 import struct
 import time
@@ -102,9 +125,15 @@ import structlog
 from sluice.protocol import records as rec
 from sluice.protocol.errors import CorruptRecordError
 from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
-from sluice.server.storage.layout import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
+from sluice.server.storage.layout import (
+    CLEANED_SUFFIX,
+    CLEANER_OFFSET_CHECKPOINT,
+    TXN_INDEX_SUFFIX,
+    offset_file_name,
+)
 from sluice.server.storage.log_config import CleanerConfig, LogConfig
 from sluice.server.storage.segment import LogSegment
+from sluice.server.storage.txn_index import AbortedTxn, TransactionIndex
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, VFSFile
 
 if TYPE_CHECKING:
@@ -116,6 +145,7 @@ logger = structlog.get_logger("sluice.storage.cleaner")
 OFFSET_MAP_ENTRY_BYTES = 16 + 8
 _I32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class CleaningAbortedError(Exception):
@@ -250,6 +280,13 @@ class CleaningPlan:
     segments: list[SourceSegment]
     #: producer id -> last offset of its last batch (Kafka's ``lastRecordsOfActiveProducers``)
     producer_last_offsets: dict[int, int]
+    #: producer id -> epoch, for the producers with no batch of the current epoch (only
+    #: markers: Kafka's ``LastRecord`` without a last data offset): their control batches of
+    #: that epoch stay, so the epoch survives a rebuild of the producer state from the log
+    producer_marker_epochs: dict[int, int]
+    #: every ``.txnindex`` entry of the log (Kafka's ``collectAbortedTransactions``, noted on
+    #: the event loop: the thread reads no index of the log)
+    aborted: list[AbortedTxn]
     truncations: int
     config: LogConfig
     now_ms: int
@@ -379,12 +416,15 @@ def plan_cleaning(log: Log, first_dirty: int, first_uncleanable: int, now_ms: in
         )
     producers = log.producer_state().producers
     last_offsets = {pid: e.batches[-1].last_offset for pid, e in producers.items() if e.batches}
+    marker_epochs = {pid: e.epoch for pid, e in producers.items() if not e.batches}
     return CleaningPlan(
         log=log,
         first_dirty=first_dirty,
         first_uncleanable=first_uncleanable,
         segments=sources,
         producer_last_offsets=last_offsets,
+        producer_marker_epochs=marker_epochs,
+        aborted=[entry for segment in segments for entry in segment.txn_index],
         truncations=log.truncation_count,
         config=log.config,
         now_ms=now_ms,
@@ -500,6 +540,98 @@ def group_segments_by_size(
     return groups
 
 
+class _AbortedTxnState:
+    """An aborted transaction the walk is inside of, and whether it met a batch of it."""
+
+    __slots__ = ("observed", "txn")
+
+    def __init__(self, txn: AbortedTxn) -> None:
+        self.txn = txn
+        self.observed = False
+
+
+class CleanedTransactionMetadata:
+    """The transactions a walk over the log in offset order is inside of (Kafka's
+    ``CleanedTransactionMetadata``): which data batches belong to an aborted transaction,
+    which markers may go, and the ``.txnindex`` entries the cleaned segment keeps.
+
+    Built from ``.txnindex`` entries whose ABORT marker is at or after the walk's first
+    offset (earlier ones would open a transaction whose marker the walk never meets). An
+    entry becomes *ongoing* for its producer at the first batch reaching its first offset;
+    a transactional batch of that producer is then aborted, until the ABORT marker. Any other
+    transactional batch belongs to a committed transaction (the LSO bounds the cleaning: no
+    transaction below it is open).
+
+    Markers: an ABORT marker stays while the walk met data of its transaction (that data
+    goes in this same walk: the next walk finds none), and then its entry goes to
+    :attr:`cleaned_index`; a COMMIT marker stays while the walk met data of its
+    transaction. Otherwise the marker is *discardable*: it stays until the KIP-534 delete
+    horizon the first such cleaning stamps on it (``delete.retention.ms`` later, so a
+    consumer that read the data has time to read the marker), and a cleaning after that
+    removes it. A marker never goes before the data of its transaction, so a producer state
+    rebuilt from the cleaned log never sees a transaction without its end.
+    """
+
+    __slots__ = ("_aborted", "_ongoing_aborted", "_ongoing_committed", "cleaned_index")
+
+    def __init__(self, aborted: Iterable[AbortedTxn], from_offset: int) -> None:
+        self._aborted = [
+            (t.first_offset, t.last_offset, t) for t in aborted if t.last_offset >= from_offset
+        ]
+        heapq.heapify(self._aborted)
+        self._ongoing_committed: set[int] = set()
+        self._ongoing_aborted: dict[int, _AbortedTxnState] = {}
+        #: The ``.txnindex`` of the cleaned segment being written (None: building the map).
+        self.cleaned_index: TransactionIndex | None = None
+
+    def _consume_aborted_up_to(self, offset: int) -> None:
+        heap = self._aborted
+        while heap and heap[0][0] <= offset:
+            txn = heapq.heappop(heap)[2]
+            self._ongoing_aborted.setdefault(txn.producer_id, _AbortedTxnState(txn))
+
+    def on_control_batch(self, header: rec.BatchHeader, records: Sequence[rec.Record]) -> bool:
+        """A control batch the walk reached; returns whether it is discardable."""
+        self._consume_aborted_up_to(header.last_offset)
+        if not records:
+            return True  # an empty control batch: its transaction was cleaned away already
+        control_type = rec.parse_control_key(records[0].key)
+        pid = header.producer_id
+        if control_type == rec.CONTROL_TYPE_ABORT:
+            state = self._ongoing_aborted.pop(pid, None)
+            if state is not None and state.observed:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(state.txn)
+                return False
+            return True
+        if control_type == rec.CONTROL_TYPE_COMMIT:
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False  # a control type this version does not know: kept
+
+    def on_data_batch(self, header: rec.BatchHeader) -> bool:
+        """A data batch the walk reached; returns whether it belongs to an aborted
+        transaction (then none of its records stays, and none goes into the offset map)."""
+        self._consume_aborted_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        state = self._ongoing_aborted.get(header.producer_id)
+        if state is not None:
+            state.observed = True
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
+
+
+def delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
+    """The KIP-534 horizon a cleaning stamps: ``now + delete.retention.ms``, at most the int64
+    maximum (``delete.retention.ms`` may be Long.MAX_VALUE: keep deletes and markers forever;
+    Java's sum would wrap negative and remove them at once)."""
+    return min(now_ms + delete_retention_ms, _INT64_MAX)
+
+
 def clean_batch(
     header: rec.BatchHeader,
     batch: memoryview,
@@ -509,15 +641,19 @@ def clean_batch(
     delete_retention_ms: int,
     retain_empty: bool,
     stats: CleanerStats,
+    txn: CleanedTransactionMetadata,
 ) -> bytes | memoryview | None:
     """What the cleaned segment holds of one batch (see the module docstring): the original
     bytes, a rebuilt batch, an empty batch (``retain_empty``: a producer's last batch or the
-    cleaning's last) or None (dropped)."""
+    cleaning's last) or None (dropped). ``txn`` is told of every batch, in offset order."""
     stats.bytes_read += len(batch)
     if header.is_control:
+        return _clean_control_batch(
+            header, batch, now_ms, delete_retention_ms, retain_empty, stats, txn
+        )
+    if txn.on_data_batch(header):  # aborted: no record stays
         stats.records_read += header.record_count
-        stats.records_written += header.record_count
-        return batch
+        return rec.empty_batch(header) if retain_empty else None
     records = rec.decode_batch(batch).records
     stats.records_read += len(records)
     horizon = rec.delete_horizon_ms(header)
@@ -545,8 +681,37 @@ def clean_batch(
     set_horizon = tombstones and horizon is None
     if len(kept) == len(records) and not set_horizon:
         return batch
-    new_horizon = now_ms + delete_retention_ms if set_horizon else horizon
+    new_horizon = delete_horizon(now_ms, delete_retention_ms) if set_horizon else horizon
     return rec.retained_batch(header, kept, delete_horizon_ms=new_horizon)
+
+
+def _clean_control_batch(
+    header: rec.BatchHeader,
+    batch: memoryview,
+    now_ms: int,
+    delete_retention_ms: int,
+    retain_empty: bool,
+    stats: CleanerStats,
+    txn: CleanedTransactionMetadata,
+) -> bytes | memoryview | None:
+    """A transaction marker (Kafka's ``checkBatchRetention`` for control batches): kept as
+    it is while not discardable (:class:`CleanedTransactionMetadata`); discardable, it is
+    stamped with the delete horizon ``now + delete.retention.ms`` the first time (KIP-534,
+    the bit tombstones use) and removed by a cleaning past it -- left as an empty batch if it
+    is its producer's last (the epoch it carries) or the cleaning's last batch."""
+    records = rec.decode_batch(batch).records
+    stats.records_read += len(records)
+    discardable = txn.on_control_batch(header, records)
+    horizon = rec.delete_horizon_ms(header)
+    if discardable and horizon is not None and horizon <= now_ms:
+        return rec.empty_batch(header) if retain_empty else None
+    if not records:
+        return rec.empty_batch(header) if retain_empty else None
+    stats.records_written += len(records)
+    if discardable and horizon is None:
+        horizon = delete_horizon(now_ms, delete_retention_ms)
+        return rec.retained_batch(header, records, delete_horizon_ms=horizon)
+    return batch
 
 
 class Cleaner:
@@ -586,18 +751,29 @@ class Cleaner:
         offset_map.clear()
         start = plan.first_dirty
         limit = self.max_map_size
+        txn: CleanedTransactionMetadata | None = None
         for source in plan.segments:
             if source.end_offset <= start:
                 continue
+            if txn is None:  # the walk starts at this segment's first batch
+                txn = CleanedTransactionMetadata(plan.aborted, source.base_offset)
             for _position, view in read_batches(
                 plan.vfs, source.path, source.size, self.io_buffer_size, self.throttler
             ):
                 self._check_stop()
                 header = rec.parse_header(view)
                 stats.map_bytes_read += len(view)
+                if header.is_control:
+                    txn.on_control_batch(header, rec.decode_batch(view).records)
+                    aborted = False
+                else:
+                    aborted = txn.on_data_batch(header)
                 if header.last_offset < start:
                     continue  # clean: nothing of it goes into the map
-                if not header.is_control:
+                if aborted:
+                    # Never in the map: an aborted value must not supersede a committed one.
+                    stats.map_records_read += header.record_count
+                elif not header.is_control:
                     columns = rec.decode_batch_columns(view)
                     for offset, key in zip(columns.offsets, columns.keys, strict=True):
                         if key is not None and offset >= start:
@@ -628,10 +804,15 @@ class Cleaner:
                 end_offset = max(self.offset_map.latest_offset + 1, plan.first_dirty)
                 sources = [s for s in plan.segments if s.base_offset < end_offset]
             config = plan.config
+            # One walk over the groups in order, from the log's first batch: a transaction's
+            # data and its marker may lie in different groups.
+            txn = CleanedTransactionMetadata(
+                plan.aborted, sources[0].base_offset if sources else plan.first_dirty
+            )
             for group in group_segments_by_size(
                 sources, config.segment_bytes, config.segment_index_bytes, plan.first_uncleanable
             ):
-                size = self._write_group(plan, group, stats)
+                size = self._write_group(plan, group, stats, txn)
                 groups.append(CleanedGroup(group[0].base_offset, group, size))
         except BaseException:
             for group_done in groups:
@@ -642,9 +823,14 @@ class Cleaner:
         return CleaningResult(plan, end_offset, groups, stats)
 
     def _write_group(
-        self, plan: CleaningPlan, group: list[SourceSegment], stats: CleanerStats
+        self,
+        plan: CleaningPlan,
+        group: list[SourceSegment],
+        stats: CleanerStats,
+        txn: CleanedTransactionMetadata,
     ) -> int:
-        """Write one ``<base>.log.cleaned`` (+ indexes) from ``group`` and fsync it."""
+        """Write one ``<base>.log.cleaned`` (+ indexes, and the ``.txnindex.cleaned`` of the
+        aborted transactions whose marker it keeps, if any) from ``group`` and fsync it."""
         config = plan.config
         base = group[0].base_offset
         cleaned = LogSegment.open(
@@ -656,8 +842,8 @@ class Cleaner:
             now_ms=plan.now_ms,
             file_suffix=CLEANED_SUFFIX,
         )
+        txn.cleaned_index = cleaned.txn_index
         try:
-            producers = plan.producer_last_offsets
             for source in group:
                 for _position, view in read_batches(
                     plan.vfs, source.path, source.size, self.io_buffer_size, self.throttler
@@ -665,9 +851,9 @@ class Cleaner:
                     self._check_stop()
                     header = rec.parse_header(view)
                     retain_empty = (
-                        header.producer_id >= 0
-                        and producers.get(header.producer_id) == header.last_offset
-                    ) or header.next_offset == plan.first_uncleanable
+                        is_last_batch_of_producer(plan, header)
+                        or header.next_offset == plan.first_uncleanable
+                    )
                     out = clean_batch(
                         header,
                         view,
@@ -676,6 +862,7 @@ class Cleaner:
                         delete_retention_ms=config.delete_retention_ms,
                         retain_empty=retain_empty,
                         stats=stats,
+                        txn=txn,
                     )
                     if out is None:
                         continue
@@ -696,6 +883,8 @@ class Cleaner:
         except BaseException:
             cleaned.delete()
             raise
+        finally:
+            txn.cleaned_index = None
 
     def swap(self, result: CleaningResult) -> int:
         """Phase 3, on the event loop: swap every cleaned group in, in order; returns how many
@@ -726,11 +915,27 @@ class Cleaner:
 
 
 def remove_cleaned(directory: Path, base_offset: int, vfs: VFS = DEFAULT_VFS) -> None:
-    """Remove the three ``.cleaned`` files of ``base_offset`` (missing ones are fine)."""
+    """Remove the ``.cleaned`` files of ``base_offset`` (missing ones are fine)."""
     from sluice.server.storage.segment import segment_paths
 
     for path in segment_paths(directory, base_offset, CLEANED_SUFFIX):
         vfs.remove(path)
+    vfs.remove(directory / (offset_file_name(base_offset, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX))
+
+
+def is_last_batch_of_producer(plan: CleaningPlan, header: rec.BatchHeader) -> bool:
+    """Whether the batch must stay (at least as an empty batch) for its producer's state
+    (Kafka's ``isBatchLastRecordOfProducer``): the producer's last batch, whose sequence
+    and epoch a producer state rebuilt from the log needs; for a producer whose current
+    epoch has no batch (only markers), its control batches of that epoch."""
+    pid = header.producer_id
+    if pid < 0:
+        return False
+    last_offset = plan.producer_last_offsets.get(pid)
+    if last_offset is not None:
+        return header.last_offset == last_offset
+    epoch = plan.producer_marker_epochs.get(pid)
+    return epoch is not None and header.is_control and header.producer_epoch == epoch
 
 
 # ------------------------------------------------------------------ the cleaner of a data dir

@@ -263,6 +263,14 @@ class ProducerStateManager:
             return None
         if header.is_control:
             if marker is None:  # an empty control batch, or a control type we do not know
+                # An empty one is a marker the cleaner emptied but kept for its epoch (the
+                # producer's last batch): the epoch is all it still says.
+                if header.record_count == 0:
+                    entry = self.producers.get(pid)
+                    if entry is None:
+                        self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
+                    elif header.producer_epoch > entry.epoch:
+                        entry.set_epoch(header.producer_epoch)
                 return None
             entry = self.producers.get(pid)
             if entry is None:

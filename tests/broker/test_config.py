@@ -310,7 +310,11 @@ DECLARED = {
         "dirty share of a log above which the cleaner compacts it",
     ),
     "log.cleaner.min.compaction.lag.ms": ("0", "the minimum time a record stays uncompacted"),
-    "log.cleaner.threads": ("1", "log cleaner threads (0: none; more than 1 runs as 1)"),
+    "log.cleaner.threads": (
+        "1",
+        "log cleaner threads (0: none). Sluice runs one per data dir: more than 1 is accepted, "
+        "logged at start, and runs as 1 with the whole buffers",
+    ),
     "log.dir": ("./data", "used when log.dirs is not set"),
     "log.dirs": (None, "the data directory (exactly one)"),
     "log.flush.interval.messages": ("9223372036854775807", "fsync after this many messages"),

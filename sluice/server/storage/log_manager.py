@@ -291,6 +291,13 @@ class LogManager:
             cleaner = self.cleaner_config
             if cleaner.enable and cleaner.threads > 0:
                 self.cleaner = LogCleaner(self.log_dir, cleaner, vfs=self._vfs, clock=self._clock)
+                if cleaner.threads > 1:
+                    logger.warning(
+                        "log.cleaner.threads > 1: Sluice runs one cleaner per data dir (the "
+                        "cleaning is CPU work under Python's GIL); it gets the whole dedupe "
+                        "and I/O buffers",
+                        log_cleaner_threads=cleaner.threads,
+                    )
         except BaseException:
             self._unlock()
             raise
@@ -971,6 +978,12 @@ class LogManager:
             self._tasks.append(
                 asyncio.create_task(self._every(name, interval_ms, job), name=f"log-manager-{name}")
             )
+
+    @property
+    def cleaner_dead_threads(self) -> int:
+        """Kafka's ``DeadThreadCount``: 1 when the cleaner's task ended while the manager runs
+        (it catches every failure of a pass, so only a bug escaping that would end it)."""
+        return sum(1 for t in self._tasks if t.get_name() == "log-manager-cleaner" and t.done())
 
     async def run_cleaner(self, max_cleanings: int = 16) -> int:
         """Clean the filthiest compacted logs, one after the other, until none needs it (or

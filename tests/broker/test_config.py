@@ -449,9 +449,14 @@ DECLARED = {
         "10000",
         "partitions of one topic; more is INVALID_PARTITIONS",
     ),
-    "sluice.offsets.compaction.min.records": (
-        "10000",
-        "restate __consumer_offsets when it holds this many more records than live offsets",
+    "offsets.topic.segment.bytes": (
+        "104857600",
+        "segment.bytes of __consumer_offsets (kept small for faster compaction and loads)",
+    ),
+    "offsets.topic.compression.codec": (
+        "0",
+        "codec of the coordinator's batches to __consumer_offsets (Kafka's ids: 0 none, "
+        "1 gzip, 2 snappy, 3 lz4, 4 zstd)",
     ),
     "sluice.shutdown.timeout.ms": (
         "10000",

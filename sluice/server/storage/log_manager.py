@@ -486,7 +486,8 @@ class LogManager:
           point is its end, and the older checkpoints cost what a crash at their last write
           would (a log start offset or HW that moved since then is restored lower). The marker
           is an empty file, which a file system with no free blocks still takes;
-        * some log failed its flush (its tail may not be on disk): no marker, so the next
+        * some log failed its flush (its tail may not be on disk), or was taken offline by an
+          I/O error (``Log.offline``: a segment swap half done): no marker, so the next
           start recovers every log from its recovery point.
 
         One log line per kind of failure, with the count of logs it hit.
@@ -498,11 +499,15 @@ class LogManager:
             self._flusher = None
         try:
             flush_failures: list[tuple[TopicPartition, OSError]] = []
+            offline = [tp for tp, log in self._logs.items() if log.offline]
             for tp, log in self._logs.items():
                 try:
                     log.close()  # flushes: recovery point = LEO
                 except OSError as exc:
                     flush_failures.append((tp, exc))
+            if offline:  # taken offline by an I/O error: the next start recovers them
+                logger.error("offline logs at shutdown: the next start recovers every log",
+                             logs=[f"{tp.topic}-{tp.partition}" for tp in offline])  # fmt: skip
             if flush_failures:
                 first, error = flush_failures[0]
                 logger.error("logs not flushed at shutdown: the next start recovers them",
@@ -514,7 +519,7 @@ class LogManager:
                 logger.error("checkpoints not written at shutdown: older ones stay",
                              error=str(exc))  # fmt: skip
             self._run_dir_deletes(2**63 - 1)
-            if flush_failures:
+            if flush_failures or offline:
                 return
             try:
                 atomic_write(self.log_dir / CLEAN_SHUTDOWN_MARKER, b"", self._vfs)

@@ -378,8 +378,15 @@ class ReplicaFetcher:
         leader_hw: int,
         leader_log_start: int = -1,
     ) -> None:
-        # False when truncated meanwhile (cannot happen on one loop; cheap to be sure)
-        partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
+        try:
+            partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
+        except errors.KafkaStorageError as exc:
+            # The local log went offline (an I/O error, Log._go_offline): Kafka's
+            # markPartitionFailed. This partition stops fetching until it is followed again
+            # (a restart recovers the log); the fetcher's other partitions fetch on.
+            log.error("replica fetching stopped: the local log is offline", topic=key[0],
+                      partition=key[1], leader=self.leader_id, error=str(exc))  # fmt: skip
+            self.remove(key)
 
     def _on_error(
         self,

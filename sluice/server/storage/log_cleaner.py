@@ -953,7 +953,9 @@ class LogCleaner:
     # ------------------------------------------------------------------ metrics (Kafka's gauges)
 
     def max_buffer_utilization_percent(self) -> int:
-        """How full the offset map was in the last cleaning, percent."""
+        """How full the offset map was in the last cleaning, percent. (Kafka 3.9 truncates
+        the ratio to an int before multiplying, so its gauge reads 0 or 100; this is the
+        percent its name and its cleaner's log line mean.)"""
         stats = self.last_stats
         return int(100 * stats.map_utilization) if stats is not None else 0
 

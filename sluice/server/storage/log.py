@@ -1934,8 +1934,9 @@ class Log:
         The log is flushed first (recovery point := LEO), so a checkpointed log start offset
         never covers records that a crash can still take back: otherwise the load would find
         the log start beyond the recovered LEO and empty the log (step 5 of :meth:`open`), and
-        records restated above it (the offsets topic's compaction) could be lost while their
-        older copies are deleted."""
+        records a writer restated above it before moving it (say, an application that
+        rewrites its live keys, then deletes the old copies) could be lost while their older
+        copies are deleted."""
         self._check_open()
         target = self._hw if offset == -1 else offset
         if target < 0 or target > self._hw:

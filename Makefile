@@ -19,9 +19,13 @@ $(RUNTIME_STAMP): pyproject.toml
 	$(BIN)/pip install -e .
 	@touch $(RUNTIME_STAMP)
 
+# Quix Streams without its confluent-kafka pin (see pyproject.toml's test extras).
+QUIXSTREAMS := quixstreams==3.28.1
+
 $(TEST_STAMP): $(RUNTIME_STAMP)
 	@echo 'Installing the test tools, the interop clients and PySpark (about 1 GB; pip shows its progress)'
 	$(BIN)/pip install -e '.[test,spark]'
+	$(BIN)/pip install --no-deps '$(QUIXSTREAMS)'
 	@touch $(TEST_STAMP)
 
 setup: $(TEST_STAMP)

@@ -263,7 +263,7 @@ def watermark_offsets(
     epoch, as Kafka's does (``Partition.fetchOffsetForTimestamp``); librdkafka passes that
     retriable error straight to the caller, so a reader started just after a failover retries.
     """
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     deadline = time.monotonic() + timeout
     while True:
@@ -273,6 +273,10 @@ def watermark_offsets(
             )
             return int(low), int(high)
         except KafkaException as e:
-            if not e.args[0].retriable() or time.monotonic() >= deadline:
+            # librdkafka does not flag OFFSET_NOT_AVAILABLE retriable (KafkaError(78).retriable()
+            # is False), though Kafka's protocol lists it so: retried by its code too.
+            error = e.args[0]
+            again = error.retriable() or error.code() == KafkaError.OFFSET_NOT_AVAILABLE
+            if not again or time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)

@@ -262,6 +262,7 @@ class Server:
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
+            await self._compact_old_offsets_topic(cluster)
         except BaseException:
             for store in self._security_stores:
                 await store.close()
@@ -277,6 +278,36 @@ class Server:
             self.log_manager = None
             raise
         handlers.join_cluster(cluster)
+
+    async def _compact_old_offsets_topic(self, cluster: ClusterMember) -> None:
+        """Cluster mode: an offsets topic an older Sluice created with ``cleanup.policy=delete``
+        gets ``compact`` in ``/config/topics/__consumer_offsets`` (every broker hosting it
+        applies that from its watch; brokers starting together write the same overrides).
+        Standalone, the coordinator does it in its load (``OffsetsStore.compact_old_topic``).
+        A ZooKeeper failure here is logged and the start goes on: the next start tries again."""
+        from sluice.server.group.offsets_store import (
+            OFFSETS_TOPIC,
+            compacted_overrides,
+            log_compacted_old_topic,
+        )
+        from sluice.server.storage.log_config import LogConfig
+
+        kzk = cluster.kzk
+        if kzk is None:
+            return
+        try:
+            if await kzk.get_topic_assignment(OFFSETS_TOPIC) is None:
+                return
+            current = dict((await kzk.get_topic_config(OFFSETS_TOPIC)).config)
+            compact = LogConfig.from_properties(current, self.config.log_config()).compact
+            new = compacted_overrides(current, compact)
+            if new is None:
+                return
+            await kzk.set_topic_config(OFFSETS_TOPIC, new)
+        except Exception as exc:
+            log.warning("could not switch __consumer_offsets to compact", error=repr(exc))
+            return
+        log_compacted_old_topic(current, new)
 
     def _make_security(self) -> tuple[AclAuthorizer | None, CredentialStore]:
         """The authorizer (``authorizer.class.name`` set) and the SCRAM credential store. A
@@ -359,6 +390,8 @@ class Server:
                 group_config.offsets_topic_num_partitions,
                 ReplicaAppender(replicas, group_config.offsets_commit_timeout_ms),
                 load_buffer_bytes=group_config.offsets_load_buffer_size,
+                segment_bytes=group_config.offsets_topic_segment_bytes,
+                compression=group_config.offsets_topic_compression_codec,
             ),
             group_config,
             topic_exists=self._topic_exists,

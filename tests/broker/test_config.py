@@ -321,7 +321,11 @@ DECLARED = {
         "dirty share of a log above which the cleaner compacts it",
     ),
     "log.cleaner.min.compaction.lag.ms": ("0", "the minimum time a record stays uncompacted"),
-    "log.cleaner.threads": ("1", "log cleaner threads (0: none; more than 1 runs as 1)"),
+    "log.cleaner.threads": (
+        "1",
+        "log cleaner threads (0: none). Sluice runs one per data dir: more than 1 is accepted, "
+        "logged at start, and runs as 1 with the whole buffers",
+    ),
     "log.dir": ("./data", "used when log.dirs is not set"),
     "log.dirs": (None, "the data directory (exactly one)"),
     "log.flush.interval.messages": ("9223372036854775807", "fsync after this many messages"),
@@ -461,9 +465,14 @@ DECLARED = {
         "10000",
         "partitions of one topic; more is INVALID_PARTITIONS",
     ),
-    "sluice.offsets.compaction.min.records": (
-        "10000",
-        "restate __consumer_offsets when it holds this many more records than live offsets",
+    "offsets.topic.segment.bytes": (
+        "104857600",
+        "segment.bytes of __consumer_offsets (kept small for faster compaction and loads)",
+    ),
+    "offsets.topic.compression.codec": (
+        "0",
+        "codec of the coordinator's batches to __consumer_offsets (Kafka's ids: 0 none, "
+        "1 gzip, 2 snappy, 3 lz4, 4 zstd)",
     ),
     "sluice.shutdown.timeout.ms": (
         "10000",

@@ -263,3 +263,42 @@ def _tp(topic: str, partition: int, offset: int) -> Any:
     from confluent_kafka import TopicPartition
 
     return TopicPartition(topic, partition, offset)
+
+
+def test_log_cleaner_gauges_after_a_cleaning(tmp_path: Path) -> None:
+    """Kafka's LogCleaner / LogCleanerManager gauges move once a compacted topic is cleaned."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    props = {"sluice.metrics.listener": "http://127.0.0.1:0", "log.cleaner.backoff.ms": "50"}
+    with EmbeddedBroker(data_dir=tmp_path / "data", properties=props) as broker:
+        url = endpoint_url(broker)
+        before, _ = scrape(url)
+        log_dir = str((tmp_path / "data").absolute())
+        uncleanable = "kafka_log_logcleanermanager_uncleanable_partitions_count"
+        assert (uncleanable, frozenset({("logDirectory", log_dir)})) in before
+        assert value(before, "kafka_log_logcleaner_cleaner_recopy_percent") == 0
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        config = {"cleanup.policy": "compact", "segment.bytes": "1024",
+                  "min.cleanable.dirty.ratio": "0.01"}  # fmt: skip
+        admin.create_topics([NewTopic("squashed", 1, 1, config=config)])["squashed"].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+        for i in range(200):  # 4 keys: most records are superseded
+            producer.produce("squashed", key=b"k%d" % (i % 4), value=b"v" * 40)
+            producer.flush(30)
+        deadline = time.monotonic() + 30
+        samples = before
+        while time.monotonic() < deadline:
+            samples, _ = scrape(url)
+            if value(samples, "sluice_log_cleaner_bytes_read_total") > 0:
+                break
+            time.sleep(0.05)
+        read = value(samples, "sluice_log_cleaner_bytes_read_total")
+        written = value(samples, "sluice_log_cleaner_bytes_written_total")
+        assert read > written > 0, "not cleaned within 30 s"
+        recopy = value(samples, "kafka_log_logcleaner_cleaner_recopy_percent")
+        assert 0 < recopy < 50  # a few records of 200 kept
+        assert value(samples, "kafka_log_logcleaner_max_buffer_utilization_percent") >= 0
+        assert value(samples, "kafka_log_logcleaner_deadthreadcount") == 0
+        assert value(samples, "kafka_log_logcleanermanager_time_since_last_run_ms") < 30_000
+        assert value(samples, uncleanable, logDirectory=log_dir) == 0

@@ -29,6 +29,7 @@ from sluice.server.group.offsets_store import (
 )
 from sluice.server.replication.offsets_appender import ReplicaAppender
 from sluice.server.replication.replica_manager import ReplicaManager
+from sluice.server.storage.log import Isolation
 from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 
@@ -239,43 +240,160 @@ def test_group_config_from_properties() -> None:
         GroupConfig.from_properties({"group.initial.rebalance.delay.ms": "soon"})
 
 
-async def test_compaction_restates_live_values_and_moves_the_log_start(tmp_path: Path) -> None:
+#: How an older Sluice created the offsets topic (before the log cleaner).
+OLD_OFFSETS_CONFIG = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": "1024",  # (100 MiB then; small here so that it rolls)
+}
+
+
+def commit(coordinator: GroupCoordinator, group: str, offsets: dict[int, int]) -> None:
+    assert coordinator.commit_offsets(
+        group_id=group, generation_id=-1, member_id="", group_instance_id=None,
+        offsets=[("t", p, o, -1, f"m{o}") for p, o in offsets.items()],
+    ) == [0] * len(offsets)  # fmt: skip
+
+
+def test_the_offsets_topic_is_created_as_kafka_creates_it(tmp_path: Path) -> None:
+    """cleanup.policy=compact, offsets.topic.segment.bytes, compression.type=producer; the
+    coordinator's batches compressed with offsets.topic.compression.codec."""
+    from sluice.protocol import records as rec
+
     manager = open_manager(tmp_path)
-    now = [5_000_000]
-    config = GroupConfig(offsets_compaction_min_records=50)
     try:
-        coordinator = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
-        coordinator.load()
-        for i in range(100):  # 100 commits of the same 3 partitions: 300 records, 3 live keys
-            now[0] += 1
-            assert coordinator.commit_offsets(
-                group_id="busy", generation_id=-1, member_id="", group_instance_id=None,
-                offsets=[("t", p, i * 10 + p, -1, f"m{i}") for p in range(3)],
-            ) == [0, 0, 0]  # fmt: skip
-        coordinator.commit_offsets(
-            group_id="quiet", generation_id=-1, member_id="", group_instance_id=None,
-            offsets=[("u", 0, 42, 7, "q")],
-        )  # fmt: skip
-        before = coordinator.fetch_offsets("busy", None) + coordinator.fetch_offsets("quiet", None)
+        store = OffsetsStore(
+            manager,
+            1,
+            ReplicaAppender(ReplicaManager(manager, 0), 5000),
+            segment_bytes=2048,
+            compression=rec.COMPRESSION_GZIP,
+        )
+        store.write(0, [offset_commit_record("g", "t", 0, OffsetAndMetadata(1, -1, "", 5))], -1)
+        assert manager.topic_overrides(OFFSETS_TOPIC) == {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+            "segment.bytes": "2048",
+        }
         log_ = manager.get_log(OFFSETS_TOPIC, 0)
-        assert log_ is not None and log_.log_end_offset == 301
-        assert coordinator.compact() == 1
-        assert log_.log_start_offset == 301 and log_.log_end_offset == 305  # 4 live keys
-        assert coordinator.compact() == 0  # nothing to gain now
+        assert log_ is not None and log_.config.compact and log_.config.segment_bytes == 2048
+        info = log_.read(0, 1 << 20, Isolation.LOG_END)
+        assert info.slice is not None
+        ((_pos, header, _view),) = list(rec.iter_batches(info.slice.read_bytes()))
+        assert header.attributes & 0x07 == rec.COMPRESSION_GZIP
+        assert [r.value for r in store.replay() if isinstance(r, OffsetRecord)] == [
+            OffsetAndMetadata(1, -1, "", 5)
+        ]
+    finally:
+        manager.close()
+    with pytest.raises(ValueError):
+        GroupConfig.from_properties({"offsets.topic.compression.codec": "5"})
+
+
+async def test_an_older_delete_offsets_topic_is_switched_to_compact_at_load(tmp_path: Path) -> None:
+    """A data dir from an older Sluice: __consumer_offsets with cleanup.policy=delete. The
+    coordinator's load switches it to compact (other overrides kept), logs it once, and loses
+    nothing; a second start finds nothing to do."""
+    from structlog.testing import capture_logs
+
+    manager = open_manager(tmp_path)
+    try:
+        manager.create_topic(OFFSETS_TOPIC, 1, OLD_OFFSETS_CONFIG)
+        coordinator = GroupCoordinator(store_for(manager, 1), GroupConfig())
+        coordinator.load()
+        # (the load under test switched it already; put the old policy back to watch it)
+        manager.alter_topic_config(OFFSETS_TOPIC, OLD_OFFSETS_CONFIG)
+        for i in range(50):
+            commit(coordinator, "old", {0: i, 1: 100 + i})
         coordinator.shutdown()
     finally:
         manager.close()
-    manager = open_manager(tmp_path)
+    for start in range(2):
+        manager = open_manager(tmp_path)
+        try:
+            assert manager.topic_config(OFFSETS_TOPIC).compact == (start == 1)
+            coordinator = GroupCoordinator(store_for(manager, 1), GroupConfig())
+            with capture_logs() as logs:
+                coordinator.load()
+            switched = [e for e in logs if "switched to cleanup.policy=compact" in e["event"]]
+            assert len(switched) == (1 if start == 0 else 0)
+            assert manager.topic_overrides(OFFSETS_TOPIC) == {
+                **OLD_OFFSETS_CONFIG,
+                "cleanup.policy": "compact",
+            }
+            assert manager.topic_config(OFFSETS_TOPIC).compact
+            log_ = manager.get_log(OFFSETS_TOPIC, 0)
+            assert log_ is not None and log_.config.compact
+            fetched = {p: v.offset for _t, p, v in coordinator.fetch_offsets("old", None) if v}
+            assert fetched == {0: 49, 1: 149}
+            coordinator.shutdown()
+        finally:
+            manager.close()
+
+
+async def test_committed_offsets_survive_many_commits_cleanings_and_restarts(
+    tmp_path: Path,
+) -> None:
+    """Group offsets are never lost: thousands of commits of a few partitions over small
+    segments, the log manager's cleaner compacting __consumer_offsets between rounds, a
+    restart after each round: every group's latest offsets (and deletions) come back, and
+    the partition stays bounded by the live keys."""
+    from sluice.server.storage.log_config import CleanerConfig
+
+    def manager_with_cleaner() -> LogManager:
+        manager = LogManager(
+            tmp_path / "data",
+            LogConfig(min_cleanable_dirty_ratio=0.0),
+            cleaner_config=CleanerConfig(),
+        )
+        manager.open()
+        return manager
+
+    expected: dict[str, dict[int, int]] = {}
+    sizes = []
+    for round_ in range(4):
+        manager = manager_with_cleaner()
+        try:
+            store = OffsetsStore(
+                manager, 2, ReplicaAppender(ReplicaManager(manager, 0), 5000), segment_bytes=4096
+            )
+            coordinator = GroupCoordinator(store, GroupConfig())
+            coordinator.load()
+            for group, offsets in expected.items():  # what the earlier rounds left
+                got = {p: v.offset for _t, p, v in coordinator.fetch_offsets(group, None) if v}
+                assert got == offsets, (round_, group)
+            for i in range(300):
+                group = f"g{i % 5}"
+                offsets = {p: round_ * 1000 + i for p in range(3)}
+                commit(coordinator, group, offsets)
+                expected[group] = offsets
+            if round_ == 2:  # a group deleted: its tombstones must win over its offsets
+                assert coordinator.delete_groups(["g4"]) == [0]
+                del expected["g4"]
+            assert manager.cleaner is not None
+            cleaned = await manager.run_cleaner()
+            assert cleaned >= 1, f"round {round_}: nothing cleaned"
+            logs = [manager.get_log(OFFSETS_TOPIC, p) for p in range(2)]
+            sizes.append(sum(log_.size_in_bytes for log_ in logs if log_ is not None))
+            coordinator.shutdown()
+        finally:
+            manager.close()
+    manager = manager_with_cleaner()
     try:
-        again = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
-        again.load()
-        after = again.fetch_offsets("busy", None) + again.fetch_offsets("quiet", None)
-        assert after == before  # offsets, metadata, epochs and commit timestamps
-        assert [v.offset for _t, _p, v in after if v is not None] == [990, 991, 992, 42]
-        assert len(list(again.store.replay())) == 4  # replay starts at the restated records
-        again.shutdown()
+        coordinator = GroupCoordinator(store_for(manager, 2), GroupConfig())
+        coordinator.load()
+        for group in ("g0", "g1", "g2", "g3", "g4"):
+            got = {p: v.offset for _t, p, v in coordinator.fetch_offsets(group, None) if v}
+            assert got == expected.get(group, {}), group
+        coordinator.shutdown()
     finally:
         manager.close()
+    # 1,200 commits of 15 keys (~57 KB a round uncleaned): bounded, per partition, by its
+    # active segment (never cleaned) and one cleaned segment.
+    assert max(sizes) < 2 * 2 * 4096, sizes
 
 
 def test_the_log_cleaner_keeps_what_replay_restores(tmp_path: Path) -> None:

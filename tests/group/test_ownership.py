@@ -27,7 +27,6 @@ from sluice.server.group.coordinator import (
 from sluice.server.group.offsets_store import (
     OFFSETS_TOPIC,
     OffsetAndMetadata,
-    OffsetRecord,
     partition_for,
 )
 from sluice.server.replication.replica_manager import ReplicaManager
@@ -181,7 +180,6 @@ async def test_resign_answers_not_coordinator_and_reelection_loads_groups_back(
     # Nothing is written to a partition this broker does not own, whatever runs.
     end = replicas.get_partition(OFFSETS_TOPIC, 0).log.log_end_offset
     coordinator.expire_offsets(now_ms=2**62)
-    coordinator.compact(min_records=0)
     assert replicas.get_partition(OFFSETS_TOPIC, 0).log.log_end_offset == end
     # Elected again (a new term): the groups and offsets come back from the log.
     assert elect(server, 0, 2)
@@ -392,30 +390,3 @@ async def test_a_commit_the_isr_cannot_take_writes_nothing(
     assert await commit(client, -1, "", {("t", 0): 9}, group=GROUP_A) == {("t", 0): NOT_AVAILABLE}
     assert partition.log.log_end_offset == end
     assert (await fetch(client, GROUP_A)) == (NONE, {})
-
-
-def offsets_in(coordinator: GroupCoordinator, partition: int) -> list[tuple[str, int]]:
-    return [
-        (r.group, r.value.offset)
-        for chunk in coordinator.store.read_partition(partition)
-        for r in chunk
-        if isinstance(r, OffsetRecord) and r.value is not None
-    ]
-
-
-async def test_compaction_moves_the_log_start_only_once_the_restatement_is_replicated(
-    server: Server, client: WireClient
-) -> None:
-    _replicas, coordinator = parts(server)
-    for i in range(20):
-        assert await commit(client, -1, "", {("t", 0): i}, group=GROUP_A) == {("t", 0): NONE}
-    replicas = phantom_isr(server, 1)
-    log_ = replicas.get_partition(OFFSETS_TOPIC, 0).log
-    replicas.update_follower_end_offset(OFFSETS_TOPIC, 0, PHANTOM, log_.log_end_offset)
-    end = log_.log_end_offset
-    assert coordinator.compact(min_records=5) == 1
-    assert log_.log_end_offset == end + 1 and log_.log_start_offset == 0  # restated, waiting
-    assert coordinator.compact(min_records=5) == 0  # one compaction at a time
-    phantom_catches_up(replicas)
-    await until(lambda: log_.log_start_offset == end)
-    assert offsets_in(coordinator, 0) == [(GROUP_A, 19)]

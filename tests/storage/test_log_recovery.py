@@ -388,9 +388,9 @@ def test_recovery_point_does_not_move_when_the_directory_sync_fails(tmp_path: Pa
 
 
 def test_delete_records_flushes_before_moving_the_log_start_offset(tmp_path: Path) -> None:
-    # The offsets topic's compaction restates live values, then moves the log start offset
-    # past the old copies: the restated records must be durable before the checkpointed log
-    # start offset can name them (a lost tail would otherwise empty the log at load).
+    # A writer that restates live values, then moves the log start offset past the old
+    # copies: the restated records must be durable before the checkpointed log start offset
+    # can name them (a lost tail would otherwise empty the log at load).
     log = Log.open(tmp_path / "t-0", CONFIG)
     for value in (b"old-1", b"old-2", b"restated-1", b"restated-2"):
         log.append_as_leader(batch([value]))

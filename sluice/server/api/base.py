@@ -281,6 +281,7 @@ class ApiBase:
                 self.groups.config.offsets_topic_replication_factor,
             ),
             lambda: self._listener,
+            offsets_topic_config=self.groups.store.topic_config,
         )
 
     def advertised(self) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.server.config_def import HIGH, INT, LONG, LOW, MEDIUM, ConfigDef, int_in, typed_values
+from sluice.server.config_def import HIGH, INT, LONG, MEDIUM, ConfigDef, int_in, typed_values
 
 GROUP_CONFIG = (
     ConfigDef()
@@ -28,7 +28,8 @@ GROUP_CONFIG = (
     .define("offsets.commit.timeout.ms", INT, 5000, int_in(1), HIGH, "an offset commit or group write waits this long for the offsets topic's replicas")  # noqa: E501
     .define("offsets.commit.required.acks", INT, -1, int_in(-1, 1), HIGH, "acks of the coordinator's writes to the offsets topic (keep -1)")  # noqa: E501
     .define("offsets.load.buffer.size", INT, 5242880, int_in(1), HIGH, "bytes read per step when loading an offsets partition")  # noqa: E501
-    .define("sluice.offsets.compaction.min.records", INT, 10000, int_in(1), LOW, "restate __consumer_offsets when it holds this many more records than live offsets")  # noqa: E501
+    .define("offsets.topic.segment.bytes", INT, 104857600, int_in(1), HIGH, "segment.bytes of __consumer_offsets (kept small for faster compaction and loads)")  # noqa: E501
+    .define("offsets.topic.compression.codec", INT, 0, int_in(0, 4), HIGH, "codec of the coordinator's batches to __consumer_offsets (Kafka's ids: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")  # noqa: E501
 )  # fmt: skip
 
 _setting = GROUP_CONFIG.setting
@@ -49,9 +50,10 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = _setting("offsets.retention.check.interval.ms")
     offset_metadata_max_bytes: int = _setting("offset.metadata.max.bytes")
     max_size: int = _setting("group.max.size")
-    #: compaction (see GroupCoordinator.compact) runs when a partition holds this many more
-    #: records than live keys; checked at start-up and every retention check interval
-    offsets_compaction_min_records: int = _setting("sluice.offsets.compaction.min.records")
+    offsets_topic_segment_bytes: int = _setting("offsets.topic.segment.bytes")
+    #: Compression of the coordinator's batches (the topic itself is ``compression.type``
+    #: ``producer``, so they are stored as written), as Kafka's ``offsetsTopicCompressionType``.
+    offsets_topic_compression_codec: int = _setting("offsets.topic.compression.codec")
     offsets_commit_timeout_ms: int = _setting("offsets.commit.timeout.ms")
     offsets_commit_required_acks: int = _setting("offsets.commit.required.acks")
     offsets_load_buffer_size: int = _setting("offsets.load.buffer.size")

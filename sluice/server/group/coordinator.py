@@ -75,9 +75,10 @@ whichever completes first). Append errors are translated as Kafka's ``storeOffse
 ``storeGroup`` do (:func:`commit_error`, :func:`group_write_error`). Tombstones (expiry,
 DeleteGroups, OffsetDelete) are written with ``acks=1`` and not waited for: Kafka's
 ``cleanupGroupMetadata`` does not require acks either (a lost tombstone is written again by the
-next expiry pass, or the deletion is retried). Compaction waits for its restated records to be
-replicated before it moves the log start offset. Every write happens only while the partition is
-owned.
+next expiry pass, or the deletion is retried). Every write happens only while the partition is
+owned. Nothing here keeps the topic bounded: it is compacted (``cleanup.policy=compact``, as
+Kafka creates it), and the log cleaner keeps the last record of every key
+(:mod:`sluice.server.group.offsets_store`).
 
 **Concurrency**: everything runs on the event-loop thread; handlers call the public methods,
 timers are ``loop.call_later`` callbacks, a write's completion is a future callback (never code
@@ -125,10 +126,6 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-#: Records per batch when compaction restates a partition (well under message.max.bytes).
-_COMPACTION_CHUNK = 2000
 
 
 class GroupError(Exception):
@@ -266,8 +263,6 @@ class Group:
     rebalance_handle: asyncio.TimerHandle | None = None
     rebalance_deadline: float = 0.0  # loop time by which the (initial) delay must end
     in_initial_delay: bool = False
-    persisted: Any = None  # the last GroupMetadataValue written (or loaded): compaction restates it
-    persisted_position: int = -1  # log offset of ``persisted`` if written since the load
     #: commits written but not yet settled, the latest per partition (Kafka's
     #: pendingOffsetCommits): a settled write updates ``offsets`` only while its partition is
     #: still pending here (a deletion in between removes it)
@@ -341,7 +336,6 @@ class GroupCoordinator:
         self._epochs: dict[int, int] = {}
         self._owned: dict[int, object] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
-        self._compacting: set[int] = set()
         #: Awaited before each chunk a background load reads (with the partition): a seam for
         #: tests to hold a load open; the default just yields to the loop.
         self.load_pause: Callable[[int], Awaitable[None]] = _yield_to_loop
@@ -352,7 +346,9 @@ class GroupCoordinator:
         """Standalone: own every offsets partition now, each loaded synchronously from its log
         (the topic's partition count if it exists, else ``offsets.topic.num.partitions``; a
         partition without a log yet is owned empty). No epochs are recorded, so any later
-        :meth:`on_elected` / :meth:`on_resigned` applies."""
+        :meth:`on_elected` / :meth:`on_resigned` applies. An offsets topic an older Sluice
+        created with ``cleanup.policy=delete`` is switched to ``compact`` first."""
+        self.store.compact_old_topic()
         self.store.open()
         for partition in range(self.store.num_partitions):
             if partition in self._owned or partition in self._loading:
@@ -389,7 +385,6 @@ class GroupCoordinator:
         if task is not None:
             task.cancel()
         self._owned.pop(partition, None)
-        self._compacting.discard(partition)
         dropped = [
             g for gid, g in self.groups.items() if self.store.partition_for(gid) == partition
         ]
@@ -466,7 +461,6 @@ class GroupCoordinator:
             installed += 1
         self._owned[partition] = object()
         log.info("groups loaded", partition=partition, groups=installed, records=loaded.records)
-        self._compact_partition(partition, self.config.offsets_compaction_min_records)
         if self._expiry_handle is None:
             self._schedule_expiry()
 
@@ -496,7 +490,6 @@ class GroupCoordinator:
         return NONE
 
     def _restore(self, group: Group, value: Any) -> None:
-        group.persisted = value
         group.generation = value.generation
         group.protocol_type = value.protocol_type or None
         group.protocol_name = value.protocol
@@ -1406,9 +1399,6 @@ class GroupCoordinator:
                 log.warning("group metadata write failed", group=group.group_id,
                             append_error=outcome.error, error=code)  # fmt: skip
                 return code
-            if group.persisted_position < outcome.first_offset:
-                group.persisted = value
-                group.persisted_position = outcome.first_offset
             return NONE
 
         return self._then(outcome, written, _WRITE_FAILED)
@@ -1474,83 +1464,9 @@ class GroupCoordinator:
     def _run_expiry(self) -> None:
         try:
             self.expire_offsets()
-            self.compact()
         except Exception:
-            log.exception("offset expiry / compaction failed")
+            log.exception("offset expiry failed")
         self._schedule_expiry()
-
-    # ------------------------------------------------------------------ compaction
-
-    def compact(self, min_records: int | None = None) -> int:
-        """Minimal compaction of ``__consumer_offsets`` (Kafka compacts it with its log cleaner,
-        which Sluice does not have), of every owned partition (:meth:`_compact_partition`).
-        Returns the number of partitions whose compaction started (standalone: finished)."""
-        threshold = (
-            self.config.offsets_compaction_min_records if min_records is None else min_records
-        )
-        if self._stopped or not self.store.open():
-            return 0
-        return sum(self._compact_partition(p, threshold) for p in list(self._owned))
-
-    def _compact_partition(self, partition: int, threshold: int) -> bool:
-        """When the records since the log start offset outnumber the partition's live keys by
-        ``threshold`` and by 2x: append every live value of the partition's groups again (their
-        offsets and last persisted group metadata, original timestamps kept), and once those
-        records are replicated (the write settled, HW past them) move the log start offset to
-        the first restated record (``Log.delete_records``), if this broker still owns the
-        partition in the same term. Replay then starts there; the retention pass deletes the
-        segments wholly below it (disk is reclaimed once the active segment has rolled).
-        Waiting for replication keeps a follower that is behind from being sent past records
-        that only the leader has (a follower below the leader's log start starts over there).
-
-        Crash-safe at every step: the restated records carry the same values, so a replay
-        that sees old records, some or all restated ones, or only the restated ones rebuilds
-        the same state. Returns whether a compaction started. One at a time per partition.
-        """
-        token = self._owned.get(partition)
-        log_ = self.store.log_if_open(partition)
-        if token is None or log_ is None or partition in self._compacting:
-            return False
-        records: list[tuple[bytes, bytes | None]] = []
-        for group in self.groups.values():
-            if self.store.partition_for(group.group_id) != partition:
-                continue
-            for (topic, part), value in sorted(group.offsets.items()):
-                records.append(offset_commit_record(group.group_id, topic, part, value))
-            if group.persisted is not None:
-                records.append(group_metadata_record(group.group_id, group.persisted))
-        span = log_.log_end_offset - log_.log_start_offset
-        if span < threshold + len(records) or span < 2 * len(records):
-            return False
-        start = log_.log_end_offset
-        outcome: AppendOutcome | asyncio.Future[AppendOutcome] = AppendOutcome(NONE, start)
-        acks = self.config.offsets_commit_required_acks
-        for i in range(0, len(records), _COMPACTION_CHUNK):
-            outcome = self._write_to(partition, records[i : i + _COMPACTION_CHUNK], acks)
-            if isinstance(outcome, AppendOutcome) and outcome.error:
-                break
-        # The last chunk settling means HW passed every chunk (HW only moves forward).
-        self._compacting.add(partition)
-
-        def restated(outcome: AppendOutcome) -> None:
-            if self._owned.get(partition) is not token:
-                return  # resigned meanwhile (and maybe elected again: a new term)
-            self._compacting.discard(partition)
-            if outcome.error:
-                log.warning("offsets partition compaction not completed", partition=partition,
-                            append_error=outcome.error)  # fmt: skip
-                return
-            try:
-                log_.delete_records(start)
-            except Exception:
-                log.exception("offsets partition compaction: moving the log start failed",
-                              partition=partition, log_start_offset=start)  # fmt: skip
-                return
-            log.info("offsets partition compacted", partition=partition, records_before=span,
-                     live=len(records), log_start_offset=start)  # fmt: skip
-
-        self._then(outcome, restated, _WRITE_FAILED)
-        return True
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Remove offsets past ``offsets.retention.minutes`` (KIP-211); returns how many.

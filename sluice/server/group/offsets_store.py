@@ -19,15 +19,20 @@ single broker, documented in :class:`sluice.server.group.config.GroupConfig`). T
 count
 of an existing topic wins over the config (changing it would move groups).
 
-**Durability / compaction**: the topic is created with ``cleanup.policy=compact``, as Kafka
-creates it: the log cleaner (:mod:`sluice.server.storage.log_cleaner`) keeps the latest value of
-every key (a tombstone until ``delete.retention.ms`` after its first cleaning), so replaying the
-log from its start offset restores the latest value of every key. ``retention.ms=-1`` and
-``retention.bytes=-1`` are kept as overrides so that a policy altered to ``compact,delete``
-still never drops a live offset. A topic created by an older Sluice keeps ``delete`` (its
-overrides are its own). :meth:`sluice.server.group.coordinator.GroupCoordinator.compact`, which
-restates the live values and moves the log start offset past the superseded records, still
-runs on top (the cleaner made it unnecessary; its removal is left to issue 23's next step).
+**Durability / compaction**: the topic is created as Kafka creates it (``offsetsTopicConfigs``):
+``cleanup.policy=compact``, ``segment.bytes`` = ``offsets.topic.segment.bytes`` (100 MiB),
+``compression.type=producer`` (the coordinator's batches are compressed with
+``offsets.topic.compression.codec``, stored as written). The log cleaner
+(:mod:`sluice.server.storage.log_cleaner`) keeps the latest value of every key (a tombstone
+until ``delete.retention.ms`` after its first cleaning), so replaying the log from its start
+offset restores the latest value of every key and the topic stays bounded by the live groups.
+``retention.ms=-1`` and ``retention.bytes=-1`` are set too, so that a policy altered to
+``compact,delete`` still never drops a live offset. A topic an older Sluice created with
+``cleanup.policy=delete`` (it kept the topic bounded by re-appending live offsets instead) is
+switched to ``compact`` when the broker starts (:func:`compacted_overrides`; standalone
+:meth:`OffsetsStore.compact_old_topic`, in a cluster the broker rewrites
+``/config/topics/__consumer_offsets``): its records are all keyed, so the cleaner takes it from
+there, and nothing is lost on the way (the cleaner keeps the last record of every key).
 
 **Writes go through the replica layer** (Kafka's ``appendForGroup``): the store builds one batch
 and hands it to an injected :data:`Appender` -- in the broker the ReplicaManager's leader append
@@ -45,27 +50,50 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.records import RecordBatchBuilder, iter_records
 from sluice.protocol.schema import F, Message, StructSchema
+from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
     from sluice.server.storage.log import Log
     from sluice.server.storage.log_manager import LogManager
 
+logger = get_logger("sluice.groups")
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
-#: Topic-level settings of the internal topic (see the module docstring on compaction).
-OFFSETS_TOPIC_CONFIG = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "segment.bytes": "104857600",  # Kafka's offsets.topic.segment.bytes
-}
+#: Kafka's ``offsets.topic.segment.bytes`` default.
+DEFAULT_SEGMENT_BYTES = 104_857_600
+
+
+def offsets_topic_config(segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> dict[str, str]:
+    """Topic-level settings of the internal topic (see the module docstring on compaction)."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+        "segment.bytes": str(segment_bytes),
+    }
+
+
+#: :func:`offsets_topic_config` with Kafka's defaults.
+OFFSETS_TOPIC_CONFIG = offsets_topic_config()
+
+
+def compacted_overrides(overrides: Mapping[str, str], compact: bool) -> dict[str, str] | None:
+    """The overrides that make an existing offsets topic compacted, or None when it is
+    (``compact``: its effective ``cleanup.policy`` holds ``compact``). Only the policy
+    changes: the other overrides (an older Sluice's ``retention.ms=-1``...) stay."""
+    if compact:
+        return None
+    return {**overrides, "cleanup.policy": "compact"}
+
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -230,6 +258,16 @@ def partition_for(group: str, num_partitions: int) -> int:
     return (java_string_hash(group) & 0x7FFFFFFF) % num_partitions
 
 
+def log_compacted_old_topic(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """The one line saying an older offsets topic was switched to ``compact``."""
+    logger.warning(
+        "__consumer_offsets switched to cleanup.policy=compact (an older Sluice created it with "
+        f"{old.get('cleanup.policy', 'the broker default policy')}): the log cleaner keeps it "
+        "bounded from now on",
+        overrides=dict(new),
+    )
+
+
 class AppendOutcome(NamedTuple):
     """How an append to ``__consumer_offsets`` ended: the append's Kafka error code (0: written
     and, for ``acks=-1``, replicated to the ISR) and the batch's first offset (-1 on error)."""
@@ -265,8 +303,14 @@ class OffsetsStore:
         *,
         clock: Any = None,
         load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        compression: int = 0,
     ) -> None:
         self._logs = log_manager
+        #: The settings the topic is created with (:func:`offsets_topic_config`).
+        self.topic_config = offsets_topic_config(segment_bytes)
+        #: Codec of the batches written (``offsets.topic.compression.codec``).
+        self.compression = compression
         self._wanted_partitions = num_partitions
         self.num_partitions = num_partitions
         self._appender = appender
@@ -288,8 +332,23 @@ class OffsetsStore:
     def ensure_topic(self) -> None:
         """Create the topic if it does not exist (idempotent)."""
         if not self.open():
-            self._logs.create_topic(OFFSETS_TOPIC, self._wanted_partitions, OFFSETS_TOPIC_CONFIG)
+            self._logs.create_topic(OFFSETS_TOPIC, self._wanted_partitions, self.topic_config)
             self.num_partitions = self._wanted_partitions
+
+    def compact_old_topic(self) -> bool:
+        """Standalone start: switch an offsets topic an older Sluice created with
+        ``cleanup.policy=delete`` to ``compact`` (:func:`compacted_overrides`), logged; returns
+        whether it did. In a cluster the broker does it in ZooKeeper."""
+        if OFFSETS_TOPIC not in self._logs.topics():
+            return False
+        overrides = self._logs.topic_overrides(OFFSETS_TOPIC)
+        compact = self._logs.topic_config(OFFSETS_TOPIC).compact
+        new = compacted_overrides(overrides, compact)
+        if new is None:
+            return False
+        self._logs.alter_topic_config(OFFSETS_TOPIC, new)
+        log_compacted_old_topic(overrides, new)
+        return True
 
     def partition_for(self, group: str) -> int:
         return partition_for(group, self.num_partitions)
@@ -310,7 +369,7 @@ class OffsetsStore:
         :data:`Appender` for when it answers). Creates the topic first if it does not exist."""
         self.ensure_topic()
         now = self._clock()
-        builder = RecordBatchBuilder()
+        builder = RecordBatchBuilder(compression=self.compression)
         for key, value in records:
             builder.append(now, key, value)
         return self._appender(partition, builder.build(), acks)

@@ -343,8 +343,12 @@ class ZkMetadata:
         tasks: set[asyncio.Task[None]],
         offsets_topic: tuple[int, int],
         listener: Callable[[], str | None] = lambda: None,
+        *,
+        offsets_topic_config: Mapping[str, str] = OFFSETS_TOPIC_CONFIG,
     ) -> None:
         self._cluster = cluster
+        #: The offsets topic's settings (``offsets.topic.segment.bytes``...) at its creation.
+        self._offsets_topic_config = dict(offsets_topic_config)
         #: The listener of the request being answered: brokers are listed at their endpoints
         #: on it (None: the inter-broker one).
         self._listener = listener
@@ -526,7 +530,7 @@ class ZkMetadata:
             return
         try:
             assignment = cluster.validate_new_topic(
-                OFFSETS_TOPIC, num_partitions, rf, None, OFFSETS_TOPIC_CONFIG
+                OFFSETS_TOPIC, num_partitions, rf, None, self._offsets_topic_config
             )
         except errors.TopicAlreadyExists:
             return
@@ -534,7 +538,7 @@ class ZkMetadata:
 
         async def create() -> None:
             try:
-                await cluster.create_topic(OFFSETS_TOPIC, assignment, OFFSETS_TOPIC_CONFIG, 0)
+                await cluster.create_topic(OFFSETS_TOPIC, assignment, self._offsets_topic_config, 0)
             except errors.TopicAlreadyExists:
                 pass
             except Exception as exc:

@@ -277,6 +277,61 @@ METRICS: tuple[MetricDef, ...] = (
         "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs",
         "Time of each log flush (fsync of segments and directory).",
     ),
+    MetricDef(
+        "kafka_log_logcleaner_max_buffer_utilization_percent", "gauge", (),
+        "kafka.log:type=LogCleaner,name=max-buffer-utilization-percent",
+        "How full the cleaner's offset map was in its last cleaning, percent.",
+    ),
+    MetricDef(
+        "kafka_log_logcleaner_cleaner_recopy_percent", "gauge", (),
+        "kafka.log:type=LogCleaner,name=cleaner-recopy-percent",
+        "Bytes written / bytes read by the last cleaning, percent (100: nothing removed).",
+    ),
+    MetricDef(
+        "kafka_log_logcleaner_max_clean_time_secs", "gauge", (),
+        "kafka.log:type=LogCleaner,name=max-clean-time-secs",
+        "Duration of the last cleaning, seconds.",
+    ),
+    MetricDef(
+        "kafka_log_logcleaner_max_compaction_delay_secs", "gauge", (),
+        "kafka.log:type=LogCleaner,name=max-compaction-delay-secs",
+        "How far past max.compaction.lag.ms the most overdue compacted log is, seconds.",
+    ),
+    MetricDef(
+        "kafka_log_logcleaner_deadthreadcount", "gauge", (),
+        "kafka.log:type=LogCleaner,name=DeadThreadCount",
+        "Cleaner workers that ended (0 while the cleaner runs; Sluice runs one).",
+    ),
+    MetricDef(
+        "kafka_log_logcleanermanager_max_dirty_percent", "gauge", (),
+        "kafka.log:type=LogCleanerManager,name=max-dirty-percent",
+        "Dirty ratio of the dirtiest compacted log at the cleaner's last look, percent.",
+    ),
+    MetricDef(
+        "kafka_log_logcleanermanager_time_since_last_run_ms", "gauge", (),
+        "kafka.log:type=LogCleanerManager,name=time-since-last-run-ms",
+        "Milliseconds since the cleaner last looked for a log to clean.",
+    ),
+    MetricDef(
+        "kafka_log_logcleanermanager_uncleanable_partitions_count", "gauge", ("logDirectory",),
+        "kafka.log:type=LogCleanerManager,name=uncleanable-partitions-count,logDirectory=D",
+        "Partitions whose cleaning failed unexpectedly, skipped until restart.",
+    ),
+    MetricDef(
+        "kafka_log_logcleanermanager_uncleanable_bytes", "gauge", ("logDirectory",),
+        "kafka.log:type=LogCleanerManager,name=uncleanable-bytes,logDirectory=D",
+        "Cleanable bytes of the uncleanable partitions.",
+    ),
+    MetricDef(
+        "sluice_log_cleaner_bytes_read", "counter", (),
+        "none (Kafka logs it per cleaning)",
+        "Bytes of segments the cleaner read (its dirty and clean sections).",
+    ),
+    MetricDef(
+        "sluice_log_cleaner_bytes_written", "counter", (),
+        "none (Kafka logs it per cleaning)",
+        "Bytes of cleaned segments the cleaner wrote.",
+    ),
 )  # fmt: skip
 
 METRICS_BY_NAME: dict[str, MetricDef] = {d.name: d for d in METRICS}

@@ -158,6 +158,7 @@ class BrokerCollector(Collector):
         flush = metrics.log_flush
         family.add_metric([], flush.cumulative(), flush.sum)
         yield family
+        yield from self._cleaner()
 
     def _topics(self) -> set[str] | None:
         """The topics that exist now (None before startup)."""
@@ -248,6 +249,44 @@ class BrokerCollector(Collector):
                     if log_ is not None and not log_.closed:
                         lag.add_metric(labels, max(log_.high_watermark - committed.offset, 0))
         yield from (current, lag)
+
+    def _cleaner(self) -> Iterator[Metric]:
+        """Kafka's LogCleaner / LogCleanerManager gauges (zero when the cleaner is off)."""
+        logs = self._server.log_manager
+        cleaner = logs.cleaner if logs is not None else None
+        log_dir = str(logs.log_dir.absolute()) if logs is not None else ""
+        values: list[tuple[str, list[str], float]] = []
+        if cleaner is None or logs is None:
+            names = [d.name for d in METRICS if d.name.startswith(_CLEANER_PREFIXES)]
+            values = [(n, [log_dir] if "uncleanable" in n else [], 0) for n in names]
+        else:
+            open_logs = list(logs.logs.values())
+            values = [
+                ("kafka_log_logcleaner_max_buffer_utilization_percent", [],
+                 cleaner.max_buffer_utilization_percent()),
+                ("kafka_log_logcleaner_cleaner_recopy_percent", [], cleaner.recopy_percent()),
+                ("kafka_log_logcleaner_max_clean_time_secs", [], cleaner.max_clean_time_secs()),
+                ("kafka_log_logcleaner_max_compaction_delay_secs", [],
+                 cleaner.max_compaction_delay_secs()),
+                ("kafka_log_logcleaner_deadthreadcount", [], logs.cleaner_dead_threads),
+                ("kafka_log_logcleanermanager_max_dirty_percent", [], cleaner.max_dirty_percent()),
+                ("kafka_log_logcleanermanager_time_since_last_run_ms", [],
+                 cleaner.time_since_last_run_ms()),
+                ("kafka_log_logcleanermanager_uncleanable_partitions_count", [log_dir],
+                 cleaner.uncleanable_partitions_count()),
+                ("kafka_log_logcleanermanager_uncleanable_bytes", [log_dir],
+                 cleaner.uncleanable_bytes(open_logs)),
+                ("sluice_log_cleaner_bytes_read", [], cleaner.bytes_read),
+                ("sluice_log_cleaner_bytes_written", [], cleaner.bytes_written),
+            ]  # fmt: skip
+        for name, labels, value in values:
+            family = _family(name)
+            family.add_metric(labels, value)
+            yield family
+
+
+#: The cleaner's families (:meth:`BrokerCollector._cleaner`).
+_CLEANER_PREFIXES = ("kafka_log_logcleaner", "sluice_log_cleaner")
 
 
 class OnLoopCollector(Collector):

@@ -380,7 +380,16 @@ class ReplicaFetcher:
     ) -> None:
         # False when truncated meanwhile (cannot happen on one loop; cheap to be sure)
         hw_before = partition.log.high_watermark
-        partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
+        try:
+            partition.append_as_follower(fetched_at, records, leader_hw, leader_log_start)
+        except errors.KafkaStorageError as exc:
+            # The local log went offline (an I/O error, Log._go_offline): Kafka's
+            # markPartitionFailed. This partition stops fetching until it is followed again
+            # (a restart recovers the log); the fetcher's other partitions fetch on.
+            log.error("replica fetching stopped: the local log is offline", topic=key[0],
+                      partition=key[1], leader=self.leader_id, error=str(exc))  # fmt: skip
+            self.remove(key)
+            return
         if partition.log.high_watermark != hw_before:
             # Consumers reading from this follower (KIP-392) wait for its HW: wake them, as
             # Kafka's fetcher completes delayed fetches of the partitions whose HW moved.

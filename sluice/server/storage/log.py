@@ -13,7 +13,7 @@ import os
 import random
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,6 +26,7 @@ from sluice.protocol.errors import (
     InvalidRecord,
     InvalidRequest,
     InvalidTimestamp,
+    KafkaStorageError,
     OffsetOutOfRange,
     RecordListTooLarge,
     UnknownTopicOrPartition,
@@ -388,6 +389,8 @@ class Log:
         self._truncations = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
+        #: Why the log went offline (:meth:`_go_offline`), or None.
+        self._offline: str | None = None
         # Producer state (sluice.server.storage.producer_state): derived from the batches, built
         # on the first batch with a producer id or the first stable-offset question, dropped on
         # truncation.
@@ -910,7 +913,14 @@ class Log:
 
     @property
     def closed(self) -> bool:
+        """Closed, or offline (:attr:`offline`): either way nothing reads or writes it."""
         return self._closed
+
+    @property
+    def offline(self) -> bool:
+        """Taken offline by an I/O error its in-memory state could not survive
+        (:meth:`_go_offline`): every read and write answers KAFKA_STORAGE_ERROR."""
+        return self._offline is not None
 
     @property
     def vfs(self) -> VFS:
@@ -1961,8 +1971,9 @@ class Log:
         The log is flushed first (recovery point := LEO), so a checkpointed log start offset
         never covers records that a crash can still take back: otherwise the load would find
         the log start beyond the recovered LEO and empty the log (step 5 of :meth:`open`), and
-        records restated above it (the offsets topic's compaction) could be lost while their
-        older copies are deleted."""
+        records a writer restated above it before moving it (say, an application that
+        rewrites its live keys, then deletes the old copies) could be lost while their older
+        copies are deleted."""
         self._check_open()
         target = self._hw if offset == -1 else offset
         if target < 0 or target > self._hw:
@@ -2057,19 +2068,25 @@ class Log:
         vfs, directory = self._vfs, self.directory
         names: tuple[str, ...] = segment_file_names(cleaned_base)
         txn_index_name = offset_file_name(cleaned_base, TXN_INDEX_SUFFIX)
-        if vfs.exists(directory / (txn_index_name + CLEANED_SUFFIX)):
-            names = (*names, txn_index_name)
-        for name in names:
-            vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
-        del self._segments[first : first + len(old)]
-        del self._bases[first : first + len(old)]
-        self._schedule_delete(old)
-        for name in names:
-            vfs.rename(directory / (name + SWAP_SUFFIX), directory / name)
-        segment = self._open_segment(
-            directory, cleaned_base, self._config, self._clock(), vfs, self._file_cache,
-            active=False,
-        )  # fmt: skip
+        try:
+            if vfs.exists(directory / (txn_index_name + CLEANED_SUFFIX)):
+                names = (*names, txn_index_name)
+            for name in names:
+                vfs.rename(directory / (name + CLEANED_SUFFIX), directory / (name + SWAP_SUFFIX))
+            del self._segments[first : first + len(old)]
+            del self._bases[first : first + len(old)]
+            self._schedule_delete(old)
+            for name in names:
+                vfs.rename(directory / (name + SWAP_SUFFIX), directory / name)
+            segment = self._open_segment(
+                directory, cleaned_base, self._config, self._clock(), vfs, self._file_cache,
+                active=False,
+            )  # fmt: skip
+        except OSError as exc:
+            # The files are somewhere between the old segments and the cleaned one, and the
+            # segment list has a hole where the old ones were: no read may be served from it.
+            self._go_offline(exc, "segment swap", old)
+            raise
         self._segments.insert(first, segment)
         self._bases.insert(first, cleaned_base)
         self._hw_meta = None
@@ -2294,7 +2311,33 @@ class Log:
             self._vfs.remove(self.directory / name)
         os.rmdir(self.directory)
 
+    def _go_offline(self, exc: OSError, during: str, also: Iterable[LogSegment] = ()) -> None:
+        """Take this log offline after an I/O error that left its in-memory state unusable
+        (Kafka's ``LogDirFailureChannel``, for this log rather than its whole directory):
+        every read and write raises KafkaStorageError (the partition answers
+        KAFKA_STORAGE_ERROR, the rest of the broker keeps serving), background work skips it
+        (it is :attr:`closed`), its files are closed without writing anything, and the
+        LogManager writes no clean-shutdown marker, so the next start recovers it: ``open``
+        step 1 completes a segment swap whose ``.swap`` files exist and otherwise keeps the
+        old segments (the ``.cleaned`` files removed). One ERROR line."""
+        self._offline = f"{during} failed: {exc}"
+        self._closed = True
+        logger.error(
+            "log taken offline until restart: the next start completes or rolls back",
+            topic=self.topic,
+            partition=self.partition,
+            during=during,
+            error=str(exc),
+        )
+        for segment in (*self._segments, *also, *(s for _due, s in self._pending_deletes)):
+            with contextlib.suppress(OSError):
+                segment.close_handlers()
+
     def _check_open(self) -> None:
+        if self._offline is not None:
+            raise KafkaStorageError(
+                f"log {self.topic}-{self.partition} is offline: {self._offline}"
+            )
         if self._closed:
             # A closed log belongs to a deleted topic (or a stopping broker): to a client the
             # partition is no longer hosted here, a retriable condition.

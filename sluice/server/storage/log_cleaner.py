@@ -322,6 +322,9 @@ class LogToClean(NamedTuple):
     cleanable_bytes: int
     needs_compaction_now: bool
     force_checkpoint: bool
+    #: How long past ``max.compaction.lag.ms`` its oldest dirty record is (Kafka's
+    #: ``maxCompactionDelay``; 0: not overdue).
+    compaction_delay_ms: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -379,13 +382,21 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
     cleanable_bytes = sum(
         s.size for s in segments if lo <= s.base_offset < first_uncleanable and s is not active
     )
-    needs_now = False
+    delay_ms = 0
     if config.max_compaction_lag_ms < 2**63 - 1:
         timestamps = [t for t in (s.first_batch_timestamp() for s in inactive_dirty) if t > 0]
-        if timestamps and min(timestamps) < now_ms - config.max_compaction_lag_ms:
-            needs_now = True
+        clean_until = now_ms - config.max_compaction_lag_ms
+        if timestamps and min(timestamps) < clean_until:
+            delay_ms = clean_until - min(timestamps)
     return LogToClean(
-        log, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, needs_now, force
+        log,
+        first_dirty,
+        first_uncleanable,
+        clean_bytes,
+        cleanable_bytes,
+        delay_ms > 0,
+        force,
+        delay_ms,
     )
 
 
@@ -719,7 +730,9 @@ class Cleaner:
     from cleaning to cleaning (Kafka's ``Cleaner``: one per cleaner thread)."""
 
     def __init__(self, config: CleanerConfig, *, throttler: Throttler | None = None) -> None:
-        threads = max(config.threads, 1)
+        # One Cleaner per data dir whatever ``log.cleaner.threads`` says (see LogCleaner): it
+        # gets the whole dedupe and I/O buffers Kafka shares among its threads.
+        threads = 1
         self.config = config
         self.offset_map = OffsetMap(min(config.dedupe_buffer_size // threads, _INT32_MAX))
         self.max_map_size = int(self.offset_map.slots * config.dedupe_buffer_load_factor)
@@ -946,9 +959,18 @@ class LogCleaner:
     picks the filthiest compacted log, cleans it (phase 2 in a thread), moves its entry in
     ``cleaner-offset-checkpoint``, logs the result, keeps the metrics.
 
-    One cleaning at a time (``log.cleaner.threads`` > 1 is accepted and treated as 1: one
-    Python thread per data dir is what the GIL lets run anyway). Call everything from the event
-    loop; :meth:`run_once` awaits the thread.
+    One cleaning at a time: ``log.cleaner.threads`` > 1 is accepted (a Kafka configuration
+    starts unchanged) and runs as 1, logged at start by the LogManager. A cleaning is CPU work
+    under the GIL (decoding, hashing, re-encoding batches): a second thread would take turns
+    with the first, not run beside it, and take more of the event loop's GIL time. The one
+    cleaner gets the whole ``log.cleaner.dedupe.buffer.size`` and ``log.cleaner.io.buffer.size``.
+    Call everything from the event loop; :meth:`run_once` awaits the thread.
+
+    **Metrics** (read by :mod:`sluice.server.metrics.prometheus` when scraped): Kafka's
+    ``LogCleaner`` gauges (:meth:`max_buffer_utilization_percent`, :meth:`recopy_percent`,
+    :meth:`max_clean_time_secs`, :meth:`max_compaction_delay_secs`) over the last cleaning and
+    ``LogCleanerManager``'s (:meth:`max_dirty_percent`, :meth:`time_since_last_run_ms`,
+    :meth:`uncleanable_partitions_count`, :meth:`uncleanable_bytes`), each computed as Kafka's.
     """
 
     def __init__(
@@ -976,7 +998,10 @@ class LogCleaner:
         self._in_flight: asyncio.Future[CleaningResult] | None = None
         # Kafka's cleaner metrics.
         self.max_dirty_ratio = 0.0
-        self.last_run_ms: int | None = None
+        #: When the cleaner last looked for a log to clean (Kafka starts it at construction).
+        self.last_run_ms: int = self._clock()
+        #: The largest compaction delay seen at that look (Kafka's ``lastPreCleanStats``).
+        self.max_compaction_delay_ms = 0
         self.cleanings = 0
         self.bytes_read = 0
         self.bytes_written = 0
@@ -1008,6 +1033,7 @@ class LogCleaner:
         now = self._clock()
         self.last_run_ms = now
         candidates: list[LogToClean] = []
+        delays: list[LogToClean] = []
         for log in logs:
             key = (log.topic, log.partition)
             if not log.config.compact or key in self.in_progress or log.closed:
@@ -1015,12 +1041,14 @@ class LogCleaner:
             if key in self.uncleanable:
                 continue
             ltc = log_to_clean(log, self._checkpoints.get(key), now)
+            delays.append(ltc)
             if ltc.force_checkpoint:
                 self._checkpoints[key] = ltc.first_dirty
                 self._write_checkpoint()
             if ltc.total_bytes > 0:
                 candidates.append(ltc)
         self.max_dirty_ratio = max((c.cleanable_ratio for c in candidates), default=0.0)
+        self.max_compaction_delay_ms = max((c.compaction_delay_ms for c in delays), default=0)
         cleanable = [
             c
             for c in candidates
@@ -1125,4 +1153,51 @@ class LogCleaner:
             seconds=round(elapsed, 3),
             mib_per_s=round(stats.bytes_read / mib / elapsed, 2),
             throttled_s=round(self.cleaner.throttler.slept, 3),
+        )
+
+    # ------------------------------------------------------------------ metrics (Kafka's gauges)
+
+    def max_buffer_utilization_percent(self) -> int:
+        """How full the offset map was in the last cleaning, percent. (Kafka 3.9 truncates
+        the ratio to an int before multiplying, so its gauge reads 0 or 100; this is the
+        percent its name and its cleaner's log line mean.)"""
+        stats = self.last_stats
+        return int(100 * stats.map_utilization) if stats is not None else 0
+
+    def recopy_percent(self) -> int:
+        """Bytes written / bytes read by the last cleaning, percent (Kafka's
+        ``cleaner-recopy-percent``: 100 means nothing was removed)."""
+        stats = self.last_stats
+        if stats is None or stats.bytes_read == 0:
+            return 0
+        return int(100 * stats.bytes_written / stats.bytes_read)
+
+    def max_clean_time_secs(self) -> int:
+        """Duration of the last cleaning, whole seconds."""
+        stats = self.last_stats
+        return int(stats.elapsed) if stats is not None else 0
+
+    def max_compaction_delay_secs(self) -> int:
+        """How far past ``max.compaction.lag.ms`` the most overdue log was at the last look."""
+        return self.max_compaction_delay_ms // 1000
+
+    def max_dirty_percent(self) -> int:
+        """The dirtiest compacted log's dirty ratio at the last look, percent."""
+        return int(100 * self.max_dirty_ratio)
+
+    def time_since_last_run_ms(self) -> int:
+        return max(self._clock() - self.last_run_ms, 0)
+
+    def uncleanable_partitions_count(self) -> int:
+        return len(self.uncleanable)
+
+    def uncleanable_bytes(self, logs: Iterable[Log]) -> int:
+        """The cleanable bytes of the partitions left uncleanable (Kafka's
+        ``uncleanable-bytes``: what the cleaner would have cleaned)."""
+        now = self._clock()
+        checkpoints = self._checkpoints
+        return sum(
+            log_to_clean(log, checkpoints.get((log.topic, log.partition)), now).cleanable_bytes
+            for log in logs
+            if (log.topic, log.partition) in self.uncleanable and not log.closed
         )

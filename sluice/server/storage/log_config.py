@@ -277,7 +277,7 @@ SERVER_LOG_CONFIG = (
     .define_synonym("log.cleaner.min.cleanable.ratio", _T("min.cleanable.dirty.ratio"), doc="dirty share of a log above which the cleaner compacts it")  # noqa: E501
     .section("storage: the log cleaner (Kafka's CleanerConfig)")
     .define("log.cleaner.enable", BOOLEAN, True, boolean, MEDIUM, "run the log cleaner (compacted topics)")  # noqa: E501
-    .define("log.cleaner.threads", INT, 1, int_in(0), MEDIUM, "log cleaner threads (0: none; more than 1 runs as 1)")  # noqa: E501
+    .define("log.cleaner.threads", INT, 1, int_in(0), MEDIUM, "log cleaner threads (0: none). Sluice runs one per data dir: more than 1 is accepted, logged at start, and runs as 1 with the whole buffers")  # noqa: E501
     .define("log.cleaner.dedupe.buffer.size", LONG, 128 * 1024 * 1024, int_in(), MEDIUM, "memory for the cleaners' offset maps (key hash -> last offset), all threads together")  # noqa: E501
     .define("log.cleaner.io.buffer.size", INT, 512 * 1024, int_in(0), MEDIUM, "memory for the cleaners' read and write buffers, all threads together")  # noqa: E501
     .define("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, _double, MEDIUM, "how full an offset map may become before a cleaning stops reading dirty segments")  # noqa: E501

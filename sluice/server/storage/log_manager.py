@@ -291,6 +291,13 @@ class LogManager:
             cleaner = self.cleaner_config
             if cleaner.enable and cleaner.threads > 0:
                 self.cleaner = LogCleaner(self.log_dir, cleaner, vfs=self._vfs, clock=self._clock)
+                if cleaner.threads > 1:
+                    logger.warning(
+                        "log.cleaner.threads > 1: Sluice runs one cleaner per data dir (the "
+                        "cleaning is CPU work under Python's GIL); it gets the whole dedupe "
+                        "and I/O buffers",
+                        log_cleaner_threads=cleaner.threads,
+                    )
         except BaseException:
             self._unlock()
             raise
@@ -479,7 +486,8 @@ class LogManager:
           point is its end, and the older checkpoints cost what a crash at their last write
           would (a log start offset or HW that moved since then is restored lower). The marker
           is an empty file, which a file system with no free blocks still takes;
-        * some log failed its flush (its tail may not be on disk): no marker, so the next
+        * some log failed its flush (its tail may not be on disk), or was taken offline by an
+          I/O error (``Log.offline``: a segment swap half done): no marker, so the next
           start recovers every log from its recovery point.
 
         One log line per kind of failure, with the count of logs it hit.
@@ -491,11 +499,15 @@ class LogManager:
             self._flusher = None
         try:
             flush_failures: list[tuple[TopicPartition, OSError]] = []
+            offline = [tp for tp, log in self._logs.items() if log.offline]
             for tp, log in self._logs.items():
                 try:
                     log.close()  # flushes: recovery point = LEO
                 except OSError as exc:
                     flush_failures.append((tp, exc))
+            if offline:  # taken offline by an I/O error: the next start recovers them
+                logger.error("offline logs at shutdown: the next start recovers every log",
+                             logs=[f"{tp.topic}-{tp.partition}" for tp in offline])  # fmt: skip
             if flush_failures:
                 first, error = flush_failures[0]
                 logger.error("logs not flushed at shutdown: the next start recovers them",
@@ -507,7 +519,7 @@ class LogManager:
                 logger.error("checkpoints not written at shutdown: older ones stay",
                              error=str(exc))  # fmt: skip
             self._run_dir_deletes(2**63 - 1)
-            if flush_failures:
+            if flush_failures or offline:
                 return
             try:
                 atomic_write(self.log_dir / CLEAN_SHUTDOWN_MARKER, b"", self._vfs)
@@ -971,6 +983,12 @@ class LogManager:
             self._tasks.append(
                 asyncio.create_task(self._every(name, interval_ms, job), name=f"log-manager-{name}")
             )
+
+    @property
+    def cleaner_dead_threads(self) -> int:
+        """Kafka's ``DeadThreadCount``: 1 when the cleaner's task ended while the manager runs
+        (it catches every failure of a pass, so only a bug escaping that would end it)."""
+        return sum(1 for t in self._tasks if t.get_name() == "log-manager-cleaner" and t.done())
 
     async def run_cleaner(self, max_cleanings: int = 16) -> int:
         """Clean the filthiest compacted logs, one after the other, until none needs it (or

@@ -834,6 +834,40 @@ class LogManager:
             self._run_dir_deletes(due)
         logger.info("topic deleted", topic=name, partitions=count)
 
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Cluster mode: delete one partition's log here (it was reassigned to other brokers:
+        Kafka's StopReplica with ``delete``), as :meth:`delete_topic` does for a whole topic --
+        the directory renamed to ``<dir>.<uuid>-delete`` and made durable first, gone
+        ``file.delete.delay.ms`` later; the topic is forgotten with its last partition here.
+        A partition without a log here is a no-op."""
+        self._check_open()
+        hosted = self._hosted.get(topic)
+        if topic not in self._topics or hosted is None or partition not in hosted:
+            return
+        config = self._configs[topic]
+        due = self._clock() + config.file_delete_delay_ms
+        log = self._logs.pop(TopicPartition(topic, partition), None)
+        if log is not None:
+            log.close()
+        if self.cleaner is not None:
+            self.cleaner.forget(topic, partition)
+        source = self._partition_dir(topic, partition)
+        if source.exists():
+            target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
+            os.replace(source, target)
+            self._pending_dir_deletes.append((due, target))
+        self._vfs.fsync_dir(self.log_dir)
+        hosted.discard(partition)
+        if not hosted:
+            del self._topics[topic]
+            del self._configs[topic]
+            del self._hosted[topic]
+        self._write_topics_file()
+        self.write_checkpoints()
+        if config.file_delete_delay_ms == 0:
+            self._run_dir_deletes(due)
+        logger.info("partition log deleted", topic=topic, partition=partition)
+
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.log_dir / partition_dir_name(topic, partition)
 

@@ -1188,7 +1188,7 @@ class Controller:
                 removing=list(reassignment.removing),
             )
             unneeded = [r for r in current.replicas if r not in reassignment.replicas]
-            if unneeded:
+            if unneeded and reassignment.is_being_reassigned:  # else the completion fits it
                 await self._fit_state(tp, reassignment.replicas, f"replicas {unneeded} unassigned")
         if not reassignment.is_being_reassigned:
             await self._complete_reassignment(tp, reassignment)

@@ -52,6 +52,7 @@ from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetc
 if TYPE_CHECKING:
     from sluice.net.security import ClientSecurity
     from sluice.server.config import Config
+
     # re-exported for the handlers' annotations (the api room does not import the controller)
     from sluice.server.controller.controller import Controller as Controller
     from sluice.server.replication.partition import Partition

@@ -84,7 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "sluice_cluster(size=3, properties=None, mode='subprocess'): configure the "
+        "sluice_cluster(size=3, properties=None, broker_properties=None, mode='subprocess'): "
+        "configure the "
         "sluice_cluster fixture",
     )
 
@@ -173,6 +174,7 @@ def sluice_cluster(
         kwargs.pop("size", 3),
         zookeeper_connect=sluice_zookeeper_connect,
         properties=kwargs.pop("properties", None),
+        broker_properties=kwargs.pop("broker_properties", None),
         mode=kwargs.pop("mode", "subprocess"),
     )
     if kwargs:

@@ -545,7 +545,10 @@ class ClusterMember:
         * No longer a replica: stop fetching, give up the partition and delete its log
           (Kafka's StopReplica with ``delete``; the controller has moved leadership and the
           ISR to the target replicas, which hold every acknowledged record). Not on a
-          ZooKeeper not known to hold this cluster (see :meth:`_topic_gone`).
+          ZooKeeper not known to hold this cluster (see :meth:`_topic_gone`). Also at start-up,
+          for a broker that was down when its replica was reassigned away: Kafka's ZooKeeper
+          mode never sends that broker its StopReplica and leaves the log as a stray for good;
+          here the topic znode says it is not a replica, so it goes.
         * Newly a replica of a partition whose state is held: apply it now, creating the
           log (the controller bumps the epoch as well; this covers the state arriving first).
         """

@@ -1190,15 +1190,7 @@ class Controller:
             unneeded = [r for r in current.replicas if r not in reassignment.replicas]
             if unneeded and reassignment.is_being_reassigned:  # else the completion fits it
                 await self._fit_state(tp, reassignment.replicas, f"replicas {unneeded} unassigned")
-        if not reassignment.is_being_reassigned:
-            await self._complete_reassignment(tp, reassignment)
-            return
-        state = await self._read_armed(
-            f"reassign:{tp.topic}:{tp.partition}",
-            lambda: _ReassignmentIsrChange(tp),
-            lambda watch: self.kzk.get_partition_state(tp, watch),
-        )
-        if state is not None and all(r in state.isr for r in reassignment.target_replicas):
+        if not reassignment.is_being_reassigned or await self._target_in_sync(tp, reassignment):
             await self._complete_reassignment(tp, reassignment)
             return
 
@@ -1215,20 +1207,27 @@ class Controller:
         current = None if topic is None else topic.partitions.get(tp.partition)
         if current is None or not current.is_being_reassigned:
             return
+        if await self._target_in_sync(tp, current):
+            await self._complete_reassignment(tp, current)
+
+    async def _target_in_sync(self, tp: TopicPartition, reassignment: ReplicaAssignment) -> bool:
+        """Whether TRS is in the ISR (Kafka's ``isReassignmentComplete``); the state is read
+        with a watch that brings :meth:`_on_reassignment_isr_change` back when it changes."""
         state = await self._read_armed(
             f"reassign:{tp.topic}:{tp.partition}",
             lambda: _ReassignmentIsrChange(tp),
             lambda watch: self.kzk.get_partition_state(tp, watch),
         )
-        if state is not None and all(r in state.isr for r in current.target_replicas):
-            log.info(
-                "reassignment: target replicas in sync",
-                topic=tp.topic,
-                partition=tp.partition,
-                target=list(current.target_replicas),
-                isr=list(state.isr),
-            )
-            await self._complete_reassignment(tp, current)
+        if state is None or not all(r in state.isr for r in reassignment.target_replicas):
+            return False
+        log.info(
+            "reassignment: target replicas in sync",
+            topic=tp.topic,
+            partition=tp.partition,
+            target=list(reassignment.target_replicas),
+            isr=list(state.isr),
+        )
+        return True
 
     async def _complete_reassignment(
         self, tp: TopicPartition, reassignment: ReplicaAssignment

@@ -55,6 +55,15 @@ What each event does:
   it is are led by another broker, give those back where it is live and in the ISR. Also on
   demand: :meth:`Controller.elect_preferred_leaders`.
 * **Controlled shutdown** (``doControlledShutdown``): see :meth:`Controller.controlled_shutdown`.
+* **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
+  election, or the offline election with unclean allowed (Kafka allows it only when an admin
+  asks): :meth:`Controller.elect_leaders`.
+* **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
+  Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
+  only partition state kept between events is in ZooKeeper here too: a partition is being
+  reassigned while its topic znode lists ``adding_replicas`` / ``removing_replicas``, and a
+  new controller resumes every such partition at failover. A watch on the state znode of each
+  partition being moved brings the controller back when its ISR grows.
 
 Every decision is logged (logger ``sluice.controller``): partition, old and new leader, leader
 epoch and ISR, and why.

@@ -19,6 +19,10 @@
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
                     (--files also takes a partition's leader-epoch-checkpoint)
+    sluice reassign-partitions --reassignment-json-file F --execute | --verify | --cancel
+                    | --list                         (kafka-reassign-partitions' JSON and output)
+    sluice leader-election --election-type preferred|unclean --all-topic-partitions
+                    | --topic T --partition P | --path-to-json-file F
     sluice perf produce --topic T --num-records N --record-size S [--throughput R]
     sluice perf consume --topic T --messages N
 
@@ -50,6 +54,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sluice.cli.reassign import leader_election, reassign_partitions
 from sluice.client.admin import SCRAM_MECHANISMS, AclBinding, AclBindingFilter, Admin, ConfigEntry
 from sluice.client.cluster import Cluster, TopicPartition
 from sluice.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
@@ -1040,6 +1045,9 @@ async def perf_consume(bootstrap: str, topic: str, messages: int, timeout_ms: in
 
 
 cli.add_command(pipeline_jobs)  # the Spark jobs
+for _admin_command in (reassign_partitions, leader_election):  # (sluice/cli/reassign.py)
+    bootstrap_option(_admin_command)  # click adds the options to the command object
+    cli.add_command(_admin_command)
 
 
 def main(argv: list[str] | None = None) -> None:

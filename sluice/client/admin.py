@@ -21,6 +21,7 @@ code
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +34,7 @@ from sluice.protocol import messages
 from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
 from sluice.protocol.acl import ResourceType as AclResourceType
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
-from sluice.protocol.errors import KafkaError, for_code
+from sluice.protocol.errors import KafkaError, NotController, for_code
 
 from .cluster import Cluster, PartitionInfo, TopicPartition
 from .consumer import EARLIEST, LATEST, Consumer, OffsetAndTimestamp
@@ -47,6 +48,7 @@ __all__ = [
     "Admin",
     "ConfigEntry",
     "ConfigSynonym",
+    "PartitionReassignment",
     "ResourceType",
     "TopicDescription",
 ]
@@ -140,6 +142,24 @@ class ConfigEntry:
     @property
     def is_default(self) -> bool:
         return self.source == ConfigSource.DEFAULT_CONFIG.name
+
+
+#: Tries of a controller API while brokers answer NOT_CONTROLLER (a controller moving).
+MAX_CONTROLLER_ATTEMPTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment in progress: the current replicas (target first, then the original ones
+    being removed), those being added and those being removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def _top_not_controller(response: Any) -> bool:
+    return bool(response.error_code == NotController.code)
 
 
 def _error(code: int, message: str | None, what: str) -> KafkaError | None:
@@ -292,6 +312,125 @@ class Admin:
         return {
             r.name: _error(r.error_code, r.error_message, f"create partitions of {r.name!r}")
             for r in response.results
+        }
+
+    # --- leader election and reassignment (the controller's APIs) -------------------------------
+
+    async def _controller_request(self, api_key: int, body: Any, not_controller: Any) -> Any:
+        """Send to the controller; while the answer says NOT_CONTROLLER (``not_controller``
+        tells from the response), learn the controller again and retry (bounded), as Kafka's
+        admin client does."""
+        for attempt in range(MAX_CONTROLLER_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(self._cluster.retry_backoff_ms / 1000)
+                await self._cluster.refresh(())
+            response = await (await self._cluster.controller_connection()).request(api_key, body)
+            if not not_controller(response):
+                return response
+        return response
+
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None, *, unclean: bool = False
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders: the preferred replica (or, ``unclean``, any live replica where no
+        in-sync one is) of ``partitions`` (None: every partition; then those that needed no
+        election are left out). Per partition None (elected) or the error, e.g.
+        ``ElectionNotNeeded``, ``PreferredLeaderNotAvailable``."""
+        req = messages.ElectLeadersRequest
+        wanted = None if partitions is None else sorted(set(partitions))
+        topics: dict[str, list[int]] = {}
+        for tp in wanted or ():
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        body = req(
+            election_type=1 if unclean else 0,
+            topic_partitions=None
+            if wanted is None
+            else [req.TopicPartitions(topic=t, partitions=ps) for t, ps in topics.items()],
+            timeout_ms=self.request_timeout_ms,
+        )
+        not_controller = NotController.code
+
+        def refused(response: messages.ElectLeadersResponse) -> bool:
+            return any(
+                p.error_code == not_controller
+                for t in response.replica_election_results
+                for p in t.partition_result
+            )
+
+        response = await self._controller_request(messages.ElectLeaders.key, body, refused)
+        top = _error(response.error_code, None, "elect leaders")
+        if top is not None:
+            raise top
+        return {
+            TopicPartition(t.topic, p.partition_id): _error(
+                p.error_code, p.error_message, f"elect leader of {t.topic}-{p.partition_id}"
+            )
+            for t in response.replica_election_results
+            for p in t.partition_result
+        }
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Start moving each partition to its target replicas (None: cancel its reassignment).
+        Per partition None (started; :meth:`list_partition_reassignments` shows it until it
+        completes) or the error, e.g. ``InvalidReplicaAssignment``."""
+        req = messages.AlterPartitionReassignmentsRequest
+        topics: dict[str, list[Any]] = {}
+        for tp, replicas in sorted(reassignments.items()):
+            topics.setdefault(tp.topic, []).append(
+                req.ReassignablePartition(
+                    partition_index=tp.partition,
+                    replicas=None if replicas is None else list(replicas),
+                )
+            )
+        body = req(
+            timeout_ms=self.request_timeout_ms,
+            topics=[req.ReassignableTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        response = await self._controller_request(
+            messages.AlterPartitionReassignments.key, body, _top_not_controller
+        )
+        top = _error(response.error_code, response.error_message, "alter reassignments")
+        if top is not None:
+            raise top
+        return {
+            TopicPartition(t.name, p.partition_index): _error(
+                p.error_code, p.error_message, f"reassign {t.name}-{p.partition_index}"
+            )
+            for t in response.responses
+            for p in t.partitions
+        }
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, or all)."""
+        req = messages.ListPartitionReassignmentsRequest
+        topics: dict[str, list[int]] = {}
+        for tp in sorted(set(partitions or ())):
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        body = req(
+            timeout_ms=self.request_timeout_ms,
+            topics=None
+            if partitions is None
+            else [
+                req.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
+                for t, ps in topics.items()
+            ],
+        )
+        response = await self._controller_request(
+            messages.ListPartitionReassignments.key, body, _top_not_controller
+        )
+        top = _error(response.error_code, response.error_message, "list reassignments")
+        if top is not None:
+            raise top
+        return {
+            TopicPartition(t.name, p.partition_index): PartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas)
+            )
+            for t in response.topics
+            for p in t.partitions
         }
 
     # --- ACLs (CreateAcls, DescribeAcls, DeleteAcls) -------------------------------------------

@@ -177,6 +177,18 @@ OffsetNotAvailable = _define(
     "OffsetNotAvailable", 78, True, "leader's high watermark below its epoch start offset"
 )
 MemberIdRequired = _define("MemberIdRequired", 79, False, "member id required")
+PreferredLeaderNotAvailable = _define(
+    "PreferredLeaderNotAvailable", 80, True, "the preferred leader was not available"
+)
+EligibleLeadersNotAvailable = _define(
+    "EligibleLeadersNotAvailable", 83, True, "eligible topic partition leaders are not available"
+)
+ElectionNotNeeded = _define(
+    "ElectionNotNeeded", 84, True, "leader election not needed for topic partition"
+)
+NoReassignmentInProgress = _define(
+    "NoReassignmentInProgress", 85, False, "no partition reassignment is in progress"
+)
 GroupIdNotFound = _define("GroupIdNotFound", 69, False, "group id not found")
 NonEmptyGroup = _define("NonEmptyGroup", 68, False, "group is not empty")
 FencedInstanceId = _define(

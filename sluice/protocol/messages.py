@@ -686,6 +686,82 @@ IncrementalAlterConfigs = api(
     ],
 )
 
+ElectLeaders = api(
+    43, "ElectLeaders", versions="0-2", flexible="2+",
+    request=[
+        F("election_type", "int8", "1+"),
+        F("topic_partitions", "[]TopicPartitions", nullable="0+", fields=[
+            F("topic", "string"),
+            F("partitions", "[]int32"),
+        ]),
+        F("timeout_ms", "int32", default=60000),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16", "1+"),
+        F("replica_election_results", "[]ReplicaElectionResult", fields=[
+            F("topic", "string"),
+            F("partition_result", "[]PartitionResult", fields=[
+                F("partition_id", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+)
+
+AlterPartitionReassignments = api(
+    45, "AlterPartitionReassignments", versions="0", flexible="0+",
+    request=[
+        F("timeout_ms", "int32", default=60000),
+        F("topics", "[]ReassignableTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]ReassignablePartition", fields=[
+                F("partition_index", "int32"),
+                F("replicas", "[]int32", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("responses", "[]ReassignableTopicResponse", fields=[
+            F("name", "string"),
+            F("partitions", "[]ReassignablePartitionResponse", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+)
+
+ListPartitionReassignments = api(
+    46, "ListPartitionReassignments", versions="0", flexible="0+",
+    request=[
+        F("timeout_ms", "int32", default=60000),
+        F("topics", "[]ListPartitionReassignmentsTopics", nullable="0+", default=None, fields=[
+            F("name", "string"),
+            F("partition_indexes", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("topics", "[]OngoingTopicReassignment", fields=[
+            F("name", "string"),
+            F("partitions", "[]OngoingPartitionReassignment", fields=[
+                F("partition_index", "int32"),
+                F("replicas", "[]int32"),
+                F("adding_replicas", "[]int32"),
+                F("removing_replicas", "[]int32"),
+            ]),
+        ]),
+    ],
+)
+
 DeleteGroups = api(
     42, "DeleteGroups", versions="0-1", flexible="2+",
     request=[
@@ -915,7 +991,8 @@ APIS: dict[int, Api] = {
         OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
         DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
         SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
-        AlterUserScramCredentials,
+        AlterUserScramCredentials, ElectLeaders, AlterPartitionReassignments,
+        ListPartitionReassignments,
     )
 }  # fmt: skip
 
@@ -967,6 +1044,12 @@ DescribeLogDirsRequest = DescribeLogDirs.request.cls
 DescribeLogDirsResponse = DescribeLogDirs.response.cls
 CreatePartitionsRequest = CreatePartitions.request.cls
 CreatePartitionsResponse = CreatePartitions.response.cls
+ElectLeadersRequest = ElectLeaders.request.cls
+ElectLeadersResponse = ElectLeaders.response.cls
+AlterPartitionReassignmentsRequest = AlterPartitionReassignments.request.cls
+AlterPartitionReassignmentsResponse = AlterPartitionReassignments.response.cls
+ListPartitionReassignmentsRequest = ListPartitionReassignments.request.cls
+ListPartitionReassignmentsResponse = ListPartitionReassignments.response.cls
 DeleteGroupsRequest = DeleteGroups.request.cls
 DeleteGroupsResponse = DeleteGroups.response.cls
 DescribeConfigsRequest = DescribeConfigs.request.cls

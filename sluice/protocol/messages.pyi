@@ -1068,6 +1068,159 @@ class CreatePartitionsResponse(ResponseMessage):
         self, *, throttle_time_ms: int = ..., results: list[CreatePartitionsTopicResult] = ...
     ) -> None: ...
 
+class ElectLeadersRequest(RequestMessage[ElectLeadersResponse]):
+    class TopicPartitions(Message):
+        topic: str
+        partitions: list[int]
+        def __init__(self, *, topic: str = ..., partitions: list[int] = ...) -> None: ...
+
+    election_type: int
+    topic_partitions: list[TopicPartitions] | None
+    timeout_ms: int
+    def __init__(
+        self,
+        *,
+        election_type: int = ...,
+        topic_partitions: list[TopicPartitions] | None = ...,
+        timeout_ms: int = ...,
+    ) -> None: ...
+
+class ElectLeadersResponse(ResponseMessage):
+    class ReplicaElectionResult(Message):
+        class PartitionResult(Message):
+            partition_id: int
+            error_code: int
+            error_message: str | None
+            def __init__(
+                self,
+                *,
+                partition_id: int = ...,
+                error_code: int = ...,
+                error_message: str | None = ...,
+            ) -> None: ...
+
+        topic: str
+        partition_result: list[PartitionResult]
+        def __init__(
+            self, *, topic: str = ..., partition_result: list[PartitionResult] = ...
+        ) -> None: ...
+
+    PartitionResult: TypeAlias = ReplicaElectionResult.PartitionResult
+    throttle_time_ms: int
+    error_code: int
+    replica_election_results: list[ReplicaElectionResult]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        replica_election_results: list[ReplicaElectionResult] = ...,
+    ) -> None: ...
+
+class AlterPartitionReassignmentsRequest(RequestMessage[AlterPartitionReassignmentsResponse]):
+    class ReassignableTopic(Message):
+        class ReassignablePartition(Message):
+            partition_index: int
+            replicas: list[int] | None
+            def __init__(
+                self, *, partition_index: int = ..., replicas: list[int] | None = ...
+            ) -> None: ...
+
+        name: str
+        partitions: list[ReassignablePartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[ReassignablePartition] = ...
+        ) -> None: ...
+
+    ReassignablePartition: TypeAlias = ReassignableTopic.ReassignablePartition
+    timeout_ms: int
+    topics: list[ReassignableTopic]
+    def __init__(self, *, timeout_ms: int = ..., topics: list[ReassignableTopic] = ...) -> None: ...
+
+class AlterPartitionReassignmentsResponse(ResponseMessage):
+    class ReassignableTopicResponse(Message):
+        class ReassignablePartitionResponse(Message):
+            partition_index: int
+            error_code: int
+            error_message: str | None
+            def __init__(
+                self,
+                *,
+                partition_index: int = ...,
+                error_code: int = ...,
+                error_message: str | None = ...,
+            ) -> None: ...
+
+        name: str
+        partitions: list[ReassignablePartitionResponse]
+        def __init__(
+            self, *, name: str = ..., partitions: list[ReassignablePartitionResponse] = ...
+        ) -> None: ...
+
+    ReassignablePartitionResponse: TypeAlias = (
+        ReassignableTopicResponse.ReassignablePartitionResponse
+    )
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[ReassignableTopicResponse]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        responses: list[ReassignableTopicResponse] = ...,
+    ) -> None: ...
+
+class ListPartitionReassignmentsRequest(RequestMessage[ListPartitionReassignmentsResponse]):
+    class ListPartitionReassignmentsTopics(Message):
+        name: str
+        partition_indexes: list[int]
+        def __init__(self, *, name: str = ..., partition_indexes: list[int] = ...) -> None: ...
+
+    timeout_ms: int
+    topics: list[ListPartitionReassignmentsTopics] | None
+    def __init__(
+        self, *, timeout_ms: int = ..., topics: list[ListPartitionReassignmentsTopics] | None = ...
+    ) -> None: ...
+
+class ListPartitionReassignmentsResponse(ResponseMessage):
+    class OngoingTopicReassignment(Message):
+        class OngoingPartitionReassignment(Message):
+            partition_index: int
+            replicas: list[int]
+            adding_replicas: list[int]
+            removing_replicas: list[int]
+            def __init__(
+                self,
+                *,
+                partition_index: int = ...,
+                replicas: list[int] = ...,
+                adding_replicas: list[int] = ...,
+                removing_replicas: list[int] = ...,
+            ) -> None: ...
+
+        name: str
+        partitions: list[OngoingPartitionReassignment]
+        def __init__(
+            self, *, name: str = ..., partitions: list[OngoingPartitionReassignment] = ...
+        ) -> None: ...
+
+    OngoingPartitionReassignment: TypeAlias = OngoingTopicReassignment.OngoingPartitionReassignment
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    topics: list[OngoingTopicReassignment]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        topics: list[OngoingTopicReassignment] = ...,
+    ) -> None: ...
+
 class DeleteGroupsRequest(RequestMessage[DeleteGroupsResponse]):
     groups_names: list[str]
     def __init__(self, *, groups_names: list[str] = ...) -> None: ...
@@ -1653,6 +1806,13 @@ AlterConfigs: Api[AlterConfigsRequest, AlterConfigsResponse]
 DescribeLogDirs: Api[DescribeLogDirsRequest, DescribeLogDirsResponse]
 CreatePartitions: Api[CreatePartitionsRequest, CreatePartitionsResponse]
 IncrementalAlterConfigs: Api[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse]
+ElectLeaders: Api[ElectLeadersRequest, ElectLeadersResponse]
+AlterPartitionReassignments: Api[
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
+]
+ListPartitionReassignments: Api[
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
+]
 DeleteGroups: Api[DeleteGroupsRequest, DeleteGroupsResponse]
 OffsetDelete: Api[OffsetDeleteRequest, OffsetDeleteResponse]
 DescribeCluster: Api[DescribeClusterRequest, DescribeClusterResponse]

@@ -84,7 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "sluice_cluster(size=3, properties=None, mode='subprocess'): configure the "
+        "sluice_cluster(size=3, properties=None, broker_properties=None, mode='subprocess'): "
+        "configure the "
         "sluice_cluster fixture",
     )
 

@@ -419,6 +419,32 @@ def test_cluster_mode_hosts_only_the_assigned_partitions(tmp_path: Path) -> None
     manager.close()
 
 
+def test_cluster_mode_deletes_a_partition_reassigned_away(tmp_path: Path) -> None:
+    """delete_partition (StopReplica with delete): that partition's directory goes (renamed
+    ``-delete`` first, then removed after ``file.delete.delay.ms``), the others stay; with the
+    last one the topic is forgotten; a restart does not bring any back."""
+    manager = opened(tmp_path)
+    produce(manager.create_log("moved", 0, 2, {"file.delete.delay.ms": "60000"}), b"a")
+    manager.create_log("moved", 1, 2, {"file.delete.delay.ms": "60000"})
+    manager.delete_partition("moved", 0)
+    assert manager.hosted_partitions("moved") == [1]
+    assert manager.get_log("moved", 0) is None
+    assert not (tmp_path / "moved-0").exists()
+    (pending,) = [p for p in tmp_path.iterdir() if p.name.startswith("moved-0.")]
+    assert pending.name.endswith("-delete")
+    manager.delete_partition("moved", 0)  # not hosted: nothing to do
+    manager.close()
+    manager = opened(tmp_path)
+    assert manager.hosted_partitions("moved") == [1]
+    assert sorted(manager.logs) == [("moved", 1)]
+    manager.delete_partition("moved", 1)
+    assert "moved" not in manager.topics()
+    manager.close()
+    manager = opened(tmp_path)
+    assert "moved" not in manager.topics() and not manager.logs
+    manager.close()
+
+
 def test_cluster_mode_a_standalone_topic_gains_a_partition(tmp_path: Path) -> None:
     manager = opened(tmp_path)
     manager.create_topic("t", 2)

@@ -143,7 +143,8 @@ class ApiBase:
         self.config_resources = ConfigResources(config, replicas.logs, lambda: self.metadata_view)
         self._stopping = False
         #: Cluster mode: set by the Server once the broker has joined (None standalone). Only
-        #: ControlledShutdown reads it; the rest goes through ``metadata_view``.
+        #: the controller's APIs read it (``api/cluster.py``); the rest goes through
+        #: ``metadata_view``.
         self.cluster: ClusterMember | None = None
         self._auto_creating: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()

@@ -1,9 +1,15 @@
-"""The cluster APIs: ApiVersions, Metadata, DescribeCluster, DescribeLogDirs and the
-broker-to-controller ControlledShutdown."""
+"""The cluster APIs: ApiVersions, Metadata, DescribeCluster, DescribeLogDirs, the
+broker-to-controller ControlledShutdown, and the controller's admin APIs ElectLeaders,
+AlterPartitionReassignments and ListPartitionReassignments.
+
+The last three are served by the controller only, as in Kafka's ZooKeeper mode (admin clients
+send them to the controller named in Metadata): another broker answers NOT_CONTROLLER (per
+partition for ElectLeaders, at the top for the others), which makes clients look the controller
+up again and retry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sluice.protocol import acl, errors
@@ -12,11 +18,12 @@ from sluice.protocol.framing import (
     api_versions_response,
 )
 from sluice.protocol.messages import RequestHeader
+from sluice.protocol.structs import TopicPartition
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    pass
+    from sluice.server.metadata.zk_cluster import Controller
 
 from sluice.server.api.base import ApiBase, log
 
@@ -224,8 +231,8 @@ class ClusterApis(ApiBase):
         cls = m.ControlledShutdownResponse
         if not self.allowed(AclOperation.CLUSTER_ACTION):
             return cls(error_code=errors.ClusterAuthorizationFailed.code, remaining_partitions=[])
-        controller = self.cluster.controller if self.cluster is not None else None
-        if controller is None or not controller.is_active:
+        controller = self._active_controller()
+        if controller is None:
             return cls(error_code=errors.NotController.code, remaining_partitions=[])
         try:
             remaining = await controller.controlled_shutdown(body.broker_id, body.broker_epoch)
@@ -236,6 +243,145 @@ class ClusterApis(ApiBase):
             error_code=0,
             remaining_partitions=[
                 part_cls(topic_name=tp.topic, partition_index=tp.partition) for tp in remaining
+            ],
+        )
+
+    def _active_controller(self) -> Controller | None:
+        """This broker's controller while it is the active one (None standalone or otherwise)."""
+        controller = self.cluster.controller if self.cluster is not None else None
+        return controller if controller is not None and controller.is_active else None
+
+    # --- ElectLeaders (43) -----------------------------------------------------------------------
+
+    async def elect_leaders(
+        self, header: RequestHeader, body: m.ElectLeadersRequest
+    ) -> m.ElectLeadersResponse:
+        """Kafka's ``handleElectLeaders``: Alter on the cluster; election type 0 preferred, 1
+        unclean (v0: preferred). ``topic_partitions`` null means every partition, and then the
+        partitions that needed no election are left out of the answer."""
+        cls = m.ElectLeadersResponse
+        election_type = body.election_type if header.api_version >= 1 else 0
+        wanted = (
+            None
+            if body.topic_partitions is None
+            else [TopicPartition(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+        )
+        top: errors.KafkaError | None = None
+        results: Mapping[TopicPartition, errors.KafkaError | None]
+        if not self.allowed(AclOperation.ALTER):
+            top = errors.ClusterAuthorizationFailed()
+            results = dict.fromkeys(wanted or (), top)
+        elif election_type not in (0, 1):
+            top = errors.InvalidRequest(f"unknown election type {election_type}")
+            results = dict.fromkeys(wanted or (), top)
+        elif (controller := self._active_controller()) is None:
+            results = dict.fromkeys(wanted or (), errors.NotController())
+        else:
+            try:
+                results = await controller.elect_leaders(wanted, unclean=election_type == 1)
+            except errors.KafkaError as exc:
+                results = dict.fromkeys(wanted or (), exc)
+            if wanted is None:
+                results = {
+                    tp: e
+                    for tp, e in results.items()
+                    if not isinstance(e, errors.ElectionNotNeeded)
+                }
+        by_topic: dict[str, list[m.ElectLeadersResponse.PartitionResult]] = {}
+        for tp, error in sorted(results.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                cls.PartitionResult(
+                    partition_id=tp.partition,
+                    error_code=0 if error is None else error.code,
+                    error_message=None if error is None else error.args[0],
+                )
+            )
+        return cls(
+            throttle_time_ms=0,
+            error_code=0 if top is None else top.code,
+            replica_election_results=[
+                cls.ReplicaElectionResult(topic=t, partition_result=ps)
+                for t, ps in by_topic.items()
+            ],
+        )
+
+    # --- AlterPartitionReassignments (45) / ListPartitionReassignments (46) ---------------------
+
+    async def alter_partition_reassignments(
+        self, header: RequestHeader, body: m.AlterPartitionReassignmentsRequest
+    ) -> m.AlterPartitionReassignmentsResponse:
+        """Kafka's ``handleAlterPartitionReassignmentsRequest``: Alter on the cluster; per
+        partition the target replicas, or null to cancel. Accepted means started: the move
+        goes on in the background (ListPartitionReassignments shows it until it completes)."""
+        cls = m.AlterPartitionReassignmentsResponse
+        if not self.allowed(AclOperation.ALTER):
+            return cls(error_code=errors.ClusterAuthorizationFailed.code, responses=[])
+        controller = self._active_controller()
+        if controller is None:
+            return cls(error_code=errors.NotController.code, responses=[])
+        wanted = {
+            TopicPartition(t.name, p.partition_index): p.replicas
+            for t in body.topics
+            for p in t.partitions
+        }
+        try:
+            results = await controller.alter_partition_reassignments(wanted)
+        except errors.KafkaError as exc:
+            return cls(error_code=exc.code, error_message=exc.args[0], responses=[])
+        by_topic: dict[
+            str, list[m.AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
+        ]
+        by_topic = {}
+        for tp, error in sorted(results.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                cls.ReassignablePartitionResponse(
+                    partition_index=tp.partition,
+                    error_code=0 if error is None else error.code,
+                    error_message=None if error is None else error.args[0],
+                )
+            )
+        return cls(
+            error_code=0,
+            responses=[
+                cls.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in by_topic.items()
+            ],
+        )
+
+    async def list_partition_reassignments(
+        self, header: RequestHeader, body: m.ListPartitionReassignmentsRequest
+    ) -> m.ListPartitionReassignmentsResponse:
+        """Kafka's ``handleListPartitionReassignmentsRequest``: Describe on the cluster; the
+        partitions asked for (all when null) that are being reassigned, with RS, AR and RR."""
+        cls = m.ListPartitionReassignmentsResponse
+        if not self.allowed(AclOperation.DESCRIBE):
+            return cls(error_code=errors.ClusterAuthorizationFailed.code, topics=[])
+        controller = self._active_controller()
+        if controller is None:
+            return cls(error_code=errors.NotController.code, topics=[])
+        wanted = (
+            None
+            if body.topics is None
+            else [TopicPartition(t.name, p) for t in body.topics for p in t.partition_indexes]
+        )
+        try:
+            found = await controller.list_partition_reassignments(wanted)
+        except errors.KafkaError as exc:
+            return cls(error_code=exc.code, error_message=exc.args[0], topics=[])
+        by_topic: dict[str, list[m.ListPartitionReassignmentsResponse.OngoingPartitionReassignment]]
+        by_topic = {}
+        for tp, assignment in sorted(found.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                cls.OngoingPartitionReassignment(
+                    partition_index=tp.partition,
+                    replicas=list(assignment.replicas),
+                    adding_replicas=list(assignment.adding),
+                    removing_replicas=list(assignment.removing),
+                )
+            )
+        return cls(
+            error_code=0,
+            topics=[
+                cls.OngoingTopicReassignment(name=t, partitions=ps) for t, ps in by_topic.items()
             ],
         )
 

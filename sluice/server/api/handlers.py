@@ -113,10 +113,14 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, 
         )
 
     def join_cluster(self, cluster: ClusterMember) -> None:
-        """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
-        broker-to-controller API, never advertised by a standalone broker) is served."""
+        """Cluster mode from now on: answers come from the cluster, and the controller's APIs
+        (ControlledShutdown, ElectLeaders, Alter/ListPartitionReassignments; a standalone
+        broker has no controller and does not advertise them) are served."""
         super().join_cluster(cluster)
         self._dispatch.register(m.ControlledShutdown, self.controlled_shutdown)
+        self._dispatch.register(m.ElectLeaders, self.elect_leaders)
+        self._dispatch.register(m.AlterPartitionReassignments, self.alter_partition_reassignments)
+        self._dispatch.register(m.ListPartitionReassignments, self.list_partition_reassignments)
 
     async def handle(self, header: Any, body: Any) -> Any:
         """Response body for ``body``; None: send nothing; :data:`CLOSE_CONNECTION`: close.

@@ -2,8 +2,10 @@
 
 Kafka's ``kafka.controller`` in ZooKeeper mode (``shared/spec/replication.md`` §2). The controller
 writes each partition's state znode (leader, leader epoch, ISR) when a topic is created, a broker
-dies or comes back, a broker shuts down in a controlled way, or the preferred leader should take
-over again; brokers watch those znodes and apply a state only if it is newer than the one they hold.
+dies or comes back, a broker shuts down in a controlled way, the preferred leader should take
+over again, or an admin asks for an election or moves replicas (reassignment); brokers watch
+those znodes and the topics' assignments and apply a state only if it is newer than the one they
+hold.
 
 * :mod:`.controller` -- :class:`~.controller.Controller`, the elected actor: one event queue,
   reads the znodes, decides with the functions below, writes fenced and conditional.

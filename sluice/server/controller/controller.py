@@ -55,6 +55,15 @@ What each event does:
   it is are led by another broker, give those back where it is live and in the ISR. Also on
   demand: :meth:`Controller.elect_preferred_leaders`.
 * **Controlled shutdown** (``doControlledShutdown``): see :meth:`Controller.controlled_shutdown`.
+* **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
+  election, or the offline election with unclean allowed (Kafka allows it only when an admin
+  asks): :meth:`Controller.elect_leaders`.
+* **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
+  Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
+  only partition state kept between events is in ZooKeeper here too: a partition is being
+  reassigned while its topic znode lists ``adding_replicas`` / ``removing_replicas``, and a
+  new controller resumes every such partition at failover. A watch on the state znode of each
+  partition being moved brings the controller back when its ISR grows.
 
 Every decision is logged (logger ``sluice.controller``): partition, old and new leader, leader
 epoch and ISR, and why.
@@ -65,8 +74,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from sluice.protocol import errors
@@ -75,7 +84,7 @@ from sluice.server.config_def import boolean
 from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.logging import get_logger
 from sluice.server.zk.client import SessionEvent, SessionState, WatchCallback, WatchEvent
-from sluice.server.zk.data import PartitionState, TopicAssignment
+from sluice.server.zk.data import PartitionState, ReplicaAssignment, TopicAssignment
 from sluice.server.zk.errors import (
     BadVersionError,
     ClientClosedError,
@@ -93,6 +102,8 @@ from .election import (
     elect_controlled_shutdown,
     elect_offline,
     elect_preferred,
+    elect_reassigned,
+    fits_assignment,
     remove_replica,
     remove_replicas,
 )
@@ -103,6 +114,7 @@ __all__ = [
     "Controller",
     "ControllerSettings",
     "imbalanced_partitions",
+    "validate_reassignment",
 ]
 
 log = get_logger("sluice.controller")
@@ -218,6 +230,43 @@ class _ControlledShutdown(_Event):
 class _PreferredElection(_Event):
     partitions: frozenset[TopicPartition] | None
     auto: bool
+
+
+@dataclass
+class _ElectLeaders(_Event):
+    """ElectLeaders (43): preferred or unclean, for ``partitions`` (None: all)."""
+
+    partitions: frozenset[TopicPartition] | None
+    unclean: bool
+
+
+@dataclass
+class _ZkPreferredElection(_Event):
+    """``/admin/preferred_replica_election`` appeared or changed."""
+
+
+@dataclass
+class _AlterReassignments(_Event):
+    """AlterPartitionReassignments (45): target replicas per partition, None cancels."""
+
+    reassignments: dict[TopicPartition, tuple[int, ...] | None]
+
+
+@dataclass
+class _ListReassignments(_Event):
+    partitions: frozenset[TopicPartition] | None
+
+
+@dataclass
+class _ZkReassignment(_Event):
+    """``/admin/reassign_partitions`` appeared or changed."""
+
+
+@dataclass
+class _ReassignmentIsrChange(_Event):
+    """The state of a partition being reassigned changed: its new replicas may be in sync."""
+
+    partition: TopicPartition
 
 
 class _Inactive(Exception):
@@ -341,6 +390,45 @@ class Controller:
         wanted = None if partitions is None else frozenset(partitions)
         return cast(list[TopicPartition], await self._call(_PreferredElection(wanted, auto=False)))
 
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None, *, unclean: bool = False
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        """ElectLeaders (Kafka's ``processReplicaLeaderElection``, triggered by an admin
+        client): per partition None (a new leader was elected) or the error -- ELECTION_NOT_NEEDED
+        (preferred: the preferred replica leads; unclean: a live leader leads),
+        PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE (no replica may lead),
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION (the topic is being deleted).
+        ``partitions`` None: every partition. ``unclean`` picks any live replica when no
+        in-sync one is live (it may lack acknowledged records: the operator's choice)."""
+        wanted = None if partitions is None else frozenset(partitions)
+        return cast(
+            dict[TopicPartition, errors.KafkaError | None],
+            await self._call(_ElectLeaders(wanted, unclean)),
+        )
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        """AlterPartitionReassignments (Kafka's ``processApiPartitionReassignment``): start
+        moving each partition to its target replicas, or cancel (None) a reassignment in
+        progress. Per partition None (accepted: the move goes on in the background, see
+        :meth:`_on_partition_reassignment`) or the error."""
+        wanted = {tp: None if r is None else tuple(r) for tp, r in reassignments.items()}
+        return cast(
+            dict[TopicPartition, errors.KafkaError | None],
+            await self._call(_AlterReassignments(wanted)),
+        )
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The reassignments in progress (of ``partitions``, or all), as ZooKeeper holds them."""
+        wanted = None if partitions is None else frozenset(partitions)
+        return cast(
+            dict[TopicPartition, ReplicaAssignment],
+            await self._call(_ListReassignments(wanted)),
+        )
+
     # --- the event task -----------------------------------------------------------------------
 
     def _enqueue(self, event: _Event) -> None:
@@ -432,6 +520,18 @@ class Controller:
             return await self._on_controlled_shutdown(event.broker_id, event.broker_epoch)
         if isinstance(event, _PreferredElection):
             return await self._on_preferred_election(event.partitions, event.auto)
+        if isinstance(event, _ElectLeaders):
+            return await self._on_elect_leaders(event.partitions, event.unclean)
+        if isinstance(event, _ZkPreferredElection):
+            return await self._on_zk_preferred_election()
+        if isinstance(event, _AlterReassignments):
+            return await self._on_alter_reassignments(event.reassignments)
+        if isinstance(event, _ListReassignments):
+            return await self._on_list_reassignments(event.partitions)
+        if isinstance(event, _ZkReassignment):
+            return await self._on_zk_reassignment()
+        if isinstance(event, _ReassignmentIsrChange):
+            return await self._on_reassignment_isr_change(event.partition)
         raise TypeError(f"unknown controller event {event!r}")
 
     # --- watches and session ------------------------------------------------------------------
@@ -511,6 +611,9 @@ class Controller:
         topics = await self._read_armed("topics", _TopicChange, self.kzk.get_topics)
         self._topics = set(topics)
         await self._reconcile(topics, set(brokers), "controller failover")
+        await self._resume_reassignments(topics)
+        await self._on_zk_reassignment()
+        await self._on_zk_preferred_election()
         if self.settings.auto_leader_rebalance_enable:
             self._rebalance_task = asyncio.get_running_loop().create_task(
                 self._rebalance_timer(), name=f"controller-{self.broker_id}-rebalance"
@@ -742,6 +845,10 @@ class Controller:
                 if elected is not None and elected.leader != NO_LEADER:
                     return elected
                 return elect_offline(current, replicas, candidates)
+            if not fits_assignment(current, replicas):
+                # A reassignment shrank the assignment and its controller stopped before
+                # fitting the state to it (see _complete_reassignment).
+                return elect_reassigned(current, replicas, candidates)
             if state.leader not in registered:
                 allow = False
                 if not any(r in candidates for r in (*state.isr, *current.elr)):
@@ -759,7 +866,10 @@ class Controller:
             for tp, s in states.items()
             if s.controller_epoch <= fence.epoch
             and (
-                s.leader not in registered
+                not fits_assignment(
+                    _leader_and_isr(s), assignments[tp.topic].replicas(tp.partition)
+                )
+                or s.leader not in registered
                 or any(r not in registered for r in s.isr)
                 or self._leader_registered_since(s)
                 or self._registered_since(s, s.eligible_leader_replicas)
@@ -840,6 +950,11 @@ class Controller:
         for topic in topics:
             assignment = await self.kzk.get_topic_assignment(topic)
             if assignment is not None:
+                if any(a.is_being_reassigned for a in assignment.partitions.values()):
+                    # Kafka's markTopicIneligibleForDeletion: the reassignment's completion
+                    # retries the deletion.
+                    log.info("topic deletion waits: reassignment in progress", topic=topic)
+                    continue
                 replicas = {r for a in assignment.partitions.values() for r in a.replicas}
                 if down := sorted(replicas - set(self._live)):
                     log.info(
@@ -937,6 +1052,343 @@ class Controller:
         reason = "preferred leader (auto rebalance)" if auto else "preferred leader election"
         return sorted(await self._transition(tps, decide, reason))
 
+    # --- ElectLeaders ---------------------------------------------------------------------------
+
+    async def _on_elect_leaders(
+        self, partitions: frozenset[TopicPartition] | None, unclean: bool
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        topics = await self.kzk.get_topics()
+        if partitions is not None:
+            topics = [t for t in topics if t in {tp.topic for tp in partitions}]
+        assignments = await self._assignments(topics)
+        known = {
+            TopicPartition(t, p): a.replicas(p)
+            for t, a in assignments.items()
+            for p in a.partitions
+        }
+        wanted = set(known) if partitions is None else set(partitions)
+        deleting = set(await self.kzk.get_topic_deletions())
+        states = await self.kzk.get_partition_states([tp for tp in wanted if tp in known])
+        candidates = set(self._live) - self._shutting_down
+        results: dict[TopicPartition, errors.KafkaError | None] = {}
+        electable: list[TopicPartition] = []
+        for tp in sorted(wanted):
+            state = states.get(tp)
+            if tp not in known:
+                results[tp] = errors.UnknownTopicOrPartition("The partition does not exist.")
+            elif tp.topic in deleting:
+                results[tp] = errors.InvalidTopic("The topic is being deleted")
+            elif state is not None and (
+                (state.leader != NO_LEADER and state.leader in self._live)
+                if unclean
+                else state.leader == known[tp][0]
+            ):
+                results[tp] = errors.ElectionNotNeeded()
+            else:
+                electable.append(tp)
+
+        async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            current = _leader_and_isr(state)
+            if unclean:
+                new = elect_offline(current, known[tp], candidates, unclean=True)
+                return None if new is None or new.leader == NO_LEADER else new
+            return elect_preferred(current, known[tp], candidates)
+
+        kind = "unclean" if unclean else "preferred"
+        written = await self._transition(electable, decide, f"{kind} leader election (admin)")
+        for tp in electable:
+            if tp in written:
+                results[tp] = None
+                continue
+            failure = (
+                errors.EligibleLeadersNotAvailable
+                if unclean
+                else errors.PreferredLeaderNotAvailable
+            )
+            results[tp] = failure(
+                f"Failed to elect leader for partition {tp.topic}-{tp.partition} under strategy "
+                f"{'OfflinePartitionLeaderElectionStrategy(true)' if unclean else 'PreferredReplicaPartitionLeaderElectionStrategy'}"  # noqa: E501
+            )
+        return results
+
+    async def _on_zk_preferred_election(self) -> None:
+        """``/admin/preferred_replica_election`` (an older tool's request): elect the preferred
+        leaders it names, then delete it (Kafka's ZkTriggered election)."""
+        wanted = await self._read_armed(
+            "preferred_replica_election",
+            _ZkPreferredElection,
+            self.kzk.get_preferred_replica_election,
+        )
+        if wanted is None:
+            return
+        results = await self._on_elect_leaders(frozenset(wanted), unclean=False)
+        log.info(
+            "preferred replica election (ZooKeeper request) done",
+            elected=sorted(f"{tp.topic}-{tp.partition}" for tp, e in results.items() if e is None),
+        )
+        await self.kzk.delete_preferred_replica_election(self._active_fence())
+
+    # --- partition reassignment ------------------------------------------------------------------
+
+    async def _on_alter_reassignments(
+        self, reassignments: Mapping[TopicPartition, tuple[int, ...] | None]
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        """Kafka's ``processApiPartitionReassignment``: validate, build each new assignment,
+        drop these partitions from a ZooKeeper request (the latest request wins), start."""
+        results: dict[TopicPartition, errors.KafkaError | None] = {}
+        planned = await self._plan_reassignments(reassignments, results, validate=True)
+        await self._remove_from_zk_reassignment(lambda tp, _: tp in planned)
+        for tp, assignment in sorted(planned.items()):
+            results[tp] = await self._trigger_reassignment(tp, assignment)
+        return results
+
+    async def _plan_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        results: dict[TopicPartition, errors.KafkaError | None],
+        *,
+        validate: bool,
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        assignments = await self._assignments({tp.topic for tp in reassignments})
+        deleting = set(await self.kzk.get_topic_deletions())
+        planned: dict[TopicPartition, ReplicaAssignment] = {}
+        for tp, target in sorted(reassignments.items()):
+            topic = assignments.get(tp.topic)
+            current = None if topic is None else topic.partitions.get(tp.partition)
+            if current is None or tp.topic in deleting:
+                results[tp] = errors.UnknownTopicOrPartition("The partition does not exist.")
+                continue
+            if target is not None and validate:
+                error = validate_reassignment(current, target, self._live)
+                if error is not None:
+                    results[tp] = error
+                    continue
+            if target is not None:
+                planned[tp] = current.reassign_to(target)
+            elif current.is_being_reassigned:
+                planned[tp] = current.reassign_to(current.origin_replicas)
+            else:
+                results[tp] = errors.NoReassignmentInProgress()
+        return planned
+
+    async def _trigger_reassignment(
+        self, tp: TopicPartition, assignment: ReplicaAssignment
+    ) -> errors.KafkaError | None:
+        """Kafka's ``maybeTriggerPartitionReassignment`` for one partition."""
+        try:
+            await self._on_partition_reassignment(tp, assignment)
+        except errors.KafkaError as exc:
+            return exc
+        except (_Inactive, ControllerMovedError, ZkConnectionError, SessionExpiredError):
+            raise
+        except Exception:
+            log.exception("reassignment failed", topic=tp.topic, partition=tp.partition)
+            return errors.UnknownServerError()
+        return None
+
+    async def _on_partition_reassignment(
+        self, tp: TopicPartition, reassignment: ReplicaAssignment
+    ) -> None:
+        """Kafka's ``onPartitionReassignment`` (RS = current replicas, ORS = original, TRS =
+        target, AR = TRS - ORS being added, RR = ORS - TRS being removed).
+
+        U. ZooKeeper first (so that a new controller resumes from it): the topic znode gets
+           RS = TRS + ORS with ``adding_replicas`` / ``removing_replicas``. Replicas of an
+           earlier reassignment that are in neither set leave the ISR at once (a
+           cancellation); their brokers, no longer in the assignment, delete their logs.
+        A. TRS not all in the ISR yet: bump the leader epoch. Every broker watches the
+           topic and state znodes (Sluice's LeaderAndIsr): the replicas in AR create the
+           partition and follow the leader, which adds each to the ISR once it has caught up
+           (HW and the epoch's start). A watch on the state znode brings the controller back
+           (:meth:`_on_reassignment_isr_change`).
+        B. TRS all in the ISR: :meth:`_complete_reassignment`.
+        """
+        current = await self._partition_assignment(tp)
+        if current != reassignment:
+            await self._write_partition_assignment(tp, reassignment)
+            log.info(
+                "reassignment started",
+                topic=tp.topic,
+                partition=tp.partition,
+                replicas=list(reassignment.replicas),
+                adding=list(reassignment.adding),
+                removing=list(reassignment.removing),
+            )
+            unneeded = [r for r in current.replicas if r not in reassignment.replicas]
+            if unneeded and reassignment.is_being_reassigned:  # else the completion fits it
+                await self._fit_state(tp, reassignment.replicas, f"replicas {unneeded} unassigned")
+        if not reassignment.is_being_reassigned or await self._target_in_sync(tp, reassignment):
+            await self._complete_reassignment(tp, reassignment)
+            return
+
+        async def bump(_: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            current = _leader_and_isr(state)
+            return current.next(current.leader, current.isr)
+
+        await self._transition([tp], bump, "reassignment: new replicas join")
+
+    async def _on_reassignment_isr_change(self, tp: TopicPartition) -> None:
+        """Kafka's ``processPartitionReassignmentIsrChange``: complete once TRS is in the ISR,
+        else watch again."""
+        topic = await self.kzk.get_topic_assignment(tp.topic)
+        current = None if topic is None else topic.partitions.get(tp.partition)
+        if current is None or not current.is_being_reassigned:
+            return
+        if await self._target_in_sync(tp, current):
+            await self._complete_reassignment(tp, current)
+
+    async def _target_in_sync(self, tp: TopicPartition, reassignment: ReplicaAssignment) -> bool:
+        """Whether TRS is in the ISR (Kafka's ``isReassignmentComplete``); the state is read
+        with a watch that brings :meth:`_on_reassignment_isr_change` back when it changes."""
+        state = await self._read_armed(
+            f"reassign:{tp.topic}:{tp.partition}",
+            lambda: _ReassignmentIsrChange(tp),
+            lambda watch: self.kzk.get_partition_state(tp, watch),
+        )
+        if state is None or not all(r in state.isr for r in reassignment.target_replicas):
+            return False
+        log.info(
+            "reassignment: target replicas in sync",
+            topic=tp.topic,
+            partition=tp.partition,
+            target=list(reassignment.target_replicas),
+            isr=list(state.isr),
+        )
+        return True
+
+    async def _complete_reassignment(
+        self, tp: TopicPartition, reassignment: ReplicaAssignment
+    ) -> None:
+        """Phase B: TRS is in the ISR.
+
+        1. If the leader is not in TRS (or not live), one of TRS that is live and in sync
+           takes over (ISR unchanged: the old leader follows the new one meanwhile, and was
+           in sync with every acknowledged record).
+        2. ZooKeeper: RS = TRS, no AR / RR. The brokers of RR see they are no longer replicas
+           and delete their logs (Kafka's StopReplica with delete).
+        3. Leader and ISR fit TRS (RR leave the ISR) at a new epoch, so the leader stops
+           waiting for the removed followers.
+        4. The partition leaves ``/admin/reassign_partitions`` if it was requested there.
+
+        Kafka writes step 2 last (the topic znode is where ORS is kept); here the brokers read
+        the replica set from that znode, so it goes before the ISR shrink, or the leader could
+        take a removed follower back into the ISR. A controller failing after step 2 leaves a
+        state that does not fit the assignment; the next one fits it (:meth:`_reconcile`)."""
+        target = reassignment.target_replicas
+        candidates = set(self._live) - self._shutting_down
+
+        async def move(_: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            return elect_reassigned(_leader_and_isr(state), target, candidates, move_only=True)
+
+        await self._transition([tp], move, "reassignment: leader not in the target replicas")
+        final = ReplicaAssignment(target)
+        await self._write_partition_assignment(tp, final)
+        await self._fit_state(tp, target, "reassignment completed")
+        await self._remove_from_zk_reassignment(
+            lambda t, replicas: t == tp and tuple(replicas) == target
+        )
+        log.info(
+            "reassignment completed", topic=tp.topic, partition=tp.partition, replicas=list(target)
+        )
+        await self._on_topic_deletion()  # one may have waited for this reassignment
+
+    async def _fit_state(self, tp: TopicPartition, replicas: Sequence[int], reason: str) -> None:
+        candidates = set(self._live) - self._shutting_down
+
+        async def fit(_: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            return elect_reassigned(_leader_and_isr(state), replicas, candidates)
+
+        await self._transition([tp], fit, reason)
+
+    async def _partition_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        topic = await self.kzk.get_topic_assignment(tp.topic)
+        current = None if topic is None else topic.partitions.get(tp.partition)
+        if current is None:
+            raise errors.UnknownTopicOrPartition("The partition does not exist.")
+        return current
+
+    async def _write_partition_assignment(
+        self, tp: TopicPartition, assignment: ReplicaAssignment
+    ) -> None:
+        """Set one partition's assignment in its topic znode, conditional on the version read
+        (a CreatePartitions meanwhile: read again) and fenced."""
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            topic = await self.kzk.get_topic_assignment(tp.topic)
+            if topic is None or tp.partition not in topic.partitions:
+                raise errors.UnknownTopicOrPartition("The partition does not exist.")
+            if topic.partitions[tp.partition] == assignment:
+                return
+            partitions = dict(topic.partitions)
+            partitions[tp.partition] = assignment
+            try:
+                await self.kzk.set_topic_assignment(
+                    replace(topic, partitions=partitions), self._active_fence()
+                )
+                return
+            except BadVersionError:
+                continue
+        raise errors.RequestTimedOut(f"the assignment of {tp.topic} kept changing")
+
+    async def _resume_reassignments(self, topics: Iterable[str]) -> None:
+        """After a failover: every reassignment ZooKeeper holds goes on where it was (Kafka's
+        ``initializePartitionReassignments``)."""
+        for topic, assignment in sorted((await self._assignments(topics)).items()):
+            for partition, replicas in sorted(assignment.partitions.items()):
+                if replicas.is_being_reassigned:
+                    tp = TopicPartition(topic, partition)
+                    log.info("resuming reassignment", topic=topic, partition=partition)
+                    error = await self._trigger_reassignment(tp, replicas)
+                    if error is not None:
+                        log.error("reassignment not resumed", topic=topic, error=str(error))
+
+    async def _on_list_reassignments(
+        self, partitions: frozenset[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        topics: Iterable[str] = (
+            await self.kzk.get_topics() if partitions is None else {tp.topic for tp in partitions}
+        )
+        found = await self.kzk.get_topic_assignments(topics)
+        return {
+            TopicPartition(t, p): r
+            for t, a in sorted(found.items())
+            for p, r in sorted(a.partitions.items())
+            if r.is_being_reassigned and (partitions is None or TopicPartition(t, p) in partitions)
+        }
+
+    async def _on_zk_reassignment(self) -> None:
+        """``/admin/reassign_partitions`` (Kafka's ``processZkPartitionReassignment``): start
+        each partition it names; those that cannot start leave it at once, the others when
+        they complete (the znode goes with the last)."""
+        requested = await self._read_armed(
+            "reassign_partitions", _ZkReassignment, self.kzk.get_partition_reassignment
+        )
+        if not requested:
+            return
+        results: dict[TopicPartition, errors.KafkaError | None] = {}
+        planned = await self._plan_reassignments(requested, results, validate=False)
+        for tp, assignment in sorted(planned.items()):
+            results[tp] = await self._trigger_reassignment(tp, assignment)
+        failed = {tp for tp, e in results.items() if e is not None}
+        if failed:
+            log.warning(
+                "reassignment requests in ZooKeeper failed",
+                errors={f"{tp.topic}-{tp.partition}": str(results[tp]) for tp in sorted(failed)},
+            )
+            await self._remove_from_zk_reassignment(lambda tp, _: tp in failed)
+
+    async def _remove_from_zk_reassignment(
+        self, remove: Callable[[TopicPartition, tuple[int, ...]], bool]
+    ) -> None:
+        """Kafka's ``maybeRemoveFromZkReassignment``."""
+        requested = await self.kzk.get_partition_reassignment()
+        if requested is None:
+            return
+        keep = {tp: r for tp, r in requested.items() if not remove(tp, r)}
+        if len(keep) != len(requested):
+            await self.kzk.set_partition_reassignment(keep, self._active_fence())
+            if not keep:
+                self._enqueue(_ZkReassignment())  # re-arm the watch for the next request
+
 
 def imbalanced_partitions(
     assignments: Mapping[str, TopicAssignment],
@@ -971,6 +1423,30 @@ def imbalanced_partitions(
         )
         targets += movable
     return targets
+
+
+def validate_reassignment(
+    current: ReplicaAssignment, target: Sequence[int], live: Collection[int]
+) -> errors.KafkaError | None:
+    """Kafka's ``validateReplicas``: a non-empty list of distinct broker ids, every replica
+    being added registered."""
+    if not target:
+        return errors.InvalidReplicaAssignment(
+            "Empty replica list specified in partition reassignment."
+        )
+    if len(set(target)) != len(target):
+        return errors.InvalidReplicaAssignment(
+            f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        )
+    if any(r < 0 for r in target):
+        return errors.InvalidReplicaAssignment(f"Invalid broker id in replica list: {list(target)}")
+    adding = current.reassign_to(target).adding
+    if not set(adding) <= set(live):
+        return errors.InvalidReplicaAssignment(
+            "Replica assignment has brokers that are not alive. Replica list: "
+            f"{list(adding)}, live broker list: {sorted(live)}"
+        )
+    return None
 
 
 def _log_change(tp: TopicPartition, old: PartitionState, new: PartitionState, reason: str) -> None:

@@ -148,3 +148,39 @@ def remove_replicas(state: LeaderAndIsr, replicas: Collection[int]) -> LeaderAnd
     if leader == state.leader and tuple(isr) == state.isr:
         return None
     return state.next(leader, isr)
+
+
+def fits_assignment(state: LeaderAndIsr, replicas: Collection[int]) -> bool:
+    """Whether leader and ISR are all assigned replicas (after a reassignment shrank the
+    assignment they must be; a controller that failed in between leaves them not)."""
+    leader_ok = state.leader == NO_LEADER or state.leader in replicas
+    return leader_ok and all(r in replicas for r in state.isr)
+
+
+def elect_reassigned(
+    state: LeaderAndIsr,
+    replicas: Sequence[int],
+    live: Collection[int],
+    *,
+    move_only: bool = False,
+) -> LeaderAndIsr | None:
+    """Fit leader and ISR to the assignment ``replicas`` (Kafka's reassignment steps B3-B4).
+
+    The leader stays if it is one of ``replicas`` and live; otherwise the first of ``replicas``
+    (in order) that is live and in the ISR leads (Kafka's ``reassignPartitionLeaderElection``;
+    none: no leader, until one returns). Unless ``move_only``, replicas outside ``replicas``
+    leave the ISR, and the epoch is bumped even if nothing else changes (the leader must hear
+    of the new replica set, so that it stops waiting for the removed followers). ``None``: no
+    change -- with ``move_only`` when the leader may stay or none can take over, and always
+    when no ISR member would be left (the ISR must keep whoever has every acknowledged
+    record).
+    """
+    isr = list(state.isr) if move_only else [r for r in state.isr if r in replicas]
+    if not isr:
+        return None
+    leader = state.leader
+    if leader not in replicas or leader not in live:
+        leader = next((r for r in replicas if r in live and r in isr), NO_LEADER)
+    if move_only and leader in (state.leader, NO_LEADER):
+        return None
+    return state.next(leader, isr, elr=[r for r in state.elr if r in replicas])

@@ -52,7 +52,9 @@ from sluice.server.replication.replica_fetcher import FetcherConfig, ReplicaFetc
 if TYPE_CHECKING:
     from sluice.net.security import ClientSecurity
     from sluice.server.config import Config
-    from sluice.server.controller.controller import Controller
+
+    # re-exported for the handlers' annotations (the api room does not import the controller)
+    from sluice.server.controller.controller import Controller as Controller
     from sluice.server.replication.partition import Partition
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.zk.client import SessionEvent, Watcher, ZkClient, ZkTls, ZnodeStat
@@ -561,7 +563,53 @@ class ClusterMember:
                 self._state_watchers[key] = self.kzk.watch_partition_state(
                     TopicPartition(topic, partition), functools.partial(self._on_state, key)
                 )
+        self._follow_reassignment(topic, assignment)
         self.cache.changed()
+
+    def _follow_reassignment(self, topic: str, assignment: TopicAssignment) -> None:
+        """A reassignment changed which partitions of ``topic`` are assigned here (Sluice's
+        LeaderAndIsr / StopReplica: the brokers watch the topic znode).
+
+        * No longer a replica: stop fetching, give up the partition and delete its log
+          (Kafka's StopReplica with ``delete``; the controller has moved leadership and the
+          ISR to the target replicas, which hold every acknowledged record). Not on a
+          ZooKeeper not known to hold this cluster (see :meth:`_topic_gone`). Also at start-up,
+          for a broker that was down when its replica was reassigned away: Kafka's ZooKeeper
+          mode never sends that broker its StopReplica and leaves the log as a stray for good;
+          here the topic znode says it is not a replica, so it goes.
+        * Newly a replica of a partition whose state is held: apply it now, creating the
+          log (the controller bumps the epoch as well; this covers the state arriving first).
+        """
+        if self._stopping:
+            return
+        hosted = set(self.logs.hosted_partitions(topic))
+        for partition, replicas in sorted(assignment.partitions.items()):
+            key = (topic, partition)
+            if partition in hosted and self.local_id not in replicas.replicas:
+                if not self._same_cluster:
+                    continue
+                self.fetchers.unfollow([key])
+                stopped = self.replicas.stop_replica(topic, partition)
+                log.info(
+                    "replica removed by a reassignment: log deleted",
+                    topic=topic,
+                    partition=partition,
+                    replicas=list(replicas.replicas),
+                )
+                if stopped is not None:
+                    for listener in self.leadership_listeners:
+                        try:
+                            listener(stopped)
+                        except Exception:
+                            log.exception(
+                                "leadership listener failed", topic=topic, partition=partition
+                            )
+            elif (
+                partition not in hosted
+                and self.local_id in replicas.replicas
+                and (state := self.cache.state(topic, partition)) is not None
+            ):
+                self._spawn(self._apply(key, state), f"apply-{topic}-{partition}")
 
     def _topic_gone(self, topic: str, *, delete_local: bool = True) -> None:
         for watcher in self._topic_watchers.pop(topic, []):

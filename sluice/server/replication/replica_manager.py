@@ -504,6 +504,17 @@ class ReplicaManager:
         # HW may have moved, and the stored ISR size decides parked acks=-1 produces.
         self.complete_delayed_requests((update.topic, update.partition))
 
+    def stop_replica(self, topic: str, index: int) -> Partition | None:
+        """This broker is no longer a replica of ``topic-index`` (reassigned away): stop
+        leading it, forget it and delete its log (Kafka's StopReplica with ``delete``). Parked
+        requests on it answer. Returns the partition that was hosted (None: none)."""
+        partition = self._partitions.pop((topic, index), None)
+        if partition is not None:
+            partition.resign()
+        self.logs.delete_partition(topic, index)
+        self.complete_delayed_requests((topic, index))
+        return partition
+
     def delete_topic(self, name: str) -> None:
         """Delete ``name``'s logs and forget its partitions; parked requests on them answer."""
         count = self.logs.topics().get(name, 0)

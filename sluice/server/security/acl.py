@@ -352,7 +352,7 @@ API_OPERATIONS: tuple[ApiAuthorization, ...] = _rows(
     (35, "Describe", "Cluster", "an empty answer when refused"),
     (37, "Alter", "Topic"),
     (42, "Delete", "Group"),
-    (43, "ClusterAction", "Cluster"),
+    (43, "Alter", "Cluster", "KafkaApis checks Alter; the docs' table says ClusterAction"),
     (44, "AlterConfigs", "Cluster", "broker configs"),
     (44, "AlterConfigs", "Topic", "topic configs"),
     (45, "Alter", "Cluster"),

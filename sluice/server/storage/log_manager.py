@@ -826,16 +826,7 @@ class LogManager:
         config = self._configs[name]
         due = self._clock() + config.file_delete_delay_ms
         for partition in self._partitions_of(name, count):
-            log = self._logs.pop(TopicPartition(name, partition), None)
-            if log is not None:
-                log.close()
-            if self.cleaner is not None:
-                self.cleaner.forget(name, partition)
-            source = self._partition_dir(name, partition)
-            if source.exists():
-                target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
-                os.replace(source, target)
-                self._pending_dir_deletes.append((due, target))
+            self._retire(name, partition, due)
         self._vfs.fsync_dir(self.log_dir)
         del self._topics[name]
         del self._configs[name]
@@ -845,6 +836,45 @@ class LogManager:
         if config.file_delete_delay_ms == 0:
             self._run_dir_deletes(due)
         logger.info("topic deleted", topic=name, partitions=count)
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Cluster mode: delete one partition's log here (it was reassigned to other brokers:
+        Kafka's StopReplica with ``delete``), as :meth:`delete_topic` does for a whole topic --
+        the directory renamed to ``<dir>.<uuid>-delete`` and made durable first, gone
+        ``file.delete.delay.ms`` later; the topic is forgotten with its last partition here.
+        A partition without a log here is a no-op."""
+        self._check_open()
+        hosted = self._hosted.get(topic)
+        if topic not in self._topics or hosted is None or partition not in hosted:
+            return
+        config = self._configs[topic]
+        due = self._clock() + config.file_delete_delay_ms
+        self._retire(topic, partition, due)
+        self._vfs.fsync_dir(self.log_dir)
+        hosted.discard(partition)
+        if not hosted:
+            del self._topics[topic]
+            del self._configs[topic]
+            del self._hosted[topic]
+        self._write_topics_file()
+        self.write_checkpoints()
+        if config.file_delete_delay_ms == 0:
+            self._run_dir_deletes(due)
+        logger.info("partition log deleted", topic=topic, partition=partition)
+
+    def _retire(self, topic: str, partition: int, due: int) -> None:
+        """Close a partition's log and rename its directory ``<dir>.<uuid>-delete`` (removed at
+        ``due``); the caller syncs the log dir and updates the metadata."""
+        log = self._logs.pop(TopicPartition(topic, partition), None)
+        if log is not None:
+            log.close()
+        if self.cleaner is not None:
+            self.cleaner.forget(topic, partition)
+        source = self._partition_dir(topic, partition)
+        if source.exists():
+            target = source.with_name(deleted_partition_dir_name(source.name, uuid.uuid4().hex))
+            os.replace(source, target)
+            self._pending_dir_deletes.append((due, target))
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.log_dir / partition_dir_name(topic, partition)

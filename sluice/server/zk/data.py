@@ -36,7 +36,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,9 @@ __all__ = [
     "DELETE_TOPICS_PATH",
     "INITIAL_CONTROLLER_EPOCH",
     "PERSISTENT_PATHS",
+    "PREFERRED_REPLICA_ELECTION_PATH",
     "PRODUCER_ID_BLOCK_PATH",
+    "REASSIGN_PARTITIONS_PATH",
     "TOPICS_PATH",
     "BrokerInfo",
     "ControllerInfo",
@@ -67,9 +69,13 @@ __all__ = [
     "TopicConfig",
     "broker_path",
     "decode_controller_epoch",
+    "decode_partition_reassignment",
+    "decode_preferred_replica_election",
     "decode_topic_id",
     "delete_topic_path",
     "encode_controller_epoch",
+    "encode_partition_reassignment",
+    "encode_preferred_replica_election",
     "encode_topic_id",
     "is_decimal",
     "partition_path",
@@ -90,6 +96,8 @@ CONFIG_PATH = "/config"
 CONFIG_TOPICS_PATH = "/config/topics"
 ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CLUSTER_ID_PATH = "/cluster/id"
 
@@ -410,6 +418,37 @@ class ReplicaAssignment:
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
 
+    # Kafka's ``ControllerContext.ReplicaAssignment``: while a reassignment runs, ``replicas``
+    # is RS = TRS + ORS (target first, in its order), ``adding`` = TRS - ORS, ``removing`` =
+    # ORS - TRS; the znode is the only place the original set is kept, so that a new
+    # controller resumes from it.
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def origin_replicas(self) -> tuple[int, ...]:
+        """ORS: the replicas before the reassignment (RS - AR)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """TRS: the replicas once it completes (RS - RR)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    def reassign_to(self, target: Sequence[int]) -> ReplicaAssignment:
+        """The assignment while moving to ``target`` (Kafka's ``reassignTo``): RS = target +
+        the origin replicas not in it, AR = RS - ORS, RR = RS - target. Reassigning to the
+        origin replicas (a cancellation) gives no AR and no RR."""
+        origin = self.origin_replicas
+        full = tuple(dict.fromkeys([*target, *origin]))
+        return ReplicaAssignment(
+            full,
+            tuple(r for r in full if r not in origin),
+            tuple(r for r in full if r not in target),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
@@ -461,6 +500,62 @@ class TopicAssignment:
                 _int_list(removing.get(key, []), f"removing_replicas.{key}", what),
             )
         return cls(topic, topic_id, dict(sorted(partitions.items())), zk_version)
+
+
+# --- /admin/reassign_partitions, /admin/preferred_replica_election -----------------------------
+
+
+def encode_partition_reassignment(reassignment: Mapping[TopicPartition, Sequence[int]]) -> bytes:
+    """``/admin/reassign_partitions`` (Kafka's ``ReassignPartitionsZNode``, version 1): the
+    target replicas of each partition a tool asked to move."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "replicas": list(replicas)}
+                for tp, replicas in sorted(reassignment.items())
+            ],
+        }
+    )
+
+
+def _partition_entries(data: bytes, what: str) -> list[dict[str, Any]]:
+    obj = _loads(data, what)
+    _version(obj, what, range(1, 2))
+    entries = obj.get("partitions")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ZkDataError(f"{what}: field 'partitions' must be a list of objects")
+    return entries
+
+
+def decode_partition_reassignment(data: bytes) -> dict[TopicPartition, tuple[int, ...]]:
+    what = REASSIGN_PARTITIONS_PATH
+    return {
+        TopicPartition(_str(e, "topic", what), _int(e, "partition", what)): _int_list(
+            e.get("replicas"), "replicas", what
+        )
+        for e in _partition_entries(data, what)
+    }
+
+
+def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:
+    """``/admin/preferred_replica_election`` (Kafka's ``PreferredReplicaElectionZNode``)."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
+            ],
+        }
+    )
+
+
+def decode_preferred_replica_election(data: bytes) -> set[TopicPartition]:
+    what = PREFERRED_REPLICA_ELECTION_PATH
+    return {
+        TopicPartition(_str(e, "topic", what), _int(e, "partition", what))
+        for e in _partition_entries(data, what)
+    }
 
 
 # --- /brokers/topics/<t>/partitions/<p>/state ---------------------------------------------------

@@ -59,7 +59,9 @@ from .data import (
     DELETE_TOPICS_PATH,
     INITIAL_CONTROLLER_EPOCH,
     PERSISTENT_PATHS,
+    PREFERRED_REPLICA_ELECTION_PATH,
     PRODUCER_ID_BLOCK_PATH,
+    REASSIGN_PARTITIONS_PATH,
     TOPICS_PATH,
     BrokerInfo,
     ControllerInfo,
@@ -70,9 +72,12 @@ from .data import (
     broker_path,
     decode_cluster_id,
     decode_controller_epoch,
+    decode_partition_reassignment,
+    decode_preferred_replica_election,
     delete_topic_path,
     encode_cluster_id,
     encode_controller_epoch,
+    encode_partition_reassignment,
     encode_topic_id,
     is_decimal,
     partition_path,
@@ -577,6 +582,62 @@ class KafkaZkClient:
             except (BadVersionError, NoNodeError) as exc:
                 out[partition] = exc
         return out
+
+    # --- reassignment and preferred election requests (the tools' znodes) --------------------
+
+    async def get_partition_reassignment(
+        self, watch: WatchCallback | None = None
+    ) -> dict[TopicPartition, tuple[int, ...]] | None:
+        """``/admin/reassign_partitions``, or None without one; ``watch`` fires once when it is
+        created, changed or deleted (set on its existence either way)."""
+        return await self._get_admin(REASSIGN_PARTITIONS_PATH, decode_partition_reassignment, watch)
+
+    async def get_preferred_replica_election(
+        self, watch: WatchCallback | None = None
+    ) -> set[TopicPartition] | None:
+        """``/admin/preferred_replica_election``, as :meth:`get_partition_reassignment`."""
+        return await self._get_admin(
+            PREFERRED_REPLICA_ELECTION_PATH, decode_preferred_replica_election, watch
+        )
+
+    async def _get_admin(
+        self, path: str, decode: Callable[[bytes], T], watch: WatchCallback | None
+    ) -> T | None:
+        while True:
+            if await self.zk.exists(path, watch=watch) is None:
+                return None
+            try:
+                data, _ = await self.zk.get(path)
+            except NoNodeError:
+                continue  # deleted between the two reads: the watch is set, look again
+            return decode(data)
+
+    async def create_partition_reassignment(
+        self, reassignment: Mapping[TopicPartition, Sequence[int]]
+    ) -> None:
+        """A tool's request (as Kafka's old ``--zookeeper`` tool wrote it);
+        :class:`NodeExistsError` while one is pending."""
+        await self.zk.create(
+            REASSIGN_PARTITIONS_PATH, encode_partition_reassignment(reassignment), make_parents=True
+        )
+
+    async def set_partition_reassignment(
+        self, reassignment: Mapping[TopicPartition, Sequence[int]], fence: ControllerEpoch
+    ) -> None:
+        """The controller's rewrite of the pending request (entries done or failed removed);
+        empty: the znode is deleted (Kafka's ``maybeRemoveFromZkReassignment``)."""
+        path = REASSIGN_PARTITIONS_PATH
+        with contextlib.suppress(NoNodeError):
+            if reassignment:
+                await self.fenced_multi(
+                    fence, [SetDataOp(path, encode_partition_reassignment(reassignment))]
+                )
+            else:
+                await self.fenced_multi(fence, [DeleteOp(path)])
+
+    async def delete_preferred_replica_election(self, fence: ControllerEpoch) -> None:
+        with contextlib.suppress(NoNodeError):
+            await self.fenced_multi(fence, [DeleteOp(PREFERRED_REPLICA_ELECTION_PATH)])
 
     # --- topic config -----------------------------------------------------------------------
 

@@ -73,12 +73,16 @@ def test_validate_reassignment_refusals() -> None:
 def test_elect_reassigned_fits_leader_and_isr_to_the_target() -> None:
     state = LeaderAndIsr(1, 4, (1, 2, 3))
     # B3: leader 1 is leaving; the first live in-sync target replica takes over, ISR kept.
-    assert elect_reassigned(state, (2, 3), {1, 2, 3}, move_only=True) == (2, 5, (1, 2, 3))
+    assert elect_reassigned(state, (2, 3), {1, 2, 3}, move_only=True) == LeaderAndIsr(
+        2, 5, (1, 2, 3)
+    )
     assert elect_reassigned(state, (3, 1), {1, 2, 3}, move_only=True) is None  # 1 stays
     assert elect_reassigned(state, (2, 3), {1}, move_only=True) is None  # none can take over
     # B4: the removed replicas leave the ISR; the epoch moves even when nothing else does.
-    assert elect_reassigned(state, (2, 3), {1, 2, 3}) == (2, 5, (2, 3))
-    assert elect_reassigned(LeaderAndIsr(2, 4, (2, 3)), (2, 3), {2, 3}) == (2, 5, (2, 3))
+    assert elect_reassigned(state, (2, 3), {1, 2, 3}) == LeaderAndIsr(2, 5, (2, 3))
+    assert elect_reassigned(LeaderAndIsr(2, 4, (2, 3)), (2, 3), {2, 3}) == LeaderAndIsr(
+        2, 5, (2, 3)
+    )
     # Never an empty ISR: it holds whoever has every acknowledged record.
     assert elect_reassigned(LeaderAndIsr(1, 4, (1,)), (2, 3), {1, 2, 3}) is None
     assert fits_assignment(LeaderAndIsr(2, 0, (2, 3)), (2, 3))

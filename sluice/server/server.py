@@ -37,7 +37,7 @@ from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
 from sluice.server.network.listener import ListenerSecurity
-from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.network.quotas import ClientQuotas, ConnectionQuotas, RequestQuota
 from sluice.server.replication.partition import ReplicationSettings
 from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.security.errors import SecurityError
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from sluice.server.security.authenticator import SaslServerAuthenticator
     from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
     from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
+    from sluice.server.security.entity_configs import EntityConfigs, ZkEntityConfigs
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
@@ -65,6 +66,8 @@ ACL_FILE = "sluice-acls.json"
 #: ``sluice.security.credentials.file`` says where (``python -m sluice.server.security
 #: --credentials-file`` writes it before a start).
 CREDENTIALS_FILE = "users.json"
+#: A standalone broker's client quotas and dynamic broker configs (Kafka keeps them in ZooKeeper).
+ENTITY_CONFIGS_FILE = "entity-configs.json"
 
 
 class Server:
@@ -103,12 +106,16 @@ class Server:
         #: ``max.connections*`` and ``sluice.quota.requests.per.second`` (None: no bound set).
         self.connection_quotas: ConnectionQuotas | None = None
         self.request_quota: RequestQuota | None = None
+        #: Client quotas (``producer_byte_rate``...), fed by the entity configs.
+        self.client_quotas: ClientQuotas | None = None
+        #: Client quotas and dynamic broker configs: a file standalone, ZooKeeper in a cluster.
+        self.entity_configs: EntityConfigs | None = None
         self._should_exit = asyncio.Event()
         self._force_exit = False
         self._stopped = False
         self._shutdown_task: asyncio.Task[None] | None = None
         #: Cluster mode: the ZooKeeper ACL and credential stores (closed before the session).
-        self._security_stores: list[ZkAclStore | ZkCredentialStore] = []
+        self._security_stores: list[ZkAclStore | ZkCredentialStore | ZkEntityConfigs] = []
         self.host = config.listener.host
         self.port = config.listener.port
 
@@ -158,6 +165,10 @@ class Server:
         self.handlers.authorizer = authorizer
         self.handlers.credentials = credentials
         self._make_quotas()
+        if not config.cluster_mode:
+            from sluice.server.security.entity_configs import LocalEntityConfigs
+
+            self._use_entity_configs(LocalEntityConfigs(config.data_dir / ENTITY_CONFIGS_FILE))
         loop = asyncio.get_running_loop()
         try:
             self._listener_security = self._make_listener_security()
@@ -229,6 +240,7 @@ class Server:
         )
         cluster.leadership_listeners.append(self._offsets_leadership)
         cluster.session_started.append(self._start_zk_credentials)
+        cluster.session_started.append(self._start_zk_entity_configs)
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
@@ -356,6 +368,8 @@ class Server:
             self.connection_quotas = ConnectionQuotas(
                 c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
             )
+        # Client quotas are set at run time (AlterClientQuotas): always ready, idle until set.
+        self.client_quotas = ClientQuotas(c.quota_window_num, c.quota_window_size_seconds)
         if c.quota_requests_per_second < NO_BOUND:
             self.request_quota = RequestQuota(
                 c.quota_requests_per_second, c.quota_window_num, c.quota_window_size_seconds
@@ -455,6 +469,24 @@ class Server:
         if self.handlers is not None:
             self.handlers.credentials = store
 
+    async def _start_zk_entity_configs(self, zk: Any) -> None:  # the cluster's ZkClient
+        from sluice.server.security.entity_configs import ZkEntityConfigs
+
+        store = ZkEntityConfigs(zk)
+        self._use_entity_configs(store)
+        await store.start()  # loads every entity: the listeners apply them
+        self._security_stores.append(store)  # closed before the session
+
+    def _use_entity_configs(self, store: EntityConfigs) -> None:
+        """Client quotas (and dynamic broker configs) come from ``store`` from now on."""
+        self.entity_configs = store
+        if self.client_quotas is not None:
+            store.listeners.append(self.client_quotas.update)
+            for path, config in store.items():  # what a file store loaded already
+                self.client_quotas.update(path, config)
+        if self.handlers is not None:
+            self.handlers.entity_configs = store
+
     def _inter_broker_security(self) -> ClientSecurity | None:
         """How this broker's replica fetchers and controller requests reach the others: the
         inter-broker listener's TLS (its ``ssl.*`` keys: truststore, host name check, a
@@ -501,6 +533,7 @@ class Server:
             receive_buffer_bytes=c.socket_receive_buffer_bytes,
             connection_quotas=self.connection_quotas,
             request_quota=self.request_quota,
+            client_quotas=self.client_quotas,
             listener=security,
         )
 

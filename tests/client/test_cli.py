@@ -155,7 +155,7 @@ def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
         ("--describe", "--entity-default"),
     ):
         sluice(broker, *topic, *usage, status=2)
-    sluice(broker, "configs", "--entity-type", "clients", "--describe", status=2)
+    sluice(broker, "configs", "--entity-type", "ips", "--describe", status=2)
 
 
 def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:
@@ -285,3 +285,33 @@ def test_perf_produce_and_consume(broker: EmbeddedBroker) -> None:
         r"2000 records consumed, 0\.10 MB, [\d.]+ records/sec \([\d.]+ MB/sec\) in [\d.]+ s\n",
         consumed,
     )
+
+
+def test_configs_client_quotas_as_kafka_configs(broker: EmbeddedBroker) -> None:
+    """kafka-configs' quota syntax: users, clients, a user's client id, the default entities."""
+    user = ("configs", "--entity-type", "users", "--entity-name", "qa")
+    out = sluice(broker, *user, "--alter", "--add-config",
+                 "producer_byte_rate=1024,consumer_byte_rate=2048").stdout  # fmt: skip
+    assert out == "Completed updating config for user qa.\n"
+    both = ("configs", "--entity-type", "users", "--entity-name", "qa",
+            "--entity-type", "clients", "--entity-name", "app")  # fmt: skip
+    out = sluice(broker, *both, "--alter", "--add-config", "request_percentage=12.5").stdout
+    assert out == "Completed updating config for entity: user-principal 'qa', client-id 'app'.\n"
+    default = ("configs", "--entity-type", "clients", "--entity-default")
+    out = sluice(broker, *default, "--alter", "--add-config", "producer_byte_rate=99").stdout
+    assert out == "Completed updating default config for clients in the cluster.\n"
+
+    assert sluice(broker, *user, "--describe").stdout == (
+        "Quota configs for user-principal 'qa' are "
+        "producer_byte_rate=1024.0, consumer_byte_rate=2048.0\n"
+    )
+    assert sluice(broker, *both, "--describe").stdout == (
+        "Quota configs for user-principal 'qa', client-id 'app' are request_percentage=12.5\n"
+    )
+    assert sluice(broker, "configs", "--entity-type", "clients", "--describe").stdout == (
+        "Quota configs for the default client-id are producer_byte_rate=99.0\n"
+    )
+    sluice(broker, *user, "--alter", "--delete-config", "consumer_byte_rate")
+    assert "consumer_byte_rate" not in sluice(broker, *user, "--describe").stdout
+    bad = sluice(broker, *user, "--alter", "--add-config", "producer_byte_rate=1.5", status=1)
+    assert "INVALID_REQUEST" in bad.stderr and "must be a LONG value" in bad.stderr

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import os
 import signal
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.server.api.handlers import Handlers
@@ -165,6 +166,7 @@ class Server:
         self.handlers.authorizer = authorizer
         self.handlers.credentials = credentials
         self._make_quotas()
+        self.handlers.config_resources.dynamic.appliers.append(self._apply_dynamic_config)
         if not config.cluster_mode:
             from sluice.server.security.entity_configs import LocalEntityConfigs
 
@@ -360,14 +362,10 @@ class Server:
         """The connection and request bounds, when any is set (module ``quotas``); with none
         set, connections skip the bookkeeping altogether."""
         c = self.config
-        if (
-            c.max_connections_per_ip < NO_BOUND
-            or c.max_connections_per_ip_overrides
-            or c.max_connections < NO_BOUND
-        ):
-            self.connection_quotas = ConnectionQuotas(
-                c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
-            )
+        # Always: the bounds are dynamic broker configs (max.connections...), set at run time.
+        self.connection_quotas = ConnectionQuotas(
+            c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
+        )
         # Client quotas are set at run time (AlterClientQuotas): always ready, idle until set.
         self.client_quotas = ClientQuotas(c.quota_window_num, c.quota_window_size_seconds)
         if c.quota_requests_per_second < NO_BOUND:
@@ -480,12 +478,42 @@ class Server:
     def _use_entity_configs(self, store: EntityConfigs) -> None:
         """Client quotas (and dynamic broker configs) come from ``store`` from now on."""
         self.entity_configs = store
+        listeners = []
         if self.client_quotas is not None:
-            store.listeners.append(self.client_quotas.update)
-            for path, config in store.items():  # what a file store loaded already
-                self.client_quotas.update(path, config)
+            listeners.append(self.client_quotas.update)
         if self.handlers is not None:
             self.handlers.entity_configs = store
+            dynamic = self.handlers.config_resources.dynamic
+            dynamic.use_store(store)
+            listeners.append(dynamic.update)
+        store.listeners.extend(listeners)
+        for path, config in store.items():  # what a file store loaded already
+            for listener in listeners:
+                listener(path, config)
+
+    def _apply_dynamic_config(self, effective: Mapping[str, str]) -> None:
+        """A dynamic broker config changed (``api.broker_configs``): apply what it sets live."""
+        from sluice.server.config import BROKER_CONFIG
+        from sluice.server.storage.log_config import SERVER_LOG_CONFIG, LogConfig
+
+        manager = self.log_manager
+        if manager is not None:
+            log_props = {k: v for k, v in effective.items() if k in SERVER_LOG_CONFIG}
+            default = LogConfig.from_broker_properties(log_props)
+            if default != manager.default_config:
+                manager.set_default_config(default)
+                log.info("log defaults changed", config=log_props)
+        quotas = self.connection_quotas
+        if quotas is not None:
+            bound = {
+                key: BROKER_CONFIG[key].parse(effective[key]) if key in effective
+                else BROKER_CONFIG.default(key)
+                for key in ("max.connections.per.ip", "max.connections.per.ip.overrides",
+                            "max.connections")
+            }  # fmt: skip
+            quotas.reconfigure(bound["max.connections.per.ip"],
+                               bound["max.connections.per.ip.overrides"],
+                               bound["max.connections"])  # fmt: skip
 
     def _inter_broker_security(self) -> ClientSecurity | None:
         """How this broker's replica fetchers and controller requests reach the others: the

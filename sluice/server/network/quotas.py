@@ -77,16 +77,26 @@ class ConnectionQuotas:
         overrides: tuple[tuple[str, int], ...] = (),
         max_connections: int = NO_BOUND,
     ) -> None:
-        self.max_per_ip = max_per_ip
-        self.max_connections = max_connections
         self._overrides: dict[str, int] = {}
-        for host, count in overrides:
-            for address in _resolve(host):
-                self._overrides[address] = count
+        self.reconfigure(max_per_ip, overrides, max_connections)
         self._per_ip: dict[str, int] = {}
         self.total = 0
         #: addresses refused since they last had room: how many times (one log line each way).
         self._refusing: dict[str, int] = {}
+
+    def reconfigure(
+        self, max_per_ip: int, overrides: tuple[tuple[str, int], ...], max_connections: int
+    ) -> None:
+        """New bounds (a dynamic broker config change): they apply to the next connection
+        accepted; connections already open over a lowered bound stay (Kafka does not close
+        them either)."""
+        self.max_per_ip = max_per_ip
+        self.max_connections = max_connections
+        resolved: dict[str, int] = {}
+        for host, count in overrides:
+            for address in _resolve(host):
+                resolved[address] = count
+        self._overrides = resolved
 
     def limit_for(self, ip: str) -> int:
         return self._overrides.get(ip, self.max_per_ip)

@@ -142,10 +142,10 @@ def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
         missing = sluice(broker, "configs", "--entity-type", "topics", "--entity-name", "nope",
                          *action, status=1)  # fmt: skip
         assert "Error: UNKNOWN_TOPIC_OR_PARTITION:" in missing.stderr, action
-    # a static broker key (Kafka changes log.retention.ms live, not .hours): INVALID_REQUEST
+    # a static broker key (Kafka changes log.retention.ms live, not .hours): INVALID_CONFIG
     read_only = sluice(broker, "configs", "--entity-type", "brokers", "--entity-name", "0",
                        "--alter", "--add-config", "log.retention.hours=1", status=1)  # fmt: skip
-    assert "Error: INVALID_REQUEST:" in read_only.stderr
+    assert "Error: INVALID_CONFIG:" in read_only.stderr
     assert "Cannot update these configs dynamically: Set(log.retention.hours)" in read_only.stderr
     for usage in (
         ("--describe", "--alter"),

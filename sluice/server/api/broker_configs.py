@@ -14,12 +14,12 @@ defaults of the topic keys (``log.retention.ms``, ``log.segment.bytes``, ``messa
 ``log.cleanup.policy``, ``min.insync.replicas``...: the log manager's default, applied to every
 topic without an override of its own) and the connection bounds (``max.connections``,
 ``max.connections.per.ip``, ``max.connections.per.ip.overrides``). Refused with Kafka's
-INVALID_REQUEST "Invalid config value for resource ConfigResource(type=BROKER, name='0'): ..."
-are: a key Kafka never changes at run time ("Cannot update these configs dynamically"), one
-Kafka changes but Sluice does not apply live (the cleaner's thread and buffer keys, the
-thread pools, listeners and TLS stores: "Sluice cannot update these configs dynamically"), an
-unknown key, and a bad value (the key's validator's reason, then the topic-default rules of
-:class:`~sluice.server.storage.log_config.LogConfig`).
+INVALID_CONFIG "Invalid config value for resource ConfigResource(type=BROKER, name='0'): ..."
+(its ``ConfigException``, wrapped) are: a key Kafka never changes at run time ("Cannot update
+these configs dynamically"), one Kafka changes but Sluice does not apply live (the cleaner's
+thread and buffer keys, the listeners and TLS stores: "Sluice cannot update these configs
+dynamically"), an unknown key, and a bad value (the key's validator's reason, then the
+topic-default rules of :class:`~sluice.server.storage.log_config.LogConfig`).
 
 The appliers (``appliers``, registered by the ``Server``) get the whole effective config after
 every change of this broker's or the default entity.
@@ -120,8 +120,8 @@ class DynamicBrokerConfig:
         resource ``name``; InvalidRequest with Kafka's message."""
         resource = f"ConfigResource(type=BROKER, name='{name}')"
 
-        def refuse(message: str) -> errors.KafkaError:
-            return errors.InvalidRequest(f"Invalid config value for resource {resource}: {message}")
+        def refuse(message: str) -> errors.KafkaError:  # Kafka's ConfigException, wrapped
+            return errors.InvalidConfig(f"Invalid config value for resource {resource}: {message}")
 
         unknown = [k for k in props if k not in self.keys]
         if unknown:

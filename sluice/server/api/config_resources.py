@@ -185,7 +185,7 @@ class ConfigResources:
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
         from sluice.server.config import BROKER_CONFIG
 
-        self._check_broker_name(name)
+        self._check_broker_name(name, describe=True)
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
         dynamic = self.dynamic
         default_only = dynamic.dynamic("") if not name else None
@@ -209,10 +209,12 @@ class ConfigResources:
                                    key.doc, body, version))  # fmt: skip
         return out
 
-    def _check_broker_name(self, name: str) -> None:
+    def _check_broker_name(self, name: str, *, describe: bool = False) -> None:
+        """Kafka's refusal of another broker's id (ConfigHelper / ZkAdminManager messages)."""
         if name not in ("", str(self.config.node_id)):
+            expected = f"{self.config.node_id}{' or empty string' if describe else ''}"
             raise errors.InvalidRequest(
-                f"unexpected broker id {name!r}: this broker is {self.config.node_id}"
+                f"Unexpected broker id, expected {expected}, but received {name}"
             )
 
     @staticmethod

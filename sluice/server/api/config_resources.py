@@ -19,7 +19,14 @@ Resources (Kafka's ``ConfigResource.Type``):
   configs of :mod:`sluice.server.api.broker_configs` (validated there, then written to the
   entity configs, from which every broker concerned applies them).
 
-Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
+* **BROKER_LOGGER** (8, Kafka's ``broker-loggers``): name this node id. Described: every
+  logger (:func:`sluice.server.logging.logger_levels`, ``root`` first) with its level, source
+  DYNAMIC_BROKER_LOGGER_CONFIG. IncrementalAlterConfigs SETs a level (TRACE, DEBUG, INFO, WARN,
+  ERROR, FATAL) or DELETEs a logger's own (back to inheriting; not root's), live and not kept
+  across a restart, with Kafka's checks and messages (``validateLogLevelConfigs``); AlterConfigs
+  does not apply to it (INVALID_REQUEST, as Kafka).
+
+Other resource types (groups, client metrics) answer INVALID_REQUEST.
 Runs on the event-loop thread, called from the handlers; writes only through the LogManager.
 
 Topic overrides are read and written through the metadata view's
@@ -42,7 +49,14 @@ from sluice.protocol.acl import ResourceType as AclResource
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
 from sluice.server.api.broker_configs import DynamicBrokerConfig
 from sluice.server.config_def import Type
-from sluice.server.logging import get_logger
+from sluice.server.logging import (
+    KAFKA_LEVELS,
+    ROOT_LOGGER,
+    get_logger,
+    logger_exists,
+    logger_levels,
+    set_logger_level,
+)
 from sluice.server.metadata.view import LocalTopicConfigs, TopicConfigStore
 from sluice.server.security.acl import CLUSTER_NAME
 from sluice.server.storage.log_config import (
@@ -62,6 +76,7 @@ if TYPE_CHECKING:
 log = get_logger("sluice.configs")
 
 RESOURCE_TOPIC, RESOURCE_BROKER = ResourceType.TOPIC, ResourceType.BROKER
+RESOURCE_BROKER_LOGGER = ResourceType.BROKER_LOGGER
 
 #: One resource's alter result: (error code, message, (resource type, name, configs to write)).
 _Outcome = tuple[int, "str | None", "tuple[int, str, dict[str, str]] | None"]
@@ -110,7 +125,7 @@ class ConfigResources:
     def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
         if resource_type == RESOURCE_TOPIC:
             self.check(operation, AclResource.TOPIC, name)
-        elif resource_type == RESOURCE_BROKER:
+        elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
             self.check(operation, AclResource.CLUSTER, CLUSTER_NAME)
 
     def _overrides(self, topic: str) -> dict[str, str]:
@@ -132,6 +147,8 @@ class ConfigResources:
                     entries = self._describe_topic(res.resource_name, wanted, body, version)
                 elif res.resource_type == RESOURCE_BROKER:
                     entries = self._describe_broker(res.resource_name, wanted, body, version)
+                elif res.resource_type == RESOURCE_BROKER_LOGGER:
+                    entries = self._describe_loggers(res.resource_name, wanted, body, version)
                 else:
                     raise errors.InvalidRequest(
                         f"resource type {res.resource_type} is not supported by Sluice"
@@ -209,6 +226,68 @@ class ConfigResources:
                                    key.doc, body, version))  # fmt: skip
         return out
 
+    def _check_logger_resource(self, name: str) -> None:
+        """Kafka's ConfigHelper checks of a BROKER_LOGGER name."""
+        if not name:
+            raise errors.InvalidRequest("Broker id must not be empty")
+        if name != str(self.config.node_id):
+            raise errors.InvalidRequest(
+                f"Unexpected broker id, expected {self.config.node_id} but received {name}"
+            )
+
+    def _describe_loggers(
+        self, name: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
+    ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
+        self._check_logger_resource(name)
+        return [
+            self._entry(logger, level, ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, False, [], 0,
+                        "", body, version)
+            for logger, level in logger_levels().items()
+            if wanted is None or logger in wanted
+        ]  # fmt: skip
+
+    def _alter_loggers(
+        self,
+        name: str,
+        configs: list[m.IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig],
+        validate_only: bool,
+    ) -> _Outcome:
+        """Kafka's ``validateLogLevelConfigs`` then ``Log4jController`` (module docstring)."""
+        resource = f"ConfigResource(type=BROKER_LOGGER, name='{name}')"
+        try:
+            self._authorize(AclOperation.ALTER_CONFIGS, RESOURCE_BROKER_LOGGER, name)
+            self._check_logger_resource(name)
+            for c in configs:
+                op = c.config_operation
+                if op in (OP_SET, OP_DELETE) and not logger_exists(c.name):
+                    raise errors.InvalidConfig(f"Invalid config value for resource {resource}: "
+                                               f"Logger {c.name} does not exist!")  # fmt: skip
+                if op == OP_SET and c.value not in KAFKA_LEVELS:
+                    raise errors.InvalidConfig(
+                        f"Invalid config value for resource {resource}: Cannot set the log "
+                        f"level of {c.name} to {c.value} as it is not a supported log level. "
+                        f"Valid log levels are {', '.join(KAFKA_LEVELS)}"
+                    )
+                if op == OP_DELETE and c.name == ROOT_LOGGER:
+                    raise errors.InvalidRequest(
+                        f"Removing the log level of the {ROOT_LOGGER} logger is not allowed"
+                    )
+                if op in (OP_APPEND, OP_SUBTRACT):
+                    what = AlterConfigOp(op).name
+                    raise errors.InvalidRequest(
+                        f"{what} operation is not allowed for the BROKER_LOGGER resource"
+                    )
+                if op not in (OP_SET, OP_DELETE):
+                    raise errors.InvalidRequest(f"unknown config operation {op} for {c.name!r}")
+            if not validate_only:
+                for c in configs:
+                    set_logger_level(c.name, c.value if c.config_operation == OP_SET else None)
+                    log.info("log level changed", logger=c.name,
+                             level=logger_levels()[c.name])  # fmt: skip
+        except errors.KafkaError as exc:
+            return exc.code, str(exc.args[0]), None
+        return 0, None, None
+
     def _check_broker_name(self, name: str, *, describe: bool = False) -> None:
         """Kafka's refusal of another broker's id (ConfigHelper / ZkAdminManager messages)."""
         if name not in ("", str(self.config.node_id)):
@@ -273,7 +352,9 @@ class ConfigResources:
         self, body: m.IncrementalAlterConfigsRequest
     ) -> m.IncrementalAlterConfigsResponse | Awaitable[m.IncrementalAlterConfigsResponse]:
         outcomes = [
-            self._apply(
+            self._alter_loggers(res.resource_name, res.configs, body.validate_only)
+            if res.resource_type == RESOURCE_BROKER_LOGGER
+            else self._apply(
                 res.resource_type,
                 res.resource_name,
                 functools.partial(_edit, configs=res.configs),
@@ -338,6 +419,11 @@ class ConfigResources:
                 wanted = new_overrides(self.dynamic.dynamic(name))
                 self.dynamic.validate(name, wanted)
                 return 0, None, None if validate_only else (resource_type, name, wanted)
+            if resource_type == RESOURCE_BROKER_LOGGER:  # (AlterConfigs: Kafka's refusal)
+                raise errors.InvalidRequest(
+                    "AlterConfigs is only supported for topics and brokers, but resource type "
+                    "is BROKER_LOGGER"
+                )
             if resource_type != RESOURCE_TOPIC:
                 raise errors.InvalidRequest(
                     f"resource type {resource_type} is not supported by Sluice"

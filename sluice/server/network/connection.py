@@ -27,9 +27,12 @@ line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touc
 
 Limits (:mod:`sluice.server.network.quotas`). A connection over ``max.connections.per.ip`` or
 ``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
-open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
-worker waits that long before taking the next request (Kafka mutes the channel the same way);
-frames keep queuing meanwhile, up to ``queued.max.requests``.
+open. Over ``sluice.quota.requests.per.second`` or a client quota (``ClientQuotas``: the
+request's loop time, a Produce's size, a consumer Fetch's response size, by the principal and
+client id) a response carries ``throttle_time_ms`` (the largest earned) and the worker waits that
+long before taking the next request (Kafka mutes the channel the same way); frames keep queuing
+meanwhile, up to ``queued.max.requests``. A Fetch over ``consumer_byte_rate`` is answered empty
+instead (Kafka's throttled fetch response).
 
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
 partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With

@@ -1,4 +1,6 @@
-"""Bounds on what one client may take: connections (per IP and in all) and the request rate.
+"""Bounds on what one client may take: connections (per IP and in all), the request rate, and
+Kafka's client quotas (:class:`ClientQuotas`: ``producer_byte_rate``, ``consumer_byte_rate``,
+``request_percentage`` per user and client id, set with AlterClientQuotas).
 
 Topic and partition counts are bounded where topics are created (:mod:`handlers`,
 ``sluice.max.topics`` / ``sluice.max.partitions`` / ``sluice.max.partitions.per.topic``); the two
@@ -22,9 +24,9 @@ refused connection: a client in a reconnect loop would flood it otherwise. In a 
 other brokers' replica fetchers connect to the same listener and count too (Kafka exempts its
 inter-broker listener; Sluice serves one listener): size the bounds for them.
 
-**Request rate** (:class:`RequestQuota`): Kafka bounds a client's share of request-handler time
-(the ``request_percentage`` client quota, set dynamically with AlterClientQuotas). Sluice bounds
-a count instead: ``sluice.quota.requests.per.second`` requests per second per client id, over
+**Request rate** (:class:`RequestQuota`): besides Kafka's ``request_percentage`` client quota
+(a share of the event loop's time, :class:`ClientQuotas`), Sluice can bound a count:
+``sluice.quota.requests.per.second`` requests per second per client id, over
 Kafka's sampled window (``quota.window.num`` samples of ``quota.window.size.seconds``). A count is
 what an operator can reason about ("a client may send 1,000 requests a second"), and a Python
 broker's per-request time is dominated by the interpreter, not by what the request asks, so a

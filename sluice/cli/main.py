@@ -63,6 +63,7 @@ from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
 from sluice.protocol.acl import ResourceType as AclResourceType
 from sluice.protocol.config_resources import ConfigSource, ResourceType
 from sluice.protocol.errors import (
+    ClusterAuthorizationFailed,
     InvalidConfig,
     KafkaError,
     ResourceNotFound,
@@ -696,7 +697,9 @@ async def _client_configs(
     if not alter:
         if unnamed and entity:
             raise click.UsageError("describe: name every entity type, or none")
+        users_only = types == ("users",)  # the user's entity also holds its SCRAM credentials
         async with Admin(bootstrap, security=_security()) as admin:
+            found: list[tuple[dict[str, str | None], dict[str, float]]] = []
             try:
                 components = list(entity.items())
                 if not components:  # every entity of the types given
@@ -705,18 +708,21 @@ async def _client_configs(
                     found = [(e, v) for e, v in found if set(e) == wanted]
                 else:
                     found = await admin.describe_client_quotas(components, strict=True)
+            except ClusterAuthorizationFailed as exc:
+                if not users_only:  # (a user's SCRAM credentials need Describe alone)
+                    raise _kafka_error(exc) from exc
+                click.echo(f"(quotas not shown: {error_name(exc.code)})", err=True)
             except KafkaError as exc:
                 raise _kafka_error(exc) from exc
             for ent, values in found:
                 listed = ", ".join(f"{k}={v}" for k, v in values.items())
                 click.echo(f"Quota configs for {_quota_entity_text(ent)} are {listed}")
-            if types == ("users",):  # the user's entity also holds its SCRAM credentials
+            if users_only:
                 try:
                     _echo_scram(await admin.describe_user_scram_credentials(names[:1] or None))
-                except ResourceNotFound:  # a user with quotas alone
-                    pass
                 except KafkaError as exc:
-                    raise _kafka_error(exc) from exc
+                    if not (found and isinstance(exc, ResourceNotFound)):  # quotas alone: fine
+                        raise _kafka_error(exc) from exc
         return
     if unnamed:
         raise click.UsageError("--alter needs --entity-name or --entity-default for each type")

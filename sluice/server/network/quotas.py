@@ -311,7 +311,7 @@ class ClientQuotas:
     **request_percentage, honestly**: Kafka measures a client's time on its request handler and
     network threads, as a percentage of one thread (``num.io.threads`` x 100 would be all of
     them). Sluice serves every request on one event loop, so ``request_percentage=X`` is X % of
-    that loop's time: what the handler ran synchronously plus the encoding of its response.
+    that loop's time: what the request's handler ran on it before answering or parking.
     A request's time parked in a purgatory (a long-poll Fetch, acks=all) is not counted, as
     Kafka does not count it. 100 therefore means "the whole broker", not one of several
     threads: set it as a share of the whole.

@@ -360,3 +360,20 @@ async def test_confluent_kafka_producer_reports_the_throttle(srv: Server) -> Non
 
     seen = await asyncio.to_thread(run)
     assert seen and max(seen) > 0
+
+
+async def test_request_percentage_throttles_capped_at_one_window(srv: Server) -> None:
+    """request_percentage: a share of the event loop's time; over it, the throttle is capped
+    at one quota window (quota.window.size.seconds, 1 s), as ClientRequestQuotaManager caps."""
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        res = await alter(c, entity(client_id="busy"), {"request_percentage": 0.00001})
+        assert res.error_code == 0
+        body = m.MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        # Any request's loop time (> 0.01 us) is over 0.00001 % of 10 s: throttled, capped.
+        resp = await request(c, m.Metadata, 9, body, "busy")
+        assert resp.throttle_time_ms == 1000
+        resp = await request(c, m.Metadata, 9, body, "idle")  # (after the mute, unthrottled)
+        assert resp.throttle_time_ms == 0
+    finally:
+        await c.close()

@@ -12,7 +12,7 @@ it can. The figure is each client's rate over the time after ``--warmup`` (the q
 samples age out of the window the allowance comes back in steps, so the rate is measured over
 several windows), against the bound: the issue's target is within 10 %. The throttle times
 the clients reported are printed beside it. This is a 2-core machine shared with other work:
-figures vary run to run.
+figures vary run to run; they are in bench/NOTES.md.
 """
 
 from __future__ import annotations

@@ -377,3 +377,23 @@ async def test_request_percentage_throttles_capped_at_one_window(srv: Server) ->
         assert resp.throttle_time_ms == 0
     finally:
         await c.close()
+
+
+async def test_quota_apis_need_the_cluster_configs_acls(tmp_path: Path) -> None:
+    """Describe needs DescribeConfigs on the cluster, Alter AlterConfigs (Kafka's table); an
+    authorizer with no ACL for the caller refuses both, writing nothing."""
+    srv = await start_server(
+        tmp_path, "authorizer.class.name=kafka.security.authorizer.AclAuthorizer"
+    )
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            res = await alter(c, entity(user="u"), {"producer_byte_rate": 1.0})
+            assert res.error_code == errors.ClusterAuthorizationFailed.code
+            resp = await describe(c, [])
+            assert resp.error_code == errors.ClusterAuthorizationFailed.code
+            assert srv.client_quotas is not None and not srv.client_quotas.active
+        finally:
+            await c.close()
+    finally:
+        await srv.shutdown()

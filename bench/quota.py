@@ -1,6 +1,7 @@
 """Client quota benchmark: how closely a throttled client is held to its byte rate.
 
-``python -m bench quota [--rate 1000000] [--seconds 70] [--warmup 15] [--record-size 10000]``
+``python -m bench quota [--rate 1000000] [--seconds 70] [--warmup 15] [--record-size 10000]
+[--fetch-bytes 1048576]``
 
 A ``python -m sluice.server`` subprocess; ``producer_byte_rate`` and ``consumer_byte_rate`` of
 ``--rate`` bytes/s are set (AlterClientQuotas) for the client ids ``throttled-producer`` and
@@ -67,12 +68,15 @@ def _produce(broker: BrokerProcess, seconds: float, size: int) -> tuple[Samples,
     return samples, throttles
 
 
-def _consume(broker: BrokerProcess, seconds: float) -> tuple[Samples, list[float]]:
+def _consume(
+    broker: BrokerProcess, seconds: float, fetch_bytes: int
+) -> tuple[Samples, list[float]]:
     samples: Samples = []
     throttles: list[float] = []
     consumer = Consumer({
         "bootstrap.servers": broker.bootstrap, "client.id": "throttled-consumer",
         "group.id": "quota-bench", "auto.offset.reset": "earliest",
+        "max.partition.fetch.bytes": fetch_bytes,
         "throttle_cb": lambda event: throttles.append(event.throttle_time),
     })  # fmt: skip
     consumer.subscribe(["quota-fetch"])
@@ -115,6 +119,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=70.0)
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--record-size", type=int, default=10_000)
+    parser.add_argument("--fetch-bytes", type=int, default=1_048_576,
+                        help="the consumer's max.partition.fetch.bytes")  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-quota-") as tmp:
         broker = start_broker(Path(tmp) / "data")
@@ -131,7 +137,7 @@ def main(argv: list[str]) -> int:
                 threading.Thread(target=lambda: results.__setitem__(
                     "produce", _produce(broker, args.seconds, args.record_size))),
                 threading.Thread(target=lambda: results.__setitem__(
-                    "fetch", _consume(broker, args.seconds))),
+                    "fetch", _consume(broker, args.seconds, args.fetch_bytes))),
             ]  # fmt: skip
             for t in threads:
                 t.start()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -246,6 +247,7 @@ class Server:
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
+            self._apply_dynamic_config(handlers.config_resources.dynamic.effective())
             await self._follow_zk_security(cluster, handlers)
         except BaseException:
             for store in self._security_stores:
@@ -497,12 +499,19 @@ class Server:
         from sluice.server.storage.log_config import SERVER_LOG_CONFIG, LogConfig
 
         manager = self.log_manager
-        if manager is not None:
-            log_props = {k: v for k, v in effective.items() if k in SERVER_LOG_CONFIG}
-            default = LogConfig.from_broker_properties(log_props)
-            if default != manager.default_config:
-                manager.set_default_config(default)
-                log.info("log defaults changed", config=log_props)
+        log_props = {k: v for k, v in effective.items() if k in SERVER_LOG_CONFIG}
+        default = LogConfig.from_broker_properties(log_props)
+        if manager is not None and default != manager.default_config:
+            manager.set_default_config(default)
+            log.info("log defaults changed", config=log_props)
+        # The controller's default for unclean elections (topics without an override). Until
+        # the controller exists it has server.properties' (re-applied once it does).
+        controller = self.cluster.controller if self.cluster is not None else None
+        unclean = default.unclean_leader_election_enable
+        if controller is not None and controller.settings.unclean_leader_election_enable != unclean:
+            controller.settings = dataclasses.replace(
+                controller.settings, unclean_leader_election_enable=unclean
+            )
         quotas = self.connection_quotas
         if quotas is not None:
             bound = {

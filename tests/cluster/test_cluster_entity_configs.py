@@ -137,3 +137,33 @@ def test_client_quotas_and_scram_credentials_share_the_user_znode(
 
     asyncio.run(remove())
     assert set(zk_config(cluster, "/config/users/alice")["config"]) == {"SCRAM-SHA-256"}
+
+
+@pytest.mark.sluice_cluster(mode="inprocess")
+def test_the_controller_takes_a_dynamic_unclean_election_default(
+    sluice_cluster: EmbeddedCluster,
+) -> None:
+    """``unclean.leader.election.enable`` set as the cluster's dynamic default reaches every
+    broker's controller (the one elected decides elections for topics without an override)."""
+    cluster = sluice_cluster
+
+    def controllers_unclean() -> set[bool]:
+        out = set()
+        for broker_id in cluster.ids:
+            server = cluster.broker(broker_id).server
+            assert server is not None and server.cluster is not None
+            controller = server.cluster.controller
+            assert controller is not None
+            out.add(controller.settings.unclean_leader_election_enable)
+        return out
+
+    assert controllers_unclean() == {False}
+
+    async def alter() -> None:
+        async with Admin(cluster.broker(2).bootstrap_servers) as admin:
+            await admin.incremental_alter_configs(
+                ResourceType.BROKER, "", set_values={"unclean.leader.election.enable": "true"}
+            )
+
+    asyncio.run(alter())
+    cluster.wait_for(lambda: controllers_unclean() == {True}, "unclean default not applied")

@@ -12,6 +12,9 @@
                     [--delete-config k1,k2]     (sources and synonyms as kafka-configs prints them)
     sluice configs  --entity-type users [--entity-name U] --describe | --alter
                     --add-config 'SCRAM-SHA-512=[iterations=8192,password=P]'
+    sluice configs  --entity-type users|clients [--entity-name N | --entity-default]
+                    [--entity-type clients --entity-name C] --describe | --alter
+                    --add-config producer_byte_rate=1024,consumer_byte_rate=2048
     sluice acls     --add | --remove | --list [--allow-principal User:A] [--deny-principal ...]
                     [--operation Read] --topic T | --group G | --cluster | --transactional-id X
                     [--resource-pattern-type literal|prefixed|match|any] [--allow-host H]
@@ -44,7 +47,7 @@ import base64
 import json
 import re
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
 from functools import wraps
 from typing import Any, BinaryIO, TypeVar
@@ -64,7 +67,14 @@ from sluice.pipeline.cli import pipeline as pipeline_jobs
 from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
 from sluice.protocol.acl import ResourceType as AclResourceType
 from sluice.protocol.config_resources import ConfigSource, ResourceType
-from sluice.protocol.errors import InvalidConfig, KafkaError, SluiceError, error_name
+from sluice.protocol.errors import (
+    ClusterAuthorizationFailed,
+    InvalidConfig,
+    KafkaError,
+    ResourceNotFound,
+    SluiceError,
+    error_name,
+)
 
 T = TypeVar("T")
 
@@ -492,6 +502,8 @@ async def topics_delete(bootstrap: str, topic: str) -> None:
 # --- configs -------------------------------------------------------------------------------
 
 _ENTITY_TYPES = {"topics": ResourceType.TOPIC, "brokers": ResourceType.BROKER}
+#: kafka-configs' entity types of client quotas, by the quota entity type each names.
+_QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id"}
 
 
 def _parse_add_config(text: str) -> dict[str, str]:
@@ -536,9 +548,20 @@ def _kafka_error(exc: KafkaError) -> click.ClickException:
 
 @cli.command()
 @bootstrap_option
-@click.option("--entity-type", type=click.Choice(sorted([*_ENTITY_TYPES, "users"])), required=True)
-@click.option("--entity-name", help="The topic, broker id or user (all of them when omitted).")
-@click.option("--entity-default", is_flag=True, help="brokers: the cluster-wide default.")
+@click.option(
+    "--entity-type", "entity_types", multiple=True, required=True,
+    type=click.Choice(sorted([*_ENTITY_TYPES, *_QUOTA_ENTITY_TYPES])),
+    help="Repeat as users then clients for a user's client id's quotas.",
+)  # fmt: skip
+@click.option(
+    "--entity-name", "entity_names", multiple=True,
+    help="The topic, broker id, user or client id (all of them when omitted); one per type.",
+)  # fmt: skip
+@click.option(
+    "--entity-default", is_flag=True,
+    help="brokers: the cluster-wide default; users/clients: the default entity (of the last "
+    "type without a name).",
+)  # fmt: skip
 @click.option("--describe", "describe_", is_flag=True, help="List the entity's configs.")
 @click.option("--all", "all_", is_flag=True, help="--describe: every config, defaults too.")
 @click.option("--alter", is_flag=True, help="Change configs (--add-config, --delete-config).")
@@ -547,8 +570,8 @@ def _kafka_error(exc: KafkaError) -> click.ClickException:
 @async_command
 async def configs(
     bootstrap: str,
-    entity_type: str,
-    entity_name: str | None,
+    entity_types: tuple[str, ...],
+    entity_names: tuple[str, ...],
     entity_default: bool,
     describe_: bool,
     all_: bool,
@@ -565,12 +588,23 @@ async def configs(
 
     Users (``--entity-type users``): SCRAM credentials through the KIP-554 APIs,
     ``--add-config 'SCRAM-SHA-512=[iterations=8192,password=secret]'`` (4096 iterations when
-    not given; the password is salted and hashed here), ``--delete-config SCRAM-SHA-256``."""
+    not given; the password is salted and hashed here), ``--delete-config SCRAM-SHA-256``.
+
+    Client quotas (``--entity-type users`` and/or ``clients``): ``producer_byte_rate``,
+    ``consumer_byte_rate``, ``request_percentage`` through AlterClientQuotas /
+    DescribeClientQuotas; ``--entity-default`` is the default user or client id."""
     if describe_ == alter:
         raise click.UsageError("give exactly one action: --describe or --alter")
-    if entity_type == "users":
-        await _user_configs(bootstrap, entity_name, alter, add_config, delete_config)
+    if len(entity_names) > len(entity_types):
+        raise click.UsageError("one --entity-name per --entity-type at most")
+    if set(entity_types) & set(_QUOTA_ENTITY_TYPES):
+        await _client_configs(bootstrap, entity_types, entity_names, entity_default, alter,
+                              add_config, delete_config)  # fmt: skip
         return
+    if len(entity_types) > 1:
+        raise click.UsageError("only users and clients combine (a user's client id)")
+    entity_type = entity_types[0]
+    entity_name = entity_names[0] if entity_names else None
     resource_type = _ENTITY_TYPES[entity_type]
     if entity_default and entity_name is not None:
         raise click.UsageError("give --entity-name or --entity-default, not both")
@@ -631,9 +665,119 @@ async def configs(
                     click.echo(_config_line(e))
 
 
+def _quota_entity_text(entity: Mapping[str, str | None]) -> str:
+    """kafka-configs' ``entityStr``: ``user-principal 'alice', client-id 'app'``."""
+    parts = []
+    for entity_type, label in (("user", "user-principal"), ("client-id", "client-id")):
+        if entity_type in entity:
+            name = entity[entity_type]
+            parts.append(f"the default {label}" if name is None else f"{label} '{name}'")
+    return ", ".join(parts)
+
+
+async def _client_configs(
+    bootstrap: str,
+    types: tuple[str, ...],
+    names: tuple[str, ...],
+    default: bool,
+    alter: bool,
+    add: str | None,
+    delete: str | None,
+) -> None:
+    """``configs --entity-type users|clients``: client quotas (and a user's SCRAM credentials,
+    which share the user's entity), with kafka-configs' output."""
+    if len(types) > 2 or len(set(types)) != len(types) or not set(types) <= {*_QUOTA_ENTITY_TYPES}:
+        raise click.UsageError("client quotas: --entity-type users, clients, or users then clients")
+    entity: dict[str, str | None] = {}
+    unnamed = []
+    for i, entity_type in enumerate(types):
+        if i < len(names):
+            entity[_QUOTA_ENTITY_TYPES[entity_type]] = names[i]
+        else:
+            unnamed.append(_QUOTA_ENTITY_TYPES[entity_type])
+    if default:
+        if not unnamed:
+            raise click.UsageError("--entity-default goes with an --entity-type without a name")
+        entity[unnamed.pop()] = None
+    if not alter:
+        if unnamed and entity:
+            raise click.UsageError("describe: name every entity type, or none")
+        users_only = types == ("users",)  # the user's entity also holds its SCRAM credentials
+        async with Admin(bootstrap, security=_security()) as admin:
+            found: list[tuple[dict[str, str | None], dict[str, float]]] = []
+            try:
+                components = list(entity.items())
+                if not components:  # every entity of the types given
+                    found = await admin.describe_client_quotas()
+                    wanted = {_QUOTA_ENTITY_TYPES[t] for t in types}
+                    found = [(e, v) for e, v in found if set(e) == wanted]
+                else:
+                    found = await admin.describe_client_quotas(components, strict=True)
+            except ClusterAuthorizationFailed as exc:
+                if not users_only:  # (a user's SCRAM credentials need Describe alone)
+                    raise _kafka_error(exc) from exc
+                click.echo(f"(quotas not shown: {error_name(exc.code)})", err=True)
+            except KafkaError as exc:
+                raise _kafka_error(exc) from exc
+            for ent, values in found:
+                listed = ", ".join(f"{k}={v}" for k, v in values.items())
+                click.echo(f"Quota configs for {_quota_entity_text(ent)} are {listed}")
+            if users_only:
+                try:
+                    _echo_scram(await admin.describe_user_scram_credentials(names[:1] or None))
+                except KafkaError as exc:
+                    if not (found and isinstance(exc, ResourceNotFound)):  # quotas alone: fine
+                        raise _kafka_error(exc) from exc
+        return
+    if unnamed:
+        raise click.UsageError("--alter needs --entity-name or --entity-default for each type")
+    if add is None and delete is None:
+        raise click.UsageError("--alter needs --add-config or --delete-config")
+    to_set = _parse_add_config(add) if add is not None else {}
+    to_delete = [k.strip() for k in (delete or "").split(",") if k.strip()]
+    scram_set = {k: v for k, v in to_set.items() if k in SCRAM_MECHANISMS}
+    scram_delete = [k for k in to_delete if k in SCRAM_MECHANISMS]
+    if (scram_set or scram_delete) and (types != ("users",) or default):
+        raise click.UsageError("SCRAM credentials belong to a named user alone")
+    quotas: dict[str, float] = {}
+    for key, value in to_set.items():
+        if key in scram_set:
+            continue
+        try:
+            quotas[key] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{key}={value}: a number", param_hint="--add-config"
+            ) from None
+    removed = [k for k in to_delete if k not in scram_delete]
+    if quotas or removed:
+        async with Admin(bootstrap, security=_security()) as admin:
+            try:
+                await admin.alter_client_quotas(entity, quotas, removed)
+            except KafkaError as exc:
+                raise _kafka_error(exc) from exc
+    if scram_set or scram_delete:
+        user = names[0]
+        add_scram = ",".join(f"{k}=[{v}]" for k, v in scram_set.items()) or None
+        await _user_configs(bootstrap, user, True, add_scram, ",".join(scram_delete) or None)
+        return  # (it printed the completion)
+    if len(types) == 2:
+        click.echo(f"Completed updating config for entity: {_quota_entity_text(entity)}.")
+    elif entity[_QUOTA_ENTITY_TYPES[types[0]]] is None:
+        click.echo(f"Completed updating default config for {types[0]} in the cluster.")
+    else:
+        click.echo(f"Completed updating config for {types[0][:-1]} {names[0]}.")
+
+
 _SCRAM_VALUE = re.compile(r"(?:iterations=([0-9]+),)?password=(.*)", re.DOTALL)
 #: Kafka's ``ScramMechanism`` default iterations (kafka-configs without ``iterations=``).
 DEFAULT_SCRAM_ITERATIONS = 4096
+
+
+def _echo_scram(found: Mapping[str, Mapping[str, int]]) -> None:
+    for name, mechanisms in found.items():
+        listed = ",".join(f"{m}=iterations={i}" for m, i in sorted(mechanisms.items()))
+        click.echo(f"SCRAM credential configs for user-principal '{name}' are {listed}")
 
 
 async def _user_configs(
@@ -648,9 +792,7 @@ async def _user_configs(
                 )
             except KafkaError as exc:
                 raise _kafka_error(exc) from exc
-            for name, mechanisms in found.items():
-                listed = ",".join(f"{m}=iterations={i}" for m, i in sorted(mechanisms.items()))
-                click.echo(f"SCRAM credential configs for user-principal '{name}' are {listed}")
+            _echo_scram(found)
             return
         if user is None:
             raise click.UsageError("--alter needs --entity-name")

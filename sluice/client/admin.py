@@ -549,6 +549,54 @@ class Admin:
             for r in response.results
         }
 
+    # --- client quotas (KIP-546) ----------------------------------------------------------------
+
+    async def describe_client_quotas(
+        self, components: Iterable[tuple[str, str | None]] = (), *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """``[(entity, {key: value})]`` of the quota entities matching every ``(entity type,
+        name)`` component (``user`` / ``client-id``; name None: the default entity); no
+        components: every entity. ``strict``: only entities of exactly those types."""
+        req = messages.DescribeClientQuotasRequest
+        body = req(components=[
+            req.ComponentData(entity_type=t, match_type=1 if n is None else 0, match=n)
+            for t, n in components
+        ], strict=strict)  # fmt: skip
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.DescribeClientQuotas.key, body)
+        error = _error(response.error_code, response.error_message, "describe client quotas")
+        if error is not None:
+            raise error
+        return [
+            ({e.entity_type: e.entity_name for e in entry.entity},
+             {v.key: v.value for v in entry.values})
+            for entry in response.entries or []
+        ]  # fmt: skip
+
+    async def alter_client_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        set_values: Mapping[str, float] | None = None,
+        remove: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and remove quotas of one entity (``{"user": "alice", "client-id": None}``: user
+        alice with the default client id). Raises the broker's error."""
+        req = messages.AlterClientQuotasRequest
+        ops = [
+            req.OpData(key=k, value=float(v), remove=False) for k, v in (set_values or {}).items()
+        ]
+        ops += [req.OpData(key=k, value=0.0, remove=True) for k in remove]
+        ents = [req.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()]
+        body = req(entries=[req.EntryData(entity=ents, ops=ops)], validate_only=validate_only)
+        conn = await self._cluster.any_connection()
+        response = await conn.request(messages.AlterClientQuotas.key, body)
+        for entry in response.entries:
+            error = _error(entry.error_code, entry.error_message, "alter client quotas")
+            if error is not None:
+                raise error
+
     # --- configs -----------------------------------------------------------------------------
 
     async def _config_connection(self, resource_type: ResourceType, name: str) -> Connection:

@@ -931,6 +931,62 @@ DeleteAcls = api(
     ],
 )
 
+DescribeClientQuotas = api(
+    48, "DescribeClientQuotas", versions="0-1", flexible="1+",
+    request=[
+        F("components", "[]ComponentData", fields=[
+            F("entity_type", "string"),
+            F("match_type", "int8"),
+            F("match", "string", nullable="0+", default=None),
+        ]),
+        F("strict", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("entries", "[]EntryData", nullable="0+", default=None, fields=[
+            F("entity", "[]EntityData", fields=[
+                F("entity_type", "string"),
+                F("entity_name", "string", nullable="0+", default=None),
+            ]),
+            F("values", "[]ValueData", fields=[
+                F("key", "string"),
+                F("value", "float64"),
+            ]),
+        ]),
+    ],
+)
+
+AlterClientQuotas = api(
+    49, "AlterClientQuotas", versions="0-1", flexible="1+",
+    request=[
+        F("entries", "[]EntryData", fields=[
+            F("entity", "[]EntityData", fields=[
+                F("entity_type", "string"),
+                F("entity_name", "string", nullable="0+", default=None),
+            ]),
+            F("ops", "[]OpData", fields=[
+                F("key", "string"),
+                F("value", "float64"),
+                F("remove", "bool"),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("entries", "[]EntryData", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+            F("entity", "[]EntityData", fields=[
+                F("entity_type", "string"),
+                F("entity_name", "string", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+)
+
 DescribeUserScramCredentials = api(
     50, "DescribeUserScramCredentials", versions="0", flexible="0+",
     request=[
@@ -990,9 +1046,9 @@ APIS: dict[int, Api] = {
         ApiVersions, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId,
         OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
         DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
-        SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
-        AlterUserScramCredentials, ElectLeaders, AlterPartitionReassignments,
-        ListPartitionReassignments,
+        SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeClientQuotas,
+        AlterClientQuotas, DescribeUserScramCredentials, AlterUserScramCredentials, ElectLeaders,
+        AlterPartitionReassignments, ListPartitionReassignments,
     )
 }  # fmt: skip
 
@@ -1072,6 +1128,10 @@ CreateAclsRequest = CreateAcls.request.cls
 CreateAclsResponse = CreateAcls.response.cls
 DeleteAclsRequest = DeleteAcls.request.cls
 DeleteAclsResponse = DeleteAcls.response.cls
+DescribeClientQuotasRequest = DescribeClientQuotas.request.cls
+DescribeClientQuotasResponse = DescribeClientQuotas.response.cls
+AlterClientQuotasRequest = AlterClientQuotas.request.cls
+AlterClientQuotasResponse = AlterClientQuotas.response.cls
 DescribeUserScramCredentialsRequest = DescribeUserScramCredentials.request.cls
 DescribeUserScramCredentialsResponse = DescribeUserScramCredentials.response.cls
 AlterUserScramCredentialsRequest = AlterUserScramCredentials.request.cls

@@ -1691,6 +1691,106 @@ class DeleteAclsResponse(ResponseMessage):
         self, *, throttle_time_ms: int = ..., filter_results: list[DeleteAclsFilterResult] = ...
     ) -> None: ...
 
+class DescribeClientQuotasRequest(RequestMessage[DescribeClientQuotasResponse]):
+    class ComponentData(Message):
+        entity_type: str
+        match_type: int
+        match: str | None
+        def __init__(
+            self, *, entity_type: str = ..., match_type: int = ..., match: str | None = ...
+        ) -> None: ...
+
+    components: list[ComponentData]
+    strict: bool
+    def __init__(self, *, components: list[ComponentData] = ..., strict: bool = ...) -> None: ...
+
+class DescribeClientQuotasResponse(ResponseMessage):
+    class EntryData(Message):
+        class EntityData(Message):
+            entity_type: str
+            entity_name: str | None
+            def __init__(
+                self, *, entity_type: str = ..., entity_name: str | None = ...
+            ) -> None: ...
+
+        class ValueData(Message):
+            key: str
+            value: float
+            def __init__(self, *, key: str = ..., value: float = ...) -> None: ...
+
+        entity: list[EntityData]
+        values: list[ValueData]
+        def __init__(
+            self, *, entity: list[EntityData] = ..., values: list[ValueData] = ...
+        ) -> None: ...
+
+    EntityData: TypeAlias = EntryData.EntityData
+    ValueData: TypeAlias = EntryData.ValueData
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    entries: list[EntryData] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        entries: list[EntryData] | None = ...,
+    ) -> None: ...
+
+class AlterClientQuotasRequest(RequestMessage[AlterClientQuotasResponse]):
+    class EntryData(Message):
+        class EntityData(Message):
+            entity_type: str
+            entity_name: str | None
+            def __init__(
+                self, *, entity_type: str = ..., entity_name: str | None = ...
+            ) -> None: ...
+
+        class OpData(Message):
+            key: str
+            value: float
+            remove: bool
+            def __init__(
+                self, *, key: str = ..., value: float = ..., remove: bool = ...
+            ) -> None: ...
+
+        entity: list[EntityData]
+        ops: list[OpData]
+        def __init__(self, *, entity: list[EntityData] = ..., ops: list[OpData] = ...) -> None: ...
+
+    EntityData: TypeAlias = EntryData.EntityData
+    OpData: TypeAlias = EntryData.OpData
+    entries: list[EntryData]
+    validate_only: bool
+    def __init__(self, *, entries: list[EntryData] = ..., validate_only: bool = ...) -> None: ...
+
+class AlterClientQuotasResponse(ResponseMessage):
+    class EntryData(Message):
+        class EntityData(Message):
+            entity_type: str
+            entity_name: str | None
+            def __init__(
+                self, *, entity_type: str = ..., entity_name: str | None = ...
+            ) -> None: ...
+
+        error_code: int
+        error_message: str | None
+        entity: list[EntityData]
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            entity: list[EntityData] = ...,
+        ) -> None: ...
+
+    EntityData: TypeAlias = EntryData.EntityData
+    throttle_time_ms: int
+    entries: list[EntryData]
+    def __init__(self, *, throttle_time_ms: int = ..., entries: list[EntryData] = ...) -> None: ...
+
 class DescribeUserScramCredentialsRequest(RequestMessage[DescribeUserScramCredentialsResponse]):
     class UserName(Message):
         name: str
@@ -1821,6 +1921,8 @@ SaslAuthenticate: Api[SaslAuthenticateRequest, SaslAuthenticateResponse]
 DescribeAcls: Api[DescribeAclsRequest, DescribeAclsResponse]
 CreateAcls: Api[CreateAclsRequest, CreateAclsResponse]
 DeleteAcls: Api[DeleteAclsRequest, DeleteAclsResponse]
+DescribeClientQuotas: Api[DescribeClientQuotasRequest, DescribeClientQuotasResponse]
+AlterClientQuotas: Api[AlterClientQuotasRequest, AlterClientQuotasResponse]
 DescribeUserScramCredentials: Api[
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
 ]

@@ -473,6 +473,8 @@ BROKER_CONFIG = (
     .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)
+    # Kafka's SocketServer.ReconfigurableConfigs that Sluice has (applied to ConnectionQuotas).
+    .dynamic("max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections")
 )  # fmt: skip
 
 #: The ``ssl.*`` keys and the inter-broker login: no field of :class:`Config`; each listener

@@ -76,7 +76,10 @@ class ConfigKey:
     unset, Kafka's "null"); ``value`` is that default parsed. ``group`` titles the section of
     the example file the key is listed in. ``synonym_of`` names the topic key a broker key
     supplies the default of (``log.segment.bytes`` -> ``segment.bytes``; Kafka's
-    ``ServerTopicConfigSynonyms``)."""
+    ``ServerTopicConfigSynonyms``). ``dynamic``: the key may change while the broker runs
+    (a dynamic broker config, Kafka's ``DynamicBrokerConfig.AllDynamicConfigs``) *and* Sluice
+    applies such a change live; every other key is read-only in DescribeConfigs and an
+    alteration of it is refused."""
 
     name: str
     type: Type
@@ -87,6 +90,7 @@ class ConfigKey:
     group: str = ""
     synonym_of: str | None = None
     value: Any = None
+    dynamic: bool = False
 
     def parse(self, text: str) -> Any:
         """The typed value of ``text``; ValueError with the validator's reason."""
@@ -142,6 +146,7 @@ class ConfigDef:
         doc: str,
         *,
         synonym_of: str | None = None,
+        dynamic: bool = False,
     ) -> ConfigDef:
         text = None if default is None else format_value(default)
         try:
@@ -149,8 +154,15 @@ class ConfigDef:
         except ValueError as exc:
             raise ValueError(f"{name}: default {text!r} is invalid: {exc}") from exc
         self._add(
-            ConfigKey(name, type, text, validator, importance, doc, self._group, synonym_of, value)
-        )
+            ConfigKey(name, type, text, validator, importance, doc, self._group, synonym_of, value,
+                      dynamic)
+        )  # fmt: skip
+        return self
+
+    def dynamic(self, *names: str) -> ConfigDef:
+        """Mark keys already defined as dynamic broker configs (:class:`ConfigKey`)."""
+        for name in names:
+            self._keys[name] = dataclasses.replace(self._keys[name], dynamic=True)
         return self
 
     def define_synonym(
@@ -163,7 +175,10 @@ class ConfigDef:
     ) -> ConfigDef:
         """Declare the broker key ``name`` that supplies topic key ``of``'s default: the same
         type, validator and importance; the same default unless given (None: Kafka's "null",
-        a coarser key supplies it)."""
+        a coarser key supplies it). Such a key is dynamic: Kafka's ``DynamicLogConfig`` lets
+        the primary broker synonym of every topic key change at run time (the coarser-unit
+        keys, ``log.retention.hours``..., are plain ``define`` s and stay static), and Sluice
+        applies it to the log manager's default (``LogManager.set_default_config``)."""
         return self.define(
             name,
             of.type,
@@ -172,6 +187,7 @@ class ConfigDef:
             of.importance,
             of.doc if doc is None else doc,
             synonym_of=of.name,
+            dynamic=True,
         )
 
     def __getitem__(self, name: str) -> ConfigKey:

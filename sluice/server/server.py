@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.server.api.handlers import Handlers
@@ -39,7 +41,7 @@ from sluice.server.metadata.producer_id_manager import ProducerIdManager
 from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
 from sluice.server.network.listener import ListenerSecurity
-from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.network.quotas import ClientQuotas, ConnectionQuotas, RequestQuota
 from sluice.server.replication.partition import ReplicationSettings
 from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.security.errors import SecurityError
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from sluice.server.security.authenticator import SaslServerAuthenticator
     from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
     from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
+    from sluice.server.security.entity_configs import EntityConfigs, ZkEntityConfigs
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
 
@@ -67,6 +70,8 @@ ACL_FILE = "sluice-acls.json"
 #: ``sluice.security.credentials.file`` says where (``python -m sluice.server.security
 #: --credentials-file`` writes it before a start).
 CREDENTIALS_FILE = "users.json"
+#: A standalone broker's client quotas and dynamic broker configs (Kafka keeps them in ZooKeeper).
+ENTITY_CONFIGS_FILE = "entity-configs.json"
 
 
 class Server:
@@ -105,13 +110,17 @@ class Server:
         #: ``max.connections*`` and ``sluice.quota.requests.per.second`` (None: no bound set).
         self.connection_quotas: ConnectionQuotas | None = None
         self.request_quota: RequestQuota | None = None
+        #: Client quotas (``producer_byte_rate``...), fed by the entity configs.
+        self.client_quotas: ClientQuotas | None = None
+        #: Client quotas and dynamic broker configs: a file standalone, ZooKeeper in a cluster.
+        self.entity_configs: EntityConfigs | None = None
         self._should_exit = asyncio.Event()
         self._force_exit = False
         self._stopped = False
         self._shutdown_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
         #: Cluster mode: the ZooKeeper ACL and credential stores (closed before the session).
-        self._security_stores: list[ZkAclStore | ZkCredentialStore] = []
+        self._security_stores: list[ZkAclStore | ZkCredentialStore | ZkEntityConfigs] = []
         self.host = config.listener.host
         self.port = config.listener.port
 
@@ -162,6 +171,11 @@ class Server:
         self.handlers.authorizer = authorizer
         self.handlers.credentials = credentials
         self._make_quotas()
+        self.handlers.config_resources.dynamic.appliers.append(self._apply_dynamic_config)
+        if not config.cluster_mode:
+            from sluice.server.security.entity_configs import LocalEntityConfigs
+
+            self._use_entity_configs(LocalEntityConfigs(config.data_dir / ENTITY_CONFIGS_FILE))
         loop = asyncio.get_running_loop()
         try:
             self._listener_security = self._make_listener_security()
@@ -259,10 +273,12 @@ class Server:
         replicas.rack_of = cluster.rack_of
         cluster.session_started.append(self._start_zk_credentials)
         cluster.session_started.append(self._start_zk_acls)
+        cluster.session_started.append(self._start_zk_entity_configs)
         self.cluster = cluster  # states may be applied while it starts
         try:
             await cluster.start()
             await self._compact_old_offsets_topic(cluster)
+            self._apply_dynamic_config(handlers.config_resources.dynamic.effective())
         except BaseException:
             for store in self._security_stores:
                 await store.close()
@@ -411,14 +427,12 @@ class Server:
         """The connection and request bounds, when any is set (module ``quotas``); with none
         set, connections skip the bookkeeping altogether."""
         c = self.config
-        if (
-            c.max_connections_per_ip < NO_BOUND
-            or c.max_connections_per_ip_overrides
-            or c.max_connections < NO_BOUND
-        ):
-            self.connection_quotas = ConnectionQuotas(
-                c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
-            )
+        # Always: the bounds are dynamic broker configs (max.connections...), set at run time.
+        self.connection_quotas = ConnectionQuotas(
+            c.max_connections_per_ip, c.max_connections_per_ip_overrides, c.max_connections
+        )
+        # Client quotas are set at run time (AlterClientQuotas): always ready, idle until set.
+        self.client_quotas = ClientQuotas(c.quota_window_num, c.quota_window_size_seconds)
         if c.quota_requests_per_second < NO_BOUND:
             self.request_quota = RequestQuota(
                 c.quota_requests_per_second, c.quota_window_num, c.quota_window_size_seconds
@@ -518,6 +532,61 @@ class Server:
         if self.handlers is not None:
             self.handlers.credentials = store
 
+    async def _start_zk_entity_configs(self, zk: Any) -> None:  # the cluster's ZkClient
+        from sluice.server.security.entity_configs import ZkEntityConfigs
+
+        store = ZkEntityConfigs(zk)
+        self._use_entity_configs(store)
+        await store.start()  # loads every entity: the listeners apply them
+        self._security_stores.append(store)  # closed before the session
+
+    def _use_entity_configs(self, store: EntityConfigs) -> None:
+        """Client quotas (and dynamic broker configs) come from ``store`` from now on."""
+        self.entity_configs = store
+        listeners = []
+        if self.client_quotas is not None:
+            listeners.append(self.client_quotas.update)
+        if self.handlers is not None:
+            self.handlers.entity_configs = store
+            dynamic = self.handlers.config_resources.dynamic
+            dynamic.use_store(store)
+            listeners.append(dynamic.update)
+        store.listeners.extend(listeners)
+        for path, config in store.items():  # what a file store loaded already
+            for listener in listeners:
+                listener(path, config)
+
+    def _apply_dynamic_config(self, effective: Mapping[str, str]) -> None:
+        """A dynamic broker config changed (``api.broker_configs``): apply what it sets live."""
+        from sluice.server.config import BROKER_CONFIG
+        from sluice.server.storage.log_config import SERVER_LOG_CONFIG, LogConfig
+
+        manager = self.log_manager
+        log_props = {k: v for k, v in effective.items() if k in SERVER_LOG_CONFIG}
+        default = LogConfig.from_broker_properties(log_props)
+        if manager is not None and default != manager.default_config:
+            manager.set_default_config(default)
+            log.info("log defaults changed", config=log_props)
+        # The controller's default for unclean elections (topics without an override). Until
+        # the controller exists it has server.properties' (re-applied once it does).
+        controller = self.cluster.controller if self.cluster is not None else None
+        unclean = default.unclean_leader_election_enable
+        if controller is not None and controller.settings.unclean_leader_election_enable != unclean:
+            controller.settings = dataclasses.replace(
+                controller.settings, unclean_leader_election_enable=unclean
+            )
+        quotas = self.connection_quotas
+        if quotas is not None:
+            bound = {
+                key: BROKER_CONFIG[key].parse(effective[key]) if key in effective
+                else BROKER_CONFIG.default(key)
+                for key in ("max.connections.per.ip", "max.connections.per.ip.overrides",
+                            "max.connections")
+            }  # fmt: skip
+            quotas.reconfigure(bound["max.connections.per.ip"],
+                               bound["max.connections.per.ip.overrides"],
+                               bound["max.connections"])  # fmt: skip
+
     def _inter_broker_security(self) -> ClientSecurity | None:
         """How this broker's replica fetchers and controller requests reach the others: the
         inter-broker listener's TLS (its ``ssl.*`` keys: truststore, host name check, a
@@ -564,6 +633,7 @@ class Server:
             receive_buffer_bytes=c.socket_receive_buffer_bytes,
             connection_quotas=self.connection_quotas,
             request_quota=self.request_quota,
+            client_quotas=self.client_quotas,
             listener=security,
         )
 

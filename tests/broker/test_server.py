@@ -41,7 +41,8 @@ GROUP_APIS = {
     )
 }  # sluice.server.group.coordinator
 ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfigs.key,
-              m.DescribeCluster.key, m.CreatePartitions.key, m.DescribeLogDirs.key}  # fmt: skip
+              m.DescribeCluster.key, m.CreatePartitions.key, m.DescribeLogDirs.key,
+              m.DescribeClientQuotas.key, m.AlterClientQuotas.key}  # fmt: skip
 #: sluice.server.api.security (the ACL APIs answer SECURITY_DISABLED without an authorizer)
 SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
                  m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip

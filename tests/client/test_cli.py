@@ -142,11 +142,11 @@ def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
         missing = sluice(broker, "configs", "--entity-type", "topics", "--entity-name", "nope",
                          *action, status=1)  # fmt: skip
         assert "Error: UNKNOWN_TOPIC_OR_PARTITION:" in missing.stderr, action
-    # broker keys are read-only (static): Kafka's INVALID_REQUEST
+    # a static broker key (Kafka changes log.retention.ms live, not .hours): INVALID_CONFIG
     read_only = sluice(broker, "configs", "--entity-type", "brokers", "--entity-name", "0",
                        "--alter", "--add-config", "log.retention.hours=1", status=1)  # fmt: skip
-    assert "Error: INVALID_REQUEST:" in read_only.stderr
-    assert "dynamic broker configs are not supported" in read_only.stderr
+    assert "Error: INVALID_CONFIG:" in read_only.stderr
+    assert "Cannot update these configs dynamically: Set(log.retention.hours)" in read_only.stderr
     for usage in (
         ("--describe", "--alter"),
         ("--alter",),
@@ -155,7 +155,7 @@ def test_configs_refusals_name_the_kafka_error(broker: EmbeddedBroker) -> None:
         ("--describe", "--entity-default"),
     ):
         sluice(broker, *topic, *usage, status=2)
-    sluice(broker, "configs", "--entity-type", "clients", "--describe", status=2)
+    sluice(broker, "configs", "--entity-type", "ips", "--describe", status=2)
 
 
 def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:
@@ -167,9 +167,9 @@ def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:
     lines = every.splitlines()
     assert lines[0] == "All configs for broker 0 are:"
     assert (
-        "  num.partitions=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.partitions=1}"
-        in lines
-    )
+        "  num.partitions=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.partitions=1, "
+        "DEFAULT_CONFIG:num.partitions=1}"
+    ) in lines
     assert (
         "  log.segment.bytes=1073741824 sensitive=false "
         "synonyms={DEFAULT_CONFIG:log.segment.bytes=1073741824}"
@@ -178,6 +178,25 @@ def test_configs_describe_brokers(broker: EmbeddedBroker) -> None:
     assert default.splitlines()[0] == "Default configs for brokers in the cluster are:"
     wrong = sluice(broker, *brokers, "--entity-name", "7", "--describe", status=1)
     assert "Error: INVALID_REQUEST:" in wrong.stderr
+    # Dynamic: the cluster default, then this broker's own over it (kafka-configs' output).
+    key = "log.cleaner.delete.retention.ms"  # (only compacted topics would notice)
+    out = sluice(broker, *brokers, "--entity-default", "--alter", "--add-config", f"{key}=5000")
+    assert out.stdout == "Completed updating default config for brokers in the cluster.\n"
+    out = sluice(broker, *brokers, "--entity-name", "0", "--alter", "--add-config", f"{key}=6000")
+    assert out.stdout == "Completed updating config for broker 0.\n"
+    assert sluice(broker, *brokers, "--describe").stdout == (
+        "Dynamic configs for broker 0 are:\n"
+        f"  {key}=6000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{key}=6000, "
+        f"DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=5000, DEFAULT_CONFIG:{key}=86400000}}\n"
+        "Default configs for brokers in the cluster are:\n"
+        f"  {key}=5000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=5000, "
+        f"DEFAULT_CONFIG:{key}=86400000}}\n"
+    )
+    sluice(broker, *brokers, "--entity-name", "0", "--alter", "--delete-config", key)
+    sluice(broker, *brokers, "--entity-default", "--alter", "--delete-config", key)
+    assert sluice(broker, *brokers, "--describe").stdout == (
+        "Dynamic configs for broker 0 are:\nDefault configs for brokers in the cluster are:\n"
+    )
 
 
 def test_produce_and_consume_lines(broker: EmbeddedBroker) -> None:
@@ -285,3 +304,33 @@ def test_perf_produce_and_consume(broker: EmbeddedBroker) -> None:
         r"2000 records consumed, 0\.10 MB, [\d.]+ records/sec \([\d.]+ MB/sec\) in [\d.]+ s\n",
         consumed,
     )
+
+
+def test_configs_client_quotas_as_kafka_configs(broker: EmbeddedBroker) -> None:
+    """kafka-configs' quota syntax: users, clients, a user's client id, the default entities."""
+    user = ("configs", "--entity-type", "users", "--entity-name", "qa")
+    out = sluice(broker, *user, "--alter", "--add-config",
+                 "producer_byte_rate=1024,consumer_byte_rate=2048").stdout  # fmt: skip
+    assert out == "Completed updating config for user qa.\n"
+    both = ("configs", "--entity-type", "users", "--entity-name", "qa",
+            "--entity-type", "clients", "--entity-name", "app")  # fmt: skip
+    out = sluice(broker, *both, "--alter", "--add-config", "request_percentage=12.5").stdout
+    assert out == "Completed updating config for entity: user-principal 'qa', client-id 'app'.\n"
+    default = ("configs", "--entity-type", "clients", "--entity-default")
+    out = sluice(broker, *default, "--alter", "--add-config", "producer_byte_rate=99").stdout
+    assert out == "Completed updating default config for clients in the cluster.\n"
+
+    assert sluice(broker, *user, "--describe").stdout == (
+        "Quota configs for user-principal 'qa' are "
+        "producer_byte_rate=1024.0, consumer_byte_rate=2048.0\n"
+    )
+    assert sluice(broker, *both, "--describe").stdout == (
+        "Quota configs for user-principal 'qa', client-id 'app' are request_percentage=12.5\n"
+    )
+    assert sluice(broker, "configs", "--entity-type", "clients", "--describe").stdout == (
+        "Quota configs for the default client-id are producer_byte_rate=99.0\n"
+    )
+    sluice(broker, *user, "--alter", "--delete-config", "consumer_byte_rate")
+    assert "consumer_byte_rate" not in sluice(broker, *user, "--describe").stdout
+    bad = sluice(broker, *user, "--alter", "--add-config", "producer_byte_rate=1.5", status=1)
+    assert "INVALID_REQUEST" in bad.stderr and "must be a LONG value" in bad.stderr

@@ -55,6 +55,8 @@ def _random_value(f: Field, version: int, flexible: bool, rnd: random.Random) ->
             return rnd.random() < 0.5
         if typ == "uuid":
             return uuid.UUID(int=rnd.getrandbits(128))
+        if typ == "float64":  # (client quota values)
+            return rnd.uniform(-1e12, 1e12)
         bits = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}[typ]
         return rnd.randrange(-(2 ** (bits - 1)), 2 ** (bits - 1))
 

@@ -3,7 +3,9 @@ handlers. The families: :mod:`~sluice.server.api.cluster` (ApiVersions, Metadata
 DescribeLogDirs, ControlledShutdown), :mod:`~sluice.server.api.produce_fetch` (Produce, Fetch,
 ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId), :mod:`~sluice.server.api.topics`
 (CreateTopics, CreatePartitions, DeleteTopics), :mod:`~sluice.server.api.groups` (the group and
-offset APIs) and :mod:`~sluice.server.api.configs`; :mod:`~sluice.server.api.handlers` joins them.
+offset APIs), :mod:`~sluice.server.api.configs`, :mod:`~sluice.server.api.security` and
+:mod:`~sluice.server.api.quotas` (the client quota APIs); :mod:`~sluice.server.api.handlers` joins
+them.
 """
 
 from __future__ import annotations

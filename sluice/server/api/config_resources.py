@@ -11,11 +11,22 @@ Resources (Kafka's ``ConfigResource.Type``):
   validates the whole resulting set first (an unknown key, a bad value or one Sluice cannot
   honour is INVALID_CONFIG with the reason) and then persists it and applies it to the open
   logs (``LogManager.alter_topic_config``); ``validate_only`` stops after the validation.
-* **BROKER** (4): the broker's static options (read-only; name: this node id or empty), each
-  with its declared type and doc (:data:`sluice.server.config.BROKER_CONFIG`).
-  Dynamic broker configs are not supported: altering them is INVALID_REQUEST, saying so.
+* **BROKER** (4): name this node id, or empty for the cluster-wide default. Described: every
+  broker key (:data:`sluice.server.config.BROKER_CONFIG`) with its effective value, source
+  (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG,
+  DEFAULT_CONFIG) and synonyms, read-only unless Sluice changes it live; the default resource
+  lists only the cluster's dynamic default configs, as Kafka does. Altered: the dynamic
+  configs of :mod:`sluice.server.api.broker_configs` (validated there, then written to the
+  entity configs, from which every broker concerned applies them).
 
-Other resource types (broker loggers, groups, client metrics) answer INVALID_REQUEST.
+* **BROKER_LOGGER** (8, Kafka's ``broker-loggers``): name this node id. Described: every
+  logger (:func:`sluice.server.logging.logger_levels`, ``root`` first) with its level, source
+  DYNAMIC_BROKER_LOGGER_CONFIG. IncrementalAlterConfigs SETs a level (TRACE, DEBUG, INFO, WARN,
+  ERROR, FATAL) or DELETEs a logger's own (back to inheriting; not root's), live and not kept
+  across a restart, with Kafka's checks and messages (``validateLogLevelConfigs``); AlterConfigs
+  does not apply to it (INVALID_REQUEST, as Kafka).
+
+Other resource types (groups, client metrics) answer INVALID_REQUEST.
 Runs on the event-loop thread, called from the handlers; writes only through the LogManager.
 
 Topic overrides are read and written through the metadata view's
@@ -36,8 +47,16 @@ from sluice.protocol import messages as m
 from sluice.protocol.acl import AclOperation
 from sluice.protocol.acl import ResourceType as AclResource
 from sluice.protocol.config_resources import AlterConfigOp, ConfigSource, ResourceType
+from sluice.server.api.broker_configs import DynamicBrokerConfig
 from sluice.server.config_def import Type
-from sluice.server.logging import get_logger
+from sluice.server.logging import (
+    KAFKA_LEVELS,
+    ROOT_LOGGER,
+    get_logger,
+    logger_exists,
+    logger_levels,
+    set_logger_level,
+)
 from sluice.server.metadata.view import LocalTopicConfigs, TopicConfigStore
 from sluice.server.security.acl import CLUSTER_NAME
 from sluice.server.storage.log_config import (
@@ -57,14 +76,18 @@ if TYPE_CHECKING:
 log = get_logger("sluice.configs")
 
 RESOURCE_TOPIC, RESOURCE_BROKER = ResourceType.TOPIC, ResourceType.BROKER
+RESOURCE_BROKER_LOGGER = ResourceType.BROKER_LOGGER
 
-#: One resource's alter result: (error code, message, the overrides to write).
-_Outcome = tuple[int, "str | None", "tuple[str, dict[str, str]] | None"]
+#: One resource's alter result: (error code, message, (resource type, name, configs to write)).
+_Outcome = tuple[int, "str | None", "tuple[int, str, dict[str, str]] | None"]
 _R = TypeVar("_R")
 
 SOURCE_TOPIC_CONFIG = ConfigSource.DYNAMIC_TOPIC_CONFIG
 SOURCE_STATIC_BROKER_CONFIG = ConfigSource.STATIC_BROKER_CONFIG
 SOURCE_DEFAULT_CONFIG = ConfigSource.DEFAULT_CONFIG
+SOURCE_DYNAMIC_DEFAULT = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+_BROKER_SOURCE_ORDER = (ConfigSource.DYNAMIC_BROKER_CONFIG, SOURCE_DYNAMIC_DEFAULT,
+                        SOURCE_STATIC_BROKER_CONFIG)  # fmt: skip
 
 OP_SET, OP_DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
 OP_APPEND, OP_SUBTRACT = AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT
@@ -96,11 +119,13 @@ class ConfigResources:
         #: The handlers' authorization check (raises *_AUTHORIZATION_FAILED): DescribeConfigs /
         #: AlterConfigs on the topic, or on the cluster for a broker's configs.
         self.check: Callable[[AclOperation, AclResource, str], None] = _allow_all
+        #: Dynamic broker configs (the ``Server`` sets this broker's; none: static only).
+        self.dynamic = DynamicBrokerConfig(config)
 
     def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
         if resource_type == RESOURCE_TOPIC:
             self.check(operation, AclResource.TOPIC, name)
-        elif resource_type == RESOURCE_BROKER:
+        elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
             self.check(operation, AclResource.CLUSTER, CLUSTER_NAME)
 
     def _overrides(self, topic: str) -> dict[str, str]:
@@ -122,6 +147,8 @@ class ConfigResources:
                     entries = self._describe_topic(res.resource_name, wanted, body, version)
                 elif res.resource_type == RESOURCE_BROKER:
                     entries = self._describe_broker(res.resource_name, wanted, body, version)
+                elif res.resource_type == RESOURCE_BROKER_LOGGER:
+                    entries = self._describe_loggers(res.resource_name, wanted, body, version)
                 else:
                     raise errors.InvalidRequest(
                         f"resource type {res.resource_type} is not supported by Sluice"
@@ -145,7 +172,6 @@ class ConfigResources:
         overrides = self._overrides(topic)  # UnknownTopicOrPartition if none
         values = LogConfig.from_properties(overrides, self.logs.default_config).to_properties()
         defaults = LogConfig().to_properties()
-        props = self.config.properties
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
         out = []
         for key in TOPIC_KEYS:
@@ -157,10 +183,12 @@ class ConfigResources:
                     synonym_cls(name=key, value=values[key], source=SOURCE_TOPIC_CONFIG)
                 )
             names = broker_synonyms(key)
-            for name in names:
-                if name in props:
-                    synonyms.append(synonym_cls(name=name, value=props[name],
-                                                source=SOURCE_STATIC_BROKER_CONFIG))  # fmt: skip
+            # Kafka's ConfigHelper order: by source (this broker's dynamic, the dynamic
+            # default, static), each in the synonyms' order (most specific first).
+            found = [(name, value, source) for name in names
+                     for value, source in self.dynamic.synonyms(name)]  # fmt: skip
+            found.sort(key=lambda f: _BROKER_SOURCE_ORDER.index(f[2]))  # stable
+            synonyms += [synonym_cls(name=n, value=v, source=src) for n, v, src in found]
             if names:
                 synonyms.append(synonym_cls(name=names[0], value=defaults[key],
                                             source=SOURCE_DEFAULT_CONFIG))  # fmt: skip
@@ -174,27 +202,98 @@ class ConfigResources:
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
         from sluice.server.config import BROKER_CONFIG
 
-        self._check_broker_name(name)
+        self._check_broker_name(name, describe=True)
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
-        props = self.config.properties
+        dynamic = self.dynamic
+        default_only = dynamic.dynamic("") if not name else None
         out = []
         for key in BROKER_CONFIG:
             if wanted is not None and key.name not in wanted:
                 continue
-            given = key.name in props
-            value = props[key.name] if given else key.default
-            if key.type == Type.PASSWORD:  # Kafka never sends a password's value
-                value = None
-            source = SOURCE_STATIC_BROKER_CONFIG if given else SOURCE_DEFAULT_CONFIG
-            synonyms = [synonym_cls(name=key.name, value=value, source=source)]
-            out.append(self._entry(key.name, value, source, True, synonyms, key.type,
+            if default_only is not None and key.name not in default_only:
+                continue  # the default resource: its dynamic configs alone (Kafka's)
+            secret = key.type == Type.PASSWORD  # Kafka never sends a password's value
+            found = dynamic.synonyms(key.name)
+            if default_only is not None:  # Kafka's perBrokerConfig = false
+                found = [(v, s) for v, s in found if s != ConfigSource.DYNAMIC_BROKER_CONFIG]
+            synonyms = [synonym_cls(name=key.name, value=None if secret else v, source=s)
+                        for v, s in found]  # fmt: skip
+            if key.default is not None or not synonyms:
+                synonyms.append(synonym_cls(name=key.name, value=None if secret else key.default,
+                                            source=SOURCE_DEFAULT_CONFIG))  # fmt: skip
+            value, source = synonyms[0].value, synonyms[0].source
+            out.append(self._entry(key.name, value, source, not key.dynamic, synonyms, key.type,
                                    key.doc, body, version))  # fmt: skip
         return out
 
-    def _check_broker_name(self, name: str) -> None:
-        if name not in ("", str(self.config.node_id)):
+    def _check_logger_resource(self, name: str) -> None:
+        """Kafka's ConfigHelper checks of a BROKER_LOGGER name."""
+        if not name:
+            raise errors.InvalidRequest("Broker id must not be empty")
+        if name != str(self.config.node_id):
             raise errors.InvalidRequest(
-                f"unexpected broker id {name!r}: this broker is {self.config.node_id}"
+                f"Unexpected broker id, expected {self.config.node_id} but received {name}"
+            )
+
+    def _describe_loggers(
+        self, name: str, wanted: set[str] | None, body: m.DescribeConfigsRequest, version: int
+    ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
+        self._check_logger_resource(name)
+        return [
+            self._entry(logger, level, ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, False, [], 0,
+                        "", body, version)
+            for logger, level in logger_levels().items()
+            if wanted is None or logger in wanted
+        ]  # fmt: skip
+
+    def _alter_loggers(
+        self,
+        name: str,
+        configs: list[m.IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig],
+        validate_only: bool,
+    ) -> _Outcome:
+        """Kafka's ``validateLogLevelConfigs`` then ``Log4jController`` (module docstring)."""
+        resource = f"ConfigResource(type=BROKER_LOGGER, name='{name}')"
+        try:
+            self._authorize(AclOperation.ALTER_CONFIGS, RESOURCE_BROKER_LOGGER, name)
+            self._check_logger_resource(name)
+            for c in configs:
+                op = c.config_operation
+                if op in (OP_SET, OP_DELETE) and not logger_exists(c.name):
+                    raise errors.InvalidConfig(f"Invalid config value for resource {resource}: "
+                                               f"Logger {c.name} does not exist!")  # fmt: skip
+                if op == OP_SET and c.value not in KAFKA_LEVELS:
+                    raise errors.InvalidConfig(
+                        f"Invalid config value for resource {resource}: Cannot set the log "
+                        f"level of {c.name} to {c.value} as it is not a supported log level. "
+                        f"Valid log levels are {', '.join(KAFKA_LEVELS)}"
+                    )
+                if op == OP_DELETE and c.name == ROOT_LOGGER:
+                    raise errors.InvalidRequest(
+                        f"Removing the log level of the {ROOT_LOGGER} logger is not allowed"
+                    )
+                if op in (OP_APPEND, OP_SUBTRACT):
+                    what = AlterConfigOp(op).name
+                    raise errors.InvalidRequest(
+                        f"{what} operation is not allowed for the BROKER_LOGGER resource"
+                    )
+                if op not in (OP_SET, OP_DELETE):
+                    raise errors.InvalidRequest(f"unknown config operation {op} for {c.name!r}")
+            if not validate_only:
+                for c in configs:
+                    set_logger_level(c.name, c.value if c.config_operation == OP_SET else None)
+                    log.info("log level changed", logger=c.name,
+                             level=logger_levels()[c.name])  # fmt: skip
+        except errors.KafkaError as exc:
+            return exc.code, str(exc.args[0]), None
+        return 0, None, None
+
+    def _check_broker_name(self, name: str, *, describe: bool = False) -> None:
+        """Kafka's refusal of another broker's id (ConfigHelper / ZkAdminManager messages)."""
+        if name not in ("", str(self.config.node_id)):
+            expected = f"{self.config.node_id}{' or empty string' if describe else ''}"
+            raise errors.InvalidRequest(
+                f"Unexpected broker id, expected {expected}, but received {name}"
             )
 
     @staticmethod
@@ -253,7 +352,9 @@ class ConfigResources:
         self, body: m.IncrementalAlterConfigsRequest
     ) -> m.IncrementalAlterConfigsResponse | Awaitable[m.IncrementalAlterConfigsResponse]:
         outcomes = [
-            self._apply(
+            self._alter_loggers(res.resource_name, res.configs, body.validate_only)
+            if res.resource_type == RESOURCE_BROKER_LOGGER
+            else self._apply(
                 res.resource_type,
                 res.resource_name,
                 functools.partial(_edit, configs=res.configs),
@@ -284,13 +385,17 @@ class ConfigResources:
             codes = []
             for code, message, write in outcomes:
                 if write is not None:
+                    resource_type, name, configs = write
                     try:
-                        await store.alter_topic_config(*write)
+                        if resource_type == RESOURCE_BROKER:
+                            await self.dynamic.write(name, configs)
+                        else:
+                            await store.alter_topic_config(name, configs)
                     except errors.KafkaError as exc:
                         code, message = exc.code, str(exc.args[0])
                     except Exception as exc:
-                        log.warning("altering a topic config failed", topic=write[0],
-                                    error=repr(exc))  # fmt: skip
+                        log.warning("altering configs failed", resource_type=resource_type,
+                                    name=name, error=repr(exc))  # fmt: skip
                         code, message = errors.UnknownServerError.code, repr(exc)
                 codes.append((code, message))
             return respond(codes)
@@ -311,9 +416,13 @@ class ConfigResources:
             self._authorize(AclOperation.ALTER_CONFIGS, resource_type, name)
             if resource_type == RESOURCE_BROKER:
                 self._check_broker_name(name)
+                wanted = new_overrides(self.dynamic.dynamic(name))
+                self.dynamic.validate(name, wanted)
+                return 0, None, None if validate_only else (resource_type, name, wanted)
+            if resource_type == RESOURCE_BROKER_LOGGER:  # (AlterConfigs: Kafka's refusal)
                 raise errors.InvalidRequest(
-                    "dynamic broker configs are not supported by Sluice: set the key in "
-                    "server.properties and restart"
+                    "AlterConfigs is only supported for topics and brokers, but resource type "
+                    "is BROKER_LOGGER"
                 )
             if resource_type != RESOURCE_TOPIC:
                 raise errors.InvalidRequest(
@@ -323,7 +432,7 @@ class ConfigResources:
             wanted = new_overrides(current)
             LogConfig.from_properties(wanted, self.logs.default_config)  # InvalidConfig
             if not validate_only:
-                return 0, None, (name, wanted)
+                return 0, None, (resource_type, name, wanted)
         except errors.KafkaError as exc:
             return exc.code, str(exc.args[0]), None
         return 0, None, None

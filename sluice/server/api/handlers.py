@@ -34,6 +34,7 @@ from sluice.server.api.cluster import ClusterApis
 from sluice.server.api.configs import ConfigApis
 from sluice.server.api.groups import GroupApis
 from sluice.server.api.produce_fetch import ProduceFetchApis
+from sluice.server.api.quotas import ClientQuotaApis
 from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
 
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
     from sluice.server.replication.replica_manager import ReplicaManager
 
 
-class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis):
+class Handlers(
+    ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis, ClientQuotaApis
+):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
 
@@ -90,6 +93,8 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, 
         registry.register(m.DescribeAcls, self.describe_acls)
         registry.register(m.CreateAcls, self.create_acls)
         registry.register(m.DeleteAcls, self.delete_acls)
+        registry.register(m.DescribeClientQuotas, self.describe_client_quotas)
+        registry.register(m.AlterClientQuotas, self.alter_client_quotas)
         registry.register(m.DescribeUserScramCredentials, self.describe_user_scram_credentials)
         registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
         registry.register(m.SaslHandshake, self.sasl_handshake)

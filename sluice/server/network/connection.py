@@ -27,10 +27,13 @@ line and bumps a ``connections.closed.<reason>`` counter; nothing stored is touc
 
 Limits (:mod:`sluice.server.network.quotas`). A connection over ``max.connections.per.ip`` or
 ``max.connections`` is closed in :meth:`connection_made`, before anything is read or counted as
-open. Over ``sluice.quota.requests.per.second`` a response carries ``throttle_time_ms`` and the
-worker waits that long before taking the next request (Kafka mutes the channel the same way);
-frames keep queuing meanwhile, up to ``queued.max.requests``. A connection with nothing read or
-written for ``connections.max.idle.ms`` and no request in hand is closed (``Server`` checks).
+open. Over ``sluice.quota.requests.per.second`` or a client quota (``ClientQuotas``: the
+request's loop time, a Produce's size, a consumer Fetch's response size, by the principal and
+client id) a response carries ``throttle_time_ms`` (the largest earned) and the worker waits that
+long before taking the next request (Kafka mutes the channel the same way); frames keep queuing
+meanwhile, up to ``queued.max.requests``. A Fetch over ``consumer_byte_rate`` is answered empty
+instead (Kafka's throttled fetch response). A connection with nothing read or written for
+``connections.max.idle.ms`` and no request in hand is closed (``Server`` checks).
 
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
 partition's records as the storage layer's ``FetchSlice`` (fileno/position/size). With
@@ -65,6 +68,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import socket
 import struct
@@ -82,6 +86,9 @@ from sluice.protocol.framing import (
 )
 from sluice.server.logging import get_logger
 from sluice.server.network.listener import ListenerSecurity
+from sluice.server.network.quotas import FETCH as FETCH_QUOTA
+from sluice.server.network.quotas import PRODUCE as PRODUCE_QUOTA
+from sluice.server.network.quotas import REQUEST as REQUEST_QUOTA
 from sluice.server.network.request import (
     CLOSE_CONNECTION,
     REQUEST_CONTEXT,
@@ -89,10 +96,11 @@ from sluice.server.network.request import (
     RequestHandler,
     java_host_address,
 )
+from sluice.server.security.notifications import sanitize
 
 if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
-    from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+    from sluice.server.network.quotas import ClientQuotas, ConnectionQuotas, RequestQuota
     from sluice.server.security.authenticator import SaslServerAuthenticator, Step
 
 log = get_logger("sluice.connection")
@@ -105,11 +113,14 @@ _COUNT_OWN_ERRORS = frozenset({m.Produce.key, m.Fetch.key})
 _MIN_COPY_CHUNK = 64 * 1024
 _MAX_COPY_CHUNK = 1024 * 1024
 _FETCH = m.Fetch.key
+_PRODUCE = m.Produce.key
 #: Broker-to-broker APIs, never throttled (Kafka exempts cluster actions from request quotas).
 _CLUSTER_ACTIONS = frozenset({m.ControlledShutdown.key})
 _API_KEY = struct.Struct(">h")
 _SASL_HANDSHAKE = m.SaslHandshake.key
 _PLAINTEXT = ListenerSecurity()
+#: Kafka's Sanitizer.sanitize of principal names (a few per broker: cached).
+_sanitized = functools.lru_cache(maxsize=1024)(sanitize)
 
 
 class Connection(asyncio.Protocol):
@@ -129,6 +140,7 @@ class Connection(asyncio.Protocol):
         receive_buffer_bytes: int = -1,
         connection_quotas: ConnectionQuotas | None = None,
         request_quota: RequestQuota | None = None,
+        client_quotas: ClientQuotas | None = None,
         listener: ListenerSecurity | None = None,
     ) -> None:
         self._handlers = handlers
@@ -161,6 +173,7 @@ class Connection(asyncio.Protocol):
         self._fd = -1  # the socket's fd, for os.sendfile (valid while _transport is set)
         self._connection_quotas = connection_quotas
         self._request_quota = request_quota
+        self._client_quotas = client_quotas
         self._quota_ip: str | None = None  # the address counted by connection_quotas
         self._last_active = monotonic()  # the last read or write (connections.max.idle.ms)
 
@@ -434,11 +447,18 @@ class Connection(asyncio.Protocol):
         api_key = request.header.api_key
         started = perf_counter()
         body = self._handlers.dispatch(request.header, request.body)
+        loop_time = perf_counter() - started  # what the handler ran on the loop
         if asyncio.iscoroutine(body):
             body = await body
         throttle_ms = 0
         if self._request_quota is not None:
             throttle_ms = self._throttle_ms(request.header, request.body)
+        client_quotas, quota_user = self._client_quotas, ""
+        if client_quotas is not None and client_quotas.active:
+            quota_user = self._quota_user()
+            throttle_ms = max(throttle_ms, self._client_throttle_ms(
+                client_quotas, request.header, request.body, len(frame), loop_time, quota_user
+            ))  # fmt: skip
         if body is None:  # e.g. Produce with acks=0: no response at all
             metrics.request_latency[api_key].observe(perf_counter() - started)
             if throttle_ms:
@@ -453,7 +473,15 @@ class Connection(asyncio.Protocol):
             return False
         if throttle_ms and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = throttle_ms
-        await self._send(encode_response(request.header, body))
+        parts = encode_response(request.header, body)
+        if client_quotas is not None and client_quotas.active and api_key == _FETCH:
+            fetch_ms = self._fetch_throttle_ms(client_quotas, request, parts, quota_user)
+            if fetch_ms:
+                throttle_ms = max(throttle_ms, fetch_ms)
+                parts = encode_response(request.header, m.FetchResponse(
+                    throttle_time_ms=throttle_ms, session_id=body.session_id, responses=[]
+                ))  # fmt: skip
+        await self._send(parts)
         # Kafka's TotalTimeMs ends when the response is sent; ours when the transport (or
         # sendfile) has it: a response parked behind a full write buffer counts its wait.
         metrics.request_latency[api_key].observe(perf_counter() - started)
@@ -525,6 +553,46 @@ class Connection(asyncio.Protocol):
         assert quota is not None
         throttle_ms = quota.record(header.client_id or "", monotonic())
         if throttle_ms:
+            self._metrics.inc("requests.throttled")
+            self._metrics.inc("requests.throttle_time_ms", throttle_ms)
+        return throttle_ms
+
+    def _quota_user(self) -> str:
+        """The principal's name as a quota entity names it (Kafka's ``Sanitizer.sanitize`` of
+        ``KafkaPrincipal.getName``)."""
+        principal = REQUEST_CONTEXT.get().principal
+        return _sanitized(principal.partition(":")[2] or principal)
+
+    def _client_throttle_ms(
+        self, quotas: ClientQuotas, header: Any, body: Any, size: int, loop_s: float, user: str
+    ) -> int:
+        """Client quotas (``quotas.ClientQuotas``): the request's time, and a Produce's bytes."""
+        api_key = header.api_key
+        if api_key in _CLUSTER_ACTIONS or (api_key == _FETCH and body.replica_id >= 0):
+            return 0
+        now = monotonic()
+        client_id = header.client_id or ""
+        throttle_ms = quotas.record(REQUEST_QUOTA, user, client_id, loop_s, now)
+        if api_key == _PRODUCE:
+            throttle_ms = max(throttle_ms, quotas.record(PRODUCE_QUOTA, user, client_id, size, now))
+        if throttle_ms:
+            self._metrics.inc("requests.throttled")
+            self._metrics.inc("requests.throttle_time_ms", throttle_ms)
+        return throttle_ms
+
+    def _fetch_throttle_ms(
+        self, quotas: ClientQuotas, request: Any, parts: list[Any], user: str
+    ) -> int:
+        """A consumer Fetch's response bytes against ``consumer_byte_rate``; when throttled,
+        they are taken back (the caller answers empty, as Kafka does)."""
+        if request.body.replica_id >= 0:
+            return 0
+        size = sum(len(p) if isinstance(p, _BYTES_LIKE) else p.size for p in parts)
+        now = monotonic()
+        client_id = request.header.client_id or ""
+        throttle_ms = quotas.record(FETCH_QUOTA, user, client_id, size, now)
+        if throttle_ms:
+            quotas.unrecord(FETCH_QUOTA, user, client_id, size, now)
             self._metrics.inc("requests.throttled")
             self._metrics.inc("requests.throttle_time_ms", throttle_ms)
         return throttle_ms

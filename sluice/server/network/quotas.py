@@ -1,4 +1,6 @@
-"""Bounds on what one client may take: connections (per IP and in all) and the request rate.
+"""Bounds on what one client may take: connections (per IP and in all), the request rate, and
+Kafka's client quotas (:class:`ClientQuotas`: ``producer_byte_rate``, ``consumer_byte_rate``,
+``request_percentage`` per user and client id, set with AlterClientQuotas).
 
 Topic and partition counts are bounded where topics are created (:mod:`handlers`,
 ``sluice.max.topics`` / ``sluice.max.partitions`` / ``sluice.max.partitions.per.topic``); the two
@@ -22,9 +24,9 @@ refused connection: a client in a reconnect loop would flood it otherwise. In a 
 other brokers' replica fetchers connect to the same listener and count too (Kafka exempts its
 inter-broker listener; Sluice serves one listener): size the bounds for them.
 
-**Request rate** (:class:`RequestQuota`): Kafka bounds a client's share of request-handler time
-(the ``request_percentage`` client quota, set dynamically with AlterClientQuotas). Sluice bounds
-a count instead: ``sluice.quota.requests.per.second`` requests per second per client id, over
+**Request rate** (:class:`RequestQuota`): besides Kafka's ``request_percentage`` client quota
+(a share of the event loop's time, :class:`ClientQuotas`), Sluice can bound a count:
+``sluice.quota.requests.per.second`` requests per second per client id, over
 Kafka's sampled window (``quota.window.num`` samples of ``quota.window.size.seconds``). A count is
 what an operator can reason about ("a client may send 1,000 requests a second"), and a Python
 broker's per-request time is dominated by the interpreter, not by what the request asks, so a
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sluice.server.config_def import NO_BOUND
@@ -76,16 +79,26 @@ class ConnectionQuotas:
         overrides: tuple[tuple[str, int], ...] = (),
         max_connections: int = NO_BOUND,
     ) -> None:
-        self.max_per_ip = max_per_ip
-        self.max_connections = max_connections
         self._overrides: dict[str, int] = {}
-        for host, count in overrides:
-            for address in _resolve(host):
-                self._overrides[address] = count
+        self.reconfigure(max_per_ip, overrides, max_connections)
         self._per_ip: dict[str, int] = {}
         self.total = 0
         #: addresses refused since they last had room: how many times (one log line each way).
         self._refusing: dict[str, int] = {}
+
+    def reconfigure(
+        self, max_per_ip: int, overrides: tuple[tuple[str, int], ...], max_connections: int
+    ) -> None:
+        """New bounds (a dynamic broker config change): they apply to the next connection
+        accepted; connections already open over a lowered bound stay (Kafka does not close
+        them either)."""
+        self.max_per_ip = max_per_ip
+        self.max_connections = max_connections
+        resolved: dict[str, int] = {}
+        for host, count in overrides:
+            for address in _resolve(host):
+                resolved[address] = count
+        self._overrides = resolved
 
     def limit_for(self, ip: str) -> int:
         return self._overrides.get(ip, self.max_per_ip)
@@ -133,24 +146,25 @@ class ConnectionQuotas:
 
 
 class _Rate:
-    """One client id's request count in ``samples`` windows of ``window_s`` (Kafka's
-    ``SampledStat``/``Rate``: the current window, reused ring slots, obsolete ones reset)."""
+    """One client's total (requests, bytes, time) in ``samples`` windows of ``window_s``
+    (Kafka's ``SampledStat``/``Rate``: the current window, reused ring slots, obsolete ones
+    reset)."""
 
     __slots__ = ("counts", "current", "starts")
 
     def __init__(self, samples: int, now: float) -> None:
-        self.counts = [0] * samples
+        self.counts: list[float] = [0] * samples
         self.starts = [now] * samples
         self.current = 0
 
-    def record(self, now: float, window_s: float) -> None:
+    def record(self, now: float, window_s: float, value: float = 1) -> None:
         i = self.current
         if now - self.starts[i] >= window_s:
             i = (i + 1) % len(self.counts)
             self.current = i
             self.counts[i] = 0
             self.starts[i] = now
-        self.counts[i] += 1
+        self.counts[i] += value
 
     def rate(self, now: float, window_s: float) -> tuple[float, float]:
         """``(requests per second, the window's length in seconds)`` as Kafka's ``Rate``: over
@@ -159,7 +173,7 @@ class _Rate:
         is measured against the full window, not against a few milliseconds)."""
         samples = len(self.counts)
         horizon = samples * window_s
-        total = 0
+        total = 0.0
         oldest = now
         for count, start in zip(self.counts, self.starts, strict=True):
             if now - start >= horizon:
@@ -211,3 +225,190 @@ class RequestQuota:
     def clients(self) -> int:
         """Client ids with state (tests: pruning keeps this bounded)."""
         return len(self._rates)
+
+
+# --- Client quotas (KIP-13, KIP-55, KIP-124: Kafka's ClientQuotaManager) ----------------------
+
+#: The client quota keys, by what each bounds.
+PRODUCE, FETCH, REQUEST = "producer_byte_rate", "consumer_byte_rate", "request_percentage"
+QUOTA_KEYS = (PRODUCE, FETCH, REQUEST)
+_DEFAULT = "<default>"  # Kafka's ConfigEntityName.DEFAULT (entity_configs.DEFAULT_ENTITY)
+#: Clients whose precedence walk is remembered (cleared when full).
+_MAX_RESOLVED = 10_000
+#: Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond, for seconds.
+_SECONDS_TO_PERCENTAGE = 100.0
+
+#: (user, client id) of a quota entity, each a sanitized name, ``<default>``, or None (not
+#: part of the entity): ``users/alice/clients/app`` is ``("alice", "app")``.
+QuotaEntity = tuple[str | None, str | None]
+
+
+def quota_entity(entity_path: str) -> QuotaEntity | None:
+    """The quota entity of an entity path (``users/<u>``, ``clients/<c>``,
+    ``users/<u>/clients/<c>``); None for any other path (brokers...)."""
+    parts = entity_path.split("/")
+    if len(parts) == 2 and parts[0] == "users":
+        return parts[1], None
+    if len(parts) == 2 and parts[0] == "clients":
+        return None, parts[1]
+    if len(parts) == 4 and parts[0] == "users" and parts[2] == "clients":
+        return parts[1], parts[3]
+    return None
+
+
+class _QuotaType:
+    """One quota key's overrides and sensors (one of Kafka's three ClientQuotaManagers)."""
+
+    __slots__ = ("cap_s", "overrides", "rates", "resolved")
+
+    def __init__(self, cap_s: float | None) -> None:
+        self.cap_s = cap_s
+        self.overrides: dict[QuotaEntity, float] = {}
+        #: sensors by metric tags (user, client id): entities that share a quota share one.
+        self.rates: dict[tuple[str, str], _Rate] = {}
+        #: (user, client id) -> (tags, bound): the precedence walk, done once per client.
+        self.resolved: dict[tuple[str, str], tuple[tuple[str, str], float] | None] = {}
+
+    def resolve(self, user: str, client: str) -> tuple[tuple[str, str], float] | None:
+        """Kafka's ``DefaultQuotaCallback.quotaMetricTags`` then ``quotaLimit``: the most
+        specific entity that has this quota decides both the bound and who shares it."""
+        o = self.overrides
+        d = _DEFAULT
+        for entity, tags in (
+            ((user, client), (user, client)),  # /config/users/<user>/clients/<client-id>
+            ((user, d), (user, client)),  # /config/users/<user>/clients/<default>
+            ((user, None), (user, "")),  # /config/users/<user>
+            ((d, client), (user, client)),  # /config/users/<default>/clients/<client-id>
+            ((d, d), (user, client)),  # /config/users/<default>/clients/<default>
+            ((d, None), (user, "")),  # /config/users/<default>
+            ((None, client), ("", client)),  # /config/clients/<client-id>
+            ((None, d), ("", client)),  # /config/clients/<default>
+        ):
+            bound = o.get(entity)
+            if bound is not None:
+                return tags, bound
+        return None
+
+
+class ClientQuotas:
+    """``producer_byte_rate``, ``consumer_byte_rate`` and ``request_percentage`` per user and
+    client id, as Kafka's ClientQuotaManager enforces them.
+
+    **Which quota applies** is Kafka's precedence (:meth:`_QuotaType.resolve`), per key: the
+    quota of ``users/<user>/clients/<client-id>``, else ``users/<user>/clients/<default>``,
+    ``users/<user>``, ``users/<default>/clients/<client-id>``, ``users/<default>/clients/
+    <default>``, ``users/<default>``, ``clients/<client-id>``, ``clients/<default>``. The
+    entity that decides also decides who shares one measured rate: a quota set on a user is
+    shared by all that user's client ids; one set on a client id by every user using it. The
+    user is the connection's principal name (``ANONYMOUS`` on PLAINTEXT), sanitized as in the
+    entity path.
+
+    **Measuring** is the sampled rate of :class:`RequestQuota` (``quota.window.num`` windows of
+    ``quota.window.size.seconds``): bytes per second of Produce requests (the request's size)
+    and of consumers' Fetch responses (the response's size), and for ``request_percentage``
+    the event loop's time spent on the client's requests as a percentage of one second.
+
+    **request_percentage, honestly**: Kafka measures a client's time on its request handler and
+    network threads, as a percentage of one thread (``num.io.threads`` x 100 would be all of
+    them). Sluice serves every request on one event loop, so ``request_percentage=X`` is X % of
+    that loop's time: what the request's handler ran on it before answering or parking.
+    A request's time parked in a purgatory (a long-poll Fetch, acks=all) is not counted, as
+    Kafka does not count it. 100 therefore means "the whole broker", not one of several
+    threads: set it as a share of the whole.
+
+    **Over the bound** (KIP-219): the response carries ``throttle_time_ms`` = (rate - bound) /
+    bound x the measured window (Kafka's ``QuotaUtils.throttleTime``; capped at one window for
+    ``request_percentage`` as ``ClientRequestQuotaManager`` caps it, uncapped for byte rates),
+    and the connection reads no further request for that long. A throttled consumer Fetch is
+    answered empty and its bytes are not counted (Kafka's ``getThrottledResponse`` and
+    ``unrecordQuotaSensor``): the client fetches the same offsets again after the throttle.
+
+    With no quota set anywhere (:attr:`active` False), nothing is measured.
+    """
+
+    def __init__(self, samples: int = 11, window_s: float = 1.0) -> None:
+        self.samples = samples
+        self.window_s = window_s
+        self._types = {PRODUCE: _QuotaType(None), FETCH: _QuotaType(None),
+                       REQUEST: _QuotaType(window_s)}  # fmt: skip
+        self.active = False
+        self._next_prune = 0.0
+
+    def update(self, entity_path: str, config: Mapping[str, str]) -> None:
+        """An entity's config changed (an ``EntityConfigs`` listener): take its quota keys."""
+        entity = quota_entity(entity_path)
+        if entity is None:
+            return
+        for key, qtype in self._types.items():
+            text = config.get(key)
+            bound: float | None = None
+            if text is not None:
+                try:
+                    bound = float(text)
+                except ValueError:
+                    log.error("invalid client quota ignored", entity=entity_path, key=key,
+                              value=text)  # fmt: skip
+            if bound is None:
+                changed = qtype.overrides.pop(entity, None) is not None
+            else:
+                changed = qtype.overrides.get(entity) != bound
+                qtype.overrides[entity] = bound
+            if changed:
+                qtype.resolved.clear()
+                log.info("client quota changed", entity=entity_path, key=key, value=bound)
+        self.active = any(q.overrides for q in self._types.values())
+
+    def bound(self, key: str, user: str, client_id: str) -> float | None:
+        """The quota of ``key`` that applies to ``user`` (sanitized) and ``client_id``."""
+        found = self._types[key].resolve(user, client_id)
+        return None if found is None else found[1]
+
+    def record(self, key: str, user: str, client_id: str, value: float, now: float) -> int:
+        """Count ``value`` (bytes, or seconds for ``request_percentage``) for the client; the
+        throttle time in ms it earned (0 under its quota or with none)."""
+        qtype = self._types[key]
+        if not qtype.overrides:
+            return 0
+        who = (user, client_id)
+        if who in qtype.resolved:
+            found = qtype.resolved[who]
+        else:
+            if len(qtype.resolved) >= _MAX_RESOLVED:  # random client ids: bounded memory
+                qtype.resolved.clear()
+            found = qtype.resolved[who] = qtype.resolve(user, client_id)
+        if found is None:
+            return 0
+        tags, bound = found
+        rate = qtype.rates.get(tags)
+        if rate is None:
+            if now >= self._next_prune:
+                self._prune(now)
+            rate = qtype.rates[tags] = _Rate(self.samples, now)
+        if key == REQUEST:
+            value *= _SECONDS_TO_PERCENTAGE
+        rate.record(now, self.window_s, value)
+        measured, elapsed = rate.rate(now, self.window_s)
+        if measured <= bound:
+            return 0
+        # (a quota of 0 blocks for a window: Kafka's formula would divide by it)
+        throttle_s = elapsed if bound <= 0 else (measured - bound) / bound * elapsed
+        if qtype.cap_s is not None:
+            throttle_s = min(throttle_s, qtype.cap_s)
+        return round(throttle_s * 1000)
+
+    def unrecord(self, key: str, user: str, client_id: str, value: float, now: float) -> None:
+        """Take back a value :meth:`record` counted (a throttled Fetch answered empty)."""
+        qtype = self._types[key]
+        found = qtype.resolved.get((user, client_id))
+        if found:
+            rate = qtype.rates.get(found[0])
+            if rate is not None:
+                rate.record(now, self.window_s, -value)
+
+    def _prune(self, now: float) -> None:
+        """Forget the sensors idle for the whole window (at most once a window)."""
+        horizon = self.samples * self.window_s
+        for qtype in self._types.values():
+            for tags in [t for t, r in qtype.rates.items() if r.idle(now, horizon)]:
+                del qtype.rates[tags]
+        self._next_prune = now + self.window_s

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,17 @@ if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is use
 
 from .errors import InvalidCredential, SecurityError
 from .files import write_atomically
-from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
+from .notifications import (
+    CHANGE_EXPIRATION_MS,
+    CHANGE_PREFIX,
+    CONFIG_CHANGES_PATH,
+    MAX_UPDATE_RETRIES,
+    ChangeListener,
+    desanitize,
+    entity_path_of,
+    notify,
+    sanitize,
+)
 from .scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, ScramCredential, verify_password
 
 __all__ = [
@@ -62,10 +71,6 @@ __all__ = [
 log = get_logger("sluice.security")
 
 CONFIG_USERS_PATH = "/config/users"
-CONFIG_CHANGES_PATH = "/config/changes"
-CHANGE_PREFIX = "config_change_"
-#: Conditional writes retried on a conflict, as Kafka's ACL updates (``maxUpdateRetries``).
-MAX_UPDATE_RETRIES = 10
 
 UserCredentials = dict[str, ScramCredential]  # mechanism -> credential
 
@@ -73,16 +78,6 @@ UserCredentials = dict[str, ScramCredential]  # mechanism -> credential
 #: (one PBKDF2 of Kafka's default 4096 iterations, SHA-512 as PLAIN prefers), matching nothing
 #: (an empty stored key), so that the answer's timing does not tell which users exist.
 _UNKNOWN_USER = ("SCRAM-SHA-512", ScramCredential(bytes(32), b"", b"", DEFAULT_ITERATIONS))
-
-
-def sanitize(name: str) -> str:
-    """Kafka's ``Sanitizer.sanitize``: Java's ``URLEncoder`` with ``*`` and spaces encoded."""
-    return urllib.parse.quote(name, safe="").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    """Kafka's ``Sanitizer.desanitize``."""
-    return urllib.parse.unquote(name)
 
 
 def user_config_path(user: str) -> str:
@@ -300,7 +295,7 @@ class ZkCredentialStore(CredentialStore):
         self._set(user, _scram_of(config, path))
 
     async def _on_notice(self, data: bytes) -> None:
-        entity = _entity_path(data)
+        entity = entity_path_of(data)
         if entity is not None and entity.startswith("users/") and entity.count("/") == 1:
             await self._reload_user(desanitize(entity[len("users/") :]))
 
@@ -343,18 +338,3 @@ class ZkCredentialStore(CredentialStore):
         notice = _dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"})
         await notify(self.zk, CONFIG_CHANGES_PATH, CHANGE_PREFIX, notice)
         self._set(user, _scram_of(config, path))
-
-
-def _entity_path(data: bytes) -> str | None:
-    """The entity of a change notice: version 2 ``entity_path``; version 1 (``entity_type`` +
-    ``entity_name``, Kafka before 0.10.1) read too."""
-    try:
-        obj = json.loads(data)
-        if obj.get("version") == 2:
-            return str(obj["entity_path"])
-        if obj.get("version") == 1:
-            return f"{obj['entity_type']}/{obj['entity_name']}"
-    except (ValueError, KeyError, AttributeError, TypeError):
-        pass
-    log.warning("unreadable config change notice ignored", data=data[:200])
-    return None

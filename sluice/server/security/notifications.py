@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -24,8 +26,23 @@ if TYPE_CHECKING:  # ZooKeeper's modules load only when a ZooKeeper store is use
 
 log = get_logger("sluice.security")
 
+#: Kafka's entity config changes (``/config/changes/config_change_<n>``, AdminZkClient).
+CONFIG_CHANGES_PATH = "/config/changes"
+CHANGE_PREFIX = "config_change_"
+#: Conditional writes retried on a conflict, as Kafka's ACL updates (``maxUpdateRetries``).
+MAX_UPDATE_RETRIES = 10
 #: Kafka's ``ZkNodeChangeNotificationListener`` default ``changeExpirationMs``.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+
+
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: Java's ``URLEncoder`` with ``*`` and spaces encoded."""
+    return urllib.parse.quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.desanitize``."""
+    return urllib.parse.unquote(name)
 
 
 def sequence_of(name: str, prefix: str) -> int | None:
@@ -105,3 +122,18 @@ class ChangeListener:
                     with contextlib.suppress(NoNodeError):
                         await self.zk.delete(path)
                 self.processed += 1
+
+
+def entity_path_of(data: bytes) -> str | None:
+    """The entity of a change notice: version 2 ``entity_path``; version 1 (``entity_type`` +
+    ``entity_name``, Kafka before 0.10.1) read too."""
+    try:
+        obj = json.loads(data)
+        if obj.get("version") == 2:
+            return str(obj["entity_path"])
+        if obj.get("version") == 1:
+            return f"{obj['entity_type']}/{obj['entity_name']}"
+    except (ValueError, KeyError, AttributeError, TypeError):
+        pass
+    log.warning("unreadable config change notice ignored", data=data[:200])
+    return None

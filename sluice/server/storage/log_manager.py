@@ -792,6 +792,25 @@ class LogManager:
         logger.info("partitions added", topic=name, partitions=count, previously=current)
         return logs
 
+    def set_default_config(self, default: LogConfig) -> None:
+        """A new broker-wide default (a dynamic broker config change, Kafka's
+        ``LogManager.reconfigureDefaultLogConfig``): every topic's config is its overrides over
+        it again, applied to its open logs."""
+        self._check_open()
+        self.default_config = default
+        for name, (count, overrides) in self._topics.items():
+            try:
+                config = LogConfig.from_properties(overrides, default)
+            except InvalidConfig as exc:  # (validated when stored: cannot happen)
+                logger.error("topic config invalid over the new default", topic=name,
+                             error=str(exc))  # fmt: skip
+                continue
+            self._configs[name] = config
+            for partition in range(count):
+                log = self._logs.get(TopicPartition(name, partition))
+                if log is not None:
+                    log.update_config(config)
+
     def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> LogConfig:
         """Replace ``name``'s overrides (validated) and apply them to its open logs."""
         self._check_open()

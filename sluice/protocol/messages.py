@@ -507,10 +507,13 @@ DeleteRecords = api(
 )
 
 InitProducerId = api(
-    22, "InitProducerId", versions="0-1", flexible="2+",
+    22, "InitProducerId", versions="0-4", flexible="2+",
     request=[
         F("transactional_id", "string", nullable="0+"),
         F("transaction_timeout_ms", "int32"),
+        # KIP-360: the producer's current id and epoch, to bump its epoch after an error.
+        F("producer_id", "int64", "3+", default=-1),
+        F("producer_epoch", "int16", "3+", default=-1),
     ],
     response=[
         F("throttle_time_ms", "int32"),
@@ -903,6 +906,99 @@ AlterUserScramCredentials = api(
     ],
 )
 
+AddPartitionsToTxn = api(
+    24, "AddPartitionsToTxn", versions="0-3", flexible="3+",
+    request=[
+        # v4+ (KIP-890: several transactions per request, from brokers) is not implemented.
+        F("v3_and_below_transactional_id", "string", "0-3"),
+        F("v3_and_below_producer_id", "int64", "0-3"),
+        F("v3_and_below_producer_epoch", "int16", "0-3"),
+        F("v3_and_below_topics", "[]AddPartitionsToTxnTopic", "0-3", fields=[
+            F("name", "string"),
+            F("partitions", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", "0-3", fields=[
+            F("name", "string"),
+            F("results_by_partition", "[]AddPartitionsToTxnPartitionResult", fields=[
+                F("partition_index", "int32"),
+                F("partition_error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+AddOffsetsToTxn = api(
+    25, "AddOffsetsToTxn", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("group_id", "string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ],
+)
+
+EndTxn = api(
+    26, "EndTxn", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("committed", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ],
+)
+
+DescribeTransactions = api(
+    65, "DescribeTransactions", versions="0", flexible="0+",
+    request=[
+        F("transactional_ids", "[]string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("transaction_states", "[]TransactionState", fields=[
+            F("error_code", "int16"),
+            F("transactional_id", "string"),
+            F("transaction_state", "string"),
+            F("transaction_timeout_ms", "int32"),
+            F("transaction_start_time_ms", "int64"),
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("topics", "[]TopicData", fields=[
+                F("topic", "string"),
+                F("partitions", "[]int32"),
+            ]),
+        ]),
+    ],
+)
+
+ListTransactions = api(
+    66, "ListTransactions", versions="0", flexible="0+",
+    request=[
+        F("state_filters", "[]string"),
+        F("producer_id_filters", "[]int64"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("unknown_state_filters", "[]string"),
+        F("transaction_states", "[]TransactionState", fields=[
+            F("transactional_id", "string"),
+            F("producer_id", "int64"),
+            F("transaction_state", "string"),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -915,7 +1011,8 @@ APIS: dict[int, Api] = {
         OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
         DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
         SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
-        AlterUserScramCredentials,
+        AlterUserScramCredentials, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+        DescribeTransactions, ListTransactions,
     )
 }  # fmt: skip
 
@@ -993,3 +1090,13 @@ DescribeUserScramCredentialsRequest = DescribeUserScramCredentials.request.cls
 DescribeUserScramCredentialsResponse = DescribeUserScramCredentials.response.cls
 AlterUserScramCredentialsRequest = AlterUserScramCredentials.request.cls
 AlterUserScramCredentialsResponse = AlterUserScramCredentials.response.cls
+AddPartitionsToTxnRequest = AddPartitionsToTxn.request.cls
+AddPartitionsToTxnResponse = AddPartitionsToTxn.response.cls
+AddOffsetsToTxnRequest = AddOffsetsToTxn.request.cls
+AddOffsetsToTxnResponse = AddOffsetsToTxn.response.cls
+EndTxnRequest = EndTxn.request.cls
+EndTxnResponse = EndTxn.response.cls
+DescribeTransactionsRequest = DescribeTransactions.request.cls
+DescribeTransactionsResponse = DescribeTransactions.response.cls
+ListTransactionsRequest = ListTransactions.request.cls
+ListTransactionsResponse = ListTransactions.response.cls

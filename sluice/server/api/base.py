@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.security.authorizer import AclAuthorizer
+    from sluice.server.transaction.coordinator import TransactionCoordinator
 
 log = get_logger("sluice.handlers")
 
@@ -164,6 +165,11 @@ class ApiBase:
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
+        #: The transaction coordinator (set by ``Server`` with :meth:`set_transactions`).
+        self.transactions: TransactionCoordinator | None = None
+        #: ``(transaction.state.log.num.partitions, its replication factor, topic configs)``
+        #: for a cluster's FindCoordinator to create the topic with.
+        self._transaction_topic: tuple[int, int, dict[str, str]] = (50, 3, {})
         self.config_resources.check = self.check
         # Counter names built once (one per request otherwise), by the API's name.
         self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
@@ -266,6 +272,16 @@ class ApiBase:
         """``[(listener, host, port)]`` of every listener (the ZooKeeper registration)."""
         return [(name, host, port) for name, (host, port) in self._endpoints.items()]
 
+    def set_transactions(
+        self, coordinator: TransactionCoordinator, topic: tuple[int, int, dict[str, str]]
+    ) -> None:
+        """Serve transactions with ``coordinator``; ``topic`` is how a cluster creates
+        ``__transaction_state`` (partitions, replication factor, configs)."""
+        self.transactions = coordinator
+        self._transaction_topic = topic
+        if isinstance(self.metadata_view, LocalMetadata):
+            self.metadata_view.transactions_ready = coordinator.ensure_ready
+
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
         broker-to-controller API, never advertised by a standalone broker) is served."""
@@ -280,6 +296,7 @@ class ApiBase:
                 self.groups.config.offsets_topic_replication_factor,
             ),
             lambda: self._listener,
+            self._transaction_topic,
         )
 
     def advertised(self) -> tuple[str, int]:

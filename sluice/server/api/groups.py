@@ -30,8 +30,9 @@ class GroupApis(ApiBase):
     def find_coordinator(
         self, header: RequestHeader, body: m.FindCoordinatorRequest
     ) -> m.FindCoordinatorResponse:
-        """Standalone this broker coordinates every group (key type 0); in a cluster the leader
-        of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
+        """Standalone this broker coordinates every group (key type 0) and transactional id
+        (1); in a cluster the leader of the key's ``__consumer_offsets`` /
+        ``__transaction_state`` partition does."""
         cls = m.FindCoordinatorResponse
         resource = ResourceType.GROUP if body.key_type == 0 else ResourceType.TRANSACTIONAL_ID
         denied = self.denied_code(AclOperation.DESCRIBE, resource, body.key)
@@ -40,11 +41,12 @@ class GroupApis(ApiBase):
                        host="", port=-1)  # fmt: skip
         if body.key_type == 0:
             code, broker = self.metadata_view.group_coordinator(body.key)
+        elif body.key_type == 1:
+            code, broker = self.metadata_view.transaction_coordinator(body.key)
         else:
-            code, broker = errors.CoordinatorNotAvailable.code, None
+            code, broker = errors.InvalidRequest.code, None
         if code or broker is None:
-            message = "transactions are not supported" if body.key_type else None
-            return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
+            return cls(throttle_time_ms=0, error_code=code, error_message=None, node_id=-1,
                        host="", port=-1)  # fmt: skip
         return cls(throttle_time_ms=0, error_code=0, error_message=None,
                    node_id=broker.broker_id, host=broker.host, port=broker.port)  # fmt: skip

@@ -36,6 +36,7 @@ from sluice.server.api.groups import GroupApis
 from sluice.server.api.produce_fetch import ProduceFetchApis
 from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
+from sluice.server.api.transactions import TransactionApis
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
     from sluice.server.replication.replica_manager import ReplicaManager
 
 
-class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis):
+class Handlers(
+    ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis, TransactionApis
+):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
 
@@ -94,6 +97,11 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, 
         registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
         registry.register(m.SaslHandshake, self.sasl_handshake)
         registry.register(m.SaslAuthenticate, self.sasl_authenticate)
+        registry.register(m.AddPartitionsToTxn, self.add_partitions_to_txn)
+        registry.register(m.AddOffsetsToTxn, self.add_offsets_to_txn)
+        registry.register(m.EndTxn, self.end_txn)
+        registry.register(m.DescribeTransactions, self.describe_transactions)
+        registry.register(m.ListTransactions, self.list_transactions)
 
     # --- SaslHandshake (17) / SaslAuthenticate (36) outside a login ----------------------------
     # During a login the connection's authenticator answers them; these are what reaches the

@@ -11,8 +11,8 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.protocol.records import has_transactional_batch
 from sluice.server.api.registry import Answer
-from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
+from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -69,7 +69,12 @@ class ProduceFetchApis(ApiBase):
         return self._produce_wait(body, delayed, denied)
 
     def _transactional_refusal(self, body: m.ProduceRequest) -> int:
-        """0, or the code refusing a request holding transactional batches (:meth:`produce`)."""
+        """0, or the code refusing a request holding transactional batches (:meth:`produce`):
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id the client may Write
+        (Kafka's ``handleProduceRequest``). That the partition was added to the transaction is
+        not verified (KIP-890's ``transaction.partition.verification.enable`` is not
+        implemented): as in Kafka before 3.6, a producer that skipped AddPartitionsToTxn leaves
+        a transaction the coordinator does not know, which only its own producer can create."""
         if not any(
             has_transactional_batch(pd.records) for t in body.topic_data for pd in t.partition_data
         ):
@@ -77,7 +82,7 @@ class ProduceFetchApis(ApiBase):
         tid = body.transactional_id
         if tid is None or not self.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
             return errors.TransactionalIdAuthorizationFailed.code
-        return errors.InvalidRequest.code
+        return 0
 
     async def _produce_wait(
         self,
@@ -456,7 +461,7 @@ class ProduceFetchApis(ApiBase):
                 code, low = denied, -1
                 if denied:
                     pass
-                elif topic.name == OFFSETS_TOPIC:
+                elif topic.name in INTERNAL_TOPICS:
                     code = errors.InvalidTopic.code
                     log.warning("refused to delete records of an internal topic",
                                 topic=topic.name)  # fmt: skip
@@ -481,12 +486,12 @@ class ProduceFetchApis(ApiBase):
     def init_producer_id(
         self, header: RequestHeader, body: m.InitProducerIdRequest
     ) -> Answer[m.InitProducerIdResponse]:
-        """A fresh producer id, epoch 0, for an idempotent producer.
+        """A fresh producer id, epoch 0, for an idempotent producer; with a transactional id,
+        the transaction coordinator's answer (:mod:`sluice.server.api.transactions`).
 
         The id comes from the metadata view (standalone the broker's counter; in a cluster the
         block this broker took from ZooKeeper); COORDINATOR_NOT_AVAILABLE (retriable) when none
-        can be had. Transactions are not implemented: a transactional id gets INVALID_REQUEST.
-        Sequence and epoch checks on append are the storage layer's
+        can be had. Sequence and epoch checks on append are the storage layer's
         (sluice.server.storage.producer_state via Log).
         """
         cls = m.InitProducerIdResponse
@@ -500,8 +505,7 @@ class ProduceFetchApis(ApiBase):
                        error_code=errors.TransactionalIdAuthorizationFailed.code,
                        producer_id=-1, producer_epoch=-1)  # fmt: skip
         if body.transactional_id is not None:
-            return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
+            return self.init_transactional_producer_id(header, body)  # type: ignore[attr-defined, no-any-return]
         return self._allocate_producer_id()
 
     def _may_write_idempotently(self) -> bool:

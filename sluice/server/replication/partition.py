@@ -530,6 +530,24 @@ class Partition:
         self.maybe_increment_high_watermark()
         return info
 
+    def append_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> AppendInfo:
+        """A transaction marker from the coordinator (acks=all: the ISR must hold
+        ``min.insync.replicas``, as :meth:`append_as_leader`), then maybe advance HW."""
+        log_ = self.local_log()
+        min_isr = self.min_insync_replicas
+        if len(self.isr) < min_isr:
+            raise errors.NotEnoughReplicas(
+                f"{self.topic}-{self.index}: the ISR {list(self.isr)} is smaller than "
+                f"min.insync.replicas={min_isr}"
+            )
+        info = log_.append_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, self.leader_epoch
+        )
+        self.maybe_increment_high_watermark()
+        return info
+
     def fetch_offset_for_timestamp(
         self,
         timestamp: int,

@@ -1,0 +1,221 @@
+"""Interop: confluent-kafka's transactional producer against a broker process (issue 26).
+
+init_transactions / begin / produce / commit and abort, fencing by a second producer with the
+same ``transactional.id``, ``send_offsets_to_transaction``'s AddOffsetsToTxn, the transaction
+coordinator's state in ``__transaction_state`` and DescribeTransactions / ListTransactions. What
+a partition holds afterwards is read from its segment files (the markers the coordinator wrote,
+their COMMIT/ABORT type, producer id and epoch), so the test does not depend on
+``read_committed`` Fetch (another branch's work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sluice.protocol import messages as m
+from sluice.protocol.records import end_txn_marker_of, iter_batches
+from sluice.server.transaction.state_log import decode_key, decode_value
+from tests.broker_util import BrokerProcess, WireClient
+from tests.interop_helpers import DEADLINE_S, broker_fixture
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from broker_fixture(
+        tmp_path_factory,
+        "transactions",
+        ["transaction.state.log.num.partitions=5",
+         "transaction.abort.timed.out.transaction.cleanup.interval.ms=200"],
+    )  # fmt: skip
+
+
+def _topic(admin_broker: BrokerProcess, partitions: int = 2) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": admin_broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(DEADLINE_S)
+    return name
+
+
+def _producer(broker: BrokerProcess, txn_id: str, **conf: object) -> Producer:
+    return Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id, **conf}  # type: ignore[dict-item]
+    )
+
+
+def _batches(data_dir: Path, topic: str, partition: int) -> list[tuple[bool, int, int, object]]:
+    """``(is_control, producer_id, producer_epoch, marker or record count)`` of every batch."""
+    out: list[tuple[bool, int, int, object]] = []
+    for segment in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
+        for _pos, header, view in iter_batches(segment.read_bytes(), allow_partial_tail=True):
+            control = bool(header.attributes & 0x20)
+            what = end_txn_marker_of(view) if control else header.record_count
+            out.append((control, header.producer_id, header.producer_epoch, what))
+    return out
+
+
+def _wait_for(condition, what: str, timeout: float = DEADLINE_S):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _markers(broker: BrokerProcess, topic: str, partition: int) -> list[tuple[int, int, bool]]:
+    return [
+        (pid, epoch, marker.commit)  # type: ignore[attr-defined]
+        for control, pid, epoch, marker in _batches(broker.data_dir, topic, partition)
+        if control and marker is not None
+    ]
+
+
+def _state_records(broker: BrokerProcess, txn_id: str) -> list[object]:
+    """Every value written for ``txn_id`` in ``__transaction_state``, in order."""
+    values = []
+    for part_dir in sorted(broker.data_dir.glob("__transaction_state-*")):
+        for segment in sorted(part_dir.glob("*.log")):
+            from sluice.protocol.records import iter_records
+
+            for _header, record in iter_records(segment.read_bytes()):
+                if record.key is not None and decode_key(record.key) == txn_id:
+                    values.append(decode_value(record.value))
+    return values
+
+
+def test_commit_writes_commit_markers_to_every_partition(broker: BrokerProcess) -> None:
+    topic = _topic(broker)
+    txn_id = f"tx-{uuid.uuid4().hex[:6]}"
+    producer = _producer(broker, txn_id)
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
+    producer.commit_transaction(DEADLINE_S)
+
+    for partition in (0, 1):
+        batches = _batches(broker.data_dir, topic, partition)
+        data = [b for b in batches if not b[0]]
+        assert sum(int(b[3]) for b in data) == 5  # type: ignore[call-overload]
+        pid, epoch = data[0][1], data[0][2]
+        assert pid >= 0 and epoch == 0
+        markers = _wait_for(lambda p=partition: _markers(broker, topic, p), "the COMMIT markers")
+        assert markers == [(pid, epoch, True)]
+    # PrepareCommit then CompleteCommit in __transaction_state (Kafka's state ids 2 and 4)
+    states = [v.state_id for v in _state_records(broker, txn_id)]  # type: ignore[attr-defined]
+    assert states[:2] == [0, 1] and 2 in states
+    _wait_for(lambda: 4 in [v.state_id for v in _state_records(broker, txn_id)],  # type: ignore[attr-defined]
+              "CompleteCommit")  # fmt: skip
+
+
+def test_abort_then_commit(broker: BrokerProcess) -> None:
+    topic = _topic(broker, 1)
+    producer = _producer(broker, f"tx-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted")
+    producer.flush(DEADLINE_S)
+    producer.abort_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed")
+    producer.commit_transaction(DEADLINE_S)
+    markers = _wait_for(
+        lambda: len(_markers(broker, topic, 0)) == 2 and _markers(broker, topic, 0), "2 markers"
+    )
+    assert [commit for _pid, _epoch, commit in markers] == [False, True]
+
+
+def test_a_second_producer_fences_the_first_and_aborts_its_transaction(
+    broker: BrokerProcess,
+) -> None:
+    topic = _topic(broker, 1)
+    txn_id = f"tx-{uuid.uuid4().hex[:6]}"
+    first = _producer(broker, txn_id)
+    first.init_transactions(DEADLINE_S)
+    first.begin_transaction()
+    first.produce(topic, value=b"from the first")
+    first.flush(DEADLINE_S)
+
+    second = _producer(broker, txn_id)
+    second.init_transactions(DEADLINE_S)  # aborts the first's transaction, epoch bumped
+    markers = _wait_for(lambda: _markers(broker, topic, 0), "the ABORT marker")
+    pid = markers[0][0]
+    assert markers == [(pid, 1, False)]
+
+    with pytest.raises(KafkaException) as excinfo:
+        first.produce(topic, value=b"late")
+        first.commit_transaction(DEADLINE_S)
+    assert excinfo.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+
+    second.begin_transaction()
+    second.produce(topic, value=b"from the second")
+    second.commit_transaction(DEADLINE_S)
+    _wait_for(lambda: len(_markers(broker, topic, 0)) == 2, "the COMMIT marker")
+    assert _markers(broker, topic, 0)[1] == (pid, 2, True)
+
+
+def test_timed_out_transaction_is_aborted_by_the_coordinator(broker: BrokerProcess) -> None:
+    topic = _topic(broker, 1)
+    producer = _producer(broker, f"tx-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 1000})
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"left open")
+    producer.flush(DEADLINE_S)
+    markers = _wait_for(lambda: _markers(broker, topic, 0), "the coordinator's ABORT marker")
+    pid = markers[0][0]
+    assert markers == [(pid, 1, False)]  # fenced: epoch bumped before the abort
+
+
+def test_timeout_above_the_maximum_is_refused(broker: BrokerProcess) -> None:
+    producer = _producer(
+        broker, f"tx-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 900_001}
+    )
+    with pytest.raises(KafkaException) as excinfo:
+        producer.init_transactions(DEADLINE_S)
+    assert excinfo.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_describe_and_list_transactions(broker: BrokerProcess) -> None:
+    topic = _topic(broker, 1)
+    txn_id = f"tx-{uuid.uuid4().hex[:6]}"
+    producer = _producer(broker, txn_id)
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"x")
+    producer.flush(DEADLINE_S)
+    described = asyncio.run(
+        _admin_request(broker, m.DescribeTransactions.key,
+                       m.DescribeTransactionsRequest(transactional_ids=[txn_id, "nobody"]))
+    )  # fmt: skip
+    ours, nobody = described.transaction_states
+    assert (ours.error_code, ours.transaction_state) == (0, "Ongoing")
+    assert [(t.topic, list(t.partitions)) for t in ours.topics] == [(topic, [0])]
+    assert ours.transaction_start_time_ms > 0
+    assert nobody.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+    listed = asyncio.run(
+        _admin_request(broker, m.ListTransactions.key,
+                       m.ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[]))
+    )  # fmt: skip
+    assert txn_id in {t.transactional_id for t in listed.transaction_states}
+    producer.commit_transaction(DEADLINE_S)
+
+
+async def _admin_request(broker: BrokerProcess, key: int, body: object) -> Any:
+    client = await WireClient.connect(broker.host, broker.port)
+    try:
+        return await client.request(key, 0, body)
+    finally:
+        await client.close()

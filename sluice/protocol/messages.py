@@ -548,6 +548,66 @@ OffsetForLeaderEpoch = api(
     ],
 )
 
+WriteTxnMarkers = api(
+    27, "WriteTxnMarkers", versions="0-1", flexible="1+",
+    request=[
+        F("markers", "[]WritableTxnMarker", fields=[
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("transaction_result", "bool"),
+            F("topics", "[]WritableTxnMarkerTopic", fields=[
+                F("name", "string"),
+                F("partition_indexes", "[]int32"),
+            ]),
+            F("coordinator_epoch", "int32"),
+        ]),
+    ],
+    response=[
+        F("markers", "[]WritableTxnMarkerResult", fields=[
+            F("producer_id", "int64"),
+            F("topics", "[]WritableTxnMarkerTopicResult", fields=[
+                F("name", "string"),
+                F("partitions", "[]WritableTxnMarkerPartitionResult", fields=[
+                    F("partition_index", "int32"),
+                    F("error_code", "int16"),
+                ]),
+            ]),
+        ]),
+    ],
+)
+
+TxnOffsetCommit = api(
+    28, "TxnOffsetCommit", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("group_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("generation_id", "int32", "3+", default=-1),
+        F("member_id", "string", "3+", default=""),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("topics", "[]TxnOffsetCommitRequestTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]TxnOffsetCommitRequestPartition", fields=[
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", "2+", default=-1),
+                F("committed_metadata", "string", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]TxnOffsetCommitResponseTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]TxnOffsetCommitResponsePartition", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
 DescribeConfigs = api(
     32, "DescribeConfigs", versions="0-4", flexible="4+",
     request=[
@@ -903,6 +963,35 @@ AlterUserScramCredentials = api(
     ],
 )
 
+DescribeProducers = api(
+    61, "DescribeProducers", versions="0", flexible="0+",
+    request=[
+        F("topics", "[]TopicRequest", fields=[
+            F("name", "string"),
+            F("partition_indexes", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]TopicResponse", fields=[
+            F("name", "string"),
+            F("partitions", "[]PartitionResponse", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+                F("active_producers", "[]ProducerState", fields=[
+                    F("producer_id", "int64"),
+                    F("producer_epoch", "int32"),
+                    F("last_sequence", "int32", default=-1),
+                    F("last_timestamp", "int64", default=-1),
+                    F("coordinator_epoch", "int32"),
+                    F("current_txn_start_offset", "int64", default=-1),
+                ]),
+            ]),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -915,7 +1004,7 @@ APIS: dict[int, Api] = {
         OffsetForLeaderEpoch, DescribeConfigs, AlterConfigs, DescribeLogDirs, CreatePartitions,
         DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
         SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
-        AlterUserScramCredentials,
+        AlterUserScramCredentials, WriteTxnMarkers, TxnOffsetCommit, DescribeProducers,
     )
 }  # fmt: skip
 
@@ -993,3 +1082,9 @@ DescribeUserScramCredentialsRequest = DescribeUserScramCredentials.request.cls
 DescribeUserScramCredentialsResponse = DescribeUserScramCredentials.response.cls
 AlterUserScramCredentialsRequest = AlterUserScramCredentials.request.cls
 AlterUserScramCredentialsResponse = AlterUserScramCredentials.response.cls
+WriteTxnMarkersRequest = WriteTxnMarkers.request.cls
+WriteTxnMarkersResponse = WriteTxnMarkers.response.cls
+TxnOffsetCommitRequest = TxnOffsetCommit.request.cls
+TxnOffsetCommitResponse = TxnOffsetCommit.response.cls
+DescribeProducersRequest = DescribeProducers.request.cls
+DescribeProducersResponse = DescribeProducers.response.cls

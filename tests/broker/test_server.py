@@ -45,9 +45,12 @@ ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfi
 #: sluice.server.api.security (the ACL APIs answer SECURITY_DISABLED without an authorizer)
 SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
                  m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip
+#: sluice.server.api.transactional (the partition and group side of transactions)
+TXN_APIS = {m.WriteTxnMarkers.key, m.TxnOffsetCommit.key, m.DescribeProducers.key}
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key}  # fmt: skip
+          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key,
+          *TXN_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:

@@ -36,6 +36,7 @@ from sluice.server.api.groups import GroupApis
 from sluice.server.api.produce_fetch import ProduceFetchApis
 from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
+from sluice.server.api.transactional import TransactionalApis
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
     from sluice.server.replication.replica_manager import ReplicaManager
 
 
-class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis):
+class Handlers(
+    ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis, TransactionalApis
+):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
 
@@ -94,6 +97,9 @@ class Handlers(ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, 
         registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
         registry.register(m.SaslHandshake, self.sasl_handshake)
         registry.register(m.SaslAuthenticate, self.sasl_authenticate)
+        registry.register(m.WriteTxnMarkers, self.write_txn_markers)
+        registry.register(m.TxnOffsetCommit, self.txn_offset_commit)
+        registry.register(m.DescribeProducers, self.describe_producers)
 
     # --- SaslHandshake (17) / SaslAuthenticate (36) outside a login ----------------------------
     # During a login the connection's authenticator answers them; these are what reaches the

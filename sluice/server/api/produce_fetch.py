@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.protocol.records import has_transactional_batch
+from sluice.protocol.records import HEADER_SIZE, has_transactional_batch, parse_header
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 from sluice.server.security.acl import AclOperation, ResourceType
+from sluice.server.storage.log import Isolation
 
 if TYPE_CHECKING:
     from sluice.server.replication.delayed import AppendResult, DelayedProduce
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.segment import FetchSlice
 
 from sluice.server.api.base import (
     ADMIN_CLIENT_ID,
@@ -28,6 +31,31 @@ from sluice.server.api.base import (
     _FetchRead,
     log,
 )
+
+
+def _aborted_transactions(
+    log_: Log, start: int, records: FetchSlice | None, lso: int
+) -> list[m.FetchResponse.AbortedTransaction]:
+    """A read_committed fetch's ``aborted_transactions`` (the ``Log`` class docstring): the
+    aborted transactions overlapping the batches returned, ``[start, offset after the last
+    batch)``. Searched up to the LSO first (nothing more to do in the usual case of none);
+    only when some are found are the returned batches' headers walked for the exact bound."""
+    found = log_.collect_aborted_transactions(start, lso)
+    if not found:
+        return []
+    upper = start
+    if records is not None and records.size:
+        position, end = records.position, records.position + records.size
+        while end - position >= HEADER_SIZE:
+            header = parse_header(records.file.pread(HEADER_SIZE, position))
+            upper = header.next_offset
+            position += header.size
+    cls = m.FetchResponse.AbortedTransaction
+    return [
+        cls(producer_id=t.producer_id, first_offset=t.first_offset)
+        for t in found
+        if t.first_offset < upper
+    ]
 
 
 class ProduceFetchApis(ApiBase):
@@ -284,7 +312,8 @@ class ProduceFetchApis(ApiBase):
         reads = self.replicas.fetch_messages(
             wanted, body.max_bytes, isolation, body.replica_id, record_follower
         )
-        for (topic, part, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
+        committed = isolation is Isolation.TXN_COMMITTED
+        for (topic, part, offset, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
             entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
@@ -305,7 +334,7 @@ class ProduceFetchApis(ApiBase):
                     partition_index=part,
                     error_code=_code(exc) if exc is not None else errors.UnknownServerError.code,
                     high_watermark=log_.high_watermark,
-                    last_stable_offset=log_.high_watermark,
+                    last_stable_offset=log_.last_stable_offset_if_known,
                     log_start_offset=log_.log_start_offset,
                     aborted_transactions=None,
                     preferred_read_replica=-1,
@@ -318,13 +347,19 @@ class ProduceFetchApis(ApiBase):
                 if size:
                     total += size
                     sent.append((topic, size))
+                aborted = None
+                if committed:
+                    lso = partition.log.last_stable_offset
+                    aborted = _aborted_transactions(partition.log, offset, records, lso)
+                else:
+                    lso = partition.log.last_stable_offset_if_known
                 entry = part_cls(
                     partition_index=part,
                     error_code=0,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=info.log_start_offset,
-                    aborted_transactions=None,
+                    aborted_transactions=aborted,
                     preferred_read_replica=-1,
                     records=records if size else b"",
                 )

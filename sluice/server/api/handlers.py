@@ -36,6 +36,7 @@ from sluice.server.api.groups import GroupApis
 from sluice.server.api.produce_fetch import ProduceFetchApis
 from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
+from sluice.server.api.transactional import TransactionalApis
 from sluice.server.api.transactions import TransactionApis
 
 if TYPE_CHECKING:
@@ -48,7 +49,14 @@ if TYPE_CHECKING:
 
 
 class Handlers(
-    ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis, TransactionApis
+    ClusterApis,
+    ProduceFetchApis,
+    TopicApis,
+    GroupApis,
+    ConfigApis,
+    SecurityApis,
+    TransactionApis,
+    TransactionalApis,
 ):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
@@ -102,6 +110,9 @@ class Handlers(
         registry.register(m.EndTxn, self.end_txn)
         registry.register(m.DescribeTransactions, self.describe_transactions)
         registry.register(m.ListTransactions, self.list_transactions)
+        registry.register(m.WriteTxnMarkers, self.write_txn_markers)
+        registry.register(m.TxnOffsetCommit, self.txn_offset_commit)
+        registry.register(m.DescribeProducers, self.describe_producers)
 
     # --- SaslHandshake (17) / SaslAuthenticate (36) outside a login ----------------------------
     # During a login the connection's authenticator answers them; these are what reaches the

@@ -9,14 +9,22 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.protocol.records import has_transactional_batch
+from sluice.protocol.records import (
+    HEADER_SIZE,
+    first_transactional_batch,
+    has_transactional_batch,
+    parse_header,
+)
 from sluice.server.api.registry import Answer
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
+from sluice.server.storage.log import Isolation
 
 if TYPE_CHECKING:
     from sluice.server.replication.delayed import AppendResult, DelayedProduce
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.segment import FetchSlice
 
 from sluice.server.api.base import (
     ADMIN_CLIENT_ID,
@@ -30,6 +38,40 @@ from sluice.server.api.base import (
 )
 
 
+def _aborted_transactions(
+    log_: Log, start: int, records: FetchSlice | None, lso: int
+) -> list[m.FetchResponse.AbortedTransaction]:
+    """A read_committed fetch's ``aborted_transactions`` (the ``Log`` class docstring): the
+    aborted transactions overlapping the batches returned, ``[start, offset after the last
+    batch)``. Searched up to the LSO first (nothing more to do in the usual case of none);
+    only when some are found are the returned batches' headers walked for the exact bound."""
+    found = log_.collect_aborted_transactions(start, lso)
+    if not found:
+        return []
+    upper = start
+    if records is not None and records.size:
+        position, end = records.position, records.position + records.size
+        while end - position >= HEADER_SIZE:
+            header = parse_header(records.file.pread(HEADER_SIZE, position))
+            upper = header.next_offset
+            position += header.size
+    cls = m.FetchResponse.AbortedTransaction
+    return [
+        cls(producer_id=t.producer_id, first_offset=t.first_offset)
+        for t in found
+        if t.first_offset < upper
+    ]
+
+
+#: Verification errors a producer must retry, answered as NOT_ENOUGH_REPLICAS (retriable for
+#: every producer), as Kafka's ``ReplicaManager`` does for Produce up to v11.
+_VERIFY_RETRIABLE = dict.fromkeys(
+    (errors.CoordinatorLoadInProgress.code, errors.ConcurrentTransactions.code,
+     errors.CoordinatorNotAvailable.code, errors.NotCoordinator.code),
+    errors.NotEnoughReplicas.code,
+)  # fmt: skip
+
+
 class ProduceFetchApis(ApiBase):
     """This family\'s handlers (module docstring); mixed into ``Handlers``."""
 
@@ -41,15 +83,16 @@ class ProduceFetchApis(ApiBase):
 
         Transactional records are refused whole, as Kafka's ``handleProduceRequest`` refuses
         them without a transactional id the client may Write (TRANSACTIONAL_ID_AUTHORIZATION_
-        FAILED); with one, INVALID_REQUEST: Sluice has no transaction coordinator yet, so no
-        marker could ever end such a transaction, and the partition's last stable offset --
-        what read_committed consumers read up to -- would stay below it for good."""
+        FAILED); with one, each partition's transaction is verified at the coordinator first
+        (:meth:`_unverified`)."""
         denied: list[tuple[m.ProduceRequest.TopicProduceData, int]] = []
         refusal = self._transactional_refusal(body)
-        if refusal:
+        if refusal > 0:
             denied = [(t, refusal) for t in body.topic_data]
             body.topic_data = []  # (the decoded request is this call's own)
-        elif self.authorizer is not None:  # Write on each topic; the others are appended
+        if refusal < 0:
+            denied = self._unverified(body)
+        if self.authorizer is not None:  # Write on each topic; the others are appended
             allowed: list[m.ProduceRequest.TopicProduceData] = []
             for t in body.topic_data:
                 if self.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
@@ -69,12 +112,9 @@ class ProduceFetchApis(ApiBase):
         return self._produce_wait(body, delayed, denied)
 
     def _transactional_refusal(self, body: m.ProduceRequest) -> int:
-        """0, or the code refusing a request holding transactional batches (:meth:`produce`):
-        TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id the client may Write
-        (Kafka's ``handleProduceRequest``). That the partition was added to the transaction is
-        not verified (KIP-890's ``transaction.partition.verification.enable`` is not
-        implemented): as in Kafka before 3.6, a producer that skipped AddPartitionsToTxn leaves
-        a transaction the coordinator does not know, which only its own producer can create."""
+        """0 (no transactional batch), -1 (some, to verify), or the code refusing a request
+        holding transactional batches (:meth:`produce`): TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        without a transactional id the client may Write (Kafka's ``handleProduceRequest``)."""
         if not any(
             has_transactional_batch(pd.records) for t in body.topic_data for pd in t.partition_data
         ):
@@ -82,7 +122,45 @@ class ProduceFetchApis(ApiBase):
         tid = body.transactional_id
         if tid is None or not self.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
             return errors.TransactionalIdAuthorizationFailed.code
-        return 0
+        return -1
+
+    def _unverified(
+        self, body: m.ProduceRequest
+    ) -> list[tuple[m.ProduceRequest.TopicProduceData, int]]:
+        """KIP-890's verification (Kafka 3.6+, ``transaction.partition.verification.enable``):
+        a partition's transactional batch is appended only if the coordinator has the partition
+        in the producer's ongoing transaction; otherwise Kafka's verification error
+        (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+        CONCURRENT_TRANSACTIONS), the partition taken out of ``body``. Without it a batch
+        written by a producer that skipped AddPartitionsToTxn (or of an aborted transaction,
+        arriving late) opens a transaction no marker ever ends, and read_committed readers
+        stop at it for good. Verified where the id's coordinator is this broker (standalone:
+        always); a coordinator elsewhere would need AddPartitionsToTxn v4 (not implemented),
+        so such batches are appended unverified, as Kafka before 3.6 did."""
+        coordinator = self.transactions
+        tid = body.transactional_id
+        if coordinator is None or tid is None:
+            return []
+        denied = []
+        kept = []
+        cls = m.ProduceRequest.TopicProduceData
+        for t in body.topic_data:
+            good: list[tuple[m.ProduceRequest.PartitionProduceData, int]] = []
+            bad: list[tuple[m.ProduceRequest.PartitionProduceData, int]] = []
+            for pd in t.partition_data:
+                found = first_transactional_batch(pd.records)
+                code = 0
+                if found is not None:
+                    code = coordinator.verify(tid, found.producer_id, found.producer_epoch,
+                                              (t.name, pd.index))  # fmt: skip
+                    code = _VERIFY_RETRIABLE.get(code, code)
+                (bad if code else good).append((pd, code))
+            if good:
+                kept.append(cls(name=t.name, partition_data=[pd for pd, _ in good]))
+            for pd, code in bad:
+                denied.append((cls(name=t.name, partition_data=[pd]), code))
+        body.topic_data = kept
+        return denied
 
     async def _produce_wait(
         self,
@@ -289,7 +367,8 @@ class ProduceFetchApis(ApiBase):
         reads = self.replicas.fetch_messages(
             wanted, body.max_bytes, isolation, body.replica_id, record_follower
         )
-        for (topic, part, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
+        committed = isolation is Isolation.TXN_COMMITTED
+        for (topic, part, offset, *_), (partition, info, exc) in zip(wanted, reads, strict=True):
             entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
@@ -310,7 +389,7 @@ class ProduceFetchApis(ApiBase):
                     partition_index=part,
                     error_code=_code(exc) if exc is not None else errors.UnknownServerError.code,
                     high_watermark=log_.high_watermark,
-                    last_stable_offset=log_.high_watermark,
+                    last_stable_offset=log_.last_stable_offset_if_known,
                     log_start_offset=log_.log_start_offset,
                     aborted_transactions=None,
                     preferred_read_replica=-1,
@@ -323,13 +402,19 @@ class ProduceFetchApis(ApiBase):
                 if size:
                     total += size
                     sent.append((topic, size))
+                aborted = None
+                if committed:
+                    lso = partition.log.last_stable_offset
+                    aborted = _aborted_transactions(partition.log, offset, records, lso)
+                else:
+                    lso = partition.log.last_stable_offset_if_known
                 entry = part_cls(
                     partition_index=part,
                     error_code=0,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=info.log_start_offset,
-                    aborted_transactions=None,
+                    aborted_transactions=aborted,
                     preferred_read_replica=-1,
                     records=records if size else b"",
                 )

@@ -71,6 +71,7 @@ from sluice.server.replication.partition import (
     Partition,
     PartitionKey,
     ReplicationSettings,
+    TxnMarker,
 )
 from sluice.server.replication.purgatory import DelayedOperationPurgatory
 from sluice.server.storage.log import Isolation
@@ -533,40 +534,27 @@ class ReplicaManager:
         if acks not in (-1, 0, 1):
             code = errors.InvalidRequiredAcks.code
             return [AppendResult(t, i, code, None, None, -1) for t, i, _ in entries], None
-        return self._append(
-            entries,
-            acks,
-            internal_topics_allowed,
-            lambda p, records: p.append_as_leader(records, acks),
-        )
+        return self._append(entries, acks, internal_topics_allowed, Partition.append_as_leader)
 
     def append_txn_markers(
-        self,
-        partitions: Iterable[tuple[str, int]],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
+        self, entries: Iterable[tuple[str, int, TxnMarker]], timeout_ms: int
     ) -> tuple[list[AppendResult], DelayedProduce | None]:
-        """The COMMIT/ABORT marker of ``producer_id`` on each partition, as its leader, acks=all
-        (Kafka's WriteTxnMarkers path: ``appendRecords`` with origin coordinator); results and
-        waiting as :meth:`append_records`. Internal topics are allowed (``__consumer_offsets``
-        takes the markers of transactional offset commits)."""
-
-        def write(partition: Partition, _records: Any) -> AppendInfo:
-            return partition.append_end_txn_marker(
-                producer_id, producer_epoch, coordinator_epoch, commit
-            )
-
-        return self._append(((t, i, b"marker") for t, i in partitions), -1, True, write)
+        """WriteTxnMarkers: the leader append of each ``(topic, partition, marker)`` as Kafka's
+        ``appendRecords`` with origin Coordinator, ``requiredAcks = -1`` and internal topics
+        allowed (markers go to ``__consumer_offsets`` too). Results and waiting as
+        :meth:`append_records`; the producer-state checks of the marker (INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED) become the entry's error code."""
+        return self._append(entries, -1, True, Partition.append_end_txn_marker)
 
     def _append(
         self,
         entries: Iterable[tuple[str, int, Any]],
         acks: int,
         internal_topics_allowed: bool,
-        write: Callable[[Partition, Any], AppendInfo],
+        append: Callable[[Partition, Any, int], AppendInfo],
     ) -> tuple[list[AppendResult], DelayedProduce | None]:
+        """The loop of :meth:`append_records` / :meth:`append_txn_markers`: ``append`` writes
+        one entry's payload to a partition it leads."""
         results: list[AppendResult] = []
         pending: dict[int, tuple[Partition, int]] | None = {} if acks == -1 else None
         for topic, index, records in entries:
@@ -587,7 +575,7 @@ class ReplicaManager:
             log_ = partition.log
             hw_before = log_.high_watermark
             try:
-                info = write(partition, records)
+                info = append(partition, records, acks)
             except errors.KafkaError as exc:
                 log.info("produce rejected", topic=topic, partition=index, error=str(exc))
                 results.append(AppendResult(topic, index, exc.code, str(exc), None, -1))

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from sluice.protocol import errors
+from sluice.server.replication.partition import TxnMarker
 from sluice.server.replication.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
@@ -41,6 +42,7 @@ class MarkerWriter:
         remote: RemoteMarkerSender | None = None,
     ) -> None:
         self._replicas = replicas
+        self._timeout_ms = timeout_ms
         self._timeout_s = timeout_ms / 1000
         self._leader_of = leader_of
         self.remote = remote
@@ -76,8 +78,9 @@ class MarkerWriter:
             if self.remote is not None
         ]
         if local:
+            marker = TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit)
             results, delayed = self._replicas.append_txn_markers(
-                local, producer_id, producer_epoch, coordinator_epoch, commit
+                [(t, i, marker) for t, i in local], self._timeout_ms
             )
             if delayed is not None:
                 await self._replicas.produce_purgatory.wait(delayed, self._timeout_s)

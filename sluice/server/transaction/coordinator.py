@@ -146,12 +146,15 @@ class TransactionCoordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._stopped = False
+        #: Every id is coordinated here (:meth:`load`).
+        self._standalone = False
 
     # ------------------------------------------------------------------ ownership
 
     def load(self) -> None:
         """Standalone: own every partition of an existing topic now (coordinator epoch 0);
         the topic itself is created on the first FindCoordinator (:meth:`ensure_ready`)."""
+        self._standalone = True
         if self.log.open():
             for partition in range(self.log.num_partitions):
                 self._install(partition, 0, self._read(partition))
@@ -528,6 +531,29 @@ class TransactionCoordinator:
                 return
             meta.pending = complete.state  # _append abandoned it: try again
             await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
+
+    def verify(
+        self, txn_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition
+    ) -> int:
+        """Produce's KIP-890 check (Kafka's ``handleVerifyPartitionsInTransaction``): 0 when
+        ``partition`` is in the ongoing transaction of that producer, or when this broker does
+        not coordinate the id (nothing to check here); else the error Kafka answers."""
+        code, _p, txns = self._lookup(txn_id)
+        if txns is None:
+            if code != errors.NotCoordinator.code:
+                return code
+            # standalone every id is ours: no partition means no id was ever initialized
+            return errors.InvalidProducerIdMapping.code if self._standalone else NONE
+        meta = txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            return errors.InvalidProducerIdMapping.code
+        if meta.producer_epoch != producer_epoch:
+            return errors.ProducerFenced.code
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return errors.ConcurrentTransactions.code
+        if meta.state != TxnState.ONGOING or partition not in meta.partitions:
+            return errors.InvalidTxnState.code
+        return NONE
 
     # ------------------------------------------------------------------ admin
 

@@ -29,6 +29,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
+from sluice.protocol import messages as m
 from sluice.server.api.handlers import Handlers
 from sluice.server.config import Config, ConfigError, MetricsListener
 from sluice.server.config_def import NO_BOUND
@@ -38,6 +39,7 @@ from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
 from sluice.server.network.listener import ListenerSecurity
 from sluice.server.network.quotas import ConnectionQuotas, RequestQuota
+from sluice.server.network.request import CloseConnection
 from sluice.server.replication.partition import ReplicationSettings
 from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.security.errors import SecurityError
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
     from sluice.server.replication.partition import Partition
+    from sluice.server.replication.txn_markers import MarkerChannel
     from sluice.server.security.authenticator import SaslServerAuthenticator
     from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
     from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
@@ -87,6 +90,7 @@ class Server:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self._marker_channel: MarkerChannel | None = None
         self.handlers: Handlers | None = None
         #: Cluster mode (``zookeeper.connect``): this broker's ZooKeeper side.
         self.cluster: ClusterMember | None = None
@@ -169,6 +173,8 @@ class Server:
             self._listener_security = self._make_listener_security()
             if config.cluster_mode:
                 self._inter_broker_client = self._inter_broker_security()
+                if self._marker_channel is not None:
+                    self._marker_channel.security = self._inter_broker_client
             for listener in config.listeners:
                 server = await loop.create_server(
                     functools.partial(self._make_connection, listener.name),
@@ -344,7 +350,7 @@ class Server:
         through :class:`~sluice.server.replication.txn_markers.MarkerWriter`. Standalone it owns
         every partition now; in a cluster those this broker leads."""
         from sluice.server.replication.offsets_appender import ReplicaAppender
-        from sluice.server.replication.txn_markers import MarkerWriter
+        from sluice.server.replication.txn_markers import MarkerChannel
         from sluice.server.transaction.config import TransactionConfig
         from sluice.server.transaction.coordinator import TransactionCoordinator
         from sluice.server.transaction.state_log import (
@@ -370,11 +376,29 @@ class Server:
             found = handlers.metadata_view.partition(topic, index)
             return -1 if found is None else found.leader
 
+        async def local_markers(request: m.WriteTxnMarkersRequest) -> m.WriteTxnMarkersResponse:
+            answer = handlers.write_markers(request)
+            if not isinstance(answer, m.WriteTxnMarkersResponse):
+                assert answer is not None and not isinstance(answer, CloseConnection)
+                answer = await answer
+            assert isinstance(answer, m.WriteTxnMarkersResponse)
+            return answer
+
+        def address_of(broker_id: int) -> tuple[str, int] | None:
+            return None if self.cluster is None else self.cluster.cache.address(broker_id)
+
+        self._marker_channel = MarkerChannel(
+            self.config.node_id,
+            local_markers,
+            leader_of,
+            address_of,
+            request_timeout_ms=_REQUEST_TIMEOUT_MS,
+        )
         coordinator = TransactionCoordinator(
             state_log,
             txn_config,
             lambda: handlers.metadata_view.allocate_producer_id(),
-            MarkerWriter(replicas, _REQUEST_TIMEOUT_MS, leader_of),
+            self._marker_channel,
             topic_exists=lambda topic: topic in handlers.metadata_view.topics(),
         )
         handlers.set_transactions(coordinator, (txn_config.state_log_num_partitions, rf, configs))
@@ -625,6 +649,8 @@ class Server:
             self.group_coordinator.shutdown()
         if self.transaction_coordinator is not None:
             self.transaction_coordinator.shutdown()
+        if self._marker_channel is not None:
+            self._marker_channel.close()
         # 3. finish in-flight requests within a bound.
         waits = [asyncio.ensure_future(conn.wait_idle()) for conn in connections]
         if waits and not self._force_exit:

@@ -5,7 +5,7 @@ same ``transactional.id``, ``send_offsets_to_transaction``'s AddOffsetsToTxn, th
 coordinator's state in ``__transaction_state`` and DescribeTransactions / ListTransactions. What
 a partition holds afterwards is read from its segment files (the markers the coordinator wrote,
 their COMMIT/ABORT type, producer id and epoch), so the test does not depend on
-``read_committed`` Fetch (another branch's work).
+``read_committed`` Fetch; consumers with both isolation levels read the outcome too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.protocol import messages as m
@@ -219,3 +226,102 @@ async def _admin_request(broker: BrokerProcess, key: int, body: object) -> Any:
         return await client.request(key, 0, body)
     finally:
         await client.close()
+
+
+def _read_all(broker: BrokerProcess, topic: str, isolation: str, expect: int) -> list[bytes]:
+    """Every value a consumer with ``isolation.level`` reads from partition 0 (until ``expect``
+    values, bounded)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"read-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < expect and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def test_read_committed_consumer_never_sees_aborted_records(broker: BrokerProcess) -> None:
+    topic = _topic(broker, 1)
+    producer = _producer(broker, f"tx-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted-1", partition=0)
+    producer.produce(topic, value=b"aborted-2", partition=0)
+    producer.flush(DEADLINE_S)
+    producer.abort_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed", partition=0)
+    producer.commit_transaction(DEADLINE_S)
+    assert _read_all(broker, topic, "read_committed", 1) == [b"committed"]
+    uncommitted = _read_all(broker, topic, "read_uncommitted", 3)
+    assert uncommitted == [b"aborted-1", b"aborted-2", b"committed"]
+
+
+def test_send_offsets_to_transaction_commits_with_the_transaction(broker: BrokerProcess) -> None:
+    """Consume-transform-produce: the group's offsets become visible with the COMMIT and are
+    dropped with an ABORT (AddOffsetsToTxn here, TxnOffsetCommit at the group coordinator)."""
+    source = _topic(broker, 1)
+    sink = _topic(broker, 1)
+    feeder = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(4):
+        feeder.produce(source, value=f"in-{i}".encode(), partition=0)
+    feeder.flush(DEADLINE_S)
+    group = f"eos-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = _producer(broker, f"tx-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(DEADLINE_S)
+    try:
+        consumer.assign([TopicPartition(source, 0, OFFSET_BEGINNING)])
+        seen: list[Any] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(seen) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.append(msg)
+        # an aborted transaction leaves no committed offset
+        producer.begin_transaction()
+        producer.produce(sink, value=b"out-aborted", partition=0)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 2)], consumer.consumer_group_metadata(), DEADLINE_S
+        )
+        producer.abort_transaction(DEADLINE_S)
+        committed = consumer.committed([TopicPartition(source, 0)], DEADLINE_S)
+        assert committed[0].offset < 0
+        # a committed one commits the offset with the output
+        producer.begin_transaction()
+        producer.produce(sink, value=b"out", partition=0)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 2)], consumer.consumer_group_metadata(), DEADLINE_S
+        )
+        producer.commit_transaction(DEADLINE_S)
+        offsets = _wait_for(
+            lambda: [
+                tp.offset
+                for tp in consumer.committed([TopicPartition(source, 0)], DEADLINE_S)
+                if tp.offset == 2
+            ],
+            "the committed offset",
+        )
+        assert offsets == [2]
+    finally:
+        consumer.close()
+    assert _read_all(broker, sink, "read_committed", 1) == [b"out"]

@@ -57,6 +57,12 @@ class TransactionalApis(ApiBase):
                 [(mk, [(t.name, p, code) for t in mk.topics for p in t.partition_indexes])
                  for mk in body.markers]
             )  # fmt: skip
+        return self.write_markers(body)
+
+    def write_markers(self, body: m.WriteTxnMarkersRequest) -> Answer[m.WriteTxnMarkersResponse]:
+        """:meth:`write_txn_markers` once authorized: what this broker's own transaction
+        coordinator calls in-process for the partitions it leads
+        (:mod:`sluice.server.replication.txn_markers`)."""
         entries: list[_MarkerEntry] = []
         answers: list[tuple[m.WriteTxnMarkersRequest.WritableTxnMarker, list[int | None]]] = []
         for mk in body.markers:

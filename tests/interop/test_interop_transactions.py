@@ -325,3 +325,40 @@ def test_send_offsets_to_transaction_commits_with_the_transaction(broker: Broker
     finally:
         consumer.close()
     assert _read_all(broker, sink, "read_committed", 1) == [b"out"]
+
+
+def test_cli_transactions_list_and_describe(broker: BrokerProcess) -> None:
+    from click.testing import CliRunner
+
+    from sluice.cli.main import cli
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(
+            cli, [*args, "--bootstrap-server", broker.bootstrap], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    topic = _topic(broker, 1)
+    txn_id = f"cli-{uuid.uuid4().hex[:6]}"
+    producer = _producer(broker, txn_id)
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"x", partition=0)
+    producer.flush(DEADLINE_S)
+    listed = run("transactions", "list", "--state", "Ongoing")
+    row = next(line for line in listed.splitlines() if txn_id in line)
+    assert "Ongoing" in row
+    described = run("transactions", "describe", "--transactional-id", txn_id)
+    assert txn_id in described and "Ongoing" in described and f"{topic}-0" in described
+    producer.commit_transaction(DEADLINE_S)
+    _wait_for(
+        lambda: "CompleteCommit" in run("transactions", "describe", "--transactional-id", txn_id),
+        "CompleteCommit",
+    )
+    assert txn_id not in run("transactions", "list", "--state", "Ongoing")
+    result = CliRunner().invoke(
+        cli, ["transactions", "describe", "--transactional-id", "nobody-here",
+              "--bootstrap-server", broker.bootstrap],
+    )  # fmt: skip
+    assert result.exit_code == 1 and "TransactionalIdNotFound" in result.output

@@ -59,6 +59,7 @@ from sluice.protocol.records import (
 from sluice.protocol.schema import F, Message, StructSchema
 
 if TYPE_CHECKING:
+    from sluice.protocol.records import BatchHeader, Record
     from sluice.server.storage.log import Log
     from sluice.server.storage.log_manager import LogManager
 
@@ -359,25 +360,12 @@ class OffsetsStore:
 
         Undecodable records (a newer Kafka's consumer-group records, damage) are skipped.
         """
-        from sluice.server.storage.log import Isolation
-
         log_ = self.log_if_open(partition)
         if log_ is None:
             return
-        offset = log_.log_start_offset
-        while offset < log_.log_end_offset:
-            info = log_.read(
-                offset, self._load_buffer_bytes, Isolation.LOG_END, min_one_message=True
-            )
-            if info.slice is None or info.slice.size == 0:
-                break
-            data = info.slice.read_bytes()
-            next_offset = offset
+        for records in read_log_chunks(log_, self._load_buffer_bytes):
             chunk: list[LoadedRecord] = []
-            for header, record in iter_records(data):
-                next_offset = header.next_offset
-                if record.offset < offset:
-                    continue
+            for header, record in records:
                 if header.is_control:
                     if header.producer_id >= 0 and record.key is not None:
                         marker = _marker_of(record.key, record.value)
@@ -396,9 +384,6 @@ class OffsetsStore:
                     pid = header.producer_id if header.is_transactional else -1
                     decoded = replace(decoded, producer_id=pid, position=header.base_offset)
                 chunk.append(decoded)
-            if next_offset <= offset:
-                break
-            offset = next_offset
             yield chunk
 
     def replay(self) -> Iterator[LoadedRecord]:
@@ -416,3 +401,27 @@ def _marker_of(key: bytes, value: bytes | None) -> EndTxnMarker | None:
         return parse_end_txn_marker(key, value)
     except CorruptRecordError:
         return None
+
+
+def read_log_chunks(log_: Log, buffer_bytes: int) -> Iterator[list[tuple[BatchHeader, Record]]]:
+    """A coordinator's load: the records of ``log_`` from its log start to its log end offset
+    (LEO, as Kafka's loaders read: FetchLogEnd), one list per read of ``buffer_bytes``, in log
+    order, control batches' records included (records below the read's start, from a batch that
+    began before it, are left out)."""
+    from sluice.server.storage.log import Isolation
+
+    offset = log_.log_start_offset
+    while offset < log_.log_end_offset:
+        info = log_.read(offset, buffer_bytes, Isolation.LOG_END, min_one_message=True)
+        if info.slice is None or info.slice.size == 0:
+            break
+        next_offset = offset
+        chunk: list[tuple[BatchHeader, Record]] = []
+        for header, record in iter_records(info.slice.read_bytes()):
+            next_offset = header.next_offset
+            if record.offset >= offset:
+                chunk.append((header, record))
+        if next_offset <= offset:
+            break
+        offset = next_offset
+        yield chunk

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -91,6 +91,7 @@ _RETRIABLE_APPEND = {
 _NOT_COORDINATOR_APPEND = {errors.NotLeaderOrFollower.code, errors.KafkaStorageError.code}
 _FATAL_APPEND = {errors.MessageTooLarge.code, errors.RecordListTooLarge.code}
 #: Marker answers that stop the sending: someone newer is in charge of the partition.
+_ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _MARKER_FENCED = {errors.InvalidProducerEpoch.code, errors.TransactionCoordinatorFenced.code}
 
 
@@ -157,7 +158,9 @@ class TransactionCoordinator:
         self._standalone = True
         if self.log.open():
             for partition in range(self.log.num_partitions):
-                self._install(partition, 0, self._read(partition))
+                self._install(partition, 0, self._read(partition), announce=False)
+            log.info("transaction state loaded", partitions=self.log.num_partitions,
+                     transactional_ids=sum(len(t) for t in self._owned.values()))  # fmt: skip
         self._start_timers()
 
     def ensure_ready(self) -> int:
@@ -168,7 +171,7 @@ class TransactionCoordinator:
             if not self.log.open():
                 self.log.ensure_topic()
                 for partition in range(self.log.num_partitions):
-                    self._install(partition, 0, {})
+                    self._install(partition, 0, {}, announce=False)
         except Exception:
             log.exception("cannot create the transaction state topic")
             return errors.CoordinatorNotAvailable.code
@@ -233,12 +236,15 @@ class TransactionCoordinator:
         del self._loading[partition]
         self._install(partition, epoch, txns)
 
-    def _install(self, partition: int, epoch: int, txns: dict[str, TxnMetadata]) -> None:
+    def _install(
+        self, partition: int, epoch: int, txns: dict[str, TxnMetadata], *, announce: bool = True
+    ) -> None:
         """Serve ``partition``'s ids; finish the transactions found half-way (markers again)."""
         self._owned[partition] = txns
         self._epochs[partition] = epoch
-        log.info("transaction state partition loaded", partition=partition,
-                 coordinator_epoch=epoch, transactional_ids=len(txns))  # fmt: skip
+        if announce:
+            log.info("transaction state partition loaded", partition=partition,
+                     coordinator_epoch=epoch, transactional_ids=len(txns))  # fmt: skip
         for meta in txns.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 self._spawn(self._send_markers(meta, partition, epoch))
@@ -594,6 +600,15 @@ class TransactionCoordinator:
             self._loop.call_later(config.remove_expired_interval_ms / 1000, self._remove_expired),
         ]
 
+    def _idle(self) -> Iterator[tuple[int, int, TxnMetadata]]:
+        """``(partition, coordinator epoch, metadata)`` of every owned id without a pending
+        transition (a snapshot: the timers change the dicts as they go)."""
+        for partition, txns in list(self._owned.items()):
+            epoch = self._epochs[partition]
+            for meta in list(txns.values()):
+                if meta.pending is None:
+                    yield partition, epoch, meta
+
     def _abort_timed_out(self) -> None:
         """Kafka's ``abortTimedOutTransactions``."""
         if self._stopped:
@@ -602,20 +617,13 @@ class TransactionCoordinator:
             self.config.abort_timed_out_interval_ms / 1000, self._abort_timed_out
         )
         now = self._clock()
-        for partition, txns in list(self._owned.items()):
-            epoch = self._epochs[partition]
-            for meta in list(txns.values()):
-                if (
-                    meta.state == TxnState.ONGOING
-                    and meta.pending is None
-                    and meta.start_ms + meta.timeout_ms < now
-                ):
-                    log.info("aborting a timed-out transaction",
-                             transactional_id=meta.transactional_id,
-                             producer_id=meta.producer_id, timeout_ms=meta.timeout_ms)  # fmt: skip
-                    fence = meta.prepare_fence_epoch()
-                    self._spawn(self._end(meta, partition, epoch, fence.producer_epoch, False,
-                                          from_client=False, fence=fence))  # fmt: skip
+        for partition, epoch, meta in self._idle():
+            if meta.state == TxnState.ONGOING and meta.start_ms + meta.timeout_ms < now:
+                log.info("aborting a timed-out transaction", transactional_id=meta.transactional_id,
+                         producer_id=meta.producer_id, timeout_ms=meta.timeout_ms)  # fmt: skip
+                fence = meta.prepare_fence_epoch()
+                self._spawn(self._end(meta, partition, epoch, fence.producer_epoch, False,
+                                      from_client=False, fence=fence))  # fmt: skip
 
     def _remove_expired(self) -> None:
         """Kafka's ``removeExpiredTransactionalIds``: tombstones for ids left alone too long."""
@@ -624,16 +632,8 @@ class TransactionCoordinator:
         self._timers[1] = self._loop.call_later(
             self.config.remove_expired_interval_ms / 1000, self._remove_expired
         )
-        now = self._clock()
-        limit = self.config.transactional_id_expiration_ms
-        for partition, txns in list(self._owned.items()):
-            epoch = self._epochs[partition]
-            for meta in list(txns.values()):
-                if (
-                    meta.state
-                    in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-                    and meta.pending is None
-                    and meta.last_update_ms + limit <= now
-                ):
-                    log.info("transactional id expired", transactional_id=meta.transactional_id)
-                    self._write(meta, partition, epoch, meta.prepare_dead())
+        limit = self._clock() - self.config.transactional_id_expiration_ms
+        for partition, epoch, meta in self._idle():
+            if meta.state in _ENDED and meta.last_update_ms <= limit:
+                log.info("transactional id expired", transactional_id=meta.transactional_id)
+                self._write(meta, partition, epoch, meta.prepare_dead())

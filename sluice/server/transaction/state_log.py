@@ -41,9 +41,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.records import RecordBatchBuilder, iter_records
+from sluice.protocol.records import RecordBatchBuilder
 from sluice.protocol.schema import F, StructSchema
-from sluice.server.group.offsets_store import Appender, AppendOutcome, partition_for
+from sluice.server.group.offsets_store import (
+    Appender,
+    AppendOutcome,
+    partition_for,
+    read_log_chunks,
+)
 
 if TYPE_CHECKING:
     from sluice.server.storage.log import Log
@@ -229,24 +234,13 @@ class TxnStateLog:
         """``(transactional id, value or None)`` of ``partition`` from its log start to its log
         end offset, one list per read of ``transaction.state.log.load.buffer.size`` bytes, in log
         order (the last value of an id wins). Undecodable records are skipped."""
-        from sluice.server.storage.log import Isolation
-
         log_: Log | None = self._logs.get_log(TRANSACTION_STATE_TOPIC, partition)
         if log_ is None:
             return
-        offset = log_.log_start_offset
-        while offset < log_.log_end_offset:
-            info = log_.read(
-                offset, self._load_buffer_bytes, Isolation.LOG_END, min_one_message=True
-            )
-            if info.slice is None or info.slice.size == 0:
-                break
-            data = info.slice.read_bytes()
-            next_offset = offset
+        for records in read_log_chunks(log_, self._load_buffer_bytes):
             chunk: list[tuple[str, TxnLogValue | None]] = []
-            for header, record in iter_records(data):
-                next_offset = header.next_offset
-                if header.is_control or record.key is None or record.offset < offset:
+            for header, record in records:
+                if header.is_control or record.key is None:
                     continue
                 try:
                     txn_id = decode_key(record.key)
@@ -254,7 +248,4 @@ class TxnStateLog:
                         chunk.append((txn_id, decode_value(record.value)))
                 except ProtocolError:
                     continue
-            if next_offset <= offset:
-                break
-            offset = next_offset
             yield chunk

@@ -20,6 +20,7 @@ KNOWN = (
     "txn_storage",
     "restart",
     "cleaner",
+    "transactions",
 )
 
 

@@ -10,7 +10,8 @@ commit: EndTxn, PrepareCommit written, markers to the 3 partitions, CompleteComm
 producer waits for the EndTxn answer). Runs alternate (idempotent, then each commit interval),
 ``--runs`` times, so every kind sees the same neighbours' load; the best and median records/s
 of each are printed. Each producer first sends one record (one transaction) untimed, so the
-figures are steady state, not the first metadata and producer id round trips.
+figures are steady state, not the first metadata and producer id round trips. Figures for
+this machine and this moment: ``bench/NOTES.md``.
 """
 
 from __future__ import annotations

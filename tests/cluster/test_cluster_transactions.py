@@ -90,3 +90,43 @@ def test_commit_across_a_coordinator_failover(sluice_cluster: EmbeddedCluster) -
     assert sorted(values) == sorted(
         [b"first-%02d" % i for i in range(30)] + [b"second-%02d" % i for i in range(30)]
     )
+
+
+@pytest.mark.sluice_cluster(
+    properties={
+        "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    }
+)
+def test_abort_and_commit_across_a_partition_leader_failover(
+    sluice_cluster: EmbeddedCluster,
+) -> None:
+    """The leader of a partition of the transaction dies between its records and EndTxn (not
+    the coordinator): the markers go to the new leader (retried until it is known), and a
+    read_committed consumer sees the committed transaction whole and the aborted one not."""
+    cluster = sluice_cluster
+    bootstrap = cluster.bootstrap_servers
+    txn_id = "tx-leader-moves"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(WAIT)
+    coordinator = cluster.leader_of("__transaction_state", partition_for(txn_id, TXN_PARTITIONS))
+    # both partitions led by another broker than the coordinator (the first replica leads)
+    victim = next(b for b in cluster.ids if b != coordinator)
+    replicas = [victim] + [b for b in cluster.ids if b != victim]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic("moved", 2, replica_assignment=[replicas, replicas])
+    admin.create_topics([topic])["moved"].result(WAIT)
+    cluster.wait_for(lambda: cluster.leader_of("moved", 1) == victim, "the leaders")
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce("moved", value=b"aborted-%02d" % i, partition=i % 2)
+    producer.flush(WAIT)
+    cluster.kill(victim)
+    producer.abort_transaction(WAIT)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce("moved", value=b"kept-%02d" % i, partition=i % 2)
+    producer.commit_transaction(WAIT)
+    values = _read_committed(bootstrap, "moved", 2, 20)
+    assert sorted(values) == sorted(b"kept-%02d" % i for i in range(20))

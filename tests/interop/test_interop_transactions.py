@@ -362,3 +362,37 @@ def test_cli_transactions_list_and_describe(broker: BrokerProcess) -> None:
               "--bootstrap-server", broker.bootstrap],
     )  # fmt: skip
     assert result.exit_code == 1 and "TransactionalIdNotFound" in result.output
+
+
+def test_transactional_state_survives_a_restart(tmp_path: Path) -> None:
+    """A restart reloads every transactional id from ``__transaction_state``: the next producer
+    instance gets the same producer id at the next epoch, not a new id at epoch 0."""
+    from tests.broker_util import start_broker
+
+    data = tmp_path / "data"
+    overrides = ["transaction.state.log.num.partitions=3"]
+    broker = start_broker(data, overrides=overrides)
+    try:
+        topic = _topic(broker, 1)
+        producer = _producer(broker, "restart-me")
+        producer.init_transactions(DEADLINE_S)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"before", partition=0)
+        producer.commit_transaction(DEADLINE_S)
+        pid = _wait_for(lambda: _markers(broker, topic, 0), "the COMMIT marker")[0][0]
+        del producer
+    finally:
+        assert broker.stop() == 0
+    broker = start_broker(data, overrides=overrides, port=broker.port)
+    try:
+        again = _producer(broker, "restart-me")
+        again.init_transactions(DEADLINE_S)
+        again.begin_transaction()
+        again.produce(topic, value=b"after", partition=0)
+        again.commit_transaction(DEADLINE_S)
+        markers = _wait_for(lambda: len(_markers(broker, topic, 0)) == 2 and _markers(
+            broker, topic, 0), "the second COMMIT marker")  # fmt: skip
+        assert markers == [(pid, 0, True), (pid, 1, True)]  # epoch 1: the state was reloaded
+        assert _read_all(broker, topic, "read_committed", 2) == [b"before", b"after"]
+    finally:
+        assert broker.stop() == 0

@@ -110,6 +110,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         PROTOCOL,
         STORAGE,
         "sluice.server.group",
+        "sluice.server.transaction",
         "sluice.server.replication",
         "sluice.server.metadata",
         "sluice.server.config",

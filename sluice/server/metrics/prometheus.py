@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.storage.log_manager import LogManager
+    from sluice.server.transaction.coordinator import TransactionCoordinator
 
 log = get_logger("sluice.metrics")
 
@@ -108,6 +109,8 @@ class BrokerState(Protocol):
     def replica_manager(self) -> ReplicaManager | None: ...
     @property
     def group_coordinator(self) -> GroupCoordinator | None: ...
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None: ...
 
 
 class BrokerCollector(Collector):
@@ -143,6 +146,7 @@ class BrokerCollector(Collector):
         yield from self._replicas()
         yield from self._controller()
         yield from self._groups()
+        yield from self._transactions()
         listener = server.config.listener.name
         family = _family("kafka_server_socket_server_metrics_connection_count")
         family.add_metric([listener], len(server.connections))
@@ -248,6 +252,17 @@ class BrokerCollector(Collector):
                     if log_ is not None and not log_.closed:
                         lag.add_metric(labels, max(log_.high_watermark - committed.offset, 0))
         yield from (current, lag)
+
+    def _transactions(self) -> Iterator[Metric]:
+        """The transaction coordinator's state, read when scraped."""
+        load = _family("kafka_server_transaction_coordinator_metrics_partition_load_time_max")
+        states = _family("kafka_transactions")
+        coordinator = self._server.transaction_coordinator
+        if coordinator is not None:
+            load.add_metric([], coordinator.max_load_time_ms)
+            for state, count in sorted(coordinator.state_counts().items()):
+                states.add_metric([state], count)
+        yield from (load, states)
 
 
 class OnLoopCollector(Collector):

@@ -149,6 +149,8 @@ class TransactionCoordinator:
         self._stopped = False
         #: Every id is coordinated here (:meth:`load`).
         self._standalone = False
+        #: The longest partition load so far (``partition-load-time-max``), in ms.
+        self.max_load_time_ms = 0.0
 
     # ------------------------------------------------------------------ ownership
 
@@ -158,7 +160,11 @@ class TransactionCoordinator:
         self._standalone = True
         if self.log.open():
             for partition in range(self.log.num_partitions):
-                self._install(partition, 0, self._read(partition), announce=False)
+                started = time.monotonic()
+                txns = self._read(partition)
+                elapsed_ms = (time.monotonic() - started) * 1000
+                self.max_load_time_ms = max(self.max_load_time_ms, elapsed_ms)
+                self._install(partition, 0, txns, announce=False)
             log.info("transaction state loaded", partitions=self.log.num_partitions,
                      transactional_ids=sum(len(t) for t in self._owned.values()))  # fmt: skip
         self._start_timers()
@@ -224,6 +230,7 @@ class TransactionCoordinator:
                 txns[txn_id] = TxnMetadata.from_log(txn_id, value)  # type: ignore[arg-type]
 
     async def _load(self, partition: int, epoch: int) -> None:
+        started = time.monotonic()
         txns: dict[str, TxnMetadata] = {}
         try:
             for chunk in self.log.read_partition(partition):
@@ -234,6 +241,8 @@ class TransactionCoordinator:
         if self._loading.get(partition) is not asyncio.current_task():
             return
         del self._loading[partition]
+        elapsed_ms = (time.monotonic() - started) * 1000
+        self.max_load_time_ms = max(self.max_load_time_ms, elapsed_ms)
         self._install(partition, epoch, txns)
 
     def _install(
@@ -248,6 +257,14 @@ class TransactionCoordinator:
         for meta in txns.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 self._spawn(self._send_markers(meta, partition, epoch))
+
+    def state_counts(self) -> dict[str, int]:
+        """How many owned ids are in each state (by Kafka's state names), for ``/metrics``."""
+        counts: dict[str, int] = {}
+        for txns in self._owned.values():
+            for meta in txns.values():
+                counts[meta.state.kafka_name] = counts.get(meta.state.kafka_name, 0) + 1
+        return counts
 
     @property
     def owned_partitions(self) -> frozenset[int]:

@@ -34,6 +34,12 @@ fenced by the abort markers (INVALID_PRODUCER_EPOCH at the partitions, PRODUCER_
 KIP-360: an InitProducerId v3+ carrying the producer's id and epoch bumps the epoch of that
 producer (or answers the same bump again to a retry), anything else is PRODUCER_FENCED.
 
+**Produce verification** (KIP-890 part 1): :meth:`TransactionCoordinator.verify` tells the
+Produce handler whether a transactional batch's partition is in its producer's ongoing
+transaction, so that a batch nobody will end (a producer that skipped AddPartitionsToTxn, or a
+late retry of an aborted transaction) is refused instead of opening a transaction no marker
+closes.
+
 **Timers**: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` ongoing
 transactions past their ``transaction.timeout.ms`` are aborted (epoch fenced first, as Kafka);
 every ``transaction.remove.expired.transaction.cleanup.interval.ms`` ended ids untouched for

@@ -253,3 +253,110 @@ async def test_describe_producers(server: Server, client: WireClient) -> None:
     resp = await client.request(m.DescribeProducers.key, 0, req)
     after = {s.producer_id: s for s in resp.topics[0].partitions[0].active_producers}
     assert after[21].current_txn_start_offset == -1 and after[21].coordinator_epoch == 5
+
+
+# --- TxnOffsetCommit and the group coordinator's pending offsets ---------------------------------
+
+
+async def txn_commit(
+    c: WireClient,
+    group: str,
+    pid: int,
+    offsets: dict[tuple[str, int], int],
+    version: int = 3,
+    **kw: Any,
+) -> dict[tuple[str, int], int]:
+    cls = m.TxnOffsetCommitRequest
+    topic_cls = cls.TxnOffsetCommitRequestTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, part), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(topic_cls.TxnOffsetCommitRequestPartition(
+            partition_index=part, committed_offset=offset, committed_metadata="m"))  # fmt: skip
+    req = cls(
+        transactional_id="tx", group_id=group, producer_id=pid, producer_epoch=0,
+        topics=[topic_cls(name=t, partitions=ps) for t, ps in by_topic.items()], **kw,
+    )  # fmt: skip
+    resp = await c.request(m.TxnOffsetCommit.key, version, req)
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+async def committed(c: WireClient, group: str, topic: str, part: int = 0) -> int:
+    cls = m.OffsetFetchRequest
+    req = cls(
+        group_id=group, topics=[cls.OffsetFetchRequestTopic(name=topic, partition_indexes=[part])]
+    )
+    resp = await c.request(m.OffsetFetch.key, 5, req)
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == 0 and resp.error_code == 0
+    return int(p.committed_offset)
+
+
+async def test_txn_offsets_pending_until_the_marker(server: Server, client: WireClient) -> None:
+    assert await create_topic(client, "in", 2) == 0
+    assert await txn_commit(client, "g1", 500, {("in", 0): 10, ("in", 1): 20}) == {
+        ("in", 0): 0, ("in", 1): 0,
+    }  # fmt: skip
+    assert await committed(client, "g1", "in", 0) == -1  # pending: invisible
+    offsets_partition = server.group_coordinator.store.partition_for("g1")
+    end = {"__consumer_offsets": [offsets_partition]}
+    assert await write_markers(client, marker(500, True, end)) == {
+        (500, "__consumer_offsets", offsets_partition): 0
+    }
+    assert await committed(client, "g1", "in", 0) == 10
+    assert await committed(client, "g1", "in", 1) == 20
+
+    # An aborted transaction's offsets are dropped.
+    assert await txn_commit(client, "g1", 501, {("in", 0): 99}, version=0) == {("in", 0): 0}
+    await write_markers(client, marker(501, False, end))
+    assert await committed(client, "g1", "in", 0) == 10
+
+    # A plain commit written after a transaction's offsets wins over them at its commit.
+    assert await txn_commit(client, "g1", 502, {("in", 1): 30}) == {("in", 1): 0}
+    cls = m.OffsetCommitRequest
+    plain = cls(group_id="g1", generation_id_or_member_epoch=-1, member_id="", topics=[
+        cls.OffsetCommitRequestTopic(name="in", partitions=[
+            cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=1, committed_offset=40, committed_metadata=None)])])  # fmt: skip
+    resp = await client.request(m.OffsetCommit.key, 7, plain)
+    assert resp.topics[0].partitions[0].error_code == 0
+    await write_markers(client, marker(502, True, end))
+    assert await committed(client, "g1", "in", 1) == 40
+
+    # KIP-447 (v3): a named member must be one of the group's.
+    codes = await txn_commit(client, "g1", 503, {("in", 0): 1}, generation_id=4, member_id="m-1")
+    assert codes == {("in", 0): errors.UnknownMemberId.code}
+    # Unknown partitions are refused one by one.
+    assert await txn_commit(client, "g1", 503, {("nope", 0): 1}) == {
+        ("nope", 0): errors.UnknownTopicOrPartition.code
+    }
+
+
+async def test_pending_txn_offsets_survive_a_restart(tmp_path: Path) -> None:
+    """The coordinator's load keeps a transaction's offsets pending until a marker in the log
+    decides them (Kafka's loader); a marker written after the load completes them too."""
+    srv = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await create_topic(c, "in") == 0
+        assert await txn_commit(c, "g2", 600, {("in", 0): 5}) == {("in", 0): 0}  # committed
+        assert await txn_commit(c, "g2", 601, {("in", 0): 6}) == {("in", 0): 0}  # aborted
+        assert await txn_commit(c, "g3", 602, {("in", 0): 7}) == {("in", 0): 0}  # stays open
+        end = {"__consumer_offsets": [0]}
+        assert await write_markers(c, marker(600, True, end), marker(601, False, end)) == {
+            (600, "__consumer_offsets", 0): 0, (601, "__consumer_offsets", 0): 0,
+        }  # fmt: skip
+        await c.close()
+    finally:
+        await srv.shutdown()
+    srv = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await committed(c, "g2", "in") == 5
+        assert await committed(c, "g3", "in") == -1
+        assert await write_markers(c, marker(602, True, {"__consumer_offsets": [0]})) == {
+            (602, "__consumer_offsets", 0): 0
+        }
+        assert await committed(c, "g3", "in") == 7
+        await c.close()
+    finally:
+        await srv.shutdown()

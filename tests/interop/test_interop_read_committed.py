@@ -1,0 +1,203 @@
+"""read_committed consumers nobody here wrote (issue 26): librdkafka (confluent-kafka's
+``Consumer`` defaults to read_committed), kafka-python and aiokafka with
+``isolation_level="read_committed"``, against an in-process broker whose partitions hold
+committed, aborted and open transactions across two partitions.
+
+The transactional data goes in through the broker-internal leader append (as Produce will once
+the transaction coordinator serves producers); the markers through WriteTxnMarkers over the wire.
+Each client must see the committed records, never an aborted one, stop at the last stable
+offset while a transaction is open (the plain record after it is not readable yet), and read
+past it once the marker is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from sluice.server.server import Server
+from tests.broker.test_server import create_topic, start_server
+from tests.broker.test_txn_partitions import append, marker, plain_batch, txn_batch, write_markers
+from tests.broker_util import WireClient
+from tests.interop_helpers import DEADLINE_S
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka
+
+pytestmark = pytest.mark.interop
+
+TOPIC = "rc"
+#: What a read_committed reader sees per partition before the open transaction is committed
+#: (in offset order), and after.
+BEFORE = {0: [b"p0", b"c0-a", b"c0-b", b"late0"], 1: [b"c1-a", b"plain1"]}
+AFTER = {0: [*BEFORE[0], b"open0", b"after-open0"], 1: BEFORE[1]}
+ABORTED = {b"x0", b"x1", b"x0-2"}
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    srv = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await create_topic(c, TOPIC, 2) == 0
+        both = {TOPIC: [0, 1]}
+        append(srv, TOPIC, plain_batch([b"p0"]), 0)
+        append(srv, TOPIC, txn_batch(100, 0, [b"c0-a", b"c0-b"]), 0)  # committed, 2 partitions
+        append(srv, TOPIC, txn_batch(100, 0, [b"c1-a"]), 1)
+        append(srv, TOPIC, txn_batch(200, 0, [b"x0"]), 0)  # aborted, 2 partitions, interleaved
+        append(srv, TOPIC, txn_batch(200, 0, [b"x1"]), 1)
+        append(srv, TOPIC, txn_batch(200, 1, [b"x0-2"]), 0)
+        assert set((await write_markers(c, marker(100, True, both))).values()) == {0}
+        assert set((await write_markers(c, marker(200, False, both))).values()) == {0}
+        append(srv, TOPIC, plain_batch([b"late0"]), 0)
+        append(srv, TOPIC, plain_batch([b"plain1"]), 1)
+        append(srv, TOPIC, txn_batch(300, 0, [b"open0"]), 0)  # left open
+        append(srv, TOPIC, plain_batch([b"after-open0"]), 0)  # above the LSO
+        await c.close()
+        yield srv
+    finally:
+        await srv.shutdown()
+
+
+async def commit_open(srv: Server) -> None:
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        assert await write_markers(c, marker(300, True, {TOPIC: [0]})) == {(300, TOPIC, 0): 0}
+    finally:
+        await c.close()
+
+
+def _poll_until(
+    poll: Callable[[], list[tuple[int, bytes]]],
+    want: dict[int, list[bytes]],
+    got: dict[int, list[bytes]],
+    settle_s: float,
+) -> None:
+    """Poll (a blocking client) until ``got`` holds ``want`` and nothing more arrives for
+    ``settle_s`` (so that a record past the LSO would show up), bounded by DEADLINE_S."""
+    deadline = time.monotonic() + DEADLINE_S
+    done_at: float | None = None
+    while time.monotonic() < deadline:
+        for part, value in poll():
+            got.setdefault(part, []).append(value)
+        if got == want:
+            done_at = done_at or time.monotonic()
+            if time.monotonic() - done_at >= settle_s:
+                return
+        elif done_at is not None:
+            return  # something more arrived: the caller's assertion shows what
+    raise AssertionError(f"read {got}, wanted {want}")
+
+
+async def test_librdkafka_default_consumer_reads_committed_only(server: Server) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{server.port}",
+            "group.id": "rc-ck",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )  # fmt: skip  (no isolation.level: librdkafka's default is read_committed)
+    got: dict[int, list[bytes]] = {}
+
+    def poll() -> list[tuple[int, bytes]]:
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error() is not None:
+            return []
+        value = msg.value()
+        assert value is not None and value not in ABORTED, value
+        return [(msg.partition(), value)]
+
+    try:
+        consumer.assign([CkTopicPartition(TOPIC, p, 0) for p in (0, 1)])
+        await asyncio.to_thread(_poll_until, poll, BEFORE, got, 1.0)
+        assert got == BEFORE
+        await commit_open(server)
+        await asyncio.to_thread(_poll_until, poll, AFTER, got, 0.5)
+        assert got == AFTER
+    finally:
+        await asyncio.to_thread(consumer.close)
+
+
+async def test_kafka_python_read_committed(server: Server) -> None:
+    def start() -> kafka.KafkaConsumer:  # (blocking: off the loop the broker runs on)
+        c = kafka.KafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{server.port}", isolation_level="read_committed",
+            enable_auto_commit=False, auto_offset_reset="earliest",
+        )  # fmt: skip
+        c.assign([kafka.TopicPartition(TOPIC, p) for p in (0, 1)])
+        c.seek_to_beginning()
+        return c
+
+    consumer = await asyncio.to_thread(start)
+    got: dict[int, list[bytes]] = {}
+
+    def poll() -> list[tuple[int, bytes]]:
+        out = []
+        for tp, records in consumer.poll(timeout_ms=200).items():
+            for r in records:
+                assert r.value not in ABORTED, r.value
+                out.append((tp.partition, r.value))
+        return out
+
+    try:
+        await asyncio.to_thread(_poll_until, poll, BEFORE, got, 1.0)
+        assert got == BEFORE
+        await commit_open(server)
+        await asyncio.to_thread(_poll_until, poll, AFTER, got, 0.5)
+        assert got == AFTER
+    finally:
+        await asyncio.to_thread(consumer.close)
+
+
+async def test_aiokafka_read_committed(server: Server) -> None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{server.port}", isolation_level="read_committed",
+        enable_auto_commit=False, auto_offset_reset="earliest",
+    )  # fmt: skip
+    await consumer.start()
+    got: dict[int, list[bytes]] = {}
+
+    async def read_until(want: dict[int, list[bytes]], settle_s: float) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        done_at: float | None = None
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp, records in batches.items():
+                for r in records:
+                    assert r.value not in ABORTED, r.value
+                    assert r.value is not None
+                    got.setdefault(tp.partition, []).append(r.value)
+            if got == want:
+                done_at = done_at or time.monotonic()
+                if time.monotonic() - done_at >= settle_s:
+                    return
+            elif done_at is not None:
+                return
+        raise AssertionError(f"read {got}, wanted {want}")
+
+    try:
+        consumer.assign([TopicPartition(TOPIC, p) for p in (0, 1)])
+        await consumer.seek_to_beginning()
+        await read_until(BEFORE, 1.0)
+        assert got == BEFORE
+        # read_committed end offsets are the last stable offsets (ListOffsets isolation 1):
+        # partition 0's open transaction starts at 8 (p0, 2 committed, 2 aborted, 2 markers,
+        # late0); HW is 10.
+        assert await consumer.end_offsets([TopicPartition(TOPIC, 0)]) == {
+            TopicPartition(TOPIC, 0): 8
+        }
+        await commit_open(server)
+        await read_until(AFTER, 0.5)
+        assert got == AFTER
+    finally:
+        await consumer.stop()

@@ -1,7 +1,8 @@
 """read_committed consumers nobody here wrote (issue 26): librdkafka (confluent-kafka's
 ``Consumer`` defaults to read_committed), kafka-python and aiokafka with
-``isolation_level="read_committed"``, against an in-process broker whose partitions hold
-committed, aborted and open transactions across two partitions.
+``isolation_level="read_committed"`` -- and Sluice's own consumer beside them --, against an
+in-process broker whose partitions hold committed, aborted and open transactions across two
+partitions.
 
 The transactional data goes in through the broker-internal leader append (as Produce will once
 the transaction coordinator serves producers); the markers through WriteTxnMarkers over the wire.
@@ -15,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from sluice.client import Consumer as SluiceConsumer
 from sluice.server.server import Server
 from tests.broker.test_server import create_topic, start_server
 from tests.broker.test_txn_partitions import append, marker, plain_batch, txn_batch, write_markers
@@ -74,6 +77,31 @@ async def commit_open(srv: Server) -> None:
         assert await write_markers(c, marker(300, True, {TOPIC: [0]})) == {(300, TOPIC, 0): 0}
     finally:
         await c.close()
+
+
+async def _read_until(
+    getmany: Callable[..., Awaitable[dict[Any, list[Any]]]],
+    want: dict[int, list[bytes]],
+    got: dict[int, list[bytes]],
+    settle_s: float,
+    check_aborted: bool = True,
+) -> None:
+    """:func:`_poll_until` for an asyncio consumer's ``getmany``."""
+    deadline = time.monotonic() + DEADLINE_S
+    done_at: float | None = None
+    while time.monotonic() < deadline:
+        for tp, records in (await getmany(timeout_ms=200)).items():
+            for r in records:
+                assert r.value is not None
+                assert not check_aborted or r.value not in ABORTED, r.value
+                got.setdefault(tp.partition, []).append(r.value)
+        if got == want:
+            done_at = done_at or time.monotonic()
+            if time.monotonic() - done_at >= settle_s:
+                return
+        elif done_at is not None:
+            return
+    raise AssertionError(f"read {got}, wanted {want}")
 
 
 def _poll_until(
@@ -167,28 +195,10 @@ async def test_aiokafka_read_committed(server: Server) -> None:
     await consumer.start()
     got: dict[int, list[bytes]] = {}
 
-    async def read_until(want: dict[int, list[bytes]], settle_s: float) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        done_at: float | None = None
-        while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=200)
-            for tp, records in batches.items():
-                for r in records:
-                    assert r.value not in ABORTED, r.value
-                    assert r.value is not None
-                    got.setdefault(tp.partition, []).append(r.value)
-            if got == want:
-                done_at = done_at or time.monotonic()
-                if time.monotonic() - done_at >= settle_s:
-                    return
-            elif done_at is not None:
-                return
-        raise AssertionError(f"read {got}, wanted {want}")
-
     try:
         consumer.assign([TopicPartition(TOPIC, p) for p in (0, 1)])
         await consumer.seek_to_beginning()
-        await read_until(BEFORE, 1.0)
+        await _read_until(consumer.getmany, BEFORE, got, 1.0)
         assert got == BEFORE
         # read_committed end offsets are the last stable offsets (ListOffsets isolation 1):
         # partition 0's open transaction starts at 8 (p0, 2 committed, 2 aborted, 2 markers,
@@ -197,7 +207,29 @@ async def test_aiokafka_read_committed(server: Server) -> None:
             TopicPartition(TOPIC, 0): 8
         }
         await commit_open(server)
-        await read_until(AFTER, 0.5)
+        await _read_until(consumer.getmany, AFTER, got, 0.5)
         assert got == AFTER
     finally:
         await consumer.stop()
+
+
+async def test_sluice_consumer_read_committed(server: Server) -> None:
+    """Our consumer: read_uncommitted by default (Java's default), read_committed on request."""
+    async with SluiceConsumer(f"127.0.0.1:{server.port}", auto_offset_reset="earliest") as plain:
+        plain.assign([(TOPIC, 0)])
+        seen: dict[int, list[bytes]] = {}
+        everything = {0: [b"p0", b"c0-a", b"c0-b", b"x0", b"x0-2", b"late0", b"open0",
+                          b"after-open0"]}  # fmt: skip
+        await _read_until(plain.getmany, everything, seen, 0.2, check_aborted=False)
+        assert seen == everything
+    consumer = SluiceConsumer(
+        f"127.0.0.1:{server.port}", auto_offset_reset="earliest", isolation_level="read_committed"
+    )
+    got: dict[int, list[bytes]] = {}
+    async with consumer:
+        consumer.assign([(TOPIC, 0), (TOPIC, 1)])
+        await _read_until(consumer.getmany, BEFORE, got, 1.0)
+        assert got == BEFORE
+        await commit_open(server)
+        await _read_until(consumer.getmany, AFTER, got, 0.5)
+        assert got == AFTER

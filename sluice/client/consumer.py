@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
+from sluice.protocol.aborted import AbortedFilter
 from sluice.protocol.errors import (
     KafkaError,
     LeaderNotAvailable,
@@ -64,7 +65,7 @@ from sluice.protocol.errors import (
     UnknownTopicOrPartition,
     for_code,
 )
-from sluice.protocol.records import decode_batch_columns, end_txn_marker_of, iter_batches
+from sluice.protocol.records import decode_batch_columns, iter_batches
 from sluice.protocol.varint import Buffer
 
 from .cluster import Cluster, TopicPartition
@@ -791,36 +792,21 @@ class Consumer:
         (sluice.protocol.records verifies each CRC and decompresses). A corrupt batch stops the
         partition there: its error goes to the application, the position stays before it.
 
-        Control batches (transaction markers) are skipped. With read_committed, so are the
-        batches of aborted transactions, as Kafka's ``CompletedFetch``: the answer's
-        ``aborted_transactions`` (producer id, first offset) make a producer *aborted* from the
-        first batch whose last offset reaches that first offset, until its ABORT marker; its
-        transactional batches meanwhile are skipped. The position moves past what is skipped
-        (offset gaps are expected)."""
+        Control batches (transaction markers) are skipped; with read_committed, so are the
+        batches of the answer's aborted transactions (:class:`~sluice.protocol.aborted.
+        AbortedFilter`, Kafka's ``CompletedFetch`` rule). The position moves past what is
+        skipped (offset gaps are expected)."""
         if not data:
             return
         start = state.fetch_position
         assert start is not None
         buf = state.buffer
         topic, partition = tp
-        pending = sorted((a.first_offset, a.producer_id) for a in aborted or ())
-        aborting: set[int] = set()
+        skip = AbortedFilter((a.producer_id, a.first_offset) for a in aborted or ()).drop
         try:
             for _, header, view in iter_batches(data, allow_partial_tail=True):
-                if pending and header.producer_id >= 0:
-                    last = header.next_offset - 1
-                    while pending and pending[0][0] <= last:
-                        aborting.add(pending.pop(0)[1])
-                if header.is_control:
-                    if header.producer_id in aborting:
-                        marker = end_txn_marker_of(view)
-                        if marker is not None and not marker.commit:
-                            aborting.discard(header.producer_id)
-                    state.fetch_position = max(header.next_offset, start)
-                    continue
-                if header.next_offset <= start or (
-                    header.is_transactional and header.producer_id in aborting
-                ):
+                # (every batch goes through the filter: a marker below the position too)
+                if skip(header, view) or header.next_offset <= start:
                     state.fetch_position = max(header.next_offset, start)
                     continue
                 offsets, timestamps, keys, values, headers = decode_batch_columns(view)

@@ -233,3 +233,36 @@ async def test_sluice_consumer_read_committed(server: Server) -> None:
         await commit_open(server)
         await _read_until(consumer.getmany, AFTER, got, 0.5)
         assert got == AFTER
+
+
+async def test_spark_source_read_committed(server: Server) -> None:
+    """``format("sluice")``'s planning and reading without Spark: with
+    ``kafka.isolation.level=read_committed`` latest is the LSO and the range holds no aborted
+    record; the default (read_uncommitted) reads every data record below HW."""
+    from sluice.pipeline.offsets import OffsetRange
+    from sluice.pipeline.options import parse
+    from sluice.pipeline.source import read_range
+    from sluice.pipeline.wire import SyncClient
+    from sluice.protocol.structs import TopicPartition as PipelineTopicPartition
+
+    def values(level: str | None, until: int) -> list[bytes]:
+        opts = {"kafka.bootstrap.servers": f"127.0.0.1:{server.port}", "subscribe": TOPIC}
+        if level is not None:
+            opts["kafka.isolation.level"] = level
+        options = parse(opts, streaming=False)
+        out: list[bytes] = []
+        for batch in read_range(OffsetRange(TOPIC, 0, 0, until), options):
+            out += batch.column("value").to_pylist()
+        return out
+
+    def latest(level: int) -> int:
+        tp = PipelineTopicPartition(TOPIC, 0)
+        with SyncClient(f"127.0.0.1:{server.port}", timeout=10, isolation_level=level) as c:
+            return c.list_offsets({tp: -1})[tp]
+
+    assert await asyncio.to_thread(latest, 1) == 8  # the open transaction's first offset
+    assert await asyncio.to_thread(latest, 0) == 10
+    assert await asyncio.to_thread(values, "read_committed", 8) == BEFORE[0]
+    assert await asyncio.to_thread(values, None, 10) == [
+        b"p0", b"c0-a", b"c0-b", b"x0", b"x0-2", b"late0", b"open0", b"after-open0",
+    ]  # fmt: skip

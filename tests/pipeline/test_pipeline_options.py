@@ -75,7 +75,7 @@ def test_defaults_follow_the_kafka_connector() -> None:
 def test_isolation_level() -> None:
     committed = {**BOOT, "subscribe": "a", "kafka.isolation.level": "READ_COMMITTED"}
     assert parse(committed, streaming=True).isolation_level == 1
-    with pytest.raises(OptionError, match="kafka.isolation.level"):
+    with pytest.raises(OptionError, match=r"kafka\.isolation\.level"):
         parse({**BOOT, "subscribe": "a", "kafka.isolation.level": "committed"}, streaming=False)
 
 

@@ -360,3 +360,82 @@ async def test_pending_txn_offsets_survive_a_restart(tmp_path: Path) -> None:
         await c.close()
     finally:
         await srv.shutdown()
+
+
+# --- authorization (Kafka's: ClusterAction/Alter on the cluster for markers; Write on the
+# transactional id, Read on the group and each topic for TxnOffsetCommit; Read on the topic for
+# DescribeProducers) --------------------------------------------------------------------------
+
+
+async def test_authorization(tmp_path: Path) -> None:
+    from sluice.server.security import acl as sacl
+    from tests.security.test_authorization_interop import (
+        ACL_FILE,
+        ANONYMOUS,
+        AUTHORIZER,
+        seed_acls,
+    )
+
+    def allow(rtype: sacl.ResourceType, name: str, op: sacl.AclOperation) -> Any:
+        return (
+            sacl.ResourcePattern(rtype, name),
+            sacl.AccessControlEntry(ANONYMOUS, "*", op, sacl.AclPermissionType.ALLOW),
+        )
+
+    async def markers_code(srv: Server) -> int:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            codes = await write_markers(c, marker(1, True, {"t": [0]}))
+        finally:
+            await c.close()
+        assert list(codes) == [(1, "t", 0)]
+        return codes[(1, "t", 0)]
+
+    # Nothing allowed: markers are refused whole.
+    srv = await start_server(tmp_path / "a", f"authorizer.class.name={AUTHORIZER}")
+    try:
+        srv.replica_manager.logs.create_topic("t", 1)
+        assert await markers_code(srv) == errors.ClusterAuthorizationFailed.code
+    finally:
+        await srv.shutdown()
+
+    data = tmp_path / "b" / "data"
+    await asyncio.to_thread(  # (it runs the store's coroutines on a loop of its own)
+        seed_acls,
+        data,
+        allow(sacl.ResourceType.CLUSTER, sacl.CLUSTER_NAME, sacl.AclOperation.CLUSTER_ACTION),
+        allow(sacl.ResourceType.TRANSACTIONAL_ID, "tx", sacl.AclOperation.WRITE),
+        allow(sacl.ResourceType.GROUP, "g", sacl.AclOperation.READ),
+    )
+    assert (data / ACL_FILE).is_file()
+    srv = await start_server(tmp_path / "b", f"authorizer.class.name={AUTHORIZER}")
+    try:
+        srv.replica_manager.logs.create_topic("t", 1)
+        assert await markers_code(srv) == 0
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            # (txn_commit always names transactional id "tx")
+            assert await txn_commit(c, "h", 9, {("t", 0): 1}) == {
+                ("t", 0): errors.GroupAuthorizationFailed.code
+            }
+            assert await txn_commit(c, "g", 9, {("t", 0): 1}) == {
+                ("t", 0): errors.TopicAuthorizationFailed.code
+            }
+            req = m.DescribeProducersRequest(
+                topics=[m.DescribeProducersRequest.TopicRequest(name="t", partition_indexes=[0])]
+            )
+            resp = await c.request(m.DescribeProducers.key, 0, req)
+            assert resp.topics[0].partitions[0].error_code == errors.TopicAuthorizationFailed.code
+            other = m.TxnOffsetCommitRequest(
+                transactional_id="other", group_id="g", producer_id=9, producer_epoch=0,
+                topics=[m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name="t", partitions=[
+                    m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.
+                    TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                    committed_metadata=None)])])  # fmt: skip
+            resp = await c.request(m.TxnOffsetCommit.key, 3, other)
+            code = resp.topics[0].partitions[0].error_code
+            assert code == errors.TransactionalIdAuthorizationFailed.code
+        finally:
+            await c.close()
+    finally:
+        await srv.shutdown()

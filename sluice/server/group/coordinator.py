@@ -1775,7 +1775,13 @@ class GroupCoordinator:
             if not expired:
                 continue
             records = [offset_commit_record(group.group_id, t, p, None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets) and not group.pending_commits
+            # A group with offsets still to come (a commit in flight, a transaction's pending
+            # offsets) stays (Kafka's ``hasOffsets``).
+            drop_group = (
+                len(expired) == len(group.offsets)
+                and not group.pending_commits
+                and not group.pending_txn
+            )
             if drop_group:
                 records.append(group_metadata_record(group.group_id, None))
             error = self._write_tombstones(group.group_id, records)

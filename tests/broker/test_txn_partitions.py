@@ -245,10 +245,10 @@ async def test_describe_producers(server: Server, client: WireClient) -> None:
     assert by[("missing", 0)].error_code == errors.UnknownTopicOrPartition.code
     states = {
         s.producer_id: (s.producer_epoch, s.last_sequence, s.coordinator_epoch,
-                        s.current_txn_start_offset)
+                        s.current_txn_start_offset, s.last_timestamp)
         for s in by[("d", 0)].active_producers
     }  # fmt: skip
-    assert states == {21: (2, 1, -1, 1), 22: (0, 0, -1, -1)}
+    assert states == {21: (2, 1, -1, 1, TS + 1), 22: (0, 0, -1, -1, TS)}
     await write_markers(client, marker(21, True, {"d": [0]}, epoch=2, coordinator_epoch=5))
     resp = await client.request(m.DescribeProducers.key, 0, req)
     after = {s.producer_id: s for s in resp.topics[0].partitions[0].active_producers}

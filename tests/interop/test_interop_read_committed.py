@@ -266,3 +266,50 @@ async def test_spark_source_read_committed(server: Server) -> None:
     assert await asyncio.to_thread(values, None, 10) == [
         b"p0", b"c0-a", b"c0-b", b"x0", b"x0-2", b"late0", b"open0", b"after-open0",
     ]  # fmt: skip
+
+
+async def test_kafka_python_admin_describes_producers_and_aborts_a_hanging_transaction(
+    server: Server,
+) -> None:
+    """KIP-664's tooling (``kafka-transactions describe-producers`` / ``abort``) through
+    kafka-python's admin client: DescribeProducers finds the open transaction's start offset,
+    and its admin abort (WriteTxnMarkers to the partition leader, ABORT, coordinator epoch -1)
+    ends it: the LSO moves on and read_committed readers skip its record."""
+    from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+
+    tp = kafka.TopicPartition(TOPIC, 0)
+
+    def admin_work() -> dict[int, Any]:
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.port}")
+        try:
+            before = admin.describe_producers([tp])[tp].active_producers
+            admin.abort_transaction(AbortTransactionSpec(tp, 300, 0, -1))
+            return {p.producer_id: p for p in before}
+        finally:
+            admin.close()
+
+    producers = await asyncio.to_thread(admin_work)
+    assert producers[300].current_transaction_start_offset == 8
+    assert (producers[100].current_transaction_start_offset, producers[100].coordinator_epoch) == (
+        -1,
+        0,
+    )
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "rc-ab",
+                         "enable.auto.commit": False})  # fmt: skip
+    got: dict[int, list[bytes]] = {}
+
+    def poll() -> list[tuple[int, bytes]]:
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error() is not None:
+            return []
+        value = msg.value()
+        assert value is not None and value != b"open0", value
+        return [(msg.partition(), value)]
+
+    try:
+        consumer.assign([CkTopicPartition(TOPIC, 0, 0)])
+        want = {0: [*BEFORE[0], b"after-open0"]}
+        await asyncio.to_thread(_poll_until, poll, want, got, 1.0)
+        assert got == want
+    finally:
+        await asyncio.to_thread(consumer.close)

@@ -183,8 +183,9 @@ class TransactionalApis(ApiBase):
         """The active producers of each partition (Kafka's ``handleDescribeProducersRequest``
         and ``Partition.activeProducerState``): Read on the topic (else
         TOPIC_AUTHORIZATION_FAILED), a partition not hosted here -> UNKNOWN_TOPIC_OR_PARTITION
-        / NOT_LEADER_OR_FOLLOWER, and the producer state of the leader's log. The last
-        timestamp is not kept by the producer state: it is answered -1 (unknown)."""
+        / NOT_LEADER_OR_FOLLOWER, and the producer state of the leader's log (a last
+        timestamp of -1: no batch of the producer since the state was loaded from a
+        snapshot)."""
         cls = m.DescribeProducersResponse
         topic_cls = cls.TopicResponse
         part_cls = cls.TopicResponse.PartitionResponse
@@ -213,7 +214,7 @@ class TransactionalApis(ApiBase):
                                 producer_id=e.producer_id,
                                 producer_epoch=e.epoch,
                                 last_sequence=e.last_seq,
-                                last_timestamp=-1,
+                                last_timestamp=e.last_timestamp,
                                 coordinator_epoch=e.coordinator_epoch,
                                 current_txn_start_offset=e.current_txn_first_offset,
                             )

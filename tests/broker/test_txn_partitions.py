@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
@@ -26,15 +23,6 @@ from tests.broker.test_server import create_topic, fetch_request, start_server
 from tests.broker_util import WireClient
 
 TS = int(time.time() * 1000)  # now: an old timestamp would roll the segment (segment.ms)
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start_server(tmp_path)
-    try:
-        yield srv
-    finally:
-        await srv.shutdown()
 
 
 def txn_batch(pid: int, seq: int, values: list[bytes], epoch: int = 0) -> bytes:

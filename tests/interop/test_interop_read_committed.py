@@ -104,6 +104,20 @@ async def _read_until(
     raise AssertionError(f"read {got}, wanted {want}")
 
 
+def _ck_poll(consumer: Consumer, never: set[bytes]) -> Callable[[], list[tuple[int, bytes]]]:
+    """A :func:`_poll_until` poll of a librdkafka consumer that fails on a value of ``never``."""
+
+    def poll() -> list[tuple[int, bytes]]:
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error() is not None:
+            return []
+        value = msg.value()
+        assert value is not None and value not in never, value
+        return [(msg.partition(), value)]
+
+    return poll
+
+
 def _poll_until(
     poll: Callable[[], list[tuple[int, bytes]]],
     want: dict[int, list[bytes]],
@@ -137,14 +151,7 @@ async def test_librdkafka_default_consumer_reads_committed_only(server: Server) 
     )  # fmt: skip  (no isolation.level: librdkafka's default is read_committed)
     got: dict[int, list[bytes]] = {}
 
-    def poll() -> list[tuple[int, bytes]]:
-        msg = consumer.poll(0.2)
-        if msg is None or msg.error() is not None:
-            return []
-        value = msg.value()
-        assert value is not None and value not in ABORTED, value
-        return [(msg.partition(), value)]
-
+    poll = _ck_poll(consumer, ABORTED)
     try:
         consumer.assign([CkTopicPartition(TOPIC, p, 0) for p in (0, 1)])
         await asyncio.to_thread(_poll_until, poll, BEFORE, got, 1.0)
@@ -298,14 +305,7 @@ async def test_kafka_python_admin_describes_producers_and_aborts_a_hanging_trans
                          "enable.auto.commit": False})  # fmt: skip
     got: dict[int, list[bytes]] = {}
 
-    def poll() -> list[tuple[int, bytes]]:
-        msg = consumer.poll(0.2)
-        if msg is None or msg.error() is not None:
-            return []
-        value = msg.value()
-        assert value is not None and value != b"open0", value
-        return [(msg.partition(), value)]
-
+    poll = _ck_poll(consumer, {b"open0"})
     try:
         consumer.assign([CkTopicPartition(TOPIC, 0, 0)])
         want = {0: [*BEFORE[0], b"after-open0"]}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.server.api.base import ApiBase, _code, log
+from sluice.server.api.base import ApiBase, _code, _commit_topics, log
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.replication.partition import TxnMarker
@@ -227,16 +227,10 @@ class TransactionalApis(ApiBase):
 
 
 def _txn_commit_response(wanted: list[Any], codes: list[int]) -> m.TxnOffsetCommitResponse:
-    cls = m.TxnOffsetCommitResponse
-    topic_cls = cls.TxnOffsetCommitResponseTopic
+    topic_cls = m.TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     part_cls = topic_cls.TxnOffsetCommitResponsePartition
-    topics: dict[str, list[Any]] = {}
-    for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
-        topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
-    return cls(
-        throttle_time_ms=0,
-        topics=[topic_cls(name=name, partitions=parts) for name, parts in topics.items()],
-    )
+    topics = _commit_topics(wanted, codes, topic_cls, part_cls)
+    return m.TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
 def _markers_response(

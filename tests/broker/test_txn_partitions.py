@@ -261,8 +261,9 @@ async def txn_commit(
         by_topic.setdefault(topic, []).append(topic_cls.TxnOffsetCommitRequestPartition(
             partition_index=part, committed_offset=offset, committed_metadata="m"))  # fmt: skip
     req = cls(
-        transactional_id="tx", group_id=group, producer_id=pid, producer_epoch=0,
-        topics=[topic_cls(name=t, partitions=ps) for t, ps in by_topic.items()], **kw,
+        transactional_id="tx", group_id=group, producer_id=pid,
+        topics=[topic_cls(name=t, partitions=ps) for t, ps in by_topic.items()],
+        **{"producer_epoch": 0, **kw},
     )  # fmt: skip
     resp = await c.request(m.TxnOffsetCommit.key, version, req)
     return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
@@ -427,3 +428,17 @@ async def test_authorization(tmp_path: Path) -> None:
             await c.close()
     finally:
         await srv.shutdown()
+
+
+async def test_txn_offset_commit_of_a_fenced_producer_epoch(
+    server: Server, client: WireClient
+) -> None:
+    """A zombie producer (an epoch older than the one the offsets partition saw) cannot commit
+    offsets into a transaction: INVALID_PRODUCER_EPOCH, nothing pending."""
+    assert await create_topic(client, "in") == 0
+    assert await txn_commit(client, "gz", 800, {("in", 0): 1}, producer_epoch=3) == {("in", 0): 0}
+    assert await txn_commit(client, "gz", 800, {("in", 0): 2}, producer_epoch=2) == {
+        ("in", 0): errors.InvalidProducerEpoch.code
+    }
+    await write_markers(client, marker(800, True, {"__consumer_offsets": [0]}, epoch=3))
+    assert await committed(client, "gz", "in") == 1

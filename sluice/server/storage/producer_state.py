@@ -199,7 +199,22 @@ class ProducerStateManager:
         pending: dict[int, tuple[int, int]] = {}
         for header in headers:
             pid = header.producer_id
-            if pid < 0 or header.base_sequence < 0:
+            if pid < 0:
+                continue
+            if header.base_sequence < 0:
+                # A transactional batch without sequences is the group coordinator's
+                # (TxnOffsetCommit, origin coordinator): not sequence checked, but a zombie
+                # producer's older epoch is fenced (Kafka's ``checkProducerEpoch``).
+                entry = self.producers.get(pid)
+                if (
+                    header.is_transactional
+                    and entry is not None
+                    and (header.producer_epoch < entry.epoch)
+                ):
+                    raise InvalidProducerEpoch(
+                        f"producer {pid}: epoch {header.producer_epoch} is older than the "
+                        f"current {entry.epoch}"
+                    )
                 continue
             epoch, first, last = header.producer_epoch, header.base_sequence, last_sequence(header)
             entry = self.producers.get(pid)

@@ -313,3 +313,25 @@ async def test_kafka_python_admin_describes_producers_and_aborts_a_hanging_trans
         assert got == want
     finally:
         await asyncio.to_thread(consumer.close)
+
+
+async def test_cli_consume_isolation_level(server: Server) -> None:
+    """``sluice consume --isolation-level read_committed`` (kafka-console-consumer's flag)."""
+    import subprocess
+
+    from tests.client.test_cli import COMMAND
+
+    def consume(*extra: str) -> list[str]:
+        result = subprocess.run(
+            [*COMMAND, "consume", "--bootstrap-server", f"127.0.0.1:{server.port}",
+             "--topic", TOPIC, "--partition", "0", "--offset", "earliest",
+             "--timeout-ms", "1500", *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    committed = await asyncio.to_thread(consume, "--isolation-level", "read_committed")
+    assert committed == [v.decode() for v in BEFORE[0]]
+    everything = await asyncio.to_thread(consume)
+    assert "x0" in everything and everything[-1] == "after-open0"

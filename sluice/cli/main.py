@@ -5,6 +5,7 @@
     sluice produce  --bootstrap-server HOST:PORT --topic T [--key-separator :] [--header k=v]
     sluice consume  --bootstrap-server HOST:PORT --topic T [--from-beginning | --offset N
                     --partition P | --timestamp MS] [--max-messages N] [--format text|json]
+                    [--isolation-level read_uncommitted|read_committed]
     sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
                     | alter --topic T --partitions N       (describe: also each topic's Configs:)
     sluice configs  --entity-type topics|brokers [--entity-name N | --entity-default]
@@ -278,6 +279,13 @@ def _parse_timestamp(text: str) -> int:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @click.option("--print-key", is_flag=True, help="text format: print key<SEP>value.")
 @click.option("--key-separator", default="\t", show_default="TAB")
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: stop at the last stable offset, skip aborted transactions.",
+)
 @async_command
 async def consume(
     bootstrap: str,
@@ -291,6 +299,7 @@ async def consume(
     fmt: str,
     print_key: bool,
     key_separator: str,
+    isolation_level: str,
 ) -> None:
     """Print records, one value per line (like kafka-console-consumer)."""
     if offset is not None and partition is None:
@@ -299,7 +308,10 @@ async def consume(
         raise click.UsageError("give at most one of --offset, --timestamp, --from-beginning")
     out = sys.stdout
     async with Consumer(
-        bootstrap, client_id="sluice-console-consumer", security=_security()
+        bootstrap,
+        client_id="sluice-console-consumer",
+        security=_security(),
+        isolation_level=isolation_level,
     ) as consumer:
         parts = [partition] if partition is not None else await consumer.partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in parts]

@@ -56,6 +56,8 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     records: Buffer | None
+    #: read_committed: the answer's aborted transactions, (producer id, first offset)
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 def check(code: int, what: str) -> None:
@@ -68,9 +70,17 @@ class SyncClient:
     """One blocking connection to a Sluice broker. Not thread-safe; one per Spark task."""
 
     def __init__(
-        self, bootstrap: str, *, timeout: float = 30.0, client_id: str = "sluice-spark"
+        self,
+        bootstrap: str,
+        *,
+        timeout: float = 30.0,
+        client_id: str = "sluice-spark",
+        isolation_level: int = 0,
     ) -> None:
+        """``isolation_level`` 1 (read_committed): ListOffsets latest is the last stable
+        offset and Fetch stops there and lists the aborted transactions."""
         self.timeout = timeout
+        self.isolation_level = isolation_level
         self.client_id = client_id
         self._correlation = 0
         self._sock = self._connect(bootstrap)
@@ -220,7 +230,7 @@ class SyncClient:
             )
         req = messages.ListOffsetsRequest(
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=self.isolation_level,
             topics=[
                 messages.ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps)
                 for t, ps in by_topic.items()
@@ -250,7 +260,7 @@ class SyncClient:
             max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
-            isolation_level=0,
+            isolation_level=self.isolation_level,
             session_id=0,
             session_epoch=-1,
             topics=[
@@ -277,7 +287,12 @@ class SyncClient:
                     # Decoded records are a slice of the frame (a RecordsPart is only ever set
                     # by a broker building a response), or None.
                     records = p.records if isinstance(p.records, Buffer) else None
-                    return FetchResult(p.error_code, p.high_watermark, p.log_start_offset, records)
+                    aborted = tuple(
+                        (a.producer_id, a.first_offset) for a in p.aborted_transactions or ()
+                    )
+                    return FetchResult(
+                        p.error_code, p.high_watermark, p.log_start_offset, records, aborted
+                    )
         raise ProtocolError(f"Fetch response without {tp.topic}-{tp.partition}")
 
     def produce(

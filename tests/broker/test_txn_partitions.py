@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from sluice.protocol import errors
 from sluice.protocol import messages as m
@@ -26,15 +23,6 @@ from tests.broker.test_server import create_topic, fetch_request, start_server
 from tests.broker_util import WireClient
 
 TS = int(time.time() * 1000)  # now: an old timestamp would roll the segment (segment.ms)
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = await start_server(tmp_path)
-    try:
-        yield srv
-    finally:
-        await srv.shutdown()
 
 
 def txn_batch(pid: int, seq: int, values: list[bytes], epoch: int = 0) -> bytes:
@@ -245,11 +233,212 @@ async def test_describe_producers(server: Server, client: WireClient) -> None:
     assert by[("missing", 0)].error_code == errors.UnknownTopicOrPartition.code
     states = {
         s.producer_id: (s.producer_epoch, s.last_sequence, s.coordinator_epoch,
-                        s.current_txn_start_offset)
+                        s.current_txn_start_offset, s.last_timestamp)
         for s in by[("d", 0)].active_producers
     }  # fmt: skip
-    assert states == {21: (2, 1, -1, 1), 22: (0, 0, -1, -1)}
+    assert states == {21: (2, 1, -1, 1, TS + 1), 22: (0, 0, -1, -1, TS)}
     await write_markers(client, marker(21, True, {"d": [0]}, epoch=2, coordinator_epoch=5))
     resp = await client.request(m.DescribeProducers.key, 0, req)
     after = {s.producer_id: s for s in resp.topics[0].partitions[0].active_producers}
     assert after[21].current_txn_start_offset == -1 and after[21].coordinator_epoch == 5
+
+
+# --- TxnOffsetCommit and the group coordinator's pending offsets ---------------------------------
+
+
+async def txn_commit(
+    c: WireClient,
+    group: str,
+    pid: int,
+    offsets: dict[tuple[str, int], int],
+    version: int = 3,
+    **kw: Any,
+) -> dict[tuple[str, int], int]:
+    cls = m.TxnOffsetCommitRequest
+    topic_cls = cls.TxnOffsetCommitRequestTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, part), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(topic_cls.TxnOffsetCommitRequestPartition(
+            partition_index=part, committed_offset=offset, committed_metadata="m"))  # fmt: skip
+    req = cls(
+        transactional_id="tx", group_id=group, producer_id=pid,
+        topics=[topic_cls(name=t, partitions=ps) for t, ps in by_topic.items()],
+        **{"producer_epoch": 0, **kw},
+    )  # fmt: skip
+    resp = await c.request(m.TxnOffsetCommit.key, version, req)
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+async def committed(c: WireClient, group: str, topic: str, part: int = 0) -> int:
+    cls = m.OffsetFetchRequest
+    req = cls(
+        group_id=group, topics=[cls.OffsetFetchRequestTopic(name=topic, partition_indexes=[part])]
+    )
+    resp = await c.request(m.OffsetFetch.key, 5, req)
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == 0 and resp.error_code == 0
+    return int(p.committed_offset)
+
+
+async def test_txn_offsets_pending_until_the_marker(server: Server, client: WireClient) -> None:
+    assert await create_topic(client, "in", 2) == 0
+    assert await txn_commit(client, "g1", 500, {("in", 0): 10, ("in", 1): 20}) == {
+        ("in", 0): 0, ("in", 1): 0,
+    }  # fmt: skip
+    assert await committed(client, "g1", "in", 0) == -1  # pending: invisible
+    offsets_partition = server.group_coordinator.store.partition_for("g1")
+    end = {"__consumer_offsets": [offsets_partition]}
+    assert await write_markers(client, marker(500, True, end)) == {
+        (500, "__consumer_offsets", offsets_partition): 0
+    }
+    assert await committed(client, "g1", "in", 0) == 10
+    assert await committed(client, "g1", "in", 1) == 20
+
+    # An aborted transaction's offsets are dropped.
+    assert await txn_commit(client, "g1", 501, {("in", 0): 99}, version=0) == {("in", 0): 0}
+    await write_markers(client, marker(501, False, end))
+    assert await committed(client, "g1", "in", 0) == 10
+
+    # A plain commit written after a transaction's offsets wins over them at its commit.
+    assert await txn_commit(client, "g1", 502, {("in", 1): 30}) == {("in", 1): 0}
+    cls = m.OffsetCommitRequest
+    plain = cls(group_id="g1", generation_id_or_member_epoch=-1, member_id="", topics=[
+        cls.OffsetCommitRequestTopic(name="in", partitions=[
+            cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=1, committed_offset=40, committed_metadata=None)])])  # fmt: skip
+    resp = await client.request(m.OffsetCommit.key, 7, plain)
+    assert resp.topics[0].partitions[0].error_code == 0
+    await write_markers(client, marker(502, True, end))
+    assert await committed(client, "g1", "in", 1) == 40
+
+    # KIP-447 (v3): a named member must be one of the group's.
+    codes = await txn_commit(client, "g1", 503, {("in", 0): 1}, generation_id=4, member_id="m-1")
+    assert codes == {("in", 0): errors.UnknownMemberId.code}
+    # Unknown partitions are refused one by one.
+    assert await txn_commit(client, "g1", 503, {("nope", 0): 1}) == {
+        ("nope", 0): errors.UnknownTopicOrPartition.code
+    }
+
+
+async def test_pending_txn_offsets_survive_a_restart(tmp_path: Path) -> None:
+    """The coordinator's load keeps a transaction's offsets pending until a marker in the log
+    decides them (Kafka's loader); a marker written after the load completes them too."""
+    srv = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await create_topic(c, "in") == 0
+        assert await txn_commit(c, "g2", 600, {("in", 0): 5}) == {("in", 0): 0}  # committed
+        assert await txn_commit(c, "g2", 601, {("in", 0): 6}) == {("in", 0): 0}  # aborted
+        assert await txn_commit(c, "g3", 602, {("in", 0): 7}) == {("in", 0): 0}  # stays open
+        end = {"__consumer_offsets": [0]}
+        assert await write_markers(c, marker(600, True, end), marker(601, False, end)) == {
+            (600, "__consumer_offsets", 0): 0, (601, "__consumer_offsets", 0): 0,
+        }  # fmt: skip
+        await c.close()
+    finally:
+        await srv.shutdown()
+    srv = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        assert await committed(c, "g2", "in") == 5
+        assert await committed(c, "g3", "in") == -1
+        assert await write_markers(c, marker(602, True, {"__consumer_offsets": [0]})) == {
+            (602, "__consumer_offsets", 0): 0
+        }
+        assert await committed(c, "g3", "in") == 7
+        await c.close()
+    finally:
+        await srv.shutdown()
+
+
+# --- authorization (Kafka's: ClusterAction/Alter on the cluster for markers; Write on the
+# transactional id, Read on the group and each topic for TxnOffsetCommit; Read on the topic for
+# DescribeProducers) --------------------------------------------------------------------------
+
+
+async def test_authorization(tmp_path: Path) -> None:
+    from sluice.server.security import acl as sacl
+    from tests.security.test_authorization_interop import (
+        ACL_FILE,
+        ANONYMOUS,
+        AUTHORIZER,
+        seed_acls,
+    )
+
+    def allow(rtype: sacl.ResourceType, name: str, op: sacl.AclOperation) -> Any:
+        return (
+            sacl.ResourcePattern(rtype, name),
+            sacl.AccessControlEntry(ANONYMOUS, "*", op, sacl.AclPermissionType.ALLOW),
+        )
+
+    async def markers_code(srv: Server) -> int:
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            codes = await write_markers(c, marker(1, True, {"t": [0]}))
+        finally:
+            await c.close()
+        assert list(codes) == [(1, "t", 0)]
+        return codes[(1, "t", 0)]
+
+    # Nothing allowed: markers are refused whole.
+    srv = await start_server(tmp_path / "a", f"authorizer.class.name={AUTHORIZER}")
+    try:
+        srv.replica_manager.logs.create_topic("t", 1)
+        assert await markers_code(srv) == errors.ClusterAuthorizationFailed.code
+    finally:
+        await srv.shutdown()
+
+    data = tmp_path / "b" / "data"
+    await asyncio.to_thread(  # (it runs the store's coroutines on a loop of its own)
+        seed_acls,
+        data,
+        allow(sacl.ResourceType.CLUSTER, sacl.CLUSTER_NAME, sacl.AclOperation.CLUSTER_ACTION),
+        allow(sacl.ResourceType.TRANSACTIONAL_ID, "tx", sacl.AclOperation.WRITE),
+        allow(sacl.ResourceType.GROUP, "g", sacl.AclOperation.READ),
+    )
+    assert (data / ACL_FILE).is_file()
+    srv = await start_server(tmp_path / "b", f"authorizer.class.name={AUTHORIZER}")
+    try:
+        srv.replica_manager.logs.create_topic("t", 1)
+        assert await markers_code(srv) == 0
+        c = await WireClient.connect("127.0.0.1", srv.port)
+        try:
+            # (txn_commit always names transactional id "tx")
+            assert await txn_commit(c, "h", 9, {("t", 0): 1}) == {
+                ("t", 0): errors.GroupAuthorizationFailed.code
+            }
+            assert await txn_commit(c, "g", 9, {("t", 0): 1}) == {
+                ("t", 0): errors.TopicAuthorizationFailed.code
+            }
+            req = m.DescribeProducersRequest(
+                topics=[m.DescribeProducersRequest.TopicRequest(name="t", partition_indexes=[0])]
+            )
+            resp = await c.request(m.DescribeProducers.key, 0, req)
+            assert resp.topics[0].partitions[0].error_code == errors.TopicAuthorizationFailed.code
+            other = m.TxnOffsetCommitRequest(
+                transactional_id="other", group_id="g", producer_id=9, producer_epoch=0,
+                topics=[m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name="t", partitions=[
+                    m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.
+                    TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                    committed_metadata=None)])])  # fmt: skip
+            resp = await c.request(m.TxnOffsetCommit.key, 3, other)
+            code = resp.topics[0].partitions[0].error_code
+            assert code == errors.TransactionalIdAuthorizationFailed.code
+        finally:
+            await c.close()
+    finally:
+        await srv.shutdown()
+
+
+async def test_txn_offset_commit_of_a_fenced_producer_epoch(
+    server: Server, client: WireClient
+) -> None:
+    """A zombie producer (an epoch older than the one the offsets partition saw) cannot commit
+    offsets into a transaction: INVALID_PRODUCER_EPOCH, nothing pending."""
+    assert await create_topic(client, "in") == 0
+    assert await txn_commit(client, "gz", 800, {("in", 0): 1}, producer_epoch=3) == {("in", 0): 0}
+    assert await txn_commit(client, "gz", 800, {("in", 0): 2}, producer_epoch=2) == {
+        ("in", 0): errors.InvalidProducerEpoch.code
+    }
+    await write_markers(client, marker(800, True, {"__consumer_offsets": [0]}, epoch=3))
+    assert await committed(client, "gz", "in") == 1

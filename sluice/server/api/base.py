@@ -68,6 +68,15 @@ def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
 _FetchRead = tuple[m.FetchResponse, int, bool, list[tuple[str, int]]]
 
 
+def _commit_topics(wanted: list[Any], codes: list[int], topic_cls: Any, part_cls: Any) -> list[Any]:
+    """The topics of an OffsetCommit / TxnOffsetCommit answer: one code per wanted
+    ``(topic, partition, ...)``, grouped by topic in request order."""
+    topics: dict[str, list[Any]] = {}
+    for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
+        topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+    return [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
+
+
 def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, errors.KafkaError) else errors.UnknownServerError.code
 

@@ -14,7 +14,7 @@ from sluice.server.security.acl import AclOperation, ResourceType
 if TYPE_CHECKING:
     pass
 
-from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code
+from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code, _commit_topics
 
 
 class GroupApis(ApiBase):
@@ -198,16 +198,10 @@ class GroupApis(ApiBase):
     def _offset_commit_response(
         self, wanted: list[Any], codes: list[int]
     ) -> m.OffsetCommitResponse:
-        cls = m.OffsetCommitResponse
         topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
-        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
-        topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
-        for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
-            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
-        return cls(
-            throttle_time_ms=0,
-            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
-        )
+        part_cls = topic_cls.OffsetCommitResponsePartition
+        topics = _commit_topics(wanted, codes, topic_cls, part_cls)
+        return m.OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
     def offset_fetch(
         self, header: RequestHeader, body: m.OffsetFetchRequest

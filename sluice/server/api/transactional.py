@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.server.api.base import ApiBase, _code, log
+from sluice.server.api.base import ApiBase, _code, _commit_topics, log
 from sluice.server.api.registry import Answer
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.replication.partition import TxnMarker
@@ -189,8 +189,9 @@ class TransactionalApis(ApiBase):
         """The active producers of each partition (Kafka's ``handleDescribeProducersRequest``
         and ``Partition.activeProducerState``): Read on the topic (else
         TOPIC_AUTHORIZATION_FAILED), a partition not hosted here -> UNKNOWN_TOPIC_OR_PARTITION
-        / NOT_LEADER_OR_FOLLOWER, and the producer state of the leader's log. The last
-        timestamp is not kept by the producer state: it is answered -1 (unknown)."""
+        / NOT_LEADER_OR_FOLLOWER, and the producer state of the leader's log (a last
+        timestamp of -1: no batch of the producer since the state was loaded from a
+        snapshot)."""
         cls = m.DescribeProducersResponse
         topic_cls = cls.TopicResponse
         part_cls = cls.TopicResponse.PartitionResponse
@@ -219,7 +220,7 @@ class TransactionalApis(ApiBase):
                                 producer_id=e.producer_id,
                                 producer_epoch=e.epoch,
                                 last_sequence=e.last_seq,
-                                last_timestamp=-1,
+                                last_timestamp=e.last_timestamp,
                                 coordinator_epoch=e.coordinator_epoch,
                                 current_txn_start_offset=e.current_txn_first_offset,
                             )
@@ -232,16 +233,10 @@ class TransactionalApis(ApiBase):
 
 
 def _txn_commit_response(wanted: list[Any], codes: list[int]) -> m.TxnOffsetCommitResponse:
-    cls = m.TxnOffsetCommitResponse
-    topic_cls = cls.TxnOffsetCommitResponseTopic
+    topic_cls = m.TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     part_cls = topic_cls.TxnOffsetCommitResponsePartition
-    topics: dict[str, list[Any]] = {}
-    for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
-        topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
-    return cls(
-        throttle_time_ms=0,
-        topics=[topic_cls(name=name, partitions=parts) for name, parts in topics.items()],
-    )
+    topics = _commit_topics(wanted, codes, topic_cls, part_cls)
+    return m.TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
 def _markers_response(

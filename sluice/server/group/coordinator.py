@@ -1392,13 +1392,16 @@ class GroupCoordinator:
         if not records:
             return results
         pending = group.pending_txn.setdefault(producer_id, {})
+        # What each partition had pending before: restored if this write fails (a refused
+        # zombie's commit must not take away the transaction's earlier offset).
+        previous = {key: pending.get(key) for key, _ in accepted}
         for key, value in accepted:
             pending[key] = (value, -1)
         acks = self.config.offsets_commit_required_acks
         outcome = self._write(group_id, records, acks, producer_id, producer_epoch)
         return self._then(
             outcome,
-            lambda o: self._txn_commit_written(group, producer_id, accepted, results, o),
+            lambda o: self._txn_commit_written(group, producer_id, accepted, previous, results, o),
             _WRITE_FAILED,
         )
 
@@ -1407,22 +1410,27 @@ class GroupCoordinator:
         group: Group,
         producer_id: int,
         accepted: list[tuple[tuple[str, int], OffsetAndMetadata]],
+        previous: dict[tuple[str, int], tuple[OffsetAndMetadata, int] | None],
         results: list[int],
         outcome: AppendOutcome,
     ) -> list[int]:
         """A TxnOffsetCommit's write settled (Kafka's ``onTxnOffsetCommitAppend`` /
-        ``failPendingTxnOffsetCommit``): the pending entries learn their batch's position, or
-        are dropped if the write failed (and still this write's)."""
+        ``failPendingTxnOffsetCommit``): the pending entries learn their batch's position, or,
+        if the write failed (and they are still this write's), what was pending before comes
+        back."""
         pending = group.pending_txn.get(producer_id)
         if pending is not None:
             for key, value in accepted:
                 entry = pending.get(key)
                 if entry is None or entry[0] is not value:
                     continue  # superseded by a later commit of the transaction, or removed
-                if outcome.error:
+                before = previous.get(key)
+                if not outcome.error:
+                    pending[key] = (value, outcome.first_offset)
+                elif before is None:
                     del pending[key]
                 else:
-                    pending[key] = (value, outcome.first_offset)
+                    pending[key] = before
             if not pending:
                 del group.pending_txn[producer_id]
         if not outcome.error:
@@ -1775,7 +1783,13 @@ class GroupCoordinator:
             if not expired:
                 continue
             records = [offset_commit_record(group.group_id, t, p, None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets) and not group.pending_commits
+            # A group with offsets still to come (a commit in flight, a transaction's pending
+            # offsets) stays (Kafka's ``hasOffsets``).
+            drop_group = (
+                len(expired) == len(group.offsets)
+                and not group.pending_commits
+                and not group.pending_txn
+            )
             if drop_group:
                 records.append(group_metadata_record(group.group_id, None))
             error = self._write_tombstones(group.group_id, records)

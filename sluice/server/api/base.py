@@ -1,9 +1,13 @@
 """The state and helpers every API family shares (:class:`ApiBase`), and the constants of the
 handlers. The families: :mod:`~sluice.server.api.cluster` (ApiVersions, Metadata, DescribeCluster,
 DescribeLogDirs, ControlledShutdown), :mod:`~sluice.server.api.produce_fetch` (Produce, Fetch,
-ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId), :mod:`~sluice.server.api.topics`
+ListOffsets, OffsetForLeaderEpoch, DeleteRecords), :mod:`~sluice.server.api.topics`
 (CreateTopics, CreatePartitions, DeleteTopics), :mod:`~sluice.server.api.groups` (the group and
-offset APIs) and :mod:`~sluice.server.api.configs`; :mod:`~sluice.server.api.handlers` joins them.
+offset APIs), :mod:`~sluice.server.api.transactions` (the transaction coordinator's:
+InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+ListTransactions), :mod:`~sluice.server.api.transactional` (the partition and group side:
+WriteTxnMarkers, TxnOffsetCommit, DescribeProducers) and :mod:`~sluice.server.api.configs`;
+:mod:`~sluice.server.api.handlers` joins them.
 """
 
 from __future__ import annotations

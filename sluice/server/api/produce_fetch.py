@@ -1,5 +1,6 @@
 """The log APIs: Produce, Fetch (long poll included), ListOffsets, OffsetForLeaderEpoch,
-DeleteRecords, InitProducerId."""
+DeleteRecords (InitProducerId is the transaction family's:
+:mod:`sluice.server.api.transactions`)."""
 
 from __future__ import annotations
 
@@ -565,49 +566,3 @@ class ProduceFetchApis(ApiBase):
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
-
-    # --- InitProducerId (22) ---------------------------------------------------------------------
-
-    def init_producer_id(
-        self, header: RequestHeader, body: m.InitProducerIdRequest
-    ) -> Answer[m.InitProducerIdResponse]:
-        """A fresh producer id, epoch 0, for an idempotent producer; with a transactional id,
-        the transaction coordinator's answer (:mod:`sluice.server.api.transactions`).
-
-        The id comes from the metadata view (standalone the broker's counter; in a cluster the
-        block this broker took from ZooKeeper); COORDINATOR_NOT_AVAILABLE (retriable) when none
-        can be had. Sequence and epoch checks on append are the storage layer's
-        (sluice.server.storage.producer_state via Log).
-        """
-        cls = m.InitProducerIdResponse
-        if body.transactional_id is None and not self._may_write_idempotently():
-            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        if body.transactional_id is not None and not self.allowed(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
-        ):
-            return cls(throttle_time_ms=0,
-                       error_code=errors.TransactionalIdAuthorizationFailed.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        if body.transactional_id is not None:
-            return self.init_transactional_producer_id(header, body)  # type: ignore[attr-defined, no-any-return]
-        return self._allocate_producer_id()
-
-    def _may_write_idempotently(self) -> bool:
-        """IdempotentWrite on the cluster or, failing that, Write on some topic (KIP-679:
-        ``authorizeByResourceType``), as ``KafkaApis.handleInitProducerIdRequest``."""
-        return self.allowed(AclOperation.IDEMPOTENT_WRITE, audit=False) or (
-            self.allowed_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
-        )
-
-    async def _allocate_producer_id(self) -> m.InitProducerIdResponse:
-        cls = m.InitProducerIdResponse
-        try:
-            producer_id = await self.metadata_view.allocate_producer_id()
-        except Exception as exc:
-            # ZooKeeper unreachable (or too contended): retriable for the client.
-            log.warning("no producer id block", error=repr(exc))
-            return cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        self.metrics.inc("producer_ids.allocated")
-        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

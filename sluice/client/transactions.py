@@ -3,13 +3,9 @@ DescribeTransactions at an id's coordinator (FindCoordinator key type 1)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 
-from sluice.client.cluster import Cluster
-from sluice.net.connection import Connection
-from sluice.net.errors import KafkaTimeoutError
+from sluice.client.cluster import Cluster, find_coordinator
 from sluice.protocol import messages
 from sluice.protocol.errors import for_code
 
@@ -58,30 +54,11 @@ async def list_transactions(
     return sorted(out, key=lambda t: t.transactional_id)
 
 
-async def transaction_coordinator(
-    cluster: Cluster, transactional_id: str, timeout_ms: int = 30_000
-) -> tuple[int, Connection]:
-    """The id's coordinator (retrying retriable FindCoordinator errors, bounded)."""
-    deadline = time.monotonic() + timeout_ms / 1000
-    while True:
-        conn = await cluster.any_connection()
-        body = messages.FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
-        resp = await conn.request(messages.FindCoordinator.key, body)
-        if resp.error_code == 0:
-            break
-        error = for_code(resp.error_code)(resp.error_message or "FindCoordinator")
-        if not error.retriable:
-            raise error
-        if time.monotonic() >= deadline:
-            raise KafkaTimeoutError(f"no coordinator for {transactional_id!r}: {error}")
-        await asyncio.sleep(0.1)
-    if resp.node_id not in cluster.brokers:
-        await cluster.refresh([])
-    return resp.node_id, await cluster.connection(resp.node_id)
-
-
 async def describe_transaction(cluster: Cluster, transactional_id: str) -> TransactionDescription:
-    node, conn = await transaction_coordinator(cluster, transactional_id)
+    node, conn = await find_coordinator(
+        cluster, transactional_id, TRANSACTION_KEY_TYPE, f"transactional id {transactional_id!r}",
+        30_000, 100,
+    )  # fmt: skip
     resp = await conn.request(
         messages.DescribeTransactions.key,
         messages.DescribeTransactionsRequest(transactional_ids=[transactional_id]),

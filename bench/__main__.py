@@ -21,6 +21,7 @@ KNOWN = (
     "restart",
     "cleaner",
     "quota",
+    "transactions",
 )
 
 

@@ -5,6 +5,7 @@
     sluice produce  --bootstrap-server HOST:PORT --topic T [--key-separator :] [--header k=v]
     sluice consume  --bootstrap-server HOST:PORT --topic T [--from-beginning | --offset N
                     --partition P | --timestamp MS] [--max-messages N] [--format text|json]
+                    [--isolation-level read_uncommitted|read_committed]
     sluice topics   list | create --topic T --partitions N --config k=v | describe | delete
                     | alter --topic T --partitions N       (describe: also each topic's Configs:)
     sluice configs  --entity-type topics|brokers [--entity-name N | --entity-default]
@@ -20,6 +21,7 @@
                     [--resource-pattern-type literal|prefixed|match|any] [--allow-host H]
     sluice offsets  --topic T [--partition P] [--time -1|-2|MS]     (topic:partition:offset)
     sluice groups   list | describe --group G [--members] | delete --group G   (lag per partition)
+    sluice transactions list [--state S] [--producer-id P] | describe --transactional-id X
     sluice dump-log --files a.log[,b.index] [--print-data-log] | --verify DIR
                     (--files also takes a partition's leader-epoch-checkpoint)
     sluice reassign-partitions --reassignment-json-file F --execute | --verify | --cancel
@@ -63,6 +65,7 @@ from sluice.client.cluster import Cluster, TopicPartition
 from sluice.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from sluice.client.group import delete_groups, describe_group, list_groups
 from sluice.client.producer import COMPRESSION_CODECS, Producer
+from sluice.client.transactions import describe_transaction, list_transactions
 from sluice.pipeline.cli import pipeline as pipeline_jobs
 from sluice.protocol.acl import AclOperation, AclPermissionType, PatternType
 from sluice.protocol.acl import ResourceType as AclResourceType
@@ -291,6 +294,13 @@ def _parse_timestamp(text: str) -> int:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @click.option("--print-key", is_flag=True, help="text format: print key<SEP>value.")
 @click.option("--key-separator", default="\t", show_default="TAB")
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: stop at the last stable offset, skip aborted transactions.",
+)
 @async_command
 async def consume(
     bootstrap: str,
@@ -304,6 +314,7 @@ async def consume(
     fmt: str,
     print_key: bool,
     key_separator: str,
+    isolation_level: str,
 ) -> None:
     """Print records, one value per line (like kafka-console-consumer)."""
     if offset is not None and partition is None:
@@ -312,7 +323,10 @@ async def consume(
         raise click.UsageError("give at most one of --offset, --timestamp, --from-beginning")
     out = sys.stdout
     async with Consumer(
-        bootstrap, client_id="sluice-console-consumer", security=_security()
+        bootstrap,
+        client_id="sluice-console-consumer",
+        security=_security(),
+        isolation_level=isolation_level,
     ) as consumer:
         parts = [partition] if partition is not None else await consumer.partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in parts]
@@ -990,6 +1004,63 @@ async def offsets(bootstrap: str, topic: str, partitions: tuple[int, ...], when:
     for tp in sorted(found):
         hit = found[tp]
         click.echo(f"{tp.topic}:{tp.partition}:{hit.offset if hit is not None else ''}")
+
+
+# --- transactions --------------------------------------------------------------------------
+
+
+@cli.group()
+def transactions() -> None:
+    """List and describe transactions (like kafka-transactions)."""
+
+
+@transactions.command("list")
+@bootstrap_option
+@click.option("--state", "states", multiple=True, help="Only in this state (repeatable).")
+@click.option("--producer-id", "producer_ids", type=int, multiple=True, help="Repeatable.")
+@async_command
+async def transactions_list(
+    bootstrap: str, states: tuple[str, ...], producer_ids: tuple[int, ...]
+) -> None:
+    """Every transactional id: its coordinator, producer id and state."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli", security=_security())
+    try:
+        await cluster.start()
+        found = await list_transactions(cluster, list(states), list(producer_ids))
+    finally:
+        await cluster.close()
+    table = Table("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
+    for t in found:
+        table.add_row(t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state)
+    Console(width=200).print(table)
+
+
+@transactions.command("describe")
+@bootstrap_option
+@click.option("--transactional-id", required=True)
+@async_command
+async def transactions_describe(bootstrap: str, transactional_id: str) -> None:
+    """The transaction's coordinator, producer, state, timeout, start and partitions."""
+    cluster = Cluster(bootstrap, client_id="sluice-cli", security=_security())
+    try:
+        await cluster.start()
+        d = await describe_transaction(cluster, transactional_id)
+    finally:
+        await cluster.close()
+    table = Table(
+        "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+        "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+        "TopicPartitions",
+    )  # fmt: skip
+    started = d.start_time_ms if d.start_time_ms >= 0 else None
+    now_ms = int(datetime.now().timestamp() * 1000)
+    table.add_row(
+        str(d.coordinator_id), d.transactional_id, str(d.producer_id), str(d.producer_epoch),
+        d.state, str(d.timeout_ms), "None" if started is None else str(started),
+        "None" if started is None else str(now_ms - started),
+        ",".join(f"{t}-{p}" for t, p in d.partitions),
+    )  # fmt: skip
+    Console(width=250).print(table)
 
 
 # --- groups --------------------------------------------------------------------------------

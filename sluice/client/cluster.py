@@ -309,3 +309,31 @@ class Cluster:
                 continue
             except KafkaConnectionError:
                 await asyncio.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
+
+
+async def find_coordinator(
+    cluster: Cluster, key: str, key_type: int, what: str, timeout_ms: int, retry_backoff_ms: int
+) -> tuple[int, Connection]:
+    """FindCoordinator for ``key`` (key type 0: a group, 1: a transactional id): the
+    coordinator's node id and a connection to it. Retriable errors (loading, not available)
+    are retried every ``retry_backoff_ms`` for ``timeout_ms`` at most -- a broker that keeps
+    answering one must not hang a commit or a stop() forever; ``what`` names the key in
+    the timeout's message."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        any_conn = await cluster.any_connection()
+        body = messages.FindCoordinatorRequest(key=key, key_type=key_type)
+        resp = await any_conn.request(messages.FindCoordinator.key, body)
+        if resp.error_code == 0:
+            break
+        error = for_code(resp.error_code)(resp.error_message or "FindCoordinator")
+        if not error.retriable:
+            raise error
+        if time.monotonic() >= deadline:
+            raise KafkaTimeoutError(
+                f"no coordinator for {what} within {timeout_ms} ms (last error: {error})"
+            )
+        await asyncio.sleep(retry_backoff_ms / 1000)
+    if resp.node_id not in cluster.brokers:
+        await cluster.refresh([])
+    return resp.node_id, await cluster.connection(resp.node_id)

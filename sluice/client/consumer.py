@@ -34,8 +34,11 @@ offsets of the next records to hand out) in the group, every ``auto_commit_inter
 at :meth:`stop` (which also leaves the group, so its partitions move at once). A consumer with a
 ``group_id`` that uses :meth:`assign` commits as a standalone member (generation -1).
 
-Records of control batches (transaction markers) are skipped. Single event loop; not
-thread-safe.
+Records of control batches (transaction markers) are skipped. ``isolation_level`` defaults to
+``read_uncommitted``, as Kafka's Java consumer does (librdkafka defaults to ``read_committed``):
+with ``read_committed`` the broker bounds each fetch by the partition's last stable offset and
+lists its aborted transactions, whose records are skipped (the positions jump the gaps markers
+and aborted records leave). Single event loop; not thread-safe.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any, NamedTuple
 
 from sluice.net.security import ClientSecurity
 from sluice.protocol import messages
+from sluice.protocol.aborted import AbortedFilter
 from sluice.protocol.errors import (
     KafkaError,
     LeaderNotAvailable,
@@ -755,7 +759,8 @@ class Consumer:
                 # Decoded records are a slice of the frame or None (a RecordsPart is only set
                 # by a broker building a response).
                 if isinstance(p.records, Buffer):
-                    self._append_records(tp, st, p.records)
+                    aborted = p.aborted_transactions if self.isolation else None
+                    self._append_records(tp, st, p.records, aborted)
         if stale_metadata:
             with contextlib.suppress(KafkaError, KafkaConnectionError, KafkaTimeoutError):
                 await self._cluster.refresh({tp.topic for tp in tps})
@@ -776,19 +781,32 @@ class Consumer:
         self._data.set()
         return False
 
-    def _append_records(self, tp: TopicPartition, state: _PartitionState, data: Buffer) -> None:
+    def _append_records(
+        self,
+        tp: TopicPartition,
+        state: _PartitionState,
+        data: Buffer,
+        aborted: Sequence[messages.FetchResponse.AbortedTransaction] | None = None,
+    ) -> None:
         """Decode a Fetch response's records into the partition's buffer, batch by batch
         (sluice.protocol.records verifies each CRC and decompresses). A corrupt batch stops the
-        partition there: its error goes to the application, the position stays before it."""
+        partition there: its error goes to the application, the position stays before it.
+
+        Control batches (transaction markers) are skipped; with read_committed, so are the
+        batches of the answer's aborted transactions (:class:`~sluice.protocol.aborted.
+        AbortedFilter`, Kafka's ``CompletedFetch`` rule). The position moves past what is
+        skipped (offset gaps are expected)."""
         if not data:
             return
         start = state.fetch_position
         assert start is not None
         buf = state.buffer
         topic, partition = tp
+        skip = AbortedFilter((a.producer_id, a.first_offset) for a in aborted or ()).drop
         try:
             for _, header, view in iter_batches(data, allow_partial_tail=True):
-                if header.is_control or header.next_offset <= start:
+                # (every batch goes through the filter: a marker below the position too)
+                if skip(header, view) or header.next_offset <= start:
                     state.fetch_position = max(header.next_offset, start)
                     continue
                 offsets, timestamps, keys, values, headers = decode_batch_columns(view)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from sluice.net.connection import Connection
 from sluice.protocol import consumer_protocol, messages
 from sluice.protocol.errors import KafkaError, ProtocolError, for_code
 
-from .cluster import Cluster, TopicPartition
+from .cluster import Cluster, TopicPartition, find_coordinator
 from .errors import KafkaConnectionError, KafkaTimeoutError
 
 __all__ = [
@@ -53,7 +52,6 @@ __all__ = [
     "roundrobin_assign",
 ]
 
-FIND_COORDINATOR = messages.FindCoordinator.key
 JOIN_GROUP = messages.JoinGroup.key
 SYNC_GROUP = messages.SyncGroup.key
 HEARTBEAT = messages.Heartbeat.key
@@ -222,27 +220,10 @@ class GroupMember:
         if conn is not None and not conn.closed:
             return conn
         self._coordinator = None
-        # Bounded: a broker that keeps answering a retriable error (coordinator loading, not
-        # available) must not hang a commit or a consumer's stop() forever.
-        deadline = time.monotonic() + self.coordinator_timeout_ms / 1000
-        while True:
-            any_conn = await self.cluster.any_connection()
-            body = messages.FindCoordinatorRequest(key=self.group_id, key_type=0)
-            resp = await any_conn.request(FIND_COORDINATOR, body)
-            if resp.error_code == 0:
-                break
-            error = for_code(resp.error_code)(resp.error_message or "FindCoordinator")
-            if not error.retriable:
-                raise error
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(
-                    f"no coordinator for group {self.group_id!r} within "
-                    f"{self.coordinator_timeout_ms} ms (last error: {error})"
-                )
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
-        if resp.node_id not in self.cluster.brokers:
-            await self.cluster.refresh([])
-        self._coordinator = await self.cluster.connection(resp.node_id)
+        _node, self._coordinator = await find_coordinator(
+            self.cluster, self.group_id, 0, f"group {self.group_id!r}", self.coordinator_timeout_ms,
+            self.retry_backoff_ms,
+        )  # fmt: skip
         return self._coordinator
 
     # --- the membership loop -----------------------------------------------------------------

@@ -20,6 +20,10 @@ Read options (see Spark's "Structured Streaming + Kafka Integration Guide")::
     failOnDataLoss            true | false (true)       offsets gone to retention: fail or skip
     kafka.max.partition.fetch.bytes  int (1 MiB)        Fetch partition_max_bytes
     kafka.request.timeout.ms  int (30000)
+    kafka.isolation.level     read_uncommitted | read_committed   (read_uncommitted, the Java
+                              consumer's default, which Spark's Kafka source keeps): with
+                              read_committed, ``latest`` is each partition's last stable offset
+                              and aborted transactions' records are skipped
 
 Write options: ``kafka.bootstrap.servers``, ``topic`` (default topic when rows have none),
 ``kafka.acks`` (-1/all, 1, 0; default all), ``kafka.batch.size`` (bytes per produced batch,
@@ -76,7 +80,7 @@ SOURCE_KEYS = (
     "kafka.bootstrap.servers", *_SUBSCRIPTION_KEYS, "startingOffsets", "endingOffsets",
     "startingTimestamp", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
     "includeHeaders", "failOnDataLoss", "kafka.max.partition.fetch.bytes",
-    "kafka.request.timeout.ms", *SECURITY_KEYS,
+    "kafka.request.timeout.ms", "kafka.isolation.level", *SECURITY_KEYS,
 )  # fmt: skip
 SEGMENTS_KEYS = ("path", *_SUBSCRIPTION_KEYS, "includeHeaders", "failOnDataLoss")
 SINK_KEYS = (
@@ -180,6 +184,8 @@ class SourceOptions:
     fetch_bytes: int
     timeout_s: float
     path: str | None = None
+    #: Fetch/ListOffsets isolation level: 0 read_uncommitted, 1 read_committed
+    isolation_level: int = 0
     #: Kafka client properties for TLS/SASL (``security.protocol``...); may hold passwords.
     security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
@@ -213,6 +219,15 @@ def check_keys(options: Mapping[str, str], known: tuple[str, ...], fmt: str) -> 
         raise OptionError(
             f'{key} is not an option of format("{fmt}"), which takes {", ".join(known)}'
         )
+
+
+def _isolation(opts: Mapping[str, str]) -> int:
+    raw = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if raw not in ("read_uncommitted", "read_committed"):
+        raise OptionError(
+            f"kafka.isolation.level must be read_uncommitted or read_committed, not {raw!r}"
+        )
+    return 1 if raw == "read_committed" else 0
 
 
 def _int(opts: Mapping[str, str], key: str, default: int | None, *, minimum: int) -> int | None:
@@ -344,6 +359,7 @@ def parse(options: Mapping[str, str], *, streaming: bool, segments: bool = False
         )
         or DEFAULT_PARTITION_FETCH_BYTES,
         timeout_s=(_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000) / 1000,
+        isolation_level=_isolation(opts),
         path=opts.get("path"),
         security=() if segments else _security(opts),
     )

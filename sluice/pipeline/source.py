@@ -6,7 +6,10 @@ Modelled on Spark's Kafka source (``KafkaRelation``, ``KafkaMicroBatchStream``):
   offsets are resolved with ListOffsets (-2 earliest = log start offset, -1 latest = high
   watermark, or a timestamp); each partition's ``[start, end)`` becomes one or more Spark input
   partitions (:func:`sluice.pipeline.offsets.split_ranges`). Reads never pass the high watermark:
-  ``latest`` *is* the HW, and a specific ending offset above it is capped to it.
+  ``latest`` *is* the HW, and a specific ending offset above it is capped to it. With
+  ``kafka.isolation.level=read_committed`` the bound is the last stable offset instead (ListOffsets
+  and Fetch with isolation level 1), and the batches of aborted transactions are skipped
+  (:class:`sluice.protocol.aborted.AbortedFilter`) as markers are.
 * **Reading (executors).** :func:`read_range` fetches the range with Fetch requests, splits the
   response with ``sluice.protocol.records.iter_batches``, decodes each batch (CRC checked), keeps
   the
@@ -50,6 +53,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from sluice.protocol.aborted import AbortedFilter
 from sluice.protocol.errors import OffsetOutOfRange
 from sluice.protocol.records import decode_batch_columns, iter_batches
 from sluice.protocol.structs import TopicPartition
@@ -116,12 +120,16 @@ def _data_loss(options: SourceOptions, message: str) -> None:
 # --- executor side: reading one range ----------------------------------------------------------
 
 
+def _client(options: SourceOptions) -> SyncClient:
+    return SyncClient.of(options, isolation_level=options.isolation_level)
+
+
 def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[Any]:
     """Arrow record batches of the records of ``r`` (see the module docstring)."""
     tp = r.topic_partition
     builder = ColumnBuilder(r.topic, r.partition, options.include_headers)
     offset = r.from_offset
-    with SyncClient.of(options) as client:
+    with _client(options) as client:
         while offset < r.until_offset:
             result = client.fetch(tp, offset, max_bytes=options.fetch_bytes)
             if result.error_code == OffsetOutOfRange.code:
@@ -139,9 +147,13 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[Any]:
             check(result.error_code, f"Fetch {r.topic}-{r.partition} at {offset}")
             next_offset = offset
             if result.records:
+                skip = AbortedFilter(result.aborted).drop
                 for _, header, batch in iter_batches(result.records, allow_partial_tail=True):
-                    if header.last_offset < offset:
-                        continue  # the broker returns whole batches: skip what is before us
+                    if skip(header, batch) or header.last_offset < offset:
+                        # a marker, aborted data (read_committed), or before us (the broker
+                        # returns whole batches)
+                        next_offset = max(next_offset, header.next_offset)
+                        continue
                     builder.add(header, decode_batch_columns(batch), offset, r.until_offset)
                     next_offset = header.next_offset
                     if len(builder) >= ARROW_BATCH_RECORDS:
@@ -168,7 +180,7 @@ class SluiceBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        with SyncClient.of(opts) as client:
+        with _client(opts) as client:
             tps = selected_partitions(client, opts)
             start = resolve(client, tps, opts.starting)
             end = resolve(client, tps, opts.ending)
@@ -209,7 +221,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _conn(self) -> SyncClient:
         if self._client is None:
-            self._client = SyncClient.of(self.options)
+            self._client = _client(self.options)
         return self._client
 
     def _call(self, fn: Any) -> Any:

@@ -88,6 +88,8 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     records: Buffer | None
+    #: read_committed: the answer's aborted transactions, (producer id, first offset)
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 def check(code: int, what: str) -> None:
@@ -106,8 +108,12 @@ class SyncClient:
         timeout: float = 30.0,
         client_id: str = "sluice-spark",
         security: Sequence[tuple[str, str]] = (),
+        isolation_level: int = 0,
     ) -> None:
+        """``isolation_level`` 1 (read_committed): ListOffsets latest is the last stable
+        offset and Fetch stops there and lists the aborted transactions."""
         self.timeout = timeout
+        self.isolation_level = isolation_level
         self.client_id = client_id
         self._correlation = 0
         login = client_security(security)
@@ -120,9 +126,14 @@ class SyncClient:
                 raise
 
     @classmethod
-    def of(cls, options: ClientOptions) -> SyncClient:
+    def of(cls, options: ClientOptions, isolation_level: int = 0) -> SyncClient:
         """A connection as the source's or sink's parsed options say."""
-        return cls(options.bootstrap, timeout=options.timeout_s, security=options.security)
+        return cls(
+            options.bootstrap,
+            timeout=options.timeout_s,
+            security=options.security,
+            isolation_level=isolation_level,
+        )
 
     def _connect(self, bootstrap: str, security: ClientSecurity | None) -> socket.socket:
         errors = []
@@ -288,7 +299,7 @@ class SyncClient:
             )
         req = messages.ListOffsetsRequest(
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=self.isolation_level,
             topics=[
                 messages.ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps)
                 for t, ps in by_topic.items()
@@ -318,7 +329,7 @@ class SyncClient:
             max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
-            isolation_level=0,
+            isolation_level=self.isolation_level,
             session_id=0,
             session_epoch=-1,
             topics=[
@@ -345,7 +356,12 @@ class SyncClient:
                     # Decoded records are a slice of the frame (a RecordsPart is only ever set
                     # by a broker building a response), or None.
                     records = p.records if isinstance(p.records, Buffer) else None
-                    return FetchResult(p.error_code, p.high_watermark, p.log_start_offset, records)
+                    aborted = tuple(
+                        (a.producer_id, a.first_offset) for a in p.aborted_transactions or ()
+                    )
+                    return FetchResult(
+                        p.error_code, p.high_watermark, p.log_start_offset, records, aborted
+                    )
         raise ProtocolError(f"Fetch response without {tp.topic}-{tp.partition}")
 
     def produce(

@@ -153,6 +153,24 @@ InvalidTxnState = _define(
     False,
     "the producer attempted a transactional operation in an invalid state",
 )
+InvalidProducerIdMapping = _define(
+    "InvalidProducerIdMapping",
+    49,
+    False,
+    "the producer id is not the one the transactional id is mapped to",
+)
+InvalidTransactionTimeout = _define(
+    "InvalidTransactionTimeout",
+    50,
+    False,
+    "the transaction timeout is larger than transaction.max.timeout.ms",
+)
+ConcurrentTransactions = _define(
+    "ConcurrentTransactions",
+    51,
+    True,
+    "the producer's previous transaction is still completing",
+)
 TransactionCoordinatorFenced = _define(
     "TransactionCoordinatorFenced", 52, False, "a newer transaction coordinator is active"
 )
@@ -160,6 +178,9 @@ TransactionalIdAuthorizationFailed = _define(
     "TransactionalIdAuthorizationFailed", 53, False, "transactional id authorization failed"
 )
 SecurityDisabled = _define("SecurityDisabled", 54, False, "security features are disabled")
+OperationNotAttempted = _define(
+    "OperationNotAttempted", 55, False, "not attempted: another part of the request failed"
+)
 KafkaStorageError = _define("KafkaStorageError", 56, True, "disk error accessing the log")
 SaslAuthenticationFailed = _define(
     "SaslAuthenticationFailed", 58, False, "SASL authentication failed"
@@ -217,6 +238,12 @@ UnsupportedEndpointType = _define(
     "UnsupportedEndpointType", 115, False, "This endpoint type is not supported yet."
 )
 UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
+ProducerFenced = _define(
+    "ProducerFenced", 90, False, "a newer producer with the same transactional id fenced this one"
+)
+TransactionalIdNotFound = _define(
+    "TransactionalIdNotFound", 105, False, "the transactional id is not known"
+)
 
 
 def for_code(code: int) -> type[KafkaError]:

@@ -507,10 +507,13 @@ DeleteRecords = api(
 )
 
 InitProducerId = api(
-    22, "InitProducerId", versions="0-1", flexible="2+",
+    22, "InitProducerId", versions="0-4", flexible="2+",
     request=[
         F("transactional_id", "string", nullable="0+"),
         F("transaction_timeout_ms", "int32"),
+        # KIP-360: the producer's current id and epoch, to bump its epoch after an error.
+        F("producer_id", "int64", "3+", default=-1),
+        F("producer_epoch", "int16", "3+", default=-1),
     ],
     response=[
         F("throttle_time_ms", "int32"),
@@ -1035,6 +1038,543 @@ AlterUserScramCredentials = api(
     ],
 )
 
+AddPartitionsToTxn = api(
+    24, "AddPartitionsToTxn", versions="0-3", flexible="3+",
+    request=[
+        # v4+ (KIP-890: several transactions per request, from brokers) is not implemented.
+        F("v3_and_below_transactional_id", "string", "0-3"),
+        F("v3_and_below_producer_id", "int64", "0-3"),
+        F("v3_and_below_producer_epoch", "int16", "0-3"),
+        F("v3_and_below_topics", "[]AddPartitionsToTxnTopic", "0-3", fields=[
+            F("name", "string"),
+            F("partitions", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", "0-3", fields=[
+            F("name", "string"),
+            F("results_by_partition", "[]AddPartitionsToTxnPartitionResult", fields=[
+                F("partition_index", "int32"),
+                F("partition_error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+AddOffsetsToTxn = api(
+    25, "AddOffsetsToTxn", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("group_id", "string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ],
+)
+
+EndTxn = api(
+    26, "EndTxn", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("committed", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ],
+)
+
+DescribeTransactions = api(
+    65, "DescribeTransactions", versions="0", flexible="0+",
+    request=[
+        F("transactional_ids", "[]string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("transaction_states", "[]TransactionState", fields=[
+            F("error_code", "int16"),
+            F("transactional_id", "string"),
+            F("transaction_state", "string"),
+            F("transaction_timeout_ms", "int32"),
+            F("transaction_start_time_ms", "int64"),
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("topics", "[]TopicData", fields=[
+                F("topic", "string"),
+                F("partitions", "[]int32"),
+            ]),
+        ]),
+    ],
+)
+
+ListTransactions = api(
+    66, "ListTransactions", versions="0", flexible="0+",
+    request=[
+        F("state_filters", "[]string"),
+        F("producer_id_filters", "[]int64"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("unknown_state_filters", "[]string"),
+        F("transaction_states", "[]TransactionState", fields=[
+            F("transactional_id", "string"),
+            F("producer_id", "int64"),
+            F("transaction_state", "string"),
+        ]),
+    ],
+)
+
+WriteTxnMarkers = api(
+    27, "WriteTxnMarkers", versions="0-1", flexible="1+",
+    request=[
+        F("markers", "[]WritableTxnMarker", fields=[
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("transaction_result", "bool"),
+            F("topics", "[]WritableTxnMarkerTopic", fields=[
+                F("name", "string"),
+                F("partition_indexes", "[]int32"),
+            ]),
+            F("coordinator_epoch", "int32"),
+        ]),
+    ],
+    response=[
+        F("markers", "[]WritableTxnMarkerResult", fields=[
+            F("producer_id", "int64"),
+            F("topics", "[]WritableTxnMarkerTopicResult", fields=[
+                F("name", "string"),
+                F("partitions", "[]WritableTxnMarkerPartitionResult", fields=[
+                    F("partition_index", "int32"),
+                    F("error_code", "int16"),
+                ]),
+            ]),
+        ]),
+    ],
+)
+
+TxnOffsetCommit = api(
+    28, "TxnOffsetCommit", versions="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("group_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("generation_id", "int32", "3+", default=-1),
+        F("member_id", "string", "3+", default=""),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("topics", "[]TxnOffsetCommitRequestTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]TxnOffsetCommitRequestPartition", fields=[
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", "2+", default=-1),
+                F("committed_metadata", "string", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]TxnOffsetCommitResponseTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]TxnOffsetCommitResponsePartition", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+DescribeConfigs = api(
+    32, "DescribeConfigs", versions="0-4", flexible="4+",
+    request=[
+        F("resources", "[]DescribeConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configuration_keys", "[]string", nullable="0+"),
+        ]),
+        F("include_synonyms", "bool", "1+"),
+        F("include_documentation", "bool", "3+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]DescribeConfigsResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]DescribeConfigsResourceResult", fields=[
+                F("name", "string"),
+                F("value", "string", nullable="0+"),
+                F("read_only", "bool"),
+                F("is_default", "bool", "0"),
+                F("config_source", "int8", "1+", default=-1),
+                F("is_sensitive", "bool"),
+                F("synonyms", "[]DescribeConfigsSynonym", "1+", fields=[
+                    F("name", "string", "1+"),
+                    F("value", "string", "1+", nullable="0+"),
+                    F("source", "int8", "1+"),
+                ]),
+                F("config_type", "int8", "3+"),
+                F("documentation", "string", "3+", nullable="0+", default=None),
+            ]),
+        ]),
+    ],
+)
+
+AlterConfigs = api(
+    33, "AlterConfigs", versions="0-2", flexible="2+",
+    request=[
+        F("resources", "[]AlterConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]AlterableConfig", fields=[
+                F("name", "string"),
+                F("value", "string", nullable="0+"),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("responses", "[]AlterConfigsResourceResponse", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+        ]),
+    ],
+)
+
+DescribeLogDirs = api(
+    35, "DescribeLogDirs", versions="0-4", flexible="2+",
+    request=[
+        F("topics", "[]DescribableLogDirTopic", nullable="0+", fields=[
+            F("topic", "string"),
+            F("partitions", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16", "3+"),
+        F("results", "[]DescribeLogDirsResult", fields=[
+            F("error_code", "int16"),
+            F("log_dir", "string"),
+            F("topics", "[]DescribeLogDirsTopic", fields=[
+                F("name", "string"),
+                F("partitions", "[]DescribeLogDirsPartition", fields=[
+                    F("partition_index", "int32"),
+                    F("partition_size", "int64"),
+                    F("offset_lag", "int64"),
+                    F("is_future_key", "bool"),
+                ]),
+            ]),
+            F("total_bytes", "int64", "4+", default=-1),
+            F("usable_bytes", "int64", "4+", default=-1),
+        ]),
+    ],
+)
+
+CreatePartitions = api(
+    37, "CreatePartitions", versions="0-3", flexible="2+",
+    request=[
+        F("topics", "[]CreatePartitionsTopic", fields=[
+            F("name", "string"),
+            F("count", "int32"),
+            F("assignments", "[]CreatePartitionsAssignment", nullable="0+", fields=[
+                F("broker_ids", "[]int32"),
+            ]),
+        ]),
+        F("timeout_ms", "int32"),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]CreatePartitionsTopicResult", fields=[
+            F("name", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
+IncrementalAlterConfigs = api(
+    44, "IncrementalAlterConfigs", versions="0-1", flexible="1+",
+    request=[
+        F("resources", "[]AlterConfigsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]AlterableConfig", fields=[
+                F("name", "string"),
+                F("config_operation", "int8"),
+                F("value", "string", nullable="0+"),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("responses", "[]AlterConfigsResourceResponse", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+        ]),
+    ],
+)
+
+DeleteGroups = api(
+    42, "DeleteGroups", versions="0-1", flexible="2+",
+    request=[
+        F("groups_names", "[]string"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]DeletableGroupResult", fields=[
+            F("group_id", "string"),
+            F("error_code", "int16"),
+        ]),
+    ],
+)
+
+OffsetDelete = api(
+    47, "OffsetDelete", versions="0", flexible="none",
+    request=[
+        F("group_id", "string"),
+        F("topics", "[]OffsetDeleteRequestTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]OffsetDeleteRequestPartition", fields=[
+                F("partition_index", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]OffsetDeleteResponseTopic", fields=[
+            F("name", "string"),
+            F("partitions", "[]OffsetDeleteResponsePartition", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+DescribeCluster = api(
+    60, "DescribeCluster", versions="0-1", flexible="0+",
+    request=[
+        F("include_cluster_authorized_operations", "bool"),
+        F("endpoint_type", "int8", "1+", default=1),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("endpoint_type", "int8", "1+", default=1),
+        F("cluster_id", "string"),
+        F("controller_id", "int32", default=-1),
+        F("brokers", "[]DescribeClusterBroker", fields=[
+            F("broker_id", "int32"),
+            F("host", "string"),
+            F("port", "int32"),
+            F("rack", "string", nullable="0+", default=None),
+        ]),
+        F("cluster_authorized_operations", "int32", default=-2147483648),
+    ],
+)
+
+SaslHandshake = api(
+    17, "SaslHandshake", versions="0-1", flexible="none",
+    request=[
+        F("mechanism", "string"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("mechanisms", "[]string"),
+    ],
+)
+
+SaslAuthenticate = api(
+    36, "SaslAuthenticate", versions="0-2", flexible="2+",
+    request=[
+        F("auth_bytes", "bytes"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("auth_bytes", "bytes"),
+        F("session_lifetime_ms", "int64", "1+"),
+    ],
+)
+
+DescribeAcls = api(
+    29, "DescribeAcls", versions="0-3", flexible="2+",
+    request=[
+        F("resource_type_filter", "int8"),
+        F("resource_name_filter", "string", nullable="0+", default=None),
+        F("pattern_type_filter", "int8", "1+", default=3),
+        F("principal_filter", "string", nullable="0+", default=None),
+        F("host_filter", "string", nullable="0+", default=None),
+        F("operation", "int8"),
+        F("permission_type", "int8"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("resources", "[]DescribeAclsResource", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("pattern_type", "int8", "1+", default=3),
+            F("acls", "[]AclDescription", fields=[
+                F("principal", "string"),
+                F("host", "string"),
+                F("operation", "int8"),
+                F("permission_type", "int8"),
+            ]),
+        ]),
+    ],
+)
+
+CreateAcls = api(
+    30, "CreateAcls", versions="0-3", flexible="2+",
+    request=[
+        F("creations", "[]AclCreation", fields=[
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("resource_pattern_type", "int8", "1+", default=3),
+            F("principal", "string"),
+            F("host", "string"),
+            F("operation", "int8"),
+            F("permission_type", "int8"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]AclCreationResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
+DeleteAcls = api(
+    31, "DeleteAcls", versions="0-3", flexible="2+",
+    request=[
+        F("filters", "[]DeleteAclsFilter", fields=[
+            F("resource_type_filter", "int8"),
+            F("resource_name_filter", "string", nullable="0+", default=None),
+            F("pattern_type_filter", "int8", "1+", default=3),
+            F("principal_filter", "string", nullable="0+", default=None),
+            F("host_filter", "string", nullable="0+", default=None),
+            F("operation", "int8"),
+            F("permission_type", "int8"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("filter_results", "[]DeleteAclsFilterResult", fields=[
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+            F("matching_acls", "[]DeleteAclsMatchingAcl", fields=[
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+                F("resource_type", "int8"),
+                F("resource_name", "string"),
+                F("pattern_type", "int8", "1+", default=3),
+                F("principal", "string"),
+                F("host", "string"),
+                F("operation", "int8"),
+                F("permission_type", "int8"),
+            ]),
+        ]),
+    ],
+)
+
+DescribeUserScramCredentials = api(
+    50, "DescribeUserScramCredentials", versions="0", flexible="0+",
+    request=[
+        F("users", "[]UserName", nullable="0+", default=None, fields=[
+            F("name", "string"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("results", "[]DescribeUserScramCredentialsResult", fields=[
+            F("user", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+            F("credential_infos", "[]CredentialInfo", fields=[
+                F("mechanism", "int8"),
+                F("iterations", "int32"),
+            ]),
+        ]),
+    ],
+)
+
+AlterUserScramCredentials = api(
+    51, "AlterUserScramCredentials", versions="0", flexible="0+",
+    request=[
+        F("deletions", "[]ScramCredentialDeletion", fields=[
+            F("name", "string"),
+            F("mechanism", "int8"),
+        ]),
+        F("upsertions", "[]ScramCredentialUpsertion", fields=[
+            F("name", "string"),
+            F("mechanism", "int8"),
+            F("iterations", "int32"),
+            F("salt", "bytes"),
+            F("salted_password", "bytes"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]AlterUserScramCredentialsResult", fields=[
+            F("user", "string"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
+    ],
+)
+
+DescribeProducers = api(
+    61, "DescribeProducers", versions="0", flexible="0+",
+    request=[
+        F("topics", "[]TopicRequest", fields=[
+            F("name", "string"),
+            F("partition_indexes", "[]int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]TopicResponse", fields=[
+            F("name", "string"),
+            F("partitions", "[]PartitionResponse", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+                F("active_producers", "[]ProducerState", fields=[
+                    F("producer_id", "int64"),
+                    F("producer_epoch", "int32"),
+                    F("last_sequence", "int32", default=-1),
+                    F("last_timestamp", "int64", default=-1),
+                    F("coordinator_epoch", "int32"),
+                    F("current_txn_start_offset", "int64", default=-1),
+                ]),
+            ]),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -1048,7 +1588,9 @@ APIS: dict[int, Api] = {
         DeleteGroups, IncrementalAlterConfigs, OffsetDelete, DescribeCluster, SaslHandshake,
         SaslAuthenticate, DescribeAcls, CreateAcls, DeleteAcls, DescribeClientQuotas,
         AlterClientQuotas, DescribeUserScramCredentials, AlterUserScramCredentials, ElectLeaders,
-        AlterPartitionReassignments, ListPartitionReassignments,
+        AlterPartitionReassignments, ListPartitionReassignments, AddPartitionsToTxn,
+        AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions, WriteTxnMarkers,
+        TxnOffsetCommit, DescribeProducers,
     )
 }  # fmt: skip
 
@@ -1136,3 +1678,19 @@ DescribeUserScramCredentialsRequest = DescribeUserScramCredentials.request.cls
 DescribeUserScramCredentialsResponse = DescribeUserScramCredentials.response.cls
 AlterUserScramCredentialsRequest = AlterUserScramCredentials.request.cls
 AlterUserScramCredentialsResponse = AlterUserScramCredentials.response.cls
+AddPartitionsToTxnRequest = AddPartitionsToTxn.request.cls
+AddPartitionsToTxnResponse = AddPartitionsToTxn.response.cls
+AddOffsetsToTxnRequest = AddOffsetsToTxn.request.cls
+AddOffsetsToTxnResponse = AddOffsetsToTxn.response.cls
+EndTxnRequest = EndTxn.request.cls
+EndTxnResponse = EndTxn.response.cls
+DescribeTransactionsRequest = DescribeTransactions.request.cls
+DescribeTransactionsResponse = DescribeTransactions.response.cls
+ListTransactionsRequest = ListTransactions.request.cls
+ListTransactionsResponse = ListTransactions.response.cls
+WriteTxnMarkersRequest = WriteTxnMarkers.request.cls
+WriteTxnMarkersResponse = WriteTxnMarkers.response.cls
+TxnOffsetCommitRequest = TxnOffsetCommit.request.cls
+TxnOffsetCommitResponse = TxnOffsetCommit.response.cls
+DescribeProducersRequest = DescribeProducers.request.cls
+DescribeProducersResponse = DescribeProducers.response.cls

@@ -892,8 +892,15 @@ class DeleteRecordsResponse(ResponseMessage):
 class InitProducerIdRequest(RequestMessage[InitProducerIdResponse]):
     transactional_id: str | None
     transaction_timeout_ms: int
+    producer_id: int
+    producer_epoch: int
     def __init__(
-        self, *, transactional_id: str | None = ..., transaction_timeout_ms: int = ...
+        self,
+        *,
+        transactional_id: str | None = ...,
+        transaction_timeout_ms: int = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
     ) -> None: ...
 
 class InitProducerIdResponse(ResponseMessage):
@@ -1879,6 +1886,345 @@ class AlterUserScramCredentialsResponse(ResponseMessage):
         self, *, throttle_time_ms: int = ..., results: list[AlterUserScramCredentialsResult] = ...
     ) -> None: ...
 
+class AddPartitionsToTxnRequest(RequestMessage[AddPartitionsToTxnResponse]):
+    class AddPartitionsToTxnTopic(Message):
+        name: str
+        partitions: list[int]
+        def __init__(self, *, name: str = ..., partitions: list[int] = ...) -> None: ...
+
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: list[AddPartitionsToTxnTopic]
+    def __init__(
+        self,
+        *,
+        v3_and_below_transactional_id: str = ...,
+        v3_and_below_producer_id: int = ...,
+        v3_and_below_producer_epoch: int = ...,
+        v3_and_below_topics: list[AddPartitionsToTxnTopic] = ...,
+    ) -> None: ...
+
+class AddPartitionsToTxnResponse(ResponseMessage):
+    class AddPartitionsToTxnTopicResult(Message):
+        class AddPartitionsToTxnPartitionResult(Message):
+            partition_index: int
+            partition_error_code: int
+            def __init__(
+                self, *, partition_index: int = ..., partition_error_code: int = ...
+            ) -> None: ...
+
+        name: str
+        results_by_partition: list[AddPartitionsToTxnPartitionResult]
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            results_by_partition: list[AddPartitionsToTxnPartitionResult] = ...,
+        ) -> None: ...
+
+    AddPartitionsToTxnPartitionResult: TypeAlias = (
+        AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
+    )
+    throttle_time_ms: int
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = ...,
+    ) -> None: ...
+
+class AddOffsetsToTxnRequest(RequestMessage[AddOffsetsToTxnResponse]):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        group_id: str = ...,
+    ) -> None: ...
+
+class AddOffsetsToTxnResponse(ResponseMessage):
+    throttle_time_ms: int
+    error_code: int
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
+
+class EndTxnRequest(RequestMessage[EndTxnResponse]):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        committed: bool = ...,
+    ) -> None: ...
+
+class EndTxnResponse(ResponseMessage):
+    throttle_time_ms: int
+    error_code: int
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
+
+class DescribeTransactionsRequest(RequestMessage[DescribeTransactionsResponse]):
+    transactional_ids: list[str]
+    def __init__(self, *, transactional_ids: list[str] = ...) -> None: ...
+
+class DescribeTransactionsResponse(ResponseMessage):
+    class TransactionState(Message):
+        class TopicData(Message):
+            topic: str
+            partitions: list[int]
+            def __init__(self, *, topic: str = ..., partitions: list[int] = ...) -> None: ...
+
+        error_code: int
+        transactional_id: str
+        transaction_state: str
+        transaction_timeout_ms: int
+        transaction_start_time_ms: int
+        producer_id: int
+        producer_epoch: int
+        topics: list[TopicData]
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            transactional_id: str = ...,
+            transaction_state: str = ...,
+            transaction_timeout_ms: int = ...,
+            transaction_start_time_ms: int = ...,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            topics: list[TopicData] = ...,
+        ) -> None: ...
+
+    TopicData: TypeAlias = TransactionState.TopicData
+    throttle_time_ms: int
+    transaction_states: list[TransactionState]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., transaction_states: list[TransactionState] = ...
+    ) -> None: ...
+
+class ListTransactionsRequest(RequestMessage[ListTransactionsResponse]):
+    state_filters: list[str]
+    producer_id_filters: list[int]
+    def __init__(
+        self, *, state_filters: list[str] = ..., producer_id_filters: list[int] = ...
+    ) -> None: ...
+
+class ListTransactionsResponse(ResponseMessage):
+    class TransactionState(Message):
+        transactional_id: str
+        producer_id: int
+        transaction_state: str
+        def __init__(
+            self,
+            *,
+            transactional_id: str = ...,
+            producer_id: int = ...,
+            transaction_state: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: list[str]
+    transaction_states: list[TransactionState]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        unknown_state_filters: list[str] = ...,
+        transaction_states: list[TransactionState] = ...,
+    ) -> None: ...
+
+class WriteTxnMarkersRequest(RequestMessage[WriteTxnMarkersResponse]):
+    class WritableTxnMarker(Message):
+        class WritableTxnMarkerTopic(Message):
+            name: str
+            partition_indexes: list[int]
+            def __init__(self, *, name: str = ..., partition_indexes: list[int] = ...) -> None: ...
+
+        producer_id: int
+        producer_epoch: int
+        transaction_result: bool
+        topics: list[WritableTxnMarkerTopic]
+        coordinator_epoch: int
+        def __init__(
+            self,
+            *,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            transaction_result: bool = ...,
+            topics: list[WritableTxnMarkerTopic] = ...,
+            coordinator_epoch: int = ...,
+        ) -> None: ...
+
+    WritableTxnMarkerTopic: TypeAlias = WritableTxnMarker.WritableTxnMarkerTopic
+    markers: list[WritableTxnMarker]
+    def __init__(self, *, markers: list[WritableTxnMarker] = ...) -> None: ...
+
+class WriteTxnMarkersResponse(ResponseMessage):
+    class WritableTxnMarkerResult(Message):
+        class WritableTxnMarkerTopicResult(Message):
+            class WritableTxnMarkerPartitionResult(Message):
+                partition_index: int
+                error_code: int
+                def __init__(
+                    self, *, partition_index: int = ..., error_code: int = ...
+                ) -> None: ...
+
+            name: str
+            partitions: list[WritableTxnMarkerPartitionResult]
+            def __init__(
+                self, *, name: str = ..., partitions: list[WritableTxnMarkerPartitionResult] = ...
+            ) -> None: ...
+
+        producer_id: int
+        topics: list[WritableTxnMarkerTopicResult]
+        def __init__(
+            self, *, producer_id: int = ..., topics: list[WritableTxnMarkerTopicResult] = ...
+        ) -> None: ...
+
+    WritableTxnMarkerTopicResult: TypeAlias = WritableTxnMarkerResult.WritableTxnMarkerTopicResult
+    WritableTxnMarkerPartitionResult: TypeAlias = (
+        WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
+    )
+    markers: list[WritableTxnMarkerResult]
+    def __init__(self, *, markers: list[WritableTxnMarkerResult] = ...) -> None: ...
+
+class TxnOffsetCommitRequest(RequestMessage[TxnOffsetCommitResponse]):
+    class TxnOffsetCommitRequestTopic(Message):
+        class TxnOffsetCommitRequestPartition(Message):
+            partition_index: int
+            committed_offset: int
+            committed_leader_epoch: int
+            committed_metadata: str | None
+            def __init__(
+                self,
+                *,
+                partition_index: int = ...,
+                committed_offset: int = ...,
+                committed_leader_epoch: int = ...,
+                committed_metadata: str | None = ...,
+            ) -> None: ...
+
+        name: str
+        partitions: list[TxnOffsetCommitRequestPartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[TxnOffsetCommitRequestPartition] = ...
+        ) -> None: ...
+
+    TxnOffsetCommitRequestPartition: TypeAlias = (
+        TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
+    )
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: list[TxnOffsetCommitRequestTopic]
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        group_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        generation_id: int = ...,
+        member_id: str = ...,
+        group_instance_id: str | None = ...,
+        topics: list[TxnOffsetCommitRequestTopic] = ...,
+    ) -> None: ...
+
+class TxnOffsetCommitResponse(ResponseMessage):
+    class TxnOffsetCommitResponseTopic(Message):
+        class TxnOffsetCommitResponsePartition(Message):
+            partition_index: int
+            error_code: int
+            def __init__(self, *, partition_index: int = ..., error_code: int = ...) -> None: ...
+
+        name: str
+        partitions: list[TxnOffsetCommitResponsePartition]
+        def __init__(
+            self, *, name: str = ..., partitions: list[TxnOffsetCommitResponsePartition] = ...
+        ) -> None: ...
+
+    TxnOffsetCommitResponsePartition: TypeAlias = (
+        TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
+    )
+    throttle_time_ms: int
+    topics: list[TxnOffsetCommitResponseTopic]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., topics: list[TxnOffsetCommitResponseTopic] = ...
+    ) -> None: ...
+
+class DescribeProducersRequest(RequestMessage[DescribeProducersResponse]):
+    class TopicRequest(Message):
+        name: str
+        partition_indexes: list[int]
+        def __init__(self, *, name: str = ..., partition_indexes: list[int] = ...) -> None: ...
+
+    topics: list[TopicRequest]
+    def __init__(self, *, topics: list[TopicRequest] = ...) -> None: ...
+
+class DescribeProducersResponse(ResponseMessage):
+    class TopicResponse(Message):
+        class PartitionResponse(Message):
+            class ProducerState(Message):
+                producer_id: int
+                producer_epoch: int
+                last_sequence: int
+                last_timestamp: int
+                coordinator_epoch: int
+                current_txn_start_offset: int
+                def __init__(
+                    self,
+                    *,
+                    producer_id: int = ...,
+                    producer_epoch: int = ...,
+                    last_sequence: int = ...,
+                    last_timestamp: int = ...,
+                    coordinator_epoch: int = ...,
+                    current_txn_start_offset: int = ...,
+                ) -> None: ...
+
+            partition_index: int
+            error_code: int
+            error_message: str | None
+            active_producers: list[ProducerState]
+            def __init__(
+                self,
+                *,
+                partition_index: int = ...,
+                error_code: int = ...,
+                error_message: str | None = ...,
+                active_producers: list[ProducerState] = ...,
+            ) -> None: ...
+
+        name: str
+        partitions: list[PartitionResponse]
+        def __init__(
+            self, *, name: str = ..., partitions: list[PartitionResponse] = ...
+        ) -> None: ...
+
+    PartitionResponse: TypeAlias = TopicResponse.PartitionResponse
+    ProducerState: TypeAlias = PartitionResponse.ProducerState
+    throttle_time_ms: int
+    topics: list[TopicResponse]
+    def __init__(
+        self, *, throttle_time_ms: int = ..., topics: list[TopicResponse] = ...
+    ) -> None: ...
+
 REQUEST_HEADER: StructSchema[RequestHeader]
 RESPONSE_HEADER: StructSchema[ResponseHeader]
 Produce: Api[ProduceRequest, ProduceResponse]
@@ -1927,4 +2273,12 @@ DescribeUserScramCredentials: Api[
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
 ]
 AlterUserScramCredentials: Api[AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse]
+AddPartitionsToTxn: Api[AddPartitionsToTxnRequest, AddPartitionsToTxnResponse]
+AddOffsetsToTxn: Api[AddOffsetsToTxnRequest, AddOffsetsToTxnResponse]
+EndTxn: Api[EndTxnRequest, EndTxnResponse]
+DescribeTransactions: Api[DescribeTransactionsRequest, DescribeTransactionsResponse]
+ListTransactions: Api[ListTransactionsRequest, ListTransactionsResponse]
+WriteTxnMarkers: Api[WriteTxnMarkersRequest, WriteTxnMarkersResponse]
+TxnOffsetCommit: Api[TxnOffsetCommitRequest, TxnOffsetCommitResponse]
+DescribeProducers: Api[DescribeProducersRequest, DescribeProducersResponse]
 APIS: dict[int, Api[Any, Any]]

@@ -1518,3 +1518,18 @@ def has_transactional_batch(data: object) -> bool:
 
 
 _BATCH_LENGTH = struct.Struct(">i")
+
+
+def first_transactional_batch(data: object) -> BatchHeader | None:
+    """The header of the first transactional batch of ``data`` (as
+    :func:`has_transactional_batch` walks it), or None."""
+    if not has_transactional_batch(data):
+        return None
+    view = memoryview(data)  # type: ignore[arg-type]
+    position, end = 0, len(view)
+    while position + HEADER_SIZE <= end:
+        header = parse_header(view, position)
+        if header.attributes & ATTR_TRANSACTIONAL_MASK:
+            return header
+        position += header.size
+    return None

@@ -73,6 +73,7 @@ from sluice.server.security.listeners import (
     listener_settings,
 )
 from sluice.server.storage.log_config import LONG_MAX, SERVER_LOG_CONFIG
+from sluice.server.transaction.config import TRANSACTION_CONFIG
 
 if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
@@ -473,6 +474,7 @@ BROKER_CONFIG = (
     .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)
+    .include(TRANSACTION_CONFIG)
     # Kafka's SocketServer.ReconfigurableConfigs that Sluice has (applied to ConnectionQuotas).
     .dynamic("max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections")
 )  # fmt: skip

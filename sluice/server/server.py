@@ -33,6 +33,7 @@ import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sluice.protocol import messages as m
 from sluice.server.api.handlers import Handlers
 from sluice.server.config import Config, ConfigError, MetricsListener
 from sluice.server.config_def import NO_BOUND
@@ -42,6 +43,7 @@ from sluice.server.metrics.metrics import Metrics
 from sluice.server.network.connection import Connection
 from sluice.server.network.listener import ListenerSecurity
 from sluice.server.network.quotas import ClientQuotas, ConnectionQuotas, RequestQuota
+from sluice.server.network.request import CloseConnection
 from sluice.server.replication.partition import ReplicationSettings
 from sluice.server.replication.replica_manager import ReplicaManager
 from sluice.server.security.errors import SecurityError
@@ -54,14 +56,19 @@ if TYPE_CHECKING:
     from sluice.server.metadata.zk_cluster import ClusterMember
     from sluice.server.metrics.prometheus import MetricsEndpoint
     from sluice.server.replication.partition import Partition
+    from sluice.server.replication.txn_markers import MarkerChannel
     from sluice.server.security.authenticator import SaslServerAuthenticator
     from sluice.server.security.authorizer import AclAuthorizer, ZkAclStore
     from sluice.server.security.credentials import CredentialStore, ZkCredentialStore
     from sluice.server.security.entity_configs import EntityConfigs, ZkEntityConfigs
     from sluice.server.storage.log_manager import LogManager
     from sluice.server.storage.vfs import VFS
+    from sluice.server.transaction.coordinator import TransactionCoordinator
 
 log = get_logger("sluice.server")
+#: Kafka's ``request.timeout.ms`` default: how long the transaction coordinator's log writes and
+#: markers wait for replication before they are retried.
+_REQUEST_TIMEOUT_MS = 30_000
 _NOT_SEEN = object()
 
 #: A standalone broker's ACLs (Kafka's ZooKeeper layout as one JSON file) in ``log.dirs``.
@@ -89,6 +96,8 @@ class Server:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        self._marker_channel: MarkerChannel | None = None
         self.handlers: Handlers | None = None
         #: Cluster mode (``zookeeper.connect``): this broker's ZooKeeper side.
         self.cluster: ClusterMember | None = None
@@ -168,6 +177,7 @@ class Server:
         self.handlers = Handlers(
             config, replicas, self.group_coordinator, ProducerIdManager(), self.metrics
         )
+        self.transaction_coordinator = self._transaction_coordinator(manager, replicas)
         self.handlers.authorizer = authorizer
         self.handlers.credentials = credentials
         self._make_quotas()
@@ -181,6 +191,8 @@ class Server:
             self._listener_security = self._make_listener_security()
             if config.cluster_mode:
                 self._inter_broker_client = self._inter_broker_security()
+                if self._marker_channel is not None:
+                    self._marker_channel.security = self._inter_broker_client
             for listener in config.listeners:
                 server = await loop.create_server(
                     functools.partial(self._make_connection, listener.name),
@@ -271,6 +283,7 @@ class Server:
         )
         cluster.leadership_listeners.append(self._offsets_leadership)
         replicas.rack_of = cluster.rack_of
+        cluster.leadership_listeners.append(self._transaction_state_leadership)
         cluster.session_started.append(self._start_zk_credentials)
         cluster.session_started.append(self._start_zk_acls)
         cluster.session_started.append(self._start_zk_entity_configs)
@@ -389,6 +402,86 @@ class Server:
             coordinator.on_elected(partition.index, partition.leader_epoch)
         else:
             coordinator.on_resigned(partition.index, partition.leader_epoch)
+
+    def _transaction_state_leadership(self, partition: Partition) -> None:
+        """Cluster mode: the transaction coordinator serves the transactional ids of the
+        ``__transaction_state`` partitions this broker leads; coordinator epoch = leader epoch."""
+        from sluice.server.transaction.state_log import TRANSACTION_STATE_TOPIC
+
+        coordinator = self.transaction_coordinator
+        if partition.topic != TRANSACTION_STATE_TOPIC or coordinator is None:
+            return
+        if self.cluster is not None:
+            count = self.cluster.cache.topics().get(TRANSACTION_STATE_TOPIC)
+            if count:
+                coordinator.log.num_partitions = count
+        if partition.is_leader:
+            coordinator.on_elected(partition.index, partition.leader_epoch)
+        else:
+            coordinator.on_resigned(partition.index, partition.leader_epoch)
+
+    def _transaction_coordinator(
+        self, manager: LogManager, replicas: ReplicaManager
+    ) -> TransactionCoordinator:
+        """Transactions: ``__transaction_state`` written through the replica layer, markers
+        through :class:`~sluice.server.replication.txn_markers.MarkerWriter`. Standalone it owns
+        every partition now; in a cluster those this broker leads."""
+        from sluice.server.replication.offsets_appender import ReplicaAppender
+        from sluice.server.replication.txn_markers import MarkerChannel
+        from sluice.server.transaction.config import TransactionConfig
+        from sluice.server.transaction.coordinator import TransactionCoordinator
+        from sluice.server.transaction.state_log import (
+            TRANSACTION_STATE_TOPIC,
+            TxnStateLog,
+            topic_config,
+        )
+
+        handlers = self.handlers
+        assert handlers is not None
+        txn_config = TransactionConfig.from_properties(self.config.properties)
+        rf = txn_config.state_log_replication_factor if self.config.cluster_mode else 1
+        configs = topic_config(txn_config.state_log_min_isr, rf, txn_config.state_log_segment_bytes)
+        state_log = TxnStateLog(
+            manager,
+            txn_config.state_log_num_partitions,
+            configs,
+            ReplicaAppender(replicas, _REQUEST_TIMEOUT_MS, TRANSACTION_STATE_TOPIC),
+            load_buffer_bytes=txn_config.state_log_load_buffer_size,
+        )
+
+        def leader_of(topic: str, index: int) -> int:
+            found = handlers.metadata_view.partition(topic, index)
+            return -1 if found is None else found.leader
+
+        async def local_markers(request: m.WriteTxnMarkersRequest) -> m.WriteTxnMarkersResponse:
+            answer = handlers.write_markers(request)
+            if not isinstance(answer, m.WriteTxnMarkersResponse):
+                assert answer is not None and not isinstance(answer, CloseConnection)
+                answer = await answer
+            assert isinstance(answer, m.WriteTxnMarkersResponse)
+            return answer
+
+        def address_of(broker_id: int) -> tuple[str, int] | None:
+            return None if self.cluster is None else self.cluster.cache.address(broker_id)
+
+        self._marker_channel = MarkerChannel(
+            self.config.node_id,
+            local_markers,
+            leader_of,
+            address_of,
+            request_timeout_ms=_REQUEST_TIMEOUT_MS,
+        )
+        coordinator = TransactionCoordinator(
+            state_log,
+            txn_config,
+            lambda: handlers.metadata_view.allocate_producer_id(),
+            self._marker_channel,
+            topic_exists=lambda topic: topic in handlers.metadata_view.topics(),
+        )
+        handlers.set_transactions(coordinator, (txn_config.state_log_num_partitions, rf, configs))
+        if not self.config.cluster_mode:
+            coordinator.load()
+        return coordinator
 
     def _group_coordinator(self, manager: LogManager, replicas: ReplicaManager) -> GroupCoordinator:
         """Consumer groups and committed offsets: writes through the replica layer. Standalone
@@ -689,6 +782,10 @@ class Server:
             self.handlers.shutting_down()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
+        if self.transaction_coordinator is not None:
+            self.transaction_coordinator.shutdown()
+        if self._marker_channel is not None:
+            self._marker_channel.close()
         # 3. finish in-flight requests within a bound.
         waits = [asyncio.ensure_future(conn.wait_idle()) for conn in connections]
         if waits and not self._force_exit:

@@ -233,8 +233,15 @@ def test_typed_config_defaults_are_the_declared_ones() -> None:
     assert settings == ControllerSettings()
     assert settings.leader_imbalance_check_interval_s == 300.0
     from sluice.server.storage.log_config import SERVER_LOG_CONFIG
+    from sluice.server.transaction.config import TRANSACTION_CONFIG, TransactionConfig
 
+    assert set(fields_by_key(TransactionConfig)) == set(TRANSACTION_CONFIG.names())
+    txn = TransactionConfig()
+    for key, attr in fields_by_key(TransactionConfig).items():
+        assert getattr(txn, attr) == TRANSACTION_CONFIG.default(key), key
+    assert (txn.state_log_num_partitions, txn.max_timeout_ms) == (50, 900_000)  # Kafka's
     read = set(fields_by_key(Config)) | set(GROUP_CONFIG.names()) | set(SERVER_LOG_CONFIG.names())
+    read |= set(TRANSACTION_CONFIG.names())
     read |= config_mod.TLS_KEYS  # read per listener (Config.listener_security_settings)
     assert set(config_mod.OPTIONS_BY_KEY) - read == {"log.dir", "broker.id"}  # the aliases
 
@@ -675,6 +682,43 @@ DECLARED = {
         "a standalone broker's SCRAM credentials (python -m sluice.server.security writes"
         " it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper"
         " (/config/users)",
+    ),
+    "transaction.state.log.num.partitions": (
+        "50",
+        "partitions of __transaction_state (fixed once the topic exists)",
+    ),
+    "transaction.state.log.replication.factor": (
+        "3",
+        "replicas of __transaction_state in a cluster (standalone: 1); created when that many "
+        "brokers live",
+    ),
+    "transaction.state.log.min.isr": (
+        "2",
+        "min.insync.replicas of __transaction_state (capped at its replication factor)",
+    ),
+    "transaction.state.log.segment.bytes": (
+        "104857600",
+        "segment.bytes of __transaction_state",
+    ),
+    "transaction.state.log.load.buffer.size": (
+        "5242880",
+        "bytes read per step when loading a __transaction_state partition",
+    ),
+    "transaction.max.timeout.ms": (
+        "900000",
+        "largest transaction.timeout.ms a producer may ask (larger: INVALID_TRANSACTION_TIMEOUT)",
+    ),
+    "transactional.id.expiration.ms": (
+        "604800000",
+        "a transactional id without a transaction for this long is forgotten",
+    ),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "10000",
+        "how often transactions past their timeout are aborted",
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "3600000",
+        "how often expired transactional ids are removed",
     ),
 }
 

@@ -320,10 +320,11 @@ def test_transactional_records_are_refused_and_read_committed_readers_keep_readi
     tmp_path: Path,
 ) -> None:
     """Kafka refuses transactional records without a transactional id the client may Write
-    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); with no transaction coordinator here, Sluice
-    refuses them with one too (INVALID_REQUEST). Written, such a batch would open a transaction
-    nothing could end, and read_committed readers (librdkafka's default) would stop at it for
-    good, across restarts."""
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and (KIP-890, Kafka 3.6+) records of a transaction
+    the coordinator does not know to hold the partition (INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE). Written, such a
+    batch would open a transaction nothing could end, and read_committed readers (librdkafka's
+    default) would stop at it for good, across restarts."""
     import asyncio
 
     from sluice.protocol.records import build_batch, has_transactional_batch
@@ -352,7 +353,9 @@ def test_transactional_records_are_refused_and_read_committed_readers_keep_readi
         try:
             assert await produce(client, txn, None) == (53, -1)  # TRANSACTIONAL_ID_AUTH...
             assert await produce(client, plain + txn, None) == (53, -1)  # any batch counts
-            assert await produce(client, txn, "app") == (42, -1)  # INVALID_REQUEST
+            # a transactional id the coordinator never initialized (KIP-890's verification):
+            # INVALID_PRODUCER_ID_MAPPING
+            assert await produce(client, txn, "app") == (49, -1)
             assert await produce(client, plain, None) == (0, 0)  # nothing was written
         finally:
             await client.close()

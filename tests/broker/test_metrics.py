@@ -175,6 +175,32 @@ def test_request_counts_are_exact(broker: EmbeddedBroker) -> None:
     )
 
 
+def test_transaction_coordinator_states(broker: EmbeddedBroker) -> None:
+    """``kafka_transactions`` counts the coordinated ids by state, as kafka-transactions list
+    would show them."""
+    from confluent_kafka import Producer
+
+    url = endpoint_url(broker)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "metered-txn"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("metered-txn-topic", b"v")
+    producer.flush(30)
+    samples, _ = scrape(url)
+    assert value(samples, "kafka_transactions", state="Ongoing") == 1
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 30
+    while value(scrape(url)[0], "kafka_transactions", state="CompleteCommit") != 1:
+        assert time.monotonic() < deadline, "CompleteCommit never counted"
+        time.sleep(0.05)
+    samples, _ = scrape(url)
+    assert value(samples, "kafka_transactions", state="Ongoing") == 0
+    load = "kafka_server_transaction_coordinator_metrics_partition_load_time_max"
+    assert (load, frozenset()) in samples
+
+
 def test_only_the_metrics_path_is_served(broker: EmbeddedBroker) -> None:
     url = endpoint_url(broker)
     assert url.endswith("/metrics")

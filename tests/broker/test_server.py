@@ -46,9 +46,14 @@ ADMIN_APIS = {m.DescribeConfigs.key, m.AlterConfigs.key, m.IncrementalAlterConfi
 #: sluice.server.api.security (the ACL APIs answer SECURITY_DISABLED without an authorizer)
 SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
                  m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip
+#: sluice.server.api.transactional (the partition and group side of transactions)
+TXN_APIS = {m.WriteTxnMarkers.key, m.TxnOffsetCommit.key, m.DescribeProducers.key,
+            m.AddPartitionsToTxn.key, m.AddOffsetsToTxn.key, m.EndTxn.key,
+            m.DescribeTransactions.key, m.ListTransactions.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key}  # fmt: skip
+          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key,
+          *TXN_APIS}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:
@@ -314,8 +319,17 @@ async def test_init_producer_id(client: WireClient) -> None:
     b = await client.request(INIT_PRODUCER_ID, 0, req)
     assert (a.error_code, a.producer_epoch, b.error_code) == (0, 0, 0)
     assert b.producer_id > a.producer_id >= 0
+    # a transactional id: NOT_COORDINATOR until FindCoordinator created __transaction_state
     req = m.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000)
-    assert (await client.request(INIT_PRODUCER_ID, 1, req)).error_code == 42
+    assert (await client.request(INIT_PRODUCER_ID, 1, req)).error_code == 16
+    find = m.FindCoordinatorRequest(key="tx", key_type=1)
+    assert (await client.request(m.FindCoordinator.key, 2, find)).error_code == 0
+    first = await client.request(INIT_PRODUCER_ID, 1, req)
+    again = await client.request(INIT_PRODUCER_ID, 1, req)
+    assert (first.error_code, first.producer_epoch) == (0, 0)
+    assert (again.error_code, again.producer_id, again.producer_epoch) == (0, first.producer_id, 1)
+    too_long = m.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=900_001)
+    assert (await client.request(INIT_PRODUCER_ID, 1, too_long)).error_code == 50
 
 
 # --- Produce / Fetch -----------------------------------------------------------------------------

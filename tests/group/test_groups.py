@@ -186,10 +186,16 @@ async def test_find_coordinator_is_this_broker_and_creates_the_offsets_topic(
         resp = await c.request(FIND_COORDINATOR, 2, body)
         assert (resp.error_code, resp.node_id, resp.port) == (0, 0, server.port)
         assert server.log_manager.topics()["__consumer_offsets"] == 1
-        txn = await c.request(FIND_COORDINATOR, 2, m.FindCoordinatorRequest(key="t", key_type=1))
-        assert txn.error_code == 15
         md = await c.request(3, 1, m.MetadataRequest(topics=None))
         assert {t.name: t.is_internal for t in md.topics} == {"__consumer_offsets": True}
+        # a transactional id: this broker too, __transaction_state created then (internal)
+        txn = await c.request(FIND_COORDINATOR, 2, m.FindCoordinatorRequest(key="t", key_type=1))
+        assert (txn.error_code, txn.node_id, txn.port) == (0, 0, server.port)
+        md = await c.request(3, 1, m.MetadataRequest(topics=None))
+        assert {t.name: t.is_internal for t in md.topics} == {
+            "__consumer_offsets": True,
+            "__transaction_state": True,
+        }
     finally:
         await c.close()
 

@@ -434,3 +434,39 @@ def test_the_log_cleaner_keeps_what_replay_restores(tmp_path: Path) -> None:
         assert len(list(store.replay())) == 3
     finally:
         manager.close()
+
+
+async def test_pending_txn_offsets_outlive_expiry_and_hold_back_compaction(
+    tmp_path: Path,
+) -> None:
+    """A group whose last offsets expire is kept while a transaction's offsets are pending for
+    it (Kafka's ``hasOffsets``), and compaction does not move the offsets partition's log start
+    over an open transaction's batch (that would lose its offsets before its marker)."""
+    manager = open_manager(tmp_path)
+    now = [1_000_000]
+    try:
+        config = GroupConfig(offsets_retention_ms=1000, offsets_retention_check_interval_ms=10**9)
+        coordinator = GroupCoordinator(store_for(manager, 1), config, clock=lambda: now[0])
+        coordinator.load()
+        plain = {"group_id": "g", "generation_id": -1, "member_id": "", "group_instance_id": None}
+        assert coordinator.commit_offsets(**plain, offsets=[("t", 0, 5, -1, "")]) == [0]
+        codes = coordinator.txn_commit_offsets(
+            **plain, producer_id=77, producer_epoch=0, offsets=[("t", 1, 9, -1, "")]
+        )
+        assert codes == [0]
+        assert [(t, p) for t, p, _ in coordinator.fetch_offsets("g", None)] == [("t", 0)]
+        log_ = manager.get_log("__consumer_offsets", 0)
+        assert log_ is not None and log_.first_unstable_offset == 1  # the txn batch
+        now[0] += 2000
+        assert coordinator.expire_offsets() == 1
+        assert "g" in coordinator.groups  # kept: offsets pending in a transaction
+        for _ in range(30):  # enough superseded records to make compaction worthwhile
+            coordinator.commit_offsets(**plain, offsets=[("u", 0, 1, -1, "")])
+        start = log_.log_start_offset
+        assert coordinator.compact(min_records=1) == 0 and log_.log_start_offset == start
+        assert coordinator.complete_transaction(77, 0, commit=True) == 1
+        assert dict(((t, p), v.offset) for t, p, v in coordinator.fetch_offsets("g", None)
+                    if v is not None)[("t", 1)] == 9  # fmt: skip
+        coordinator.shutdown()
+    finally:
+        manager.close()

@@ -69,6 +69,14 @@ def test_defaults_follow_the_kafka_connector() -> None:
     assert batch.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
     stream = parse({**BOOT, "subscribe": "a"}, streaming=True)
     assert stream.starting.default == LATEST
+    assert batch.isolation_level == 0  # read_uncommitted: the Java consumer's default
+
+
+def test_isolation_level() -> None:
+    committed = {**BOOT, "subscribe": "a", "kafka.isolation.level": "READ_COMMITTED"}
+    assert parse(committed, streaming=True).isolation_level == 1
+    with pytest.raises(OptionError, match=r"kafka\.isolation\.level"):
+        parse({**BOOT, "subscribe": "a", "kafka.isolation.level": "committed"}, streaming=False)
 
 
 def test_option_names_are_case_insensitive_like_spark() -> None:

@@ -12,7 +12,9 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.server.config_def`` (how settings are declared: Kafka's ``ConfigDef``) imports nothing
   of Sluice and no I/O: every room of the broker may declare its keys with it.
 * ``sluice.server.storage`` imports only the protocol and ``config_def``, and no network code.
-* ``sluice.server.group`` (coordinator, offsets store) sits on storage.
+* ``sluice.server.group`` (coordinator, offsets store) sits on storage;
+  ``sluice.server.transaction`` (the transaction coordinator, ``__transaction_state``) too, and
+  on the group store's partitioning and appender signature.
 * ``sluice.server.zk`` knows the protocol's value types and logging; ``sluice.server.controller``
   decides cluster state from what ZooKeeper holds: it sees ZooKeeper, never the broker's rooms.
 * ``sluice.server.security`` (TLS, SASL, credentials, ACLs) sees the protocol and ZooKeeper
@@ -63,6 +65,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
     CONFIG_DEF: (),
     STORAGE: (PROTOCOL, CONFIG_DEF),
     "sluice.server.group": (PROTOCOL, CONFIG_DEF, STORAGE, LOGGING),
+    "sluice.server.transaction": (
+        PROTOCOL,
+        CONFIG_DEF,
+        STORAGE,
+        "sluice.server.group.offsets_store",
+        LOGGING,
+    ),
     "sluice.server.zk": (PROTOCOL, LOGGING),
     "sluice.server.controller": (PROTOCOL, CONFIG_DEF, "sluice.server.zk", LOGGING),
     "sluice.server.security": (PROTOCOL, "sluice.server.zk", LOGGING),
@@ -71,6 +80,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         CONFIG_DEF,
         "sluice.server.storage.log_config",
         "sluice.server.group.config",
+        "sluice.server.transaction.config",
         "sluice.server.controller.config",
         "sluice.server.security.listeners",
         LOGGING,
@@ -80,6 +90,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.net",
         STORAGE,
         "sluice.server.group.offsets_store",
+        "sluice.server.transaction.state_log",
         "sluice.server.config",
         LOGGING,
     ),
@@ -88,6 +99,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.net",
         STORAGE,
         "sluice.server.group.offsets_store",
+        "sluice.server.transaction.state_log",
         "sluice.server.zk",
         "sluice.server.controller",
         "sluice.server.replication",
@@ -98,6 +110,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         PROTOCOL,
         STORAGE,
         "sluice.server.group",
+        "sluice.server.transaction",
         "sluice.server.replication",
         "sluice.server.metadata",
         "sluice.server.config",
@@ -115,6 +128,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         CONFIG_DEF,
         STORAGE,
         "sluice.server.group",
+        "sluice.server.transaction",
         "sluice.server.replication",
         "sluice.server.metadata",
         "sluice.server.metrics.metrics",
@@ -128,6 +142,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         CONFIG_DEF,
         STORAGE,
         "sluice.server.group",
+        "sluice.server.transaction",
         "sluice.server.replication",
         "sluice.server.metadata",
         "sluice.server.metrics",
@@ -170,6 +185,7 @@ FORBIDDEN = {
     CONFIG_DEF: IO_MODULES,
     STORAGE: NETWORK_MODULES,
     "sluice.server.group": NETWORK_MODULES,
+    "sluice.server.transaction": NETWORK_MODULES,
 }
 #: Known, deliberate exceptions to the rows above (none today).
 EXCEPTIONS: dict[str, set[str]] = {}

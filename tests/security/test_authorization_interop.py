@@ -408,6 +408,44 @@ def test_idempotent_producer_needs_write_somewhere(broker: BrokerProcess, acls: 
     assert produce_one(broker, topic, **{"enable.idempotence": True}) is None
 
 
+def test_transactional_producer_needs_write_on_its_transactional_id(
+    broker: BrokerProcess, acls: Acls
+) -> None:
+    """FindCoordinator needs Describe on the TransactionalId, InitProducerId / AddPartitionsToTxn
+    / EndTxn Write on it; AddPartitionsToTxn needs Write on each topic
+    (TOPIC_AUTHORIZATION_FAILED), as Kafka's ``KafkaApis``."""
+    topic, other = unique("txn-ok"), unique("txn-denied")
+    make_topic(acls, topic)
+    make_topic(acls, other)
+    acls.grant(allow(ResourceType.TOPIC, topic, AclOperation.WRITE),
+               allow(ResourceType.TOPIC, other, AclOperation.DESCRIBE))  # fmt: skip
+    txn_id = unique("txn-id")
+
+    def producer() -> Producer:
+        return Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+
+    with pytest.raises(KafkaException) as excinfo:
+        producer().init_transactions(DEADLINE_S)
+    assert code_of(excinfo.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    acls.grant(allow(ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.DESCRIBE))
+    with pytest.raises(KafkaException) as excinfo:
+        producer().init_transactions(DEADLINE_S)
+    assert code_of(excinfo.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    acls.grant(allow(ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE))
+    p = producer()
+    p.init_transactions(DEADLINE_S)
+    p.begin_transaction()
+    p.produce(topic, b"allowed")
+    p.commit_transaction(DEADLINE_S)
+    p.begin_transaction()
+    p.produce(other, b"refused")
+    with pytest.raises(KafkaException) as excinfo:
+        p.commit_transaction(DEADLINE_S)
+    assert code_of(excinfo.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # (an abort now gets INVALID_TXN_STATE, no partition having joined the transaction: Kafka's
+    # answer too, librdkafka issue #4849)
+
+
 # --- SCRAM credentials (KIP-554) ---------------------------------------------------------------
 
 

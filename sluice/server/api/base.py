@@ -1,11 +1,14 @@
 """The state and helpers every API family shares (:class:`ApiBase`), and the constants of the
 handlers. The families: :mod:`~sluice.server.api.cluster` (ApiVersions, Metadata, DescribeCluster,
 DescribeLogDirs, ControlledShutdown), :mod:`~sluice.server.api.produce_fetch` (Produce, Fetch,
-ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId), :mod:`~sluice.server.api.topics`
+ListOffsets, OffsetForLeaderEpoch, DeleteRecords), :mod:`~sluice.server.api.topics`
 (CreateTopics, CreatePartitions, DeleteTopics), :mod:`~sluice.server.api.groups` (the group and
-offset APIs), :mod:`~sluice.server.api.configs`, :mod:`~sluice.server.api.security` and
-:mod:`~sluice.server.api.quotas` (the client quota APIs); :mod:`~sluice.server.api.handlers` joins
-them.
+offset APIs), :mod:`~sluice.server.api.transactions` (the transaction coordinator's:
+InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+ListTransactions), :mod:`~sluice.server.api.transactional` (the partition and group side:
+WriteTxnMarkers, TxnOffsetCommit, DescribeProducers), :mod:`~sluice.server.api.configs`,
+:mod:`~sluice.server.api.security` and :mod:`~sluice.server.api.quotas` (the client quota APIs);
+:mod:`~sluice.server.api.handlers` joins them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.security.authorizer import AclAuthorizer
+    from sluice.server.transaction.coordinator import TransactionCoordinator
 
 log = get_logger("sluice.handlers")
 
@@ -67,6 +71,15 @@ def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
 
 #: What :meth:`Handlers._read_fetch` returns.
 _FetchRead = tuple[m.FetchResponse, int, bool, list[tuple[str, int]]]
+
+
+def _commit_topics(wanted: list[Any], codes: list[int], topic_cls: Any, part_cls: Any) -> list[Any]:
+    """The topics of an OffsetCommit / TxnOffsetCommit answer: one code per wanted
+    ``(topic, partition, ...)``, grouped by topic in request order."""
+    topics: dict[str, list[Any]] = {}
+    for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
+        topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
+    return [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
 
 
 def _code(exc: BaseException) -> int:
@@ -168,6 +181,11 @@ class ApiBase:
         )
         #: Kafka's ``AclAuthorizer`` when ``authorizer.class.name`` is set (set by ``Server``).
         self.authorizer: AclAuthorizer | None = None
+        #: The transaction coordinator (set by ``Server`` with :meth:`set_transactions`).
+        self.transactions: TransactionCoordinator | None = None
+        #: ``(transaction.state.log.num.partitions, its replication factor, topic configs)``
+        #: for a cluster's FindCoordinator to create the topic with.
+        self._transaction_topic: tuple[int, int, dict[str, str]] = (50, 3, {})
         self.config_resources.check = self.check
         # Counter names built once (one per request otherwise), by the API's name.
         self._request_metric = {key: f"requests.{m.APIS[key].name}" for key in m.APIS}
@@ -270,6 +288,16 @@ class ApiBase:
         """``[(listener, host, port)]`` of every listener (the ZooKeeper registration)."""
         return [(name, host, port) for name, (host, port) in self._endpoints.items()]
 
+    def set_transactions(
+        self, coordinator: TransactionCoordinator, topic: tuple[int, int, dict[str, str]]
+    ) -> None:
+        """Serve transactions with ``coordinator``; ``topic`` is how a cluster creates
+        ``__transaction_state`` (partitions, replication factor, configs)."""
+        self.transactions = coordinator
+        self._transaction_topic = topic
+        if isinstance(self.metadata_view, LocalMetadata):
+            self.metadata_view.transactions_ready = coordinator.ensure_ready
+
     def join_cluster(self, cluster: ClusterMember) -> None:
         """Cluster mode from now on: answers come from the cluster, and ControlledShutdown (a
         broker-to-controller API, never advertised by a standalone broker) is served."""
@@ -284,6 +312,7 @@ class ApiBase:
                 self.groups.config.offsets_topic_replication_factor,
             ),
             lambda: self._listener,
+            self._transaction_topic,
             offsets_topic_config=self.groups.store.topic_config,
         )
 

@@ -19,7 +19,7 @@ from sluice.protocol.framing import (
 )
 from sluice.protocol.messages import RequestHeader
 from sluice.protocol.structs import TopicPartition
-from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class ClusterApis(ApiBase):
                 topic_cls(
                     error_code=error,
                     name=name,
-                    is_internal=name == OFFSETS_TOPIC,
+                    is_internal=name in INTERNAL_TOPICS,
                     partitions=partitions,
                     topic_authorized_operations=self._topic_operations(body, name),
                 )
@@ -133,7 +133,7 @@ class ClusterApis(ApiBase):
         return m.MetadataResponse.MetadataResponseTopic(
             error_code=errors.TopicAuthorizationFailed.code,
             name=name,
-            is_internal=name == OFFSETS_TOPIC,
+            is_internal=name in INTERNAL_TOPICS,
             partitions=[],
             topic_authorized_operations=acl.NOT_REQUESTED,
         )

@@ -14,7 +14,7 @@ from sluice.server.security.acl import AclOperation, ResourceType
 if TYPE_CHECKING:
     pass
 
-from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code
+from sluice.server.api.base import GROUP_TYPE_CLASSIC, ApiBase, _code, _commit_topics
 
 
 class GroupApis(ApiBase):
@@ -30,8 +30,9 @@ class GroupApis(ApiBase):
     def find_coordinator(
         self, header: RequestHeader, body: m.FindCoordinatorRequest
     ) -> m.FindCoordinatorResponse:
-        """Standalone this broker coordinates every group (key type 0); in a cluster the leader
-        of the group's ``__consumer_offsets`` partition does. Transactions (1) are not served."""
+        """Standalone this broker coordinates every group (key type 0) and transactional id
+        (1); in a cluster the leader of the key's ``__consumer_offsets`` /
+        ``__transaction_state`` partition does."""
         cls = m.FindCoordinatorResponse
         resource = ResourceType.GROUP if body.key_type == 0 else ResourceType.TRANSACTIONAL_ID
         denied = self.denied_code(AclOperation.DESCRIBE, resource, body.key)
@@ -40,11 +41,12 @@ class GroupApis(ApiBase):
                        host="", port=-1)  # fmt: skip
         if body.key_type == 0:
             code, broker = self.metadata_view.group_coordinator(body.key)
+        elif body.key_type == 1:
+            code, broker = self.metadata_view.transaction_coordinator(body.key)
         else:
-            code, broker = errors.CoordinatorNotAvailable.code, None
+            code, broker = errors.InvalidRequest.code, None
         if code or broker is None:
-            message = "transactions are not supported" if body.key_type else None
-            return cls(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
+            return cls(throttle_time_ms=0, error_code=code, error_message=None, node_id=-1,
                        host="", port=-1)  # fmt: skip
         return cls(throttle_time_ms=0, error_code=0, error_message=None,
                    node_id=broker.broker_id, host=broker.host, port=broker.port)  # fmt: skip
@@ -196,16 +198,10 @@ class GroupApis(ApiBase):
     def _offset_commit_response(
         self, wanted: list[Any], codes: list[int]
     ) -> m.OffsetCommitResponse:
-        cls = m.OffsetCommitResponse
         topic_cls = m.OffsetCommitResponse.OffsetCommitResponseTopic
-        part_cls = m.OffsetCommitResponse.OffsetCommitResponsePartition
-        topics: dict[str, list[m.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
-        for (topic, part, *_rest), code in zip(wanted, codes, strict=True):
-            topics.setdefault(topic, []).append(part_cls(partition_index=part, error_code=code))
-        return cls(
-            throttle_time_ms=0,
-            topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
-        )
+        part_cls = topic_cls.OffsetCommitResponsePartition
+        topics = _commit_topics(wanted, codes, topic_cls, part_cls)
+        return m.OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
     def offset_fetch(
         self, header: RequestHeader, body: m.OffsetFetchRequest

@@ -37,6 +37,8 @@ from sluice.server.api.produce_fetch import ProduceFetchApis
 from sluice.server.api.quotas import ClientQuotaApis
 from sluice.server.api.security import SecurityApis
 from sluice.server.api.topics import TopicApis
+from sluice.server.api.transactional import TransactionalApis
+from sluice.server.api.transactions import TransactionApis
 
 if TYPE_CHECKING:
     from sluice.server.config import Config
@@ -48,7 +50,15 @@ if TYPE_CHECKING:
 
 
 class Handlers(
-    ClusterApis, ProduceFetchApis, TopicApis, GroupApis, ConfigApis, SecurityApis, ClientQuotaApis
+    ClusterApis,
+    ProduceFetchApis,
+    TopicApis,
+    GroupApis,
+    ConfigApis,
+    SecurityApis,
+    ClientQuotaApis,
+    TransactionApis,
+    TransactionalApis,
 ):
     """Every API family, dispatched by API key through the typed table. Created by ``Server``
     once; shared by every connection (it is their ``network.request.RequestHandler``)."""
@@ -99,6 +109,14 @@ class Handlers(
         registry.register(m.AlterUserScramCredentials, self.alter_user_scram_credentials)
         registry.register(m.SaslHandshake, self.sasl_handshake)
         registry.register(m.SaslAuthenticate, self.sasl_authenticate)
+        registry.register(m.AddPartitionsToTxn, self.add_partitions_to_txn)
+        registry.register(m.AddOffsetsToTxn, self.add_offsets_to_txn)
+        registry.register(m.EndTxn, self.end_txn)
+        registry.register(m.DescribeTransactions, self.describe_transactions)
+        registry.register(m.ListTransactions, self.list_transactions)
+        registry.register(m.WriteTxnMarkers, self.write_txn_markers)
+        registry.register(m.TxnOffsetCommit, self.txn_offset_commit)
+        registry.register(m.DescribeProducers, self.describe_producers)
 
     # --- SaslHandshake (17) / SaslAuthenticate (36) outside a login ----------------------------
     # During a login the connection's authenticator answers them; these are what reaches the

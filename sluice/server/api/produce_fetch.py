@@ -1,5 +1,6 @@
 """The log APIs: Produce, Fetch (long poll included), ListOffsets, OffsetForLeaderEpoch,
-DeleteRecords, InitProducerId."""
+DeleteRecords (InitProducerId is the transaction family's:
+:mod:`sluice.server.api.transactions`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,22 @@ from typing import TYPE_CHECKING, Any
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
-from sluice.protocol.records import has_transactional_batch
+from sluice.protocol.records import (
+    HEADER_SIZE,
+    first_transactional_batch,
+    has_transactional_batch,
+    parse_header,
+)
 from sluice.server.api.registry import Answer
-from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
+from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
+from sluice.server.storage.log import Isolation
 
 if TYPE_CHECKING:
     from sluice.server.replication.delayed import AppendResult, DelayedProduce
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.segment import FetchSlice
 
 from sluice.server.api.base import (
     ADMIN_CLIENT_ID,
@@ -30,6 +39,40 @@ from sluice.server.api.base import (
 )
 
 
+def _aborted_transactions(
+    log_: Log, start: int, records: FetchSlice | None, lso: int
+) -> list[m.FetchResponse.AbortedTransaction]:
+    """A read_committed fetch's ``aborted_transactions`` (the ``Log`` class docstring): the
+    aborted transactions overlapping the batches returned, ``[start, offset after the last
+    batch)``. Searched up to the LSO first (nothing more to do in the usual case of none);
+    only when some are found are the returned batches' headers walked for the exact bound."""
+    found = log_.collect_aborted_transactions(start, lso)
+    if not found:
+        return []
+    upper = start
+    if records is not None and records.size:
+        position, end = records.position, records.position + records.size
+        while end - position >= HEADER_SIZE:
+            header = parse_header(records.file.pread(HEADER_SIZE, position))
+            upper = header.next_offset
+            position += header.size
+    cls = m.FetchResponse.AbortedTransaction
+    return [
+        cls(producer_id=t.producer_id, first_offset=t.first_offset)
+        for t in found
+        if t.first_offset < upper
+    ]
+
+
+#: Verification errors a producer must retry, answered as NOT_ENOUGH_REPLICAS (retriable for
+#: every producer), as Kafka's ``ReplicaManager`` does for Produce up to v11.
+_VERIFY_RETRIABLE = dict.fromkeys(
+    (errors.CoordinatorLoadInProgress.code, errors.ConcurrentTransactions.code,
+     errors.CoordinatorNotAvailable.code, errors.NotCoordinator.code),
+    errors.NotEnoughReplicas.code,
+)  # fmt: skip
+
+
 class ProduceFetchApis(ApiBase):
     """This family\'s handlers (module docstring); mixed into ``Handlers``."""
 
@@ -41,15 +84,16 @@ class ProduceFetchApis(ApiBase):
 
         Transactional records are refused whole, as Kafka's ``handleProduceRequest`` refuses
         them without a transactional id the client may Write (TRANSACTIONAL_ID_AUTHORIZATION_
-        FAILED); with one, INVALID_REQUEST: Sluice has no transaction coordinator yet, so no
-        marker could ever end such a transaction, and the partition's last stable offset --
-        what read_committed consumers read up to -- would stay below it for good."""
+        FAILED); with one, each partition's transaction is verified at the coordinator first
+        (:meth:`_unverified`)."""
         denied: list[tuple[m.ProduceRequest.TopicProduceData, int]] = []
         refusal = self._transactional_refusal(body)
-        if refusal:
+        if refusal > 0:
             denied = [(t, refusal) for t in body.topic_data]
             body.topic_data = []  # (the decoded request is this call's own)
-        elif self.authorizer is not None:  # Write on each topic; the others are appended
+        if refusal < 0:
+            denied = self._unverified(body)
+        if self.authorizer is not None:  # Write on each topic; the others are appended
             allowed: list[m.ProduceRequest.TopicProduceData] = []
             for t in body.topic_data:
                 if self.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
@@ -69,7 +113,9 @@ class ProduceFetchApis(ApiBase):
         return self._produce_wait(body, delayed, denied)
 
     def _transactional_refusal(self, body: m.ProduceRequest) -> int:
-        """0, or the code refusing a request holding transactional batches (:meth:`produce`)."""
+        """0 (no transactional batch), -1 (some, to verify), or the code refusing a request
+        holding transactional batches (:meth:`produce`): TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        without a transactional id the client may Write (Kafka's ``handleProduceRequest``)."""
         if not any(
             has_transactional_batch(pd.records) for t in body.topic_data for pd in t.partition_data
         ):
@@ -77,7 +123,45 @@ class ProduceFetchApis(ApiBase):
         tid = body.transactional_id
         if tid is None or not self.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
             return errors.TransactionalIdAuthorizationFailed.code
-        return errors.InvalidRequest.code
+        return -1
+
+    def _unverified(
+        self, body: m.ProduceRequest
+    ) -> list[tuple[m.ProduceRequest.TopicProduceData, int]]:
+        """KIP-890's verification (Kafka 3.6+, ``transaction.partition.verification.enable``):
+        a partition's transactional batch is appended only if the coordinator has the partition
+        in the producer's ongoing transaction; otherwise Kafka's verification error
+        (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+        CONCURRENT_TRANSACTIONS), the partition taken out of ``body``. Without it a batch
+        written by a producer that skipped AddPartitionsToTxn (or of an aborted transaction,
+        arriving late) opens a transaction no marker ever ends, and read_committed readers
+        stop at it for good. Verified where the id's coordinator is this broker (standalone:
+        always); a coordinator elsewhere would need AddPartitionsToTxn v4 (not implemented),
+        so such batches are appended unverified, as Kafka before 3.6 did."""
+        coordinator = self.transactions
+        tid = body.transactional_id
+        if coordinator is None or tid is None:
+            return []
+        denied = []
+        kept = []
+        cls = m.ProduceRequest.TopicProduceData
+        for t in body.topic_data:
+            good: list[tuple[m.ProduceRequest.PartitionProduceData, int]] = []
+            bad: list[tuple[m.ProduceRequest.PartitionProduceData, int]] = []
+            for pd in t.partition_data:
+                found = first_transactional_batch(pd.records)
+                code = 0
+                if found is not None:
+                    code = coordinator.verify(tid, found.producer_id, found.producer_epoch,
+                                              (t.name, pd.index))  # fmt: skip
+                    code = _VERIFY_RETRIABLE.get(code, code)
+                (bad if code else good).append((pd, code))
+            if good:
+                kept.append(cls(name=t.name, partition_data=[pd for pd, _ in good]))
+            for pd, code in bad:
+                denied.append((cls(name=t.name, partition_data=[pd]), code))
+        body.topic_data = kept
+        return denied
 
     async def _produce_wait(
         self,
@@ -290,7 +374,10 @@ class ProduceFetchApis(ApiBase):
         reads = self.replicas.fetch_messages(
             wanted, body.max_bytes, isolation, body.replica_id, record_follower, rack
         )
-        for (topic, part, *_), (partition, info, exc, preferred) in zip(wanted, reads, strict=True):
+        committed = isolation is Isolation.TXN_COMMITTED
+        for (topic, part, offset, *_), (partition, info, exc, preferred) in zip(
+            wanted, reads, strict=True
+        ):
             entry: m.FetchResponse.PartitionData
             if partition is None:
                 had_error = True
@@ -311,7 +398,7 @@ class ProduceFetchApis(ApiBase):
                     partition_index=part,
                     error_code=_code(exc) if exc is not None else errors.UnknownServerError.code,
                     high_watermark=log_.high_watermark,
-                    last_stable_offset=log_.high_watermark,
+                    last_stable_offset=log_.last_stable_offset_if_known,
                     log_start_offset=log_.log_start_offset,
                     aborted_transactions=None,
                     preferred_read_replica=-1,
@@ -326,13 +413,19 @@ class ProduceFetchApis(ApiBase):
                     sent.append((topic, size))
                 if preferred >= 0:
                     had_error = True  # not an error: answered at once, like Kafka
+                aborted = None
+                if committed:
+                    lso = partition.log.last_stable_offset
+                    aborted = _aborted_transactions(partition.log, offset, records, lso)
+                else:
+                    lso = partition.log.last_stable_offset_if_known
                 entry = part_cls(
                     partition_index=part,
                     error_code=0,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=info.log_start_offset,
-                    aborted_transactions=None,
+                    aborted_transactions=aborted,
                     preferred_read_replica=preferred,
                     records=records if size else b"",
                 )
@@ -464,7 +557,7 @@ class ProduceFetchApis(ApiBase):
                 code, low = denied, -1
                 if denied:
                     pass
-                elif topic.name == OFFSETS_TOPIC:
+                elif topic.name in INTERNAL_TOPICS:
                     code = errors.InvalidTopic.code
                     log.warning("refused to delete records of an internal topic",
                                 topic=topic.name)  # fmt: skip
@@ -483,50 +576,3 @@ class ProduceFetchApis(ApiBase):
                 )
             topics.append(topic_cls(name=topic.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
-
-    # --- InitProducerId (22) ---------------------------------------------------------------------
-
-    def init_producer_id(
-        self, header: RequestHeader, body: m.InitProducerIdRequest
-    ) -> Answer[m.InitProducerIdResponse]:
-        """A fresh producer id, epoch 0, for an idempotent producer.
-
-        The id comes from the metadata view (standalone the broker's counter; in a cluster the
-        block this broker took from ZooKeeper); COORDINATOR_NOT_AVAILABLE (retriable) when none
-        can be had. Transactions are not implemented: a transactional id gets INVALID_REQUEST.
-        Sequence and epoch checks on append are the storage layer's
-        (sluice.server.storage.producer_state via Log).
-        """
-        cls = m.InitProducerIdResponse
-        if body.transactional_id is None and not self._may_write_idempotently():
-            return cls(throttle_time_ms=0, error_code=errors.ClusterAuthorizationFailed.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        if body.transactional_id is not None and not self.allowed(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
-        ):
-            return cls(throttle_time_ms=0,
-                       error_code=errors.TransactionalIdAuthorizationFailed.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        if body.transactional_id is not None:
-            return cls(throttle_time_ms=0, error_code=errors.InvalidRequest.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        return self._allocate_producer_id()
-
-    def _may_write_idempotently(self) -> bool:
-        """IdempotentWrite on the cluster or, failing that, Write on some topic (KIP-679:
-        ``authorizeByResourceType``), as ``KafkaApis.handleInitProducerIdRequest``."""
-        return self.allowed(AclOperation.IDEMPOTENT_WRITE, audit=False) or (
-            self.allowed_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
-        )
-
-    async def _allocate_producer_id(self) -> m.InitProducerIdResponse:
-        cls = m.InitProducerIdResponse
-        try:
-            producer_id = await self.metadata_view.allocate_producer_id()
-        except Exception as exc:
-            # ZooKeeper unreachable (or too contended): retriable for the client.
-            log.warning("no producer id block", error=repr(exc))
-            return cls(throttle_time_ms=0, error_code=errors.CoordinatorNotAvailable.code,
-                       producer_id=-1, producer_epoch=-1)  # fmt: skip
-        self.metrics.inc("producer_ids.allocated")
-        return cls(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

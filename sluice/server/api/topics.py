@@ -10,7 +10,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 from sluice.server.api.registry import Answer
-from sluice.server.group.offsets_store import OFFSETS_TOPIC
+from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
 
 
@@ -152,10 +152,10 @@ class TopicApis(ApiBase):
     ) -> None:
         if seen[t.name] > 1:
             raise errors.InvalidRequest("Duplicate topic in request.")
-        if t.name == OFFSETS_TOPIC:
+        if t.name in INTERNAL_TOPICS:
             raise errors.InvalidRequest(
-                f"cannot add partitions to {OFFSETS_TOPIC}: groups are placed by its "
-                "partition count (offsets.topic.num.partitions)"
+                f"cannot add partitions to {t.name}: groups and transactional ids are placed "
+                "by its partition count"
             )
 
     # --- DeleteTopics (20) -----------------------------------------------------------------------
@@ -183,7 +183,7 @@ class TopicApis(ApiBase):
                 pass
             elif not self.config.delete_topic_enable:
                 code = errors.TopicDeletionDisabled.code
-            elif name == OFFSETS_TOPIC:
+            elif name in INTERNAL_TOPICS:
                 code = self._refuse_internal_deletion(name)
             codes.append(code)
 

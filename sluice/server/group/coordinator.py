@@ -102,11 +102,12 @@ from sluice.server.group.config import GroupConfig
 from sluice.server.group.offsets_store import (
     AppendOutcome,
     GroupMetadataValue,
-    GroupRecord,
+    LoadedRecord,
     MemberMetadata,
     OffsetAndMetadata,
     OffsetRecord,
     OffsetsStore,
+    TxnMarkerRecord,
     group_metadata_record,
     offset_commit_record,
 )
@@ -187,28 +188,66 @@ async def _yield_to_loop(_partition: int) -> None:
     await asyncio.sleep(0)
 
 
-class _LoadedPartition:
-    """What a load read from one offsets partition so far: the last offsets and group metadata
-    per group (a tombstone removes)."""
+#: A group's pending transactional offsets: producer id -> partition -> (offset, log position
+#: of its batch; -1 while the write has not settled). Kafka's pendingTransactionalOffsetCommits.
+PendingTxnOffsets = dict[int, dict[tuple[str, int], tuple[OffsetAndMetadata, int]]]
 
-    __slots__ = ("metadata", "offsets", "records")
+
+class _LoadedPartition:
+    """What a load read from one offsets partition so far: the last offsets (and the log
+    position of each) and group metadata per group (a tombstone removes), and the offsets of
+    transactions whose marker is not read yet, per producer (Kafka's loader: a COMMIT marker
+    makes them the group's offsets unless a later batch already holds one, an ABORT drops
+    them)."""
+
+    __slots__ = ("metadata", "offsets", "pending", "positions", "records")
 
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self.positions: dict[tuple[str, str, int], int] = {}
+        self.pending: dict[int, dict[tuple[str, str, int], tuple[OffsetAndMetadata, int]]] = {}
         self.metadata: dict[str, Any] = {}
         self.records = 0
 
-    def add(self, records: list[OffsetRecord | GroupRecord]) -> None:
+    def add(self, records: list[LoadedRecord]) -> None:
         self.records += len(records)
         for rec in records:
             if isinstance(rec, OffsetRecord):
+                full = (rec.group, rec.topic, rec.partition)
+                if rec.producer_id >= 0:
+                    if rec.value is not None:
+                        self.pending.setdefault(rec.producer_id, {})[full] = (
+                            rec.value, rec.position
+                        )  # fmt: skip
+                    continue
                 group_offsets = self.offsets.setdefault(rec.group, {})
                 if rec.value is None:
                     group_offsets.pop((rec.topic, rec.partition), None)
+                    self.positions.pop(full, None)
+                    for pending in self.pending.values():
+                        pending.pop(full, None)
                 else:
                     group_offsets[(rec.topic, rec.partition)] = rec.value
+                    self.positions[full] = rec.position
+            elif isinstance(rec, TxnMarkerRecord):
+                done = self.pending.pop(rec.producer_id, None)
+                if done is None or not rec.commit:
+                    continue
+                for full, (value, position) in done.items():
+                    if self.positions.get(full, -1) < position:
+                        self.offsets.setdefault(full[0], {})[full[1:]] = value
+                        self.positions[full] = position
             else:
                 self.metadata[rec.group] = rec.value
+
+    def pending_of(self, group_id: str) -> PendingTxnOffsets:
+        """The group's transactional offsets still pending at the end of the load."""
+        out: PendingTxnOffsets = {}
+        for pid, entries in self.pending.items():
+            for (group, topic, part), value in entries.items():
+                if group == group_id:
+                    out.setdefault(pid, {})[(topic, part)] = value
+        return out
 
 
 @dataclass
@@ -267,9 +306,12 @@ class Group:
     #: pendingOffsetCommits): a settled write updates ``offsets`` only while its partition is
     #: still pending here (a deletion in between removes it)
     pending_commits: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
-    #: log offset of the batch that holds each cached offset written since the load: of two
-    #: writes settling out of order, the later one in the log wins
+    #: log offset of the batch that holds each cached offset: of two writes settling out of
+    #: order, and of a transaction's offsets and a later plain commit, the later one in the
+    #: log wins
     commit_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: TxnOffsetCommit offsets waiting for their transaction's marker (invisible until then)
+    pending_txn: PendingTxnOffsets = field(default_factory=dict)
 
     def all_joined(self) -> bool:
         return not self.pending_members and all(
@@ -300,6 +342,30 @@ class Group:
             self.offsets.pop(key, None)
             self.pending_commits.pop(key, None)
             self.commit_positions.pop(key, None)
+            for pending in self.pending_txn.values():
+                pending.pop(key, None)
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The marker of ``producer_id``'s transaction is in the log (Kafka's
+        ``completePendingTxnOffsetCommit``): on commit its offsets whose batch is later in the
+        log than the cached one's become the group's offsets; on abort they are dropped.
+        Returns how many offsets were made visible."""
+        pending = self.pending_txn.pop(producer_id, None)
+        if not pending or not commit:
+            return 0
+        applied = 0
+        for key, (value, position) in pending.items():
+            if position < 0:
+                # Cannot happen: a producer ends its transaction only after its TxnOffsetCommit
+                # was answered, i.e. written. Kafka raises IllegalStateException.
+                log.error("transactional offset completed before it was written",
+                          group=self.group_id, producer_id=producer_id, partition=key)  # fmt: skip
+                continue
+            if self.commit_positions.get(key, -1) < position:
+                self.offsets[key] = value
+                self.commit_positions[key] = position
+                applied += 1
+        return applied
 
 
 def _now_ms() -> int:
@@ -449,12 +515,18 @@ class GroupCoordinator:
         happen while the invariant holds) is kept, as Kafka's ``addGroup`` does."""
         now = self._clock()
         installed = 0
-        for group_id in set(loaded.offsets) | set(loaded.metadata):
+        pending_groups = {g for entries in loaded.pending.values() for g, _t, _p in entries}
+        for group_id in set(loaded.offsets) | set(loaded.metadata) | pending_groups:
             value = loaded.metadata.get(group_id)
             group_offsets = loaded.offsets.get(group_id, {})
-            if (value is None and not group_offsets) or group_id in self.groups:
+            pending = loaded.pending_of(group_id) if group_id in pending_groups else {}
+            if (value is None and not group_offsets and not pending) or group_id in self.groups:
                 continue
-            group = Group(group_id, offsets=dict(group_offsets), state_timestamp=now)
+            group = Group(group_id, offsets=dict(group_offsets), state_timestamp=now,
+                          pending_txn=pending)  # fmt: skip
+            group.commit_positions = {
+                key: loaded.positions[(group_id, *key)] for key in group_offsets
+            }
             if value is not None:
                 self._restore(group, value)
             self.groups[group_id] = group
@@ -544,20 +616,31 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ writes
 
     def _write(
-        self, group_id: str, records: list[tuple[bytes, bytes | None]], acks: int
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        acks: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
         """Append ``records`` to ``group_id``'s partition, only while owning it (else
-        NOT_LEADER_OR_FOLLOWER, which callers translate to NOT_COORDINATOR)."""
+        NOT_LEADER_OR_FOLLOWER, which callers translate to NOT_COORDINATOR); transactional
+        with a ``producer_id`` (:meth:`OffsetsStore.write`)."""
         partition = self.store.partition_for(group_id)
         if partition not in self._owned:
             return AppendOutcome(errors.NotLeaderOrFollower.code, -1)
-        return self._write_to(partition, records, acks)
+        return self._write_to(partition, records, acks, producer_id, producer_epoch)
 
     def _write_to(
-        self, partition: int, records: list[tuple[bytes, bytes | None]], acks: int
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        acks: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
         try:
-            return self.store.write(partition, records, acks)
+            return self.store.write(partition, records, acks, producer_id, producer_epoch)
         except errors.KafkaError as exc:
             return AppendOutcome(exc.code, -1)
         except Exception:
@@ -1203,6 +1286,25 @@ class GroupCoordinator:
                 self._schedule_heartbeat(group, group.members[member_id])
         if code:
             return [code] * len(offsets)
+        results, records, accepted = self._commit_records(group_id, offsets)
+        if not records:
+            return results
+        for key, value in accepted:
+            group.pending_commits[key] = value
+        outcome = self._write(group_id, records, self.config.offsets_commit_required_acks)
+        return self._then(
+            outcome, lambda o: self._commit_written(group, accepted, results, o), _WRITE_FAILED
+        )
+
+    def _commit_records(
+        self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]]
+    ) -> tuple[
+        list[int],
+        list[tuple[bytes, bytes | None]],
+        list[tuple[tuple[str, int], OffsetAndMetadata]],
+    ]:
+        """(per-partition code, records to write, accepted offsets) of a commit: metadata
+        over ``offset.metadata.max.bytes`` and unknown partitions are refused one by one."""
         now = self._clock()
         results: list[int] = []
         records: list[tuple[bytes, bytes | None]] = []
@@ -1219,14 +1321,7 @@ class GroupCoordinator:
             records.append(offset_commit_record(group_id, topic, partition, value))
             accepted.append(((topic, partition), value))
             results.append(NONE)
-        if not records:
-            return results
-        for key, value in accepted:
-            group.pending_commits[key] = value
-        outcome = self._write(group_id, records, self.config.offsets_commit_required_acks)
-        return self._then(
-            outcome, lambda o: self._commit_written(group, accepted, results, o), _WRITE_FAILED
-        )
+        return results, records, accepted
 
     def _commit_written(
         self,
@@ -1252,9 +1347,116 @@ class GroupCoordinator:
                  append_error=outcome.error, error=code)  # fmt: skip
         return [code if r == NONE else r for r in results]
 
+    def txn_commit_offsets(
+        self,
+        *,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: list[tuple[str, int, int, int, str | None]],
+    ) -> list[int] | asyncio.Future[list[int]]:
+        """TxnOffsetCommit (KIP-98; KIP-447 member checks from v3): like :meth:`commit_offsets`
+        but the batch is transactional (``producer_id``/``producer_epoch``) and its offsets stay
+        pending -- invisible to OffsetFetch -- until the transaction's marker
+        (:meth:`complete_transaction`). Kafka's ``handleTxnCommitOffsets``: a group that does
+        not exist is created Empty; the member checks are :meth:`_validate_commit`'s except
+        that an anonymous commit (v0-2, or generation -1 and no member) is accepted in every
+        state, and no REBALANCE_IN_PROGRESS (the transaction is fenced by its producer epoch,
+        not the generation)."""
+        if not group_id:
+            return [errors.InvalidGroupId.code] * len(offsets)
+        status = self._status(group_id)
+        if status:
+            return [status] * len(offsets)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self._clock())
+        if group.state is GroupState.DEAD:
+            return [errors.CoordinatorNotAvailable.code] * len(offsets)
+        code = self._validate_commit(
+            group, generation_id, member_id, group_instance_id, transactional=True
+        )
+        if code:
+            return [code] * len(offsets)
+        results, records, accepted = self._commit_records(group_id, offsets)
+        if not records:
+            return results
+        pending = group.pending_txn.setdefault(producer_id, {})
+        # What each partition had pending before: restored if this write fails (a refused
+        # zombie's commit must not take away the transaction's earlier offset).
+        previous = {key: pending.get(key) for key, _ in accepted}
+        for key, value in accepted:
+            pending[key] = (value, -1)
+        acks = self.config.offsets_commit_required_acks
+        outcome = self._write(group_id, records, acks, producer_id, producer_epoch)
+        return self._then(
+            outcome,
+            lambda o: self._txn_commit_written(group, producer_id, accepted, previous, results, o),
+            _WRITE_FAILED,
+        )
+
+    def _txn_commit_written(
+        self,
+        group: Group,
+        producer_id: int,
+        accepted: list[tuple[tuple[str, int], OffsetAndMetadata]],
+        previous: dict[tuple[str, int], tuple[OffsetAndMetadata, int] | None],
+        results: list[int],
+        outcome: AppendOutcome,
+    ) -> list[int]:
+        """A TxnOffsetCommit's write settled (Kafka's ``onTxnOffsetCommitAppend`` /
+        ``failPendingTxnOffsetCommit``): the pending entries learn their batch's position, or,
+        if the write failed (and they are still this write's), what was pending before comes
+        back."""
+        pending = group.pending_txn.get(producer_id)
+        if pending is not None:
+            for key, value in accepted:
+                entry = pending.get(key)
+                if entry is None or entry[0] is not value:
+                    continue  # superseded by a later commit of the transaction, or removed
+                before = previous.get(key)
+                if not outcome.error:
+                    pending[key] = (value, outcome.first_offset)
+                elif before is None:
+                    del pending[key]
+                else:
+                    pending[key] = before
+            if not pending:
+                del group.pending_txn[producer_id]
+        if not outcome.error:
+            return results
+        code = commit_error(outcome.error)
+        log.info("transactional offset commit write failed", group=group.group_id,
+                 producer_id=producer_id, append_error=outcome.error, error=code)  # fmt: skip
+        return [code if r == NONE else r for r in results]
+
+    def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> int:
+        """The marker of ``producer_id``'s transaction was written to offsets partition
+        ``partition`` (WriteTxnMarkers, Kafka's ``onTransactionCompleted``): each group of
+        that partition with offsets pending in it commits or drops them
+        (:meth:`Group.complete_txn`). Returns how many offsets became visible. A partition
+        not owned here (loading, or led elsewhere) has nothing to do: its load reads the
+        marker from the log."""
+        applied = 0
+        for group in list(self.groups.values()):
+            if producer_id in group.pending_txn and (
+                self.store.partition_for(group.group_id) == partition
+            ):
+                applied += group.complete_txn(producer_id, commit)
+        log.debug("transaction offsets completed", producer_id=producer_id,
+                  partition=partition, commit=commit, offsets=applied)  # fmt: skip
+        return applied
+
     @staticmethod
     def _validate_commit(
-        group: Group, generation_id: int, member_id: str, instance_id: str | None
+        group: Group,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        transactional: bool = False,
     ) -> int:
         """Kafka's ``validateOffsetCommit``: who may commit, whatever the group state.
 
@@ -1276,7 +1478,7 @@ class GroupCoordinator:
             if generation_id != group.generation:
                 return errors.IllegalGeneration.code
             return NONE
-        if group.state is not GroupState.EMPTY:
+        if not transactional and group.state is not GroupState.EMPTY:
             return errors.UnknownMemberId.code
         return NONE
 
@@ -1493,7 +1695,13 @@ class GroupCoordinator:
             if not expired:
                 continue
             records = [offset_commit_record(group.group_id, t, p, None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets) and not group.pending_commits
+            # A group with offsets still to come (a commit in flight, a transaction's pending
+            # offsets) stays (Kafka's ``hasOffsets``).
+            drop_group = (
+                len(expired) == len(group.offsets)
+                and not group.pending_commits
+                and not group.pending_txn
+            )
             if drop_group:
                 records.append(group_metadata_record(group.group_id, None))
             error = self._write_tombstones(group.group_id, records)

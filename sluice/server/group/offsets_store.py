@@ -51,15 +51,21 @@ import asyncio
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sluice.protocol.errors import ProtocolError
-from sluice.protocol.records import RecordBatchBuilder, iter_records
+from sluice.protocol.errors import CorruptRecordError, ProtocolError
+from sluice.protocol.records import (
+    EndTxnMarker,
+    RecordBatchBuilder,
+    iter_records,
+    parse_end_txn_marker,
+)
 from sluice.protocol.schema import F, Message, StructSchema
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.protocol.records import BatchHeader, Record
     from sluice.server.storage.log import Log
     from sluice.server.storage.log_manager import LogManager
 
@@ -203,12 +209,27 @@ def group_metadata_record(group: str, value: Message | None) -> tuple[bytes, byt
 
 @dataclass(frozen=True)
 class OffsetRecord:
-    """A decoded offset-commit record (``value`` None: tombstone)."""
+    """A decoded offset-commit record (``value`` None: tombstone). Read from a log
+    (:meth:`OffsetsStore.read_partition`): ``position`` is its batch's base offset, and
+    ``producer_id`` the transactional producer whose batch holds it (-1: a plain commit,
+    visible at once; else pending until that producer's marker, a :class:`TxnMarkerRecord`)."""
 
     group: str
     topic: str
     partition: int
     value: OffsetAndMetadata | None
+    producer_id: int = -1
+    position: int = -1
+
+
+@dataclass(frozen=True)
+class TxnMarkerRecord:
+    """A transaction marker read from ``__consumer_offsets``: the pending offsets of
+    ``producer_id`` become committed offsets (``commit``) or are dropped."""
+
+    producer_id: int
+    commit: bool
+    position: int
 
 
 @dataclass(frozen=True)
@@ -217,6 +238,10 @@ class GroupRecord:
 
     group: str
     value: Message | None
+
+
+#: What :meth:`OffsetsStore.read_partition` yields, in log order.
+LoadedRecord = OffsetRecord | GroupRecord | TxnMarkerRecord
 
 
 def decode_record(key: bytes, value: bytes | None) -> OffsetRecord | GroupRecord:
@@ -363,18 +388,31 @@ class OffsetsStore:
         return self._logs.get_log(OFFSETS_TOPIC, partition)
 
     def write(
-        self, partition: int, records: list[tuple[bytes, bytes | None]], acks: int
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        acks: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
         """Append ``records`` as one batch to ``partition`` through the appender (see
-        :data:`Appender` for when it answers). Creates the topic first if it does not exist."""
+        :data:`Appender` for when it answers). Creates the topic first if it does not exist.
+
+        With a ``producer_id`` (TxnOffsetCommit) the batch is transactional, of that producer
+        and epoch, with no sequence (Kafka's coordinator-origin appends are not sequence
+        checked): it opens or joins the producer's transaction in the partition, and its
+        offsets stay pending until the transaction's marker."""
         self.ensure_topic()
         now = self._clock()
-        builder = RecordBatchBuilder(compression=self.compression)
+        builder = RecordBatchBuilder(
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True,
+            compression=self.compression,
+        ) if producer_id >= 0 else RecordBatchBuilder(compression=self.compression)  # fmt: skip
         for key, value in records:
             builder.append(now, key, value)
         return self._appender(partition, builder.build(), acks)
 
-    def read_partition(self, partition: int) -> Iterator[list[OffsetRecord | GroupRecord]]:
+    def read_partition(self, partition: int) -> Iterator[list[LoadedRecord]]:
         """The records of ``partition`` from its log start to its log end offset (LEO, as
         Kafka's loader reads: FetchLogEnd), one list per read of ``offsets.load.buffer.size``
         bytes, in log order (the last value of a key wins). Nothing if the partition's log is
@@ -382,38 +420,68 @@ class OffsetsStore:
 
         Undecodable records (a newer Kafka's consumer-group records, damage) are skipped.
         """
-        from sluice.server.storage.log import Isolation
-
         log_ = self.log_if_open(partition)
         if log_ is None:
             return
-        offset = log_.log_start_offset
-        while offset < log_.log_end_offset:
-            info = log_.read(
-                offset, self._load_buffer_bytes, Isolation.LOG_END, min_one_message=True
-            )
-            if info.slice is None or info.slice.size == 0:
-                break
-            data = info.slice.read_bytes()
-            next_offset = offset
-            chunk: list[OffsetRecord | GroupRecord] = []
-            for header, record in iter_records(data):
-                next_offset = header.next_offset
-                if header.is_control or record.key is None or record.offset < offset:
+        for records in read_log_chunks(log_, self._load_buffer_bytes):
+            chunk: list[LoadedRecord] = []
+            for header, record in records:
+                if header.is_control:
+                    if header.producer_id >= 0 and record.key is not None:
+                        marker = _marker_of(record.key, record.value)
+                        if marker is not None:
+                            chunk.append(TxnMarkerRecord(
+                                header.producer_id, marker.commit, header.base_offset
+                            ))  # fmt: skip
+                    continue
+                if record.key is None:
                     continue
                 try:
-                    chunk.append(decode_record(record.key, record.value))
+                    decoded = decode_record(record.key, record.value)
                 except ProtocolError:
                     continue
-            if next_offset <= offset:
-                break
-            offset = next_offset
+                if isinstance(decoded, OffsetRecord):
+                    pid = header.producer_id if header.is_transactional else -1
+                    decoded = replace(decoded, producer_id=pid, position=header.base_offset)
+                chunk.append(decoded)
             yield chunk
 
-    def replay(self) -> Iterator[OffsetRecord | GroupRecord]:
+    def replay(self) -> Iterator[LoadedRecord]:
         """Every record of every partition, in log order (see :meth:`read_partition`)."""
         if not self.open():
             return
         for partition in range(self.num_partitions):
             for chunk in self.read_partition(partition):
                 yield from chunk
+
+
+def _marker_of(key: bytes, value: bytes | None) -> EndTxnMarker | None:
+    """The COMMIT/ABORT marker of a control record (None: another control type, or damage)."""
+    try:
+        return parse_end_txn_marker(key, value)
+    except CorruptRecordError:
+        return None
+
+
+def read_log_chunks(log_: Log, buffer_bytes: int) -> Iterator[list[tuple[BatchHeader, Record]]]:
+    """A coordinator's load: the records of ``log_`` from its log start to its log end offset
+    (LEO, as Kafka's loaders read: FetchLogEnd), one list per read of ``buffer_bytes``, in log
+    order, control batches' records included (records below the read's start, from a batch that
+    began before it, are left out)."""
+    from sluice.server.storage.log import Isolation
+
+    offset = log_.log_start_offset
+    while offset < log_.log_end_offset:
+        info = log_.read(offset, buffer_bytes, Isolation.LOG_END, min_one_message=True)
+        if info.slice is None or info.slice.size == 0:
+            break
+        next_offset = offset
+        chunk: list[tuple[BatchHeader, Record]] = []
+        for header, record in iter_records(info.slice.read_bytes()):
+            next_offset = header.next_offset
+            if record.offset >= offset:
+                chunk.append((header, record))
+        if next_offset <= offset:
+            break
+        offset = next_offset
+        yield chunk

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from sluice.protocol import errors
 from sluice.server.group.offsets_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from sluice.server.logging import get_logger
+from sluice.server.transaction.state_log import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from sluice.server.metadata.producer_id_manager import ProducerIdManager
@@ -126,6 +127,11 @@ class MetadataView(TopicConfigStore, Protocol):
         offsets topic being created if it does not exist yet."""
         ...
 
+    def transaction_coordinator(self, transactional_id: str) -> tuple[int, BrokerEndpoint | None]:
+        """FindCoordinator for a transactional id: as :meth:`group_coordinator`, over
+        ``__transaction_state``."""
+        ...
+
     async def delete_topic(self, name: str) -> None:
         """Delete ``name`` (standalone now; a cluster's controller deletes it in the
         background); raises why not."""
@@ -198,6 +204,8 @@ class LocalMetadata(LocalTopicConfigs):
         self._producer_ids = producer_ids
         #: The group coordinator's ``ensure_ready``: creates the offsets topic here if needed.
         self._groups_ready = groups_ready
+        #: The transaction coordinator's ``ensure_ready`` (set by the broker once it exists).
+        self.transactions_ready: Callable[[], int] = lambda: errors.CoordinatorNotAvailable.code
 
     @property
     def cluster_id(self) -> str:
@@ -247,6 +255,13 @@ class LocalMetadata(LocalTopicConfigs):
     def group_coordinator(self, group: str) -> tuple[int, BrokerEndpoint | None]:
         """This broker coordinates every group."""
         code = self._groups_ready()
+        if code:
+            return code, None
+        return 0, self.brokers()[0]
+
+    def transaction_coordinator(self, transactional_id: str) -> tuple[int, BrokerEndpoint | None]:
+        """This broker coordinates every transactional id."""
+        code = self.transactions_ready()
         if code:
             return code, None
         return 0, self.brokers()[0]
@@ -343,6 +358,7 @@ class ZkMetadata:
         tasks: set[asyncio.Task[None]],
         offsets_topic: tuple[int, int],
         listener: Callable[[], str | None] = lambda: None,
+        transaction_topic: tuple[int, int, dict[str, str]] = (50, 3, {}),
         *,
         offsets_topic_config: Mapping[str, str] = OFFSETS_TOPIC_CONFIG,
     ) -> None:
@@ -355,6 +371,8 @@ class ZkMetadata:
         self._replication_factor = default_replication_factor
         #: ``offsets.topic.num.partitions`` and ``offsets.topic.replication.factor``.
         self._offsets_topic = offsets_topic
+        #: ``transaction.state.log.num.partitions``, its replication factor, topic configs.
+        self._transaction_topic = transaction_topic
         #: Topics being created in the background, shared with the broker's other creators
         #: (the group coordinator's offsets topic), so that one topic is created once.
         self._auto_creating = creating
@@ -500,14 +518,26 @@ class ZkMetadata:
         topic has no live leader there, or does not exist yet (then it is created, with
         ``offsets.topic.replication.factor`` replicas once that many brokers are alive, as
         Kafka's ``createInternalTopic``)."""
+        partitions, rf = self._offsets_topic
+        return self._coordinator(OFFSETS_TOPIC, group, partitions, rf, self._offsets_topic_config)
+
+    def transaction_coordinator(self, transactional_id: str) -> tuple[int, BrokerEndpoint | None]:
+        """The leader of the id's ``__transaction_state`` partition (as :meth:`group_coordinator`,
+        with ``transaction.state.log.*``)."""
+        partitions, rf, configs = self._transaction_topic
+        return self._coordinator(TRANSACTION_STATE_TOPIC, transactional_id, partitions, rf, configs)
+
+    def _coordinator(
+        self, topic: str, key: str, num_partitions: int, rf: int, configs: Mapping[str, str]
+    ) -> tuple[int, BrokerEndpoint | None]:
         cache = self._cluster.cache
-        assignment = cache.assignments.get(OFFSETS_TOPIC)
+        assignment = cache.assignments.get(topic)
         unavailable = errors.CoordinatorNotAvailable.code, None
         if assignment is None:
-            self._create_offsets_topic()
+            self._create_internal_topic(topic, num_partitions, rf, configs)
             return unavailable
-        partition = partition_for(group, len(assignment.partitions))
-        leader = cache.leader(OFFSETS_TOPIC, partition)
+        partition = partition_for(key, len(assignment.partitions))
+        leader = cache.leader(topic, partition)
         address = cache.address(leader, self._listener()) if leader >= 0 else None
         if address is None:
             return unavailable
@@ -516,35 +546,35 @@ class ZkMetadata:
             leader, address[0], address[1], None if broker is None else broker.rack
         )
 
-    def _create_offsets_topic(self) -> None:
+    def _create_internal_topic(
+        self, topic: str, num_partitions: int, rf: int, configs: Mapping[str, str]
+    ) -> None:
         cluster = self._cluster
-        if OFFSETS_TOPIC in self._auto_creating:
+        if topic in self._auto_creating:
             return
-        num_partitions, rf = self._offsets_topic
         if len(cluster.cache.brokers) < rf:
             log.warning(
-                "cannot create the offsets topic yet",
+                "cannot create an internal topic yet",
+                topic=topic,
                 live_brokers=len(cluster.cache.brokers),
                 replication_factor=rf,
             )
             return
         try:
-            assignment = cluster.validate_new_topic(
-                OFFSETS_TOPIC, num_partitions, rf, None, self._offsets_topic_config
-            )
+            assignment = cluster.validate_new_topic(topic, num_partitions, rf, None, configs)
         except errors.TopicAlreadyExists:
             return
-        self._auto_creating.add(OFFSETS_TOPIC)
+        self._auto_creating.add(topic)
 
         async def create() -> None:
             try:
-                await cluster.create_topic(OFFSETS_TOPIC, assignment, self._offsets_topic_config, 0)
+                await cluster.create_topic(topic, assignment, configs, 0)
             except errors.TopicAlreadyExists:
                 pass
             except Exception as exc:
-                log.warning("creating the offsets topic failed", error=repr(exc))
+                log.warning("creating an internal topic failed", topic=topic, error=repr(exc))
             finally:
-                self._auto_creating.discard(OFFSETS_TOPIC)
+                self._auto_creating.discard(topic)
 
         task = asyncio.get_running_loop().create_task(create())
         self._background.add(task)

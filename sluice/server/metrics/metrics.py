@@ -258,6 +258,16 @@ METRICS: tuple[MetricDef, ...] = (
         "High watermark minus committed offset (partitions with a replica here).",
     ),
     MetricDef(
+        "kafka_server_transaction_coordinator_metrics_partition_load_time_max", "gauge", (),
+        "kafka.server:type=transaction-coordinator-metrics partition-load-time-max",
+        "Longest load of a __transaction_state partition by this broker so far, in ms.",
+    ),
+    MetricDef(
+        "kafka_transactions", "gauge", ("state",),
+        "none (kafka-transactions list's TransactionState)",
+        "Transactional ids coordinated by this broker, by their transaction's state.",
+    ),
+    MetricDef(
         "kafka_server_socket_server_metrics_connection_count", "gauge", ("listener",),
         "kafka.server:type=socket-server-metrics,listener=L connection-count",
         "Open client connections.",

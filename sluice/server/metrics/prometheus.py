@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from sluice.server.metrics.metrics import Metrics
     from sluice.server.replication.replica_manager import ReplicaManager
     from sluice.server.storage.log_manager import LogManager
+    from sluice.server.transaction.coordinator import TransactionCoordinator
 
 log = get_logger("sluice.metrics")
 
@@ -108,6 +109,8 @@ class BrokerState(Protocol):
     def replica_manager(self) -> ReplicaManager | None: ...
     @property
     def group_coordinator(self) -> GroupCoordinator | None: ...
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None: ...
 
 
 class BrokerCollector(Collector):
@@ -143,6 +146,7 @@ class BrokerCollector(Collector):
         yield from self._replicas()
         yield from self._controller()
         yield from self._groups()
+        yield from self._transactions()
         listener = server.config.listener.name
         family = _family("kafka_server_socket_server_metrics_connection_count")
         family.add_metric([listener], len(server.connections))
@@ -284,9 +288,16 @@ class BrokerCollector(Collector):
             family.add_metric(labels, value)
             yield family
 
-
-#: The cleaner's families (:meth:`BrokerCollector._cleaner`).
-_CLEANER_PREFIXES = ("kafka_log_logcleaner", "sluice_log_cleaner")
+    def _transactions(self) -> Iterator[Metric]:
+        """The transaction coordinator's state, read when scraped."""
+        load = _family("kafka_server_transaction_coordinator_metrics_partition_load_time_max")
+        states = _family("kafka_transactions")
+        coordinator = self._server.transaction_coordinator
+        if coordinator is not None:
+            load.add_metric([], coordinator.max_load_time_ms)
+            for state, count in sorted(coordinator.state_counts().items()):
+                states.add_metric([state], count)
+        yield from (load, states)
 
 
 class OnLoopCollector(Collector):
@@ -389,3 +400,7 @@ class MetricsEndpoint:
         self._httpd = self._thread = None
         await asyncio.to_thread(httpd.shutdown)
         httpd.server_close()
+
+
+#: The cleaner's families (:meth:`BrokerCollector._cleaner`).
+_CLEANER_PREFIXES = ("kafka_log_logcleaner", "sluice_log_cleaner")

@@ -24,7 +24,8 @@ PartitionLookup = Callable[[str, int], "Partition | None"]
 
 class DelayedFetch(DelayedOperation):
     """A Fetch that found fewer than ``min_bytes``, parked until one of its partitions has new
-    data below its read bound (HW for consumers, LEO for ``Isolation.LOG_END``), changes leader
+    data below its read bound (HW for consumers, the last stable offset for read_committed
+    ones, LEO for ``Isolation.LOG_END``), changes leader
     epoch (a new leader or a new term: Kafka completes the fetch, whose epoch check then answers
     FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER), or is gone or replaced. The handler then
     reads again and may park again (today's long-poll behaviour).
@@ -53,6 +54,8 @@ class DelayedFetch(DelayedOperation):
             return partition, partition.leader_epoch, -1
         if self._isolation is Isolation.LOG_END:
             return partition, partition.leader_epoch, log_.log_end_offset
+        if self._isolation is Isolation.TXN_COMMITTED:
+            return partition, partition.leader_epoch, log_.last_stable_offset
         return partition, partition.leader_epoch, log_.high_watermark
 
     def try_complete(self) -> bool:

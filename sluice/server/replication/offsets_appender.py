@@ -40,10 +40,14 @@ def _outcome(result: AppendResult) -> AppendOutcome:
 
 class ReplicaAppender:
     """An :data:`~sluice.server.group.offsets_store.Appender` over a :class:`ReplicaManager`;
-    ``timeout_ms`` is ``offsets.commit.timeout.ms``."""
+    ``timeout_ms`` is ``offsets.commit.timeout.ms`` (the transaction coordinator's appender to
+    ``__transaction_state``: ``topic`` and Kafka's ``request.timeout.ms``)."""
 
-    def __init__(self, replicas: ReplicaManager, timeout_ms: int) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, timeout_ms: int, topic: str = OFFSETS_TOPIC
+    ) -> None:
         self._replicas = replicas
+        self._topic = topic
         self._timeout_s = timeout_ms / 1000
         self._timeout_ms = timeout_ms
 
@@ -51,7 +55,7 @@ class ReplicaAppender:
         self, partition: int, records: bytes, acks: int
     ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
         results, delayed = self._replicas.append_records(
-            [(OFFSETS_TOPIC, partition, records)], acks, self._timeout_ms,
+            [(self._topic, partition, records)], acks, self._timeout_ms,
             internal_topics_allowed=True,
         )  # fmt: skip
         if delayed is None:

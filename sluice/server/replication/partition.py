@@ -100,6 +100,16 @@ class _Follower:
         self.last_fetch_ms = 0
 
 
+class TxnMarker(NamedTuple):
+    """One WriteTxnMarkers entry for one partition: the transaction of ``producer_id`` ends
+    (``commit`` or abort), written by the coordinator of ``coordinator_epoch``."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
 class ListedOffset(NamedTuple):
     """A ListOffsets answer: the offset, its record's timestamp (-1: not applicable) and the
     leader epoch of the record at that offset (-1: unknown), as Kafka's ``TimestampAndOffset``."""
@@ -520,13 +530,34 @@ class Partition:
         writes nothing: NOT_ENOUGH_REPLICAS (Kafka's ``Partition.appendRecordsToLeader``)."""
         log_ = self.local_log()
         if required_acks == -1:
-            min_isr = self.min_insync_replicas
-            if len(self.isr) < min_isr:
-                raise errors.NotEnoughReplicas(
-                    f"{self.topic}-{self.index}: the ISR {list(self.isr)} is smaller than "
-                    f"min.insync.replicas={min_isr}"
-                )
+            self._check_min_isr()
         info = log_.append_as_leader(records, leader_epoch=self.leader_epoch)
+        self.maybe_increment_high_watermark()
+        return info
+
+    def _check_min_isr(self) -> None:
+        min_isr = self.min_insync_replicas
+        if len(self.isr) < min_isr:
+            raise errors.NotEnoughReplicas(
+                f"{self.topic}-{self.index}: the ISR {list(self.isr)} is smaller than "
+                f"min.insync.replicas={min_isr}"
+            )
+
+    def append_end_txn_marker(self, marker: TxnMarker, required_acks: int = -1) -> AppendInfo:
+        """Append a transaction coordinator's COMMIT/ABORT marker as leader (Kafka's
+        ``appendRecordsToLeader`` with origin Coordinator): the same leadership and
+        ``min.insync.replicas`` checks as a producer's append, then
+        :meth:`Log.append_end_txn_marker` (its producer/coordinator epoch checks), then HW."""
+        log_ = self.local_log()
+        if required_acks == -1:
+            self._check_min_isr()
+        info = log_.append_end_txn_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.commit,
+            self.leader_epoch,
+        )
         self.maybe_increment_high_watermark()
         return info
 
@@ -560,6 +591,8 @@ class Partition:
             return ListedOffset(NO_TIMESTAMP, -1, NO_EPOCH)
         if isolation is None:
             bound_isolation, last_fetchable = Isolation.LOG_END, log_.log_end_offset
+        elif isolation is Isolation.TXN_COMMITTED:  # read_committed: latest is the LSO
+            bound_isolation, last_fetchable = isolation, log_.last_stable_offset
         else:
             bound_isolation, last_fetchable = isolation, log_.high_watermark
         start = self.leader_epoch_start_offset

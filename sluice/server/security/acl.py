@@ -337,7 +337,7 @@ API_OPERATIONS: tuple[ApiAuthorization, ...] = _rows(
     (25, "Write", "TransactionalId"),
     (25, "Read", "Group"),
     (26, "Write", "TransactionalId"),
-    (27, "ClusterAction", "Cluster"),
+    (27, "ClusterAction", "Cluster", "or Alter on the cluster"),
     (28, "Write", "TransactionalId"),
     (28, "Read", "Group"),
     (28, "Read", "Topic"),

@@ -107,10 +107,18 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 class ProducerEntry:
     """The state of one producer id: current epoch, last batches (oldest first), the epoch
-    of the coordinator that wrote its last marker (-1 none), and the first offset of its
-    ongoing transaction (-1 none)."""
+    of the coordinator that wrote its last marker (-1 none), the first offset of its
+    ongoing transaction (-1 none), and the max timestamp of its last batch or marker appended
+    since the state was built (-1 unknown: not kept in snapshots; DescribeProducers shows it)."""
 
-    __slots__ = ("batches", "coordinator_epoch", "current_txn_first_offset", "epoch", "producer_id")
+    __slots__ = (
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "epoch",
+        "last_timestamp",
+        "producer_id",
+    )
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
@@ -118,6 +126,7 @@ class ProducerEntry:
         self.batches: deque[BatchMetadata] = deque(maxlen=BATCHES_TO_RETAIN)
         self.coordinator_epoch = -1
         self.current_txn_first_offset = NO_OFFSET
+        self.last_timestamp = -1
 
     def set_epoch(self, epoch: int) -> None:
         """A new producer epoch starts a new sequence space: the old batches are forgotten."""
@@ -190,7 +199,22 @@ class ProducerStateManager:
         pending: dict[int, tuple[int, int]] = {}
         for header in headers:
             pid = header.producer_id
-            if pid < 0 or header.base_sequence < 0:
+            if pid < 0:
+                continue
+            if header.base_sequence < 0:
+                # A transactional batch without sequences is the group coordinator's
+                # (TxnOffsetCommit, origin coordinator): not sequence checked, but a zombie
+                # producer's older epoch is fenced (Kafka's ``checkProducerEpoch``).
+                entry = self.producers.get(pid)
+                if (
+                    header.is_transactional
+                    and entry is not None
+                    and (header.producer_epoch < entry.epoch)
+                ):
+                    raise InvalidProducerEpoch(
+                        f"producer {pid}: epoch {header.producer_epoch} is older than the "
+                        f"current {entry.epoch}"
+                    )
                 continue
             epoch, first, last = header.producer_epoch, header.base_sequence, last_sequence(header)
             entry = self.producers.get(pid)
@@ -277,6 +301,7 @@ class ProducerStateManager:
                 entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
             entry.set_epoch(header.producer_epoch)
             entry.coordinator_epoch = marker.coordinator_epoch
+            entry.last_timestamp = header.max_timestamp
             txn_first = entry.current_txn_first_offset
             entry.current_txn_first_offset = NO_OFFSET
             if txn_first == NO_OFFSET:
@@ -292,6 +317,7 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
         entry.set_epoch(header.producer_epoch)
+        entry.last_timestamp = header.max_timestamp
         if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
             entry.current_txn_first_offset = first_offset
             self.ongoing[first_offset] = pid

@@ -219,6 +219,9 @@ GroupSubscribedToTopic = _define(
     "GroupSubscribedToTopic", 86, False, "the group is subscribed to the topic of the offset"
 )
 InvalidRecord = _define("InvalidRecord", 87, False, "invalid record")
+UnstableOffsetCommit = _define(
+    "UnstableOffsetCommit", 88, True, "there are unstable offsets that need to be cleared"
+)
 ResourceNotFound = _define(
     "ResourceNotFound", 91, False, "a request referred to a resource that does not exist"
 )

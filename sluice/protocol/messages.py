@@ -240,13 +240,14 @@ OffsetCommit = api(
 )
 
 OffsetFetch = api(
-    9, "OffsetFetch", versions="1-5", flexible="6+",
+    9, "OffsetFetch", versions="1-7", flexible="6+",
     request=[
         F("group_id", "string", "0-7"),
         F("topics", "[]OffsetFetchRequestTopic", "0-7", nullable="2-7", fields=[
             F("name", "string", "0-7"),
             F("partition_indexes", "[]int32", "0-7"),
         ]),
+        F("require_stable", "bool", "7+", default=False),
     ],
     response=[
         F("throttle_time_ms", "int32", "3+"),

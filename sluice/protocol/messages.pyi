@@ -432,8 +432,13 @@ class OffsetFetchRequest(RequestMessage[OffsetFetchResponse]):
 
     group_id: str
     topics: list[OffsetFetchRequestTopic] | None
+    require_stable: bool
     def __init__(
-        self, *, group_id: str = ..., topics: list[OffsetFetchRequestTopic] | None = ...
+        self,
+        *,
+        group_id: str = ...,
+        topics: list[OffsetFetchRequestTopic] | None = ...,
+        require_stable: bool = ...,
     ) -> None: ...
 
 class OffsetFetchResponse(ResponseMessage):

@@ -442,3 +442,40 @@ async def test_txn_offset_commit_of_a_fenced_producer_epoch(
     }
     await write_markers(client, marker(800, True, {"__consumer_offsets": [0]}, epoch=3))
     assert await committed(client, "gz", "in") == 1
+
+
+async def test_offset_fetch_require_stable(server: Server, client: WireClient) -> None:
+    """OffsetFetch v7 with ``require_stable`` (KIP-447, what a read_committed consumer sends):
+    a partition with transactional offsets pending answers UNSTABLE_OFFSET_COMMIT until the
+    marker; without the flag (or before v7) the last committed offset is answered."""
+    assert await create_topic(client, "in", 2) == 0
+    cls = m.OffsetCommitRequest
+    plain = cls(group_id="gs", generation_id_or_member_epoch=-1, member_id="", topics=[
+        cls.OffsetCommitRequestTopic(name="in", partitions=[
+            cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=3, committed_metadata=None)
+            for p in (0, 1)])])  # fmt: skip
+    assert (await client.request(m.OffsetCommit.key, 7, plain)).topics[0].partitions[
+        0
+    ].error_code == 0
+    assert await txn_commit(client, "gs", 900, {("in", 0): 8}) == {("in", 0): 0}
+
+    async def fetch(version: int, stable: bool) -> dict[int, tuple[int, int]]:
+        req = m.OffsetFetchRequest(
+            group_id="gs",
+            require_stable=stable,
+            topics=[
+                m.OffsetFetchRequest.OffsetFetchRequestTopic(name="in", partition_indexes=[0, 1])
+            ],
+        )
+        resp = await client.request(m.OffsetFetch.key, version, req)
+        assert resp.error_code == 0
+        return {p.partition_index: (p.error_code, p.committed_offset)
+                for p in resp.topics[0].partitions}  # fmt: skip
+
+    unstable = errors.UnstableOffsetCommit.code
+    assert await fetch(7, True) == {0: (unstable, -1), 1: (0, 3)}
+    assert await fetch(7, False) == {0: (0, 3), 1: (0, 3)}
+    assert await fetch(5, False) == {0: (0, 3), 1: (0, 3)}
+    await write_markers(client, marker(900, True, {"__consumer_offsets": [0]}))
+    assert await fetch(7, True) == {0: (0, 8), 1: (0, 3)}

@@ -335,3 +335,35 @@ async def test_cli_consume_isolation_level(server: Server) -> None:
     assert committed == [v.decode() for v in BEFORE[0]]
     everything = await asyncio.to_thread(consume)
     assert "x0" in everything and everything[-1] == "after-open0"
+
+
+async def test_librdkafka_waits_for_stable_committed_offsets(server: Server) -> None:
+    """A read_committed librdkafka consumer asks OffsetFetch v7 for stable offsets only; while
+    a transaction's offset for its group is pending it gets UNSTABLE_OFFSET_COMMIT and retries,
+    and starts at that offset once the transaction's marker makes it the committed one."""
+    from tests.broker.test_txn_partitions import txn_commit
+
+    c = await WireClient.connect("127.0.0.1", server.port)
+    try:
+        assert await txn_commit(c, "gstable", 400, {(TOPIC, 1): 4}) == {(TOPIC, 1): 0}
+    finally:
+        await c.close()
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "gstable",
+                         "enable.auto.commit": False, "auto.offset.reset": "latest"})  # fmt: skip
+    got: dict[int, list[bytes]] = {}
+    try:
+        consumer.assign([CkTopicPartition(TOPIC, 1)])  # the group's committed offset
+        poll = _ck_poll(consumer, ABORTED)
+        await asyncio.to_thread(lambda: [poll() for _ in range(5)])  # ~1 s: it must wait
+        assert got == {}
+        offsets_partition = server.group_coordinator.store.partition_for("gstable")
+        c = await WireClient.connect("127.0.0.1", server.port)
+        try:
+            end = {"__consumer_offsets": [offsets_partition]}
+            assert set((await write_markers(c, marker(400, True, end))).values()) == {0}
+        finally:
+            await c.close()
+        await asyncio.to_thread(_poll_until, poll, {1: [b"plain1"]}, got, 0.5)
+        assert got == {1: [b"plain1"]}
+    finally:
+        await asyncio.to_thread(consumer.close)

@@ -225,6 +225,10 @@ class GroupApis(ApiBase):
         # left out when all are asked for (``KafkaApis.handleOffsetFetchRequest``).
         describable: dict[str, bool] = {}
         topics: dict[str, list[m.OffsetFetchResponse.OffsetFetchResponsePartition]] = {}
+        # v7+ (KIP-447): a read_committed consumer asks for stable offsets only; a partition
+        # whose offset is still being committed (in a transaction, or being written) answers
+        # UNSTABLE_OFFSET_COMMIT, which the client retries.
+        unstable = self.groups.unstable_offsets(body.group_id) if body.require_stable else ()
         for topic, part, value in found:
             ok = describable.get(topic)
             if ok is None:
@@ -237,6 +241,12 @@ class GroupApis(ApiBase):
                         partition_index=part, committed_offset=-1, committed_leader_epoch=-1,
                         metadata="", error_code=errors.TopicAuthorizationFailed.code,
                     ))  # fmt: skip
+                continue
+            if (topic, part) in unstable:
+                topics.setdefault(topic, []).append(part_cls(
+                    partition_index=part, committed_offset=-1, committed_leader_epoch=-1,
+                    metadata="", error_code=errors.UnstableOffsetCommit.code,
+                ))  # fmt: skip
                 continue
             topics.setdefault(topic, []).append(
                 part_cls(

@@ -1497,6 +1497,18 @@ class GroupCoordinator:
             return [(t, p, v) for (t, p), v in sorted(offsets.items())]
         return [(t, p, offsets.get((t, p))) for t, p in partitions]
 
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of ``group_id`` with a commit still being written or offsets
+        pending in a transaction (Kafka's ``hasPendingOffsetCommitsForTopicPartition``): what
+        OffsetFetch v7+ with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        unstable = set(group.pending_commits)
+        for pending in group.pending_txn.values():
+            unstable.update(pending)
+        return unstable
+
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[int, dict[tuple[str, int], int]]:

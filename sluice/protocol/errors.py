@@ -202,6 +202,9 @@ MismatchedEndpointType = _define(
     "MismatchedEndpointType", 114, False, "the request was sent to the wrong endpoint type"
 )
 UnknownTopicId = _define("UnknownTopicId", 100, True, "unknown topic id")
+InconsistentTopicId = _define(
+    "InconsistentTopicId", 103, True, "the log's topic id did not match the topic id in the request"
+)
 
 
 def for_code(code: int) -> type[KafkaError]:

@@ -6,7 +6,6 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,7 +46,8 @@ SECURITY_APIS = {m.DescribeAcls.key, m.CreateAcls.key, m.DeleteAcls.key,
                  m.DescribeUserScramCredentials.key, m.AlterUserScramCredentials.key}  # fmt: skip
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
-          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key}  # fmt: skip
+          *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key,
+          m.DescribeTopicPartitions.key}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:
@@ -681,16 +681,17 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     assert (await produce(client, "sync", batch(3))).error_code == 0
     handlers = server.handlers
     assert handlers is not None
+    header = m.RequestHeader(api_key=FETCH, api_version=11, correlation_id=1, client_id=None)
     body = fetch_request("sync", 0, max_wait_ms=60_000)
-    response = handlers.fetch(None, body)
+    response = handlers.fetch(header, body)
     assert not asyncio.iscoroutine(response)
     # The connection's per-request call: no coroutine either, and the request is counted.
     before = server.metrics.get("requests.Fetch")
-    dispatched = handlers.dispatch(SimpleNamespace(api_key=FETCH), body)
+    dispatched = handlers.dispatch(header, body)
     assert not asyncio.iscoroutine(dispatched)
     assert server.metrics.get("requests.Fetch") == before + 1
     assert response.responses[0].partitions[0].records.size > 0
-    waiting = handlers.fetch(None, fetch_request("sync", 3, max_wait_ms=20))
+    waiting = handlers.fetch(header, fetch_request("sync", 3, max_wait_ms=20))
     assert asyncio.iscoroutine(waiting)
     empty = await asyncio.wait_for(waiting, 30)
     assert empty.responses[0].partitions[0].records == b""

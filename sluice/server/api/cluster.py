@@ -56,8 +56,8 @@ class ClusterApis(ApiBase):
         Topic ids (v10+): every topic answered carries its id (zero for one that does not
         exist or may not be described). v12 may ask by id instead (Kafka's
         ``handleTopicMetadataRequest``): an unknown id is UNKNOWN_TOPIC_ID with a null name,
-        a known one is answered as if asked by name, never auto-created; an id or a null
-        name below v12 is INVALID_REQUEST."""
+        a known one is answered as if asked by name, never auto-created (names beside ids are
+        ignored, as Kafka does); an id or a null name below v12 is INVALID_REQUEST."""
         cls = m.MetadataResponse
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
@@ -68,8 +68,8 @@ class ClusterApis(ApiBase):
         allow_auto = getattr(body, "allow_auto_topic_creation", True)
         by_id = [t.topic_id for t in body.topics or () if t.topic_id != ZERO_UUID]
         if by_id or any(t.name is None for t in body.topics or ()):
-            if header.api_version < 12 or any(t.name is not None for t in body.topics or ()):
-                return self._invalid_metadata_request(body, header.api_version)
+            if header.api_version < 12:
+                return self._invalid_metadata_request(body)
             names = []
             allow_auto = False
             for topic_id in by_id:
@@ -147,11 +147,8 @@ class ClusterApis(ApiBase):
         return [n for n in names if self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n,
                                                  audit=False)]  # fmt: skip
 
-    def _invalid_metadata_request(
-        self, body: m.MetadataRequest, version: int
-    ) -> m.MetadataResponse:
-        """Kafka: "Topic IDs are not supported in requests for version N" (names and ids
-        mixed are refused too: one request asks by one or the other)."""
+    def _invalid_metadata_request(self, body: m.MetadataRequest) -> m.MetadataResponse:
+        """Kafka: "Topic IDs are not supported in requests for version N"."""
         view = self.metadata_view
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         return m.MetadataResponse(

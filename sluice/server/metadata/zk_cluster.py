@@ -539,6 +539,15 @@ class ClusterMember:
             return
         assert self.kzk is not None
         self.cache.set_assignment(topic, assignment)
+        topic_id = assignment.topic_id
+        if (
+            topic_id is not None
+            and self.logs.hosted_partitions(topic)
+            and self.logs.topic_id(topic) != topic_id
+        ):
+            # The controller gave the topic (made by an older Sluice) its id just now.
+            for other in self.logs.set_topic_id(topic, topic_id):
+                self._inconsistent(topic, other, "log of another topic id")
         for partition in sorted(assignment.partitions):
             key = (topic, partition)
             if key not in self._state_watchers:

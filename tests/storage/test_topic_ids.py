@@ -52,7 +52,6 @@ def test_partition_metadata_is_kafkas_format(tmp_path: Path) -> None:
     assert encode_partition_metadata(KAFKA_ID) == KAFKA_FILE
     write_partition_metadata(tmp_path, KAFKA_ID)
     assert (tmp_path / "partition.metadata").read_bytes() == KAFKA_FILE
-    assert not (tmp_path / "partition.metadata.tmp").exists()
     assert read_partition_metadata(tmp_path) == KAFKA_ID
     assert read_partition_metadata(tmp_path / "missing") is None
 

@@ -219,3 +219,42 @@ async def test_topic_ids_and_cluster_id_survive_a_restart(tmp_path: Path) -> Non
     assert (
         uuid_to_str(topic_id) in (tmp_path / "data" / "kept-1" / "partition.metadata").read_text()
     )
+
+
+async def test_a_data_dir_of_an_older_sluice_gets_topic_ids_and_keeps_its_cluster_id(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from tests.broker.test_server import start_server
+
+    server = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", server.port)
+        try:
+            assert await create_topic(c, "old", 2) == 0
+        finally:
+            await c.close()
+    finally:
+        await server.shutdown()
+    data = tmp_path / "data"  # as an older Sluice left it: no ids, no meta.properties
+    topics_file = data / "sluice-topics.json"
+    document = json.loads(topics_file.read_bytes())
+    del document["topics"]["old"]["topic_id"]
+    topics_file.write_text(json.dumps(document))
+    for p in (0, 1):
+        (data / f"old-{p}" / "partition.metadata").unlink()
+    (data / "meta.properties").unlink()
+    server = await start_server(tmp_path)
+    try:
+        c = await WireClient.connect("127.0.0.1", server.port)
+        try:
+            topic_id = await topic_id_of(c, "old")
+            assert topic_id != ZERO_UUID
+            resp = await metadata(c, None, version=12)
+            assert resp.cluster_id == "sluice-single-node"  # the id it reported before
+        finally:
+            await c.close()
+    finally:
+        await server.shutdown()
+    assert all(read_partition_metadata(data / f"old-{p}") == topic_id for p in (0, 1))

@@ -9,8 +9,10 @@
 2. **watches** (instead of Kafka's UpdateMetadata/LeaderAndIsr requests from the controller) the
    live brokers, ``/controller``, the topic list, each topic's assignment and config, and each
    partition's state znode, keeping a :class:`MetadataCache` that the request handlers read;
-3. for each partition assigned here, creates its log (``LogManager.create_log``) the first time
-   a state arrives, **applies the state** to the
+3. for each partition assigned here, creates its log (``LogManager.create_log``, with the topic
+   id of the topic znode, recorded in the log's ``partition.metadata``; a log holding another
+   id belongs to an earlier topic of the same name and is neither led nor followed: Kafka's
+   INCONSISTENT_TOPIC_ID) the first time a state arrives, **applies the state** to the
    :class:`~sluice.server.replication.replica_manager.ReplicaManager` (which ignores a state not
    newer than the one it holds, by ``(leader_epoch, zkVersion)``) and then starts or stops the
    follower fetcher for it, and tells the leadership listeners (the group coordinator);

@@ -273,17 +273,21 @@ class Admin:
             raise error
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
+        wanted = list(names)
         body = messages.DeleteTopicsRequest(
-            topic_names=list(names), timeout_ms=self.request_timeout_ms
+            topic_names=wanted,  # v0-5
+            topics=[messages.DeleteTopicsRequest.DeleteTopicState(name=n) for n in wanted],  # v6+
+            timeout_ms=self.request_timeout_ms,
         )
         conn = await self._cluster.controller_connection()
         response = await conn.request(DELETE_TOPICS, body)
+        results: dict[str, KafkaError | None] = {}
         for r in response.responses:
+            if r.name is None:  # only for a topic deleted by id, which this client never does
+                continue
             self._cluster.forget(r.name)
-        return {
-            r.name: _error(r.error_code, None, f"delete topic {r.name!r}")
-            for r in response.responses
-        }
+            results[r.name] = _error(r.error_code, r.error_message, f"delete topic {r.name!r}")
+        return results
 
     async def delete_topic(self, name: str) -> None:
         error = (await self.delete_topics([name]))[name]

@@ -225,6 +225,8 @@ class Cluster:
             self._connections.pop(node_id).close()
         fresh: dict[str, _TopicMeta] = {}
         for t in response.topics:
+            if t.name is None:  # only for a topic asked for by id, which this client never does
+                continue
             meta = _TopicMeta(t.error_code)
             for p in t.partitions:
                 meta.partitions[p.partition_index] = PartitionInfo(

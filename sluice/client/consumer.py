@@ -81,6 +81,7 @@ from .group import GroupMember
 __all__ = ["EARLIEST", "LATEST", "Consumer", "ConsumerRecord", "OffsetAndTimestamp"]
 
 FETCH = messages.Fetch.key
+FETCH_BY_NAME_MAX_VERSION = 12
 LIST_OFFSETS = messages.ListOffsets.key
 
 #: ListOffsets special timestamps.
@@ -741,7 +742,9 @@ class Consumer:
             forgotten_topics_data=[],
             rack_id="",
         )
-        response = await conn.request(FETCH, body)
+        # Fetch v13+ names topics by id only; this client names them (v12 at most).
+        version = min(conn.version(FETCH), FETCH_BY_NAME_MAX_VERSION)
+        response = await conn.request(FETCH, body, version=version)
         if response.error_code:
             raise for_code(response.error_code)("Fetch")
         stale_metadata = False

@@ -241,7 +241,7 @@ class SyncClient:
         resp = self.request(API_METADATA, METADATA_V, req)
         out = {}
         for t in resp.topics:
-            if t.error_code == 0:
+            if t.error_code == 0 and t.name is not None:
                 out[t.name] = len(t.partitions)
         return out
 

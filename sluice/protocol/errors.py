@@ -247,6 +247,9 @@ ProducerFenced = _define(
 TransactionalIdNotFound = _define(
     "TransactionalIdNotFound", 105, False, "the transactional id is not known"
 )
+InconsistentTopicId = _define(
+    "InconsistentTopicId", 103, True, "the log's topic id did not match the topic id in the request"
+)
 
 
 def for_code(code: int) -> type[KafkaError]:

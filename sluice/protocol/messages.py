@@ -73,8 +73,9 @@ Produce = api(
 )
 
 Fetch = api(
-    1, "Fetch", versions="4-11", flexible="12+",
+    1, "Fetch", versions="4-13", flexible="12+",
     request=[
+        F("cluster_id", "string", "12+", nullable="12+", default=None, tag=0),
         F("replica_id", "int32", "0-14", default=-1),
         F("max_wait_ms", "int32"),
         F("min_bytes", "int32"),
@@ -84,16 +85,19 @@ Fetch = api(
         F("session_epoch", "int32", "7+", default=-1),
         F("topics", "[]FetchTopic", fields=[
             F("topic", "string", "0-12"),
+            F("topic_id", "uuid", "13+"),
             F("partitions", "[]FetchPartition", fields=[
                 F("partition", "int32"),
                 F("current_leader_epoch", "int32", "9+", default=-1),
                 F("fetch_offset", "int64"),
+                F("last_fetched_epoch", "int32", "12+", default=-1),
                 F("log_start_offset", "int64", "5+", default=-1),
                 F("partition_max_bytes", "int32"),
             ]),
         ]),
         F("forgotten_topics_data", "[]ForgottenTopic", "7+", fields=[
             F("topic", "string", "7-12"),
+            F("topic_id", "uuid", "13+"),
             F("partitions", "[]int32", "7+"),
         ]),
         F("rack_id", "string", "11+"),
@@ -104,12 +108,25 @@ Fetch = api(
         F("session_id", "int32", "7+"),
         F("responses", "[]FetchableTopicResponse", fields=[
             F("topic", "string", "0-12"),
+            F("topic_id", "uuid", "13+"),
             F("partitions", "[]PartitionData", fields=[
                 F("partition_index", "int32"),
                 F("error_code", "int16"),
                 F("high_watermark", "int64"),
                 F("last_stable_offset", "int64", "4+", default=-1),
                 F("log_start_offset", "int64", "5+", default=-1),
+                F("diverging_epoch", "EpochEndOffset", "12+", tag=0, fields=[
+                    F("epoch", "int32", "12+", default=-1),
+                    F("end_offset", "int64", "12+", default=-1),
+                ]),
+                F("current_leader", "LeaderIdAndEpoch", "12+", tag=1, fields=[
+                    F("leader_id", "int32", "12+", default=-1),
+                    F("leader_epoch", "int32", "12+", default=-1),
+                ]),
+                F("snapshot_id", "SnapshotId", "12+", tag=2, fields=[
+                    F("end_offset", "int64", default=-1),
+                    F("epoch", "int32", default=-1),
+                ]),
                 F("aborted_transactions", "[]AbortedTransaction", "4+", nullable="4+", fields=[
                     F("producer_id", "int64", "4+"),
                     F("first_offset", "int64", "4+"),
@@ -153,10 +170,11 @@ ListOffsets = api(
 )
 
 Metadata = api(
-    3, "Metadata", versions="1-9", flexible="9+",
+    3, "Metadata", versions="1-12", flexible="9+",
     request=[
         F("topics", "[]MetadataRequestTopic", nullable="1+", fields=[
-            F("name", "string"),
+            F("topic_id", "uuid", "10+"),
+            F("name", "string", nullable="10+"),
         ]),
         F("allow_auto_topic_creation", "bool", "4+", default=True),
         F("include_cluster_authorized_operations", "bool", "8-10"),
@@ -174,7 +192,8 @@ Metadata = api(
         F("controller_id", "int32", "1+", default=-1),
         F("topics", "[]MetadataResponseTopic", fields=[
             F("error_code", "int16"),
-            F("name", "string"),
+            F("name", "string", nullable="12+"),
+            F("topic_id", "uuid", "10+"),
             F("is_internal", "bool", "1+"),
             F("partitions", "[]MetadataResponsePartition", fields=[
                 F("error_code", "int16"),
@@ -468,16 +487,22 @@ CreateTopics = api(
 )
 
 DeleteTopics = api(
-    20, "DeleteTopics", versions="0-3", flexible="4+",
+    20, "DeleteTopics", versions="0-6", flexible="4+",
     request=[
+        F("topics", "[]DeleteTopicState", "6+", fields=[
+            F("name", "string", "6+", nullable="6+", default=None),
+            F("topic_id", "uuid", "6+"),
+        ]),
         F("topic_names", "[]string", "0-5"),
         F("timeout_ms", "int32"),
     ],
     response=[
         F("throttle_time_ms", "int32", "1+"),
         F("responses", "[]DeletableTopicResult", fields=[
-            F("name", "string"),
+            F("name", "string", nullable="6+"),
+            F("topic_id", "uuid", "6+"),
             F("error_code", "int16"),
+            F("error_message", "string", "5+", nullable="5+", default=None),
         ]),
     ],
 )
@@ -1576,6 +1601,47 @@ DescribeProducers = api(
     ],
 )
 
+DescribeTopicPartitions = api(
+    # What Kafka 3.9's Admin.describeTopics (kafka-topics --describe) asks first, paging through
+    # the partitions with a cursor; it falls back to Metadata only if the broker lacks it.
+    75, "DescribeTopicPartitions", versions="0", flexible="0+",
+    request=[
+        F("topics", "[]TopicRequest", fields=[
+            F("name", "string"),
+        ]),
+        F("response_partition_limit", "int32", default=2000),
+        F("cursor", "Cursor", nullable="0+", default=None, fields=[
+            F("topic_name", "string"),
+            F("partition_index", "int32"),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]DescribeTopicPartitionsResponseTopic", fields=[
+            F("error_code", "int16"),
+            F("name", "string", nullable="0+"),
+            F("topic_id", "uuid"),
+            F("is_internal", "bool"),
+            F("partitions", "[]DescribeTopicPartitionsResponsePartition", fields=[
+                F("error_code", "int16"),
+                F("partition_index", "int32"),
+                F("leader_id", "int32"),
+                F("leader_epoch", "int32", default=-1),
+                F("replica_nodes", "[]int32"),
+                F("isr_nodes", "[]int32"),
+                F("eligible_leader_replicas", "[]int32", nullable="0+", default=None),
+                F("last_known_elr", "[]int32", nullable="0+", default=None),
+                F("offline_replicas", "[]int32"),
+            ]),
+            F("topic_authorized_operations", "int32", default=-2147483648),
+        ]),
+        F("next_cursor", "Cursor", nullable="0+", default=None, fields=[
+            F("topic_name", "string"),
+            F("partition_index", "int32"),
+        ]),
+    ],
+)
+
 # fmt: on
 
 #: Every implemented API by key.
@@ -1591,7 +1657,7 @@ APIS: dict[int, Api] = {
         AlterClientQuotas, DescribeUserScramCredentials, AlterUserScramCredentials, ElectLeaders,
         AlterPartitionReassignments, ListPartitionReassignments, AddPartitionsToTxn,
         AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions, WriteTxnMarkers,
-        TxnOffsetCommit, DescribeProducers,
+        TxnOffsetCommit, DescribeProducers, DescribeTopicPartitions,
     )
 }  # fmt: skip
 
@@ -1695,3 +1761,5 @@ TxnOffsetCommitRequest = TxnOffsetCommit.request.cls
 TxnOffsetCommitResponse = TxnOffsetCommit.response.cls
 DescribeProducersRequest = DescribeProducers.request.cls
 DescribeProducersResponse = DescribeProducers.response.cls
+DescribeTopicPartitionsRequest = DescribeTopicPartitions.request.cls
+DescribeTopicPartitionsResponse = DescribeTopicPartitions.response.cls

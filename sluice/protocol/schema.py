@@ -149,8 +149,8 @@ def F(
     vrange = t.parse_versions(versions)
     if tag is not None and item == "records":
         raise ValueError(f"{name}: records cannot be a tagged field")
-    if struct_schema is not None and not type.startswith("[]") and nullable:
-        raise ValueError(f"{name}: nullable struct fields are not supported")
+    if struct_schema is not None and not type.startswith("[]") and nullable and tag is not None:
+        raise ValueError(f"{name}: nullable tagged struct fields are not supported")
     if default is None and nullable is None:
         raise ValueError(f"{name}: default null needs nullable=")
     return Field(
@@ -533,6 +533,13 @@ def _emit_read_field(g: _Gen, f: Field, version: int, flexible: bool, ind: int) 
         if reader is None:  # lone fixed field is handled by runs; struct field:
             assert f.struct is not None
             rn = g.const(f.struct.decoder(version, flexible), "D")
+            if nullable:  # Kafka's null byte before a nullable struct: -1 null, 1 present
+                g.emit(ind, "if t.INT8.unpack_from(buf, pos)[0] < 0:")
+                g.emit(ind + 1, f"o.{f.name} = None")
+                g.emit(ind + 1, "pos += 1")
+                g.emit(ind, "else:")
+                g.emit(ind + 1, f"o.{f.name}, pos = {rn}(buf, pos + 1)")
+                return
         else:
             rn = g.const(reader, "R")
         g.emit(ind, f"o.{f.name}, pos = {rn}(buf, pos)")
@@ -651,7 +658,14 @@ def _emit_write_value(g: _Gen, f: Field, version: int, flexible: bool, ind: int,
         typ = f.item_type
         if f.struct is not None:
             en = g.const(f.struct.encoder(version, flexible), "E")
-            g.emit(ind, f"{en}(v, {out}, parts)")
+            if nullable:  # Kafka's null byte before a nullable struct: -1 null, 1 present
+                g.emit(ind, "if v is None:")
+                g.emit(ind + 1, f"{out} += b'\\xff'")
+                g.emit(ind, "else:")
+                g.emit(ind + 1, f"{out} += b'\\x01'")
+                g.emit(ind + 1, f"{en}(v, {out}, parts)")
+            else:
+                g.emit(ind, f"{en}(v, {out}, parts)")
         elif typ in t.FIXED_FORMATS:
             pn = g.const(struct.Struct(">" + t.FIXED_FORMATS[typ]).pack, "P")
             g.emit(ind, f"{out} += {pn}(v)")

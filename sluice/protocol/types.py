@@ -30,6 +30,8 @@ Writers append to a ``bytearray``. This module is sans-I/O and holds no state.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import struct
 import uuid
 from collections.abc import Callable
@@ -45,11 +47,15 @@ __all__ = [
     "INT16",
     "INT32",
     "INT64",
+    "ONE_UUID",
     "UINT16",
     "ZERO_UUID",
     "Buffer",
     "RecordsPart",
     "parse_versions",
+    "random_uuid",
+    "uuid_from_str",
+    "uuid_to_str",
 ]
 
 # One struct per fixed-width type; the schema engine also builds combined structs for runs of
@@ -74,6 +80,38 @@ FIXED_FORMATS: dict[str, str] = {
 }
 
 ZERO_UUID = uuid.UUID(int=0)
+#: Kafka's ``Uuid.ONE_UUID`` (= ``METADATA_TOPIC_ID``): reserved, never a topic's id.
+ONE_UUID = uuid.UUID(int=1)
+
+
+def uuid_to_str(value: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes without padding (22 chars),
+    the form of topic ids and cluster ids in ZooKeeper, ``partition.metadata``,
+    ``meta.properties`` and every tool's output."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+def uuid_from_str(text: str) -> uuid.UUID:
+    """Kafka's ``Uuid.fromString``; ``ValueError`` if ``text`` is not a base64 UUID."""
+    if len(text) > 24:
+        raise ValueError(f"{text[:24]!r}...: longer than a base64 UUID")
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"{text!r}: not URL-safe base64") from exc
+    if len(raw) != 16:
+        raise ValueError(f"{text!r}: {len(raw)} bytes, a UUID has 16")
+    return uuid.UUID(bytes=raw)
+
+
+def random_uuid() -> uuid.UUID:
+    """Kafka's ``Uuid.randomUuid``: a random (version 4) id that is neither reserved (zero,
+    one) nor printed with a leading ``-`` (a command line would take it for an option)."""
+    while True:
+        value = uuid.uuid4()
+        if value not in (ZERO_UUID, ONE_UUID) and not uuid_to_str(value).startswith("-"):
+            return value
+
 
 NULL_INT16 = b"\xff\xff"
 NULL_INT32 = b"\xff\xff\xff\xff"

@@ -158,6 +158,9 @@ class Server:
             cleaner_config=CleanerConfig.from_broker_properties(config.log_properties()),
         )
         manager.open()
+        if not config.cluster_mode:  # a cluster member's come from ZooKeeper once it joined
+            manager.ensure_meta_properties(config.node_id)
+            manager.assign_missing_topic_ids()
         manager.flush_listener = self.metrics.log_flush.observe
         self.log_manager = manager
         # Standalone: leader of every partition (Kafka's makeLeader): HW = LEO, which matters

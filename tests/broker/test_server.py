@@ -6,7 +6,6 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -53,7 +52,7 @@ TXN_APIS = {m.WriteTxnMarkers.key, m.TxnOffsetCommit.key, m.DescribeProducers.ke
 SERVED = {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
           DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, *GROUP_APIS,
           *ADMIN_APIS, *SECURITY_APIS, m.SaslHandshake.key, m.SaslAuthenticate.key,
-          *TXN_APIS}  # fmt: skip
+          *TXN_APIS, m.DescribeTopicPartitions.key}  # fmt: skip
 
 
 async def start_server(tmp_path: Path, *overrides: str) -> Server:
@@ -696,8 +695,8 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     assert (await produce(client, "sync", batch(3))).error_code == 0
     handlers = server.handlers
     assert handlers is not None
+    header = m.RequestHeader(api_key=FETCH, api_version=11, correlation_id=1, client_id=None)
     body = fetch_request("sync", 0, max_wait_ms=60_000)
-    header: Any = SimpleNamespace(api_key=FETCH, api_version=11)
     response = handlers.fetch(header, body)
     assert not asyncio.iscoroutine(response)
     # The connection's per-request call: no coroutine either, and the request is counted.

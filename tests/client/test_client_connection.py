@@ -223,7 +223,7 @@ async def test_big_fetch_records_stay_valid_after_later_responses() -> None:
                         log_start_offset=-1, partition_max_bytes=max_bytes)])],
                 forgotten_topics_data=[], rack_id="",
             )  # fmt: skip
-            response = await conn.request(messages.Fetch.key, body)
+            response = await conn.request(messages.Fetch.key, body, version=12)  # by name
             return response.responses[0].partitions[0].records
 
         try:

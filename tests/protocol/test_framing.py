@@ -111,7 +111,7 @@ def test_request_header_v2_skips_tagged_fields() -> None:
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(99, 0), (0, 2), (0, 9), (1, 3), (1, 12), (3, 0), (3, 10), (18, 4), (-1, 0), (22, 5)],
+    [(99, 0), (0, 2), (0, 9), (1, 3), (1, 14), (3, 0), (3, 13), (18, 4), (-1, 0), (22, 5)],
 )
 def test_unsupported_versions_carry_the_header(api_key: int, version: int) -> None:
     # Header v2 for versions in an API's flexible range (even unimplemented ones), v1 otherwise.
@@ -145,7 +145,7 @@ def test_api_versions_newer_than_ours_gets_a_v0_error_answer() -> None:
     theirs = KpApiVersionsResponse.decode(body, version=3)
     assert theirs.error_code == 35
     assert [(k.api_key, k.min_version, k.max_version) for k in theirs.api_keys] == [
-        (0, 0, 8), (1, 4, 11), (18, 0, 3),
+        (0, 0, 8), (1, 4, 13), (18, 0, 3),
     ]  # fmt: skip
     cid, ours = framing.decode_response(18, 3, wire[4:])
     assert cid == 9 and ours.error_code == 35 and len(ours.api_keys) == 3
@@ -283,23 +283,25 @@ def test_client_side_errors() -> None:
 
 def test_supported_and_advertised_versions() -> None:
     assert framing.SUPPORTED_VERSIONS == {
-        0: (3, 8), 1: (4, 11), 2: (1, 9), 3: (1, 9), 7: (0, 3), 8: (2, 7), 9: (1, 7), 10: (0, 2),
+        0: (3, 8), 1: (4, 13), 2: (1, 9), 3: (1, 12), 7: (0, 3), 8: (2, 7), 9: (1, 7), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 5), 18: (0, 3),
-        17: (0, 1), 19: (0, 4), 20: (0, 3), 21: (0, 1), 22: (0, 4), 23: (0, 3), 24: (0, 3),
+        17: (0, 1), 19: (0, 4), 20: (0, 6), 21: (0, 1), 22: (0, 4), 23: (0, 3), 24: (0, 3),
         25: (0, 3), 26: (0, 3), 27: (0, 1),
         28: (0, 3), 29: (0, 3),
         30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 35: (0, 4), 36: (0, 2), 37: (0, 3),
         42: (0, 1), 43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1),
         49: (0, 1), 50: (0, 0), 51: (0, 0), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 0),
+        75: (0, 0),
     }  # fmt: skip
     # Produce is advertised from v0 like Kafka 4 does (KAFKA-18659); everything else as is.
     assert framing.ADVERTISED_VERSIONS[0] == (0, 8)
-    assert {k: v for k, v in framing.ADVERTISED_VERSIONS.items() if k != 0} == {
-        k: v for k, v in framing.SUPPORTED_VERSIONS.items() if k != 0
+    assert framing.ADVERTISED_VERSIONS[1] == (4, 12)  # v13 served, not advertised (framing)
+    assert {k: v for k, v in framing.ADVERTISED_VERSIONS.items() if k not in (0, 1)} == {
+        k: v for k, v in framing.SUPPORTED_VERSIONS.items() if k not in (0, 1)
     }
     resp = framing.api_versions_response(api_keys=[18, 3])
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [
-        (3, 1, 9), (18, 0, 3),
+        (3, 1, 12), (18, 0, 3),
     ]  # fmt: skip
 
 

@@ -231,7 +231,7 @@ def test_nested_classes_are_exposed_on_the_message() -> None:
     back, _ = m.Produce.response.decode(data, 8)
     assert back.responses[0].partition_responses[0].base_offset == 5
     assert back.responses[0].partition_responses[0].log_append_time_ms == -1
-    assert m.FetchRequest.FetchTopic is m.Fetch.request.struct.fields[7].struct.cls  # type: ignore[union-attr]
+    assert m.FetchRequest.FetchTopic is m.Fetch.request.struct.fields[8].struct.cls  # type: ignore[union-attr]
 
 
 def test_declared_kafka_facts() -> None:

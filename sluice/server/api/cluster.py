@@ -19,6 +19,7 @@ from sluice.protocol.framing import (
 )
 from sluice.protocol.messages import RequestHeader
 from sluice.protocol.structs import TopicPartition
+from sluice.protocol.types import ZERO_UUID
 from sluice.server.replication.replica_manager import INTERNAL_TOPICS
 from sluice.server.security.acl import AclOperation, ResourceType
 
@@ -30,6 +31,10 @@ from sluice.server.api.base import ApiBase, log
 #: Kafka's ``EndpointType`` ids (DescribeCluster v1 ``endpoint_type``).
 _BROKER_ENDPOINT = 1
 _CONTROLLER_ENDPOINT = 2
+
+#: Kafka's ``max.request.partition.size.limit`` default: the most partitions one
+#: DescribeTopicPartitions answer holds.
+DESCRIBE_TOPIC_PARTITIONS_LIMIT = 2000
 
 
 class ClusterApis(ApiBase):
@@ -57,15 +62,46 @@ class ClusterApis(ApiBase):
         UNKNOWN_TOPIC_OR_PARTITION to a client not auto-creating; here each broker learns of
         a topic by its own watches, so that moment lasts longer, and a client that met it just
         after CreateTopics answered would give up -- librdkafka's offsetsForTimes fails with
-        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)"""
+        UNKNOWN_PARTITION -- where LEADER_NOT_AVAILABLE makes every client ask again.)
+
+        Topic ids (v10+): every topic answered carries its id (zero for one that does not
+        exist or may not be described). v12 may ask by id instead (Kafka's
+        ``handleTopicMetadataRequest``): an unknown id is UNKNOWN_TOPIC_ID with a null name,
+        a known one is answered as if asked by name, never auto-created (names beside ids are
+        ignored, as Kafka does); an id or a null name below v12 is INVALID_REQUEST."""
         cls = m.MetadataResponse
         topic_cls = m.MetadataResponse.MetadataResponseTopic
         part_cls = m.MetadataResponse.MetadataResponsePartition
         view = self.metadata_view
         existing = view.published_topics()
-        names = self._metadata_names(body, existing)
-        allow_auto = getattr(body, "allow_auto_topic_creation", True)
         topics = []
+        names: list[str]
+        allow_auto = getattr(body, "allow_auto_topic_creation", True)
+        by_id = [t.topic_id for t in body.topics or () if t.topic_id != ZERO_UUID]
+        if by_id or any(t.name is None for t in body.topics or ()):
+            if header.api_version < 12:
+                return self._invalid_metadata_request(body)
+            names = []
+            allow_auto = False
+            for topic_id in by_id:
+                name = view.topic_name(topic_id)
+                if name is None:
+                    topics.append(topic_cls(error_code=errors.UnknownTopicId.code, name=None,
+                                            topic_id=topic_id, partitions=[]))  # fmt: skip
+                elif not self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                    topics.append(
+                        topic_cls(
+                            error_code=errors.TopicAuthorizationFailed.code,
+                            name=None,
+                            topic_id=topic_id,
+                            partitions=[],
+                            topic_authorized_operations=acl.NOT_REQUESTED,
+                        )
+                    )
+                else:
+                    names.append(name)
+        else:
+            names = self._metadata_names(body, existing)
         for name in names:
             count = existing.get(name) if name is not None else None
             error = 0
@@ -84,10 +120,12 @@ class ClusterApis(ApiBase):
                     existing = view.published_topics()
                     count = existing.get(name) if error == 0 else None
             partitions = [self._partition_metadata(part_cls, name, i) for i in range(count or 0)]
+            known_id = view.topic_id(name) if count is not None else None
             topics.append(
                 topic_cls(
                     error_code=error,
                     name=name,
+                    topic_id=known_id or ZERO_UUID,
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=partitions,
                     topic_authorized_operations=self._topic_operations(body, name),
@@ -113,12 +151,32 @@ class ClusterApis(ApiBase):
 
     def _metadata_names(self, body: m.MetadataRequest, existing: Iterable[str]) -> list[str]:
         if body.topics is not None:
-            return [t.name for t in body.topics]
+            return [t.name for t in body.topics if t.name is not None]
         names = sorted(existing)
         if self.authorizer is None:
             return names
         return [n for n in names if self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n,
                                                  audit=False)]  # fmt: skip
+
+    def _invalid_metadata_request(self, body: m.MetadataRequest) -> m.MetadataResponse:
+        """Kafka: "Topic IDs are not supported in requests for version N"."""
+        view = self.metadata_view
+        topic_cls = m.MetadataResponse.MetadataResponseTopic
+        return m.MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[],
+            cluster_id=view.cluster_id,
+            controller_id=view.controller_id,
+            topics=[
+                topic_cls(
+                    error_code=errors.InvalidRequest.code,
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partitions=[],
+                )
+                for t in body.topics or ()
+            ],
+        )
 
     def _describable(self, name: str, body: m.MetadataRequest) -> bool:
         return body.topics is None or self.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
@@ -171,6 +229,92 @@ class ClusterApis(ApiBase):
             isr_nodes=info.isr,
             offline_replicas=info.offline_replicas,
         )
+
+    # --- DescribeTopicPartitions (75) -------------------------------------------------------------
+
+    def describe_topic_partitions(
+        self, header: RequestHeader, body: m.DescribeTopicPartitionsRequest
+    ) -> m.DescribeTopicPartitionsResponse:
+        """What Kafka 3.9's ``Admin.describeTopics`` (``kafka-topics --describe``) asks: topics
+        with their ids and partitions, paged (Kafka's ``DescribeTopicPartitionsRequestHandler``
+        and ``getTopicMetadataForDescribeTopicResponse``): no topics asked = every topic the
+        principal may describe; topics from the cursor's on, sorted by name, the cursor's
+        from its partition; at most ``response_partition_limit`` partitions (capped by Kafka's
+        ``max.request.partition.size.limit`` default, 2000), then ``next_cursor`` names where
+        to go on. A topic asked for that does not exist is UNKNOWN_TOPIC_OR_PARTITION (its
+        partitions count nowhere); one the principal may not describe is
+        TOPIC_AUTHORIZATION_FAILED with a zero id. A cursor outside the topics asked for, or
+        with a negative partition, is INVALID_REQUEST."""
+        cls = m.DescribeTopicPartitionsResponse
+        topic_cls = cls.DescribeTopicPartitionsResponseTopic
+        part_cls = cls.DescribeTopicPartitionsResponsePartition
+        view = self.metadata_view
+        existing = view.published_topics()
+        cursor = body.cursor
+        start = cursor.topic_name if cursor is not None else ""
+        fetch_all = not body.topics
+        asked = sorted(existing) if fetch_all else sorted({t.name for t in body.topics})
+        names = [n for n in asked if n >= start]
+        if cursor is not None and (
+            cursor.partition_index < 0 or (not fetch_all and cursor.topic_name not in names)
+        ):
+            return cls(throttle_time_ms=0, topics=[
+                topic_cls(error_code=errors.InvalidRequest.code, name=t.name, partitions=[])
+                for t in body.topics
+            ])  # fmt: skip
+        remaining = max(min(DESCRIBE_TOPIC_PARTITIONS_LIMIT, body.response_partition_limit), 1)
+        topics = []
+        refused = []
+        next_cursor = None
+        for name in names:
+            if not self.allowed(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, name, audit=not fetch_all
+            ):
+                if not fetch_all:
+                    refused.append(topic_cls(error_code=errors.TopicAuthorizationFailed.code,
+                                             name=name, partitions=[]))  # fmt: skip
+                continue
+            if remaining == 0:
+                next_cursor = cls.Cursor(topic_name=name, partition_index=0)
+                break
+            count = existing.get(name)
+            if count is None:
+                if not fetch_all:
+                    code = errors.UnknownTopicOrPartition.code
+                    if view.being_created(name):
+                        code = errors.LeaderNotAvailable.code
+                    topics.append(topic_cls(error_code=code, name=name, partitions=[],
+                                            is_internal=name in INTERNAL_TOPICS))  # fmt: skip
+                continue
+            first = cursor.partition_index if cursor is not None and name == start else 0
+            last = min(count, first + remaining)
+            partitions = []
+            for index in range(first, last):
+                info = self._partition_metadata(m.MetadataResponse.MetadataResponsePartition,
+                                                name, index)  # fmt: skip
+                partitions.append(part_cls(
+                    error_code=info.error_code, partition_index=index, leader_id=info.leader_id,
+                    leader_epoch=info.leader_epoch, replica_nodes=info.replica_nodes,
+                    isr_nodes=info.isr_nodes, eligible_leader_replicas=[], last_known_elr=[],
+                    offline_replicas=info.offline_replicas,
+                ))  # fmt: skip
+            topics.append(
+                topic_cls(
+                    error_code=0,
+                    name=name,
+                    topic_id=view.topic_id(name) or ZERO_UUID,
+                    is_internal=name in INTERNAL_TOPICS,
+                    partitions=partitions,
+                    topic_authorized_operations=self.authorized_operations(
+                        True, ResourceType.TOPIC, name
+                    ),
+                )
+            )
+            if last < count:
+                next_cursor = cls.Cursor(topic_name=name, partition_index=last)
+                break
+            remaining -= last - first
+        return cls(throttle_time_ms=0, topics=topics + refused, next_cursor=next_cursor)
 
     # --- DescribeLogDirs (35) ---------------------------------------------------------------------
 

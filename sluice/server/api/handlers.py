@@ -98,6 +98,7 @@ class Handlers(
         registry.register(m.AlterConfigs, self.alter_configs)
         registry.register(m.IncrementalAlterConfigs, self.incremental_alter_configs)
         registry.register(m.DescribeCluster, self.describe_cluster)
+        registry.register(m.DescribeTopicPartitions, self.describe_topic_partitions)
         registry.register(m.CreatePartitions, self.create_partitions)
         registry.register(m.DescribeLogDirs, self.describe_log_dirs)
         registry.register(m.DescribeAcls, self.describe_acls)

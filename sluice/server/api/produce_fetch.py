@@ -16,6 +16,7 @@ from sluice.protocol.records import (
     has_transactional_batch,
     parse_header,
 )
+from sluice.server.api.fetch_ids import FETCH_TOPIC_IDS_VERSION, fetch_by_topic_id
 from sluice.server.api.registry import Answer
 from sluice.server.network.request import CLOSE_CONNECTION, CloseConnection
 from sluice.server.replication.replica_manager import INTERNAL_TOPICS
@@ -251,6 +252,8 @@ class ProduceFetchApis(ApiBase):
         what one response holds in memory (copy path) or in flight (zero copy), whatever a
         client asks; the first batch may still exceed it (KIP-74).
         """
+        if header.api_version >= FETCH_TOPIC_IDS_VERSION:  # topics by id: resolved to names
+            return fetch_by_topic_id(header, body, self.metadata_view, self.logs, self.fetch)
         cap = self.config.fetch_max_bytes
         if body.max_bytes > cap:
             body.max_bytes = cap  # (the decoded request is this call's own)

@@ -8,6 +8,7 @@ import asyncio
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
+from sluice.protocol.types import ZERO_UUID
 from sluice.server.api.base import ApiBase, _code, _Granted, _topic_failure, log
 from sluice.server.api.registry import Answer
 from sluice.server.replication.replica_manager import INTERNAL_TOPICS
@@ -173,11 +174,33 @@ class TopicApis(ApiBase):
         ``kafka-topics.sh`` refuses internal topics client-side (``TopicCommand``: "is a kafka
         internal topic and is not allowed to be marked for deletion"). Sluice has no ACLs, so
         it answers what a Kafka cluster denying DELETE on internal topics answers: every
-        committed offset would otherwise be gone (and groups placed on a topic recreated)."""
+        committed offset would otherwise be gone (and groups placed on a topic recreated).
+
+        v6 names each topic by name or by id (KIP-516): an id is resolved to its name here
+        (UNKNOWN_TOPIC_ID if unknown; INVALID_REQUEST with both), and every answer carries the
+        topic's id."""
         cls = m.DeleteTopicsResponse
         result_cls = m.DeleteTopicsResponse.DeletableTopicResult
+        view = self.metadata_view
         codes: list[int] = []
-        for name in body.topic_names:
+        names: list[str | None] = []
+        if header.api_version >= 6:
+            for topic in body.topics:
+                if topic.topic_id == ZERO_UUID:
+                    names.append(topic.name)
+                    codes.append(0 if topic.name is not None else errors.InvalidRequest.code)
+                elif topic.name is not None:
+                    names.append(topic.name)
+                    codes.append(errors.InvalidRequest.code)
+                else:
+                    names.append(view.topic_name(topic.topic_id))
+                    codes.append(0 if names[-1] is not None else errors.UnknownTopicId.code)
+        else:
+            names = list(body.topic_names)
+            codes = [0] * len(names)
+        for i, name in enumerate(names):
+            if codes[i] or name is None:
+                continue
             code = self.denied_code(AclOperation.DELETE, ResourceType.TOPIC, name)
             if code:
                 pass
@@ -185,11 +208,17 @@ class TopicApis(ApiBase):
                 code = errors.TopicDeletionDisabled.code
             elif name in INTERNAL_TOPICS:
                 code = self._refuse_internal_deletion(name)
-            codes.append(code)
+            codes[i] = code
+        ids = [(view.topic_id(n) if n is not None else None) or ZERO_UUID for n in names]
+        if header.api_version >= 6:  # an id asked for is answered as asked
+            ids = [
+                t.topic_id if t.topic_id != ZERO_UUID else i
+                for t, i in zip(body.topics, ids, strict=True)
+            ]
 
         def response() -> m.DeleteTopicsResponse:
-            results = zip(body.topic_names, codes, strict=True)
-            answers = [result_cls(name=n, error_code=c) for n, c in results]
+            results = zip(names, ids, codes, strict=True)
+            answers = [result_cls(name=n, topic_id=i, error_code=c) for n, i, c in results]
             return cls(throttle_time_ms=0, responses=answers)
 
         if not any(code == 0 for code in codes):
@@ -198,9 +227,8 @@ class TopicApis(ApiBase):
         async def delete() -> m.DeleteTopicsResponse:
             """Each allowed topic deleted in turn, then a wait (bounded by ``timeout_ms``)
             until they are gone from this broker's view."""
-            view = self.metadata_view
-            for i, name in enumerate(body.topic_names):
-                if codes[i]:
+            for i, name in enumerate(names):
+                if codes[i] or name is None:
                     continue
                 try:
                     await view.delete_topic(name)
@@ -208,9 +236,9 @@ class TopicApis(ApiBase):
                     if not isinstance(exc, errors.KafkaError):
                         log.exception("delete topic failed", topic=name)
                     codes[i] = _code(exc)
-            requested = [n for n, code in zip(body.topic_names, codes, strict=True) if code == 0]
+            requested = [n for n, code in zip(names, codes, strict=True) if n and code == 0]
             late = await view.wait_deleted(requested, body.timeout_ms)
-            for i, name in enumerate(body.topic_names):
+            for i, name in enumerate(names):
                 if codes[i] == 0 and name in late:
                     codes[i] = errors.RequestTimedOut.code
             return response()

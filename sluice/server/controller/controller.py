@@ -80,6 +80,7 @@ from typing import Any, Protocol, cast
 
 from sluice.protocol import errors
 from sluice.protocol.structs import TopicPartition
+from sluice.protocol.types import random_uuid, uuid_to_str
 from sluice.server.config_def import boolean
 from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.logging import get_logger
@@ -682,6 +683,28 @@ class Controller:
         found = await asyncio.gather(*(one(t) for t in names))
         return {t: a for t, a in zip(names, found, strict=True) if a is not None}
 
+    async def _assign_topic_ids(
+        self, assignments: dict[str, TopicAssignment], fence: ControllerEpoch
+    ) -> dict[str, TopicAssignment]:
+        """Give a topic without an id (one an older Sluice created) a new one, written to its
+        znode (fenced, conditional on the version read), as Kafka's controller does for
+        ZooKeeper topics without one (``KafkaController.processTopicIds``); the assignments
+        with their ids. A topic changed meanwhile keeps none for now: its watch brings it
+        back here."""
+        out = dict(assignments)
+        for topic, assignment in sorted(assignments.items()):
+            if assignment.topic_id is not None:
+                continue
+            topic_id = random_uuid()
+            try:
+                out[topic] = await self.kzk.set_topic_assignment(
+                    replace(assignment, topic_id=topic_id), fence
+                )
+            except BadVersionError:
+                continue
+            log.info("topic id assigned", topic=topic, topic_id=uuid_to_str(topic_id))
+        return out
+
     async def _unclean_allowed(self, topic: str) -> bool:
         """``unclean.leader.election.enable`` of ``topic``: its override, else the broker's."""
         config = (await self.kzk.get_topic_config(topic)).config
@@ -815,7 +838,7 @@ class Controller:
         registered, unregistered replicas out of the ISRs. Idempotent."""
         fence = self._active_fence()
         candidates = registered - self._shutting_down
-        assignments = await self._assignments(topics)
+        assignments = await self._assign_topic_ids(await self._assignments(topics), fence)
         tps = [TopicPartition(t, p) for t, a in assignments.items() for p in a.partitions]
         states = await self.kzk.get_partition_states(tps)
         for topic, assignment in sorted(assignments.items()):

@@ -12,12 +12,14 @@ topic limits) are made once, in the handler, for both.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluice.protocol import errors
 from sluice.server.group.offsets_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from sluice.server.logging import get_logger
+from sluice.server.storage.meta_properties import LEGACY_STANDALONE_CLUSTER_ID
 from sluice.server.transaction.state_log import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
@@ -27,9 +29,6 @@ if TYPE_CHECKING:
     from sluice.server.storage.log_manager import LogManager
 
 log = get_logger("sluice.metadata")
-
-#: The cluster id of a standalone broker (a one-broker cluster of its own).
-STANDALONE_CLUSTER_ID = "sluice-single-node"
 
 
 class BrokerEndpoint(NamedTuple):
@@ -87,6 +86,14 @@ class MetadataView(TopicConfigStore, Protocol):
 
     def brokers(self) -> list[BrokerEndpoint]:
         """The live brokers, by id."""
+        ...
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The topic's id (None: no such topic, or one without an id yet)."""
+        ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic with that id, or None (UNKNOWN_TOPIC_ID)."""
         ...
 
     def topics(self) -> dict[str, int]:
@@ -209,7 +216,14 @@ class LocalMetadata(LocalTopicConfigs):
 
     @property
     def cluster_id(self) -> str:
-        return STANDALONE_CLUSTER_ID
+        """The data directory's (``meta.properties``)."""
+        return self._logs.cluster_id or LEGACY_STANDALONE_CLUSTER_ID
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        return self._logs.topic_id(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._logs.topic_name(topic_id)
 
     @property
     def controller_id(self) -> int:
@@ -381,6 +395,13 @@ class ZkMetadata:
     @property
     def cluster_id(self) -> str:
         return self._cluster.cluster_id
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        assignment = self._cluster.cache.assignments.get(name)
+        return None if assignment is None else assignment.topic_id
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._cluster.cache.topic_names.get(topic_id)
 
     @property
     def controller_id(self) -> int:

@@ -9,8 +9,10 @@
 2. **watches** (instead of Kafka's UpdateMetadata/LeaderAndIsr requests from the controller) the
    live brokers, ``/controller``, the topic list, each topic's assignment and config, and each
    partition's state znode, keeping a :class:`MetadataCache` that the request handlers read;
-3. for each partition assigned here, creates its log (``LogManager.create_log``) the first time
-   a state arrives, **applies the state** to the
+3. for each partition assigned here, creates its log (``LogManager.create_log``, with the topic
+   id of the topic znode, recorded in the log's ``partition.metadata``; a log holding another
+   id belongs to an earlier topic of the same name and is neither led nor followed: Kafka's
+   INCONSISTENT_TOPIC_ID) the first time a state arrives, **applies the state** to the
    :class:`~sluice.server.replication.replica_manager.ReplicaManager` (which ignores a state not
    newer than the one it holds, by ``(leader_epoch, zkVersion)``) and then starts or stops the
    follower fetcher for it, and tells the leadership listeners (the group coordinator);
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +97,8 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id = -1
         self.assignments: dict[str, TopicAssignment] = {}
+        #: Topic id -> name, of the assignments that have one.
+        self.topic_names: dict[uuid.UUID, str] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.published: dict[str, TopicAssignment] = {}
@@ -135,7 +140,12 @@ class MetadataCache:
         return state.leader
 
     def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
+        held = self.assignments.get(topic)
+        if held is not None and held.topic_id is not None:
+            self.topic_names.pop(held.topic_id, None)
         self.assignments[topic] = assignment
+        if assignment.topic_id is not None:
+            self.topic_names[assignment.topic_id] = topic
         self._publish(topic)
 
     def set_state(self, key: tuple[str, int], state: PartitionState) -> None:
@@ -155,7 +165,10 @@ class MetadataCache:
         self.published.pop(topic, None)
         for key in [k for k in self.states if k[0] == topic]:
             del self.states[key]
-        return self.assignments.pop(topic, None)
+        held = self.assignments.pop(topic, None)
+        if held is not None and held.topic_id is not None:
+            self.topic_names.pop(held.topic_id, None)
+        return held
 
     def _publish(self, topic: str) -> None:
         assignment = self.assignments.get(topic)
@@ -287,6 +300,7 @@ class ClusterMember:
         self.kzk = kzk = KafkaZkClient(zk)
         await kzk.create_top_level_paths()
         self.cluster_id = await kzk.get_or_create_cluster_id()
+        self.logs.ensure_meta_properties(self.local_id, self.cluster_id)
         for hook in self.session_started:  # e.g. the credentials, before others may log in
             await hook(zk)
         self.broker_epoch = await kzk.register_broker(self._broker_info())
@@ -557,6 +571,15 @@ class ClusterMember:
             return
         assert self.kzk is not None
         self.cache.set_assignment(topic, assignment)
+        topic_id = assignment.topic_id
+        if (
+            topic_id is not None
+            and self.logs.hosted_partitions(topic)
+            and self.logs.topic_id(topic) != topic_id
+        ):
+            # The controller gave the topic (made by an older Sluice) its id just now.
+            for other in self.logs.set_topic_id(topic, topic_id):
+                self._inconsistent(topic, other, "log of another topic id")
         for partition in sorted(assignment.partitions):
             key = (topic, partition)
             if key not in self._state_watchers:
@@ -654,6 +677,7 @@ class ClusterMember:
         replicas = self.cache.replicas(topic, index)
         if self.local_id not in replicas or self._stopping:
             return
+        topic_id = self.cache.assignments[topic].topic_id
         partition = self.replicas.get_partition(topic, index)
         if partition is None:
             if self.logs.get_log(topic, index) is None:
@@ -663,10 +687,25 @@ class ClusterMember:
                     overrides = dict((await self.kzk.get_topic_config(topic)).config)
                 if self.cache.replicas(topic, index) != replicas:
                     return  # the topic changed while we read its config
-                self.logs.create_log(
-                    topic, index, len(self.cache.assignments[topic].partitions), overrides
-                )
+                try:
+                    self.logs.create_log(
+                        topic,
+                        index,
+                        len(self.cache.assignments[topic].partitions),
+                        overrides,
+                        topic_id,
+                    )
+                except errors.InconsistentTopicId as exc:
+                    self._inconsistent(topic, index, str(exc))
+                    return
             partition = self.replicas.host(topic, index)
+        if topic_id is not None and topic_id != self.logs.topic_id(topic):
+            # A topic an older Sluice created, given its id by the controller since.
+            refused = self.logs.set_topic_id(topic, topic_id)
+            for other in refused:
+                self._inconsistent(topic, other, "log of another topic id")
+            if index in refused:
+                return
         if state.leader == self.local_id and 0 <= state.mzxid < self.broker_epoch:
             # Leadership given to an earlier incarnation of this broker (a restart faster than
             # the controller, or a new session): that one's log may be gone (a power loss), and
@@ -698,6 +737,19 @@ class ClusterMember:
                 # removed): a shrink or expansion of this leader's ISR as well.
                 self._count_isr_change(isr_size, len(partition.isr))
             self._after_state(partition)
+
+    def _inconsistent(self, topic: str, index: int, why: str) -> None:
+        """Kafka's ReplicaManager answers INCONSISTENT_TOPIC_ID to a LeaderAndIsr for a
+        partition whose log has another topic id, and neither leads nor follows it."""
+        self.fetchers.unfollow([(topic, index)])
+        self.replicas.forget(topic, index)
+        log.error(
+            "partition not led or followed: its log belongs to another topic id "
+            "(INCONSISTENT_TOPIC_ID)",
+            topic=topic,
+            partition=index,
+            error=why,
+        )
 
     def _count_isr_change(self, before: int, after: int) -> None:
         if after < before:
@@ -767,15 +819,14 @@ class ClusterMember:
         elects its leaders), and wait up to ``timeout_ms`` for every partition to have a live
         leader here (Kafka's DelayedCreatePartitions); REQUEST_TIMED_OUT if they did not (the
         topic is still being created)."""
-        import uuid
-
+        from sluice.protocol.types import random_uuid
         from sluice.server.zk.data import ReplicaAssignment, TopicAssignment
         from sluice.server.zk.errors import NodeExistsError
 
         assert self.kzk is not None
         topic = TopicAssignment(
             name,
-            uuid.uuid4(),
+            random_uuid(),
             {p: ReplicaAssignment(tuple(r)) for p, r in sorted(assignment.items())},
         )
         try:

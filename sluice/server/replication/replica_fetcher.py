@@ -345,6 +345,10 @@ class ReplicaFetcher:
             forgotten_topics_data=[],
             rack_id="",
         )
+        # v11 names topics. Kafka's ZooKeeper-mode fetcher sends ids (v13) once the
+        # inter-broker protocol allows; here the follower hosts a partition only after checking
+        # its log's id against the topic znode's (ClusterMember._apply), and a topic deleted
+        # and created again is a new log on both sides, so names lose nothing between brokers.
         response = await conn.request(m.Fetch.key, body, version=11)
         if response.error_code != 0:
             raise errors.for_code(response.error_code)(f"Fetch from {self.leader_id} failed")

@@ -301,6 +301,12 @@ class ReplicaManager:
             self._partitions[key] = partition
         return partition
 
+    def forget(self, topic: str, index: int) -> None:
+        """Cluster mode: stop hosting ``topic-index`` (its log is no longer the topic's: another
+        topic id); parked requests on it answer."""
+        if self._partitions.pop((topic, index), None) is not None:
+            self.complete_delayed_requests((topic, index))
+
     def partitions(self) -> list[Partition]:
         """Every hosted partition (a snapshot)."""
         return list(self._partitions.values())

@@ -367,6 +367,7 @@ API_OPERATIONS: tuple[ApiAuthorization, ...] = _rows(
     (61, "Read", "Topic"),
     (65, "Describe", "TransactionalId"),
     (66, "Describe", "TransactionalId"),
+    (75, "Describe", "Topic", "topics the principal may not describe are left out of all"),
 )
 
 #: APIs that need no authorization (authentication itself, version discovery).

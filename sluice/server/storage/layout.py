@@ -13,6 +13,7 @@ name and recognise files through here::
             00000000000000000180.snapshot    producer state at log end offset 180 (derived)
             leader-epoch-checkpoint          first offset of each leader epoch (derived from
                                              the batch headers; see storage.leader_epoch)
+            partition.metadata               the topic id (storage.partition_metadata)
             <file>.deleted                   segment being deleted (file.delete.delay.ms)
             <file>.cleaned, <file>.swap      a cleaning's output before and during its swap
                                              (storage.log_cleaner; load removes .cleaned and
@@ -23,7 +24,8 @@ name and recognise files through here::
         log-start-offset-checkpoint          each log's log start offset
         replication-offset-checkpoint        each log's high watermark (Kafka's name)
         cleaner-offset-checkpoint            each compacted log's first dirty offset
-        sluice-topics.json                   partition counts and config overrides per topic
+        sluice-topics.json                   partition counts, config overrides and ids of topics
+        meta.properties                      cluster id and broker id (storage.meta_properties)
         .kafka_cleanshutdown                 present only after a clean stop
         .lock                                flock()ed while a broker has the directory open
 
@@ -49,6 +51,7 @@ SNAPSHOT_SUFFIX = ".snapshot"
 TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions; only segments with an abort have one
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
 
 # Suffixes appended to a whole file name (``<base>.log.deleted``).
 DELETED_SUFFIX = ".deleted"
@@ -67,6 +70,7 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 TOPICS_FILE = "sluice-topics.json"
+META_PROPERTIES_FILE = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
 
 OFFSET_DIGITS = 20

@@ -13,6 +13,7 @@ import os
 import random
 import struct
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,6 +24,7 @@ from sluice.protocol import records as rec
 from sluice.protocol.errors import (
     CorruptMessage,
     CorruptRecordError,
+    InconsistentTopicId,
     InvalidRecord,
     InvalidRequest,
     InvalidTimestamp,
@@ -32,6 +34,7 @@ from sluice.protocol.errors import (
     UnknownTopicOrPartition,
 )
 from sluice.protocol.records import EndTxnMarker
+from sluice.protocol.types import uuid_to_str
 from sluice.server.storage.checkpoint import CorruptCheckpointError, LeaderEpochCheckpointFile
 from sluice.server.storage.file_cache import OpenFileCache
 from sluice.server.storage.index import CorruptIndexError, StorageError
@@ -56,6 +59,11 @@ from sluice.server.storage.leader_epoch import (
     entries_from_batches,
 )
 from sluice.server.storage.log_config import LONG_MAX, LogConfig
+from sluice.server.storage.partition_metadata import (
+    CorruptPartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from sluice.server.storage.producer_state import (
     CompletedTxn,
     ProducerStateManager,
@@ -396,6 +404,8 @@ class Log:
         # truncation.
         self._producers: ProducerStateManager | None = None
         self._epochs = leader_epochs
+        #: The topic id recorded in ``partition.metadata`` (None: none recorded yet).
+        self.topic_id: uuid.UUID | None = None
 
     # ------------------------------------------------------------------ load / recovery
 
@@ -486,6 +496,9 @@ class Log:
            in those segments writes its entry with the last stable offset as of that marker
            (Kafka's LogLoader recovering segments with a ProducerStateManager). The replayed
            state is the log's producer state from then on, ongoing transactions included.
+        10. Topic id: read ``partition.metadata``
+            (:mod:`sluice.server.storage.partition_metadata`) into :attr:`topic_id`; without
+            it (or unreadable: logged) None, until :meth:`assign_topic_id` records one.
 
         The LogManager removes the clean-shutdown marker only after every log is loaded.
         """
@@ -702,6 +715,12 @@ class Log:
             directory_synced=had_clean_shutdown and not touched and not targets,
         )
 
+        # 10. topic id (before 9, which logs; read errors leave it unknown, re-recorded later)
+        try:
+            loaded.topic_id = read_partition_metadata(directory, vfs)
+        except CorruptPartitionMetadataError as exc:
+            log.error("partition metadata unreadable: ignored", error=str(exc))
+
         # 9. transaction indexes
         if targets:
             loaded._rebuild_txn_indexes(targets)
@@ -711,6 +730,25 @@ class Log:
                 aborted=sum(len(s.txn_index) for s in targets),
             )
         return loaded
+
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Record the id of the topic this log belongs to (Kafka's ``UnifiedLog.assignTopicId``):
+        written to ``partition.metadata`` the first time, before anything is appended by the
+        caller; the same id again is a no-op. Another id means this log belongs to an earlier
+        topic of the same name (deleted and created again while this log stayed behind):
+        :class:`~sluice.protocol.errors.InconsistentTopicId`, nothing written -- the caller
+        must not serve the log as the new topic's."""
+        if self.topic_id == topic_id:
+            return
+        if self.topic_id is not None:
+            raise InconsistentTopicId(
+                f"Tried to assign topic ID {uuid_to_str(topic_id)} to log for topic partition "
+                f"{self.topic}-{self.partition}, but log already contained topic ID "
+                f"{uuid_to_str(self.topic_id)}"
+            )
+        write_partition_metadata(self.directory, topic_id, self._vfs)
+        self._dir_version += 1  # a new entry: the next flush fsyncs the directory
+        self.topic_id = topic_id
 
     def _rebuild_txn_indexes(self, targets: dict[LogSegment, int | None]) -> None:
         """Step 9 of :meth:`open`: drop the entries of each target's ``.txnindex`` from the

@@ -6,6 +6,15 @@ the clean-shutdown marker and the lock file, named and laid out in
 
 Authoritative: the segment files and ``sluice-topics.json`` (Kafka keeps the latter in its
 metadata log; Sluice has no controller, so it lives next to the data, written atomically).
+
+**Topic ids**: each topic's id is kept in ``sluice-topics.json`` (standalone: made here when
+the topic is created, or by :meth:`assign_missing_topic_ids` for a topic an older Sluice
+created; in a cluster: the id ZooKeeper's topic znode holds, given to :meth:`create_log`) and
+each partition directory records it in ``partition.metadata``
+(:mod:`sluice.server.storage.partition_metadata`) before its first append. A partition
+directory whose recorded id differs from its topic's belongs to an earlier topic of the same
+name: it is not opened as the topic's log (:attr:`inconsistent_logs`; Kafka answers
+INCONSISTENT_TOPIC_ID for it) and is left on disk for the operator.
 Checkpoints are hints that make startup cheap: a lost one only costs a longer recovery (recovery
 point 0 = scan everything) or an HW that restarts at the log start offset.
 
@@ -48,6 +57,7 @@ from pathlib import Path
 import structlog
 
 from sluice.protocol.errors import (
+    InconsistentTopicId,
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
@@ -57,6 +67,7 @@ from sluice.protocol.errors import (
     UnknownTopicOrPartition,
 )
 from sluice.protocol.structs import TopicPartition
+from sluice.protocol.types import ZERO_UUID, random_uuid, uuid_from_str, uuid_to_str
 from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from sluice.server.storage.file_cache import OpenFileCache, default_max_open_files, nofile_limit
 from sluice.server.storage.index import StorageError
@@ -75,6 +86,13 @@ from sluice.server.storage.layout import (
 from sluice.server.storage.log import Log, PendingFlush
 from sluice.server.storage.log_cleaner import LogCleaner
 from sluice.server.storage.log_config import CleanerConfig, LogConfig
+from sluice.server.storage.meta_properties import (
+    LEGACY_STANDALONE_CLUSTER_ID,
+    MetaProperties,
+    new_cluster_id,
+    read_meta_properties,
+    write_meta_properties,
+)
 from sluice.server.storage.segment import FILES_PER_SEGMENT
 from sluice.server.storage.vfs import DEFAULT_VFS, VFS, atomic_write, read_file
 
@@ -165,6 +183,12 @@ class LogManager:
         self._configs: dict[str, LogConfig] = {}
         # Cluster mode: topic -> the partitions with a replica here (absent: all of them).
         self._hosted: dict[str, set[int]] = {}
+        # topic -> id and back (topics without an id yet are in neither)
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topics_by_id: dict[uuid.UUID, str] = {}
+        #: Partitions whose ``partition.metadata`` names another topic id than their topic's:
+        #: not opened, not served (their directories are left alone); -> the id found there.
+        self.inconsistent_logs: dict[TopicPartition, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._tasks: list[asyncio.Task[None]] = []
         # The background flusher's thread (see flush_in_background) and its pass in flight.
@@ -175,6 +199,8 @@ class LogManager:
         self._closed = False
         self._lock_fd: int | None = None
         self.had_clean_shutdown = False
+        #: The cluster id of ``meta.properties``, once :meth:`ensure_meta_properties` ran.
+        self.cluster_id: str | None = None
         #: ``log_dir`` was missing or empty at :meth:`open` (a first start): no marker is
         #: expected there, and its absence says nothing about an unclean shutdown.
         self.new_log_dir = False
@@ -196,6 +222,8 @@ class LogManager:
         topics: dict[str, dict[str, object]] = {}
         for name, (count, overrides) in sorted(self._topics.items()):
             entry: dict[str, object] = {"partitions": count, "config": overrides}
+            if name in self._topic_ids:
+                entry["topic_id"] = uuid_to_str(self._topic_ids[name])
             if name in self._hosted:
                 entry["hosted"] = sorted(self._hosted[name])
             topics[name] = entry
@@ -208,13 +236,18 @@ class LogManager:
             document = json.loads(read_file(path, self._vfs))
             topics: dict[str, tuple[int, dict[str, str]]] = {}
             hosted: dict[str, set[int]] = {}
+            ids: dict[str, uuid.UUID] = {}
             for name, entry in document["topics"].items():
                 count = int(entry["partitions"])
                 overrides = {str(k): str(v) for k, v in entry["config"].items()}
                 topics[str(name)] = (count, overrides)
                 if "hosted" in entry:
                     hosted[str(name)] = {int(p) for p in entry["hosted"]}
+                if "topic_id" in entry:
+                    ids[str(name)] = uuid_from_str(str(entry["topic_id"]))
             self._hosted = hosted
+            for name, topic_id in ids.items():
+                self._remember_topic_id(name, topic_id)
             return topics
         except FileNotFoundError:
             return {}
@@ -406,7 +439,7 @@ class LogManager:
             tp = TopicPartition(topic, partition)
             directory = self._partition_dir(topic, partition)
             created_dirs = created_dirs or not directory.is_dir()
-            self._logs[tp] = Log.open(
+            loaded_log = Log.open(
                 directory,
                 self._configs[topic],
                 recovery_point=recovery_points.get(tp, 0),
@@ -417,7 +450,14 @@ class LogManager:
                 vfs=self._vfs,
                 file_cache=cache,
             )
-            self._attach(self._logs[tp])
+            if topic not in self._topic_ids and loaded_log.topic_id is not None:
+                # The topic metadata lost (rebuilt from the directories): the id survives here.
+                self._remember_topic_id(topic, loaded_log.topic_id)
+                changed = True
+            if not self._take_topic_id(loaded_log):
+                continue
+            self._logs[tp] = loaded_log
+            self._attach(loaded_log)
         if created_dirs:
             # Partitions listed in the metadata but missing on disk were created: make their
             # directory entries durable before anything is appended to them (as create_topic).
@@ -442,6 +482,121 @@ class LogManager:
             segments=sum(len(log.segments) for log in self._logs.values()),
             **cache.describe(),
         )
+
+    # ------------------------------------------------------------------ cluster id
+
+    def ensure_meta_properties(self, broker_id: int, cluster_id: str | None = None) -> str:
+        """The cluster id of this data directory, from ``meta.properties``
+        (:mod:`sluice.server.storage.meta_properties`), written first if missing: with
+        ``cluster_id`` (a cluster member: ZooKeeper's), else a new one for a new directory, or
+        the id an older Sluice reported for one that holds data already. An existing file is
+        kept as it is: a ``cluster_id`` or ``broker_id`` that differs from it is logged as an
+        error (Kafka refuses to start -- InconsistentClusterIdException; Sluice keeps a
+        broker pointed at another ZooKeeper running with its partitions kept as strays, see
+        :mod:`sluice.server.metadata.zk_cluster`), and the stored id is returned."""
+        self._check_open()
+        stored = read_meta_properties(self.log_dir, self._vfs)
+        if stored is None:
+            if cluster_id is None:
+                cluster_id = new_cluster_id() if self.new_log_dir else LEGACY_STANDALONE_CLUSTER_ID
+            write_meta_properties(self.log_dir, MetaProperties(cluster_id, broker_id), self._vfs)
+            logger.info("meta.properties written", cluster_id=cluster_id, broker_id=broker_id)
+            self.cluster_id = cluster_id
+            return cluster_id
+        if cluster_id is not None and cluster_id != stored.cluster_id:
+            logger.error(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId {stored.cluster_id} "
+                "in meta.properties. The broker is trying to join the wrong cluster. Configured "
+                "zookeeper.connect may be wrong.",
+                log_dir=str(self.log_dir),
+            )
+        if stored.broker_id not in (-1, broker_id):
+            logger.error(
+                f"Stored node id {stored.broker_id} doesn't match previous node id {broker_id} "
+                "in meta.properties: the data directory was another broker's",
+                log_dir=str(self.log_dir),
+            )
+        self.cluster_id = stored.cluster_id
+        return stored.cluster_id
+
+    # ------------------------------------------------------------------ topic ids
+
+    def _remember_topic_id(self, topic: str, topic_id: uuid.UUID) -> None:
+        old = self._topic_ids.get(topic)
+        if old is not None:
+            self._topics_by_id.pop(old, None)
+        self._topic_ids[topic] = topic_id
+        self._topics_by_id[topic_id] = topic
+
+    def _forget_topic_id(self, topic: str) -> None:
+        old = self._topic_ids.pop(topic, None)
+        if old is not None:
+            self._topics_by_id.pop(old, None)
+
+    def _take_topic_id(self, log: Log) -> bool:
+        """Record the topic's id in ``log`` (its ``partition.metadata``) if the topic has one;
+        False, with the log closed and the reason logged, if the log belongs to another topic
+        id (see the module docstring)."""
+        topic_id = self._topic_ids.get(log.topic)
+        if topic_id is None:
+            return True
+        try:
+            log.assign_topic_id(topic_id)
+        except InconsistentTopicId as exc:
+            found = log.topic_id
+            assert found is not None
+            log.close()
+            self.inconsistent_logs[TopicPartition(log.topic, log.partition)] = found
+            logger.error(
+                "partition directory belongs to an earlier topic of the same name: not served, "
+                "left on disk (remove it once sure it is not wanted)",
+                topic=log.topic,
+                partition=log.partition,
+                topic_id=uuid_to_str(topic_id),
+                directory_topic_id=uuid_to_str(found),
+                error=str(exc),
+            )
+            return False
+        return True
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The id of ``topic`` (None: unknown here, or not assigned one yet)."""
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic with id ``topic_id``, or None."""
+        return self._topics_by_id.get(topic_id)
+
+    def set_topic_id(self, topic: str, topic_id: uuid.UUID) -> list[int]:
+        """Give ``topic`` the id its cluster has for it (a cluster's topic znode; standalone
+        :meth:`assign_missing_topic_ids`) and record it in each of its open logs; the
+        partitions whose log belongs to another id are closed and no longer served (returned;
+        see the module docstring). No-op for the id held already."""
+        self._check_open()
+        if topic not in self._topics:
+            raise UnknownTopicOrPartition(f"unknown topic {topic!r}")
+        if self._topic_ids.get(topic) != topic_id:
+            self._remember_topic_id(topic, topic_id)
+            self._write_topics_file()
+        refused = []
+        count, _ = self._topics[topic]
+        for partition in self._partitions_of(topic, count):
+            tp = TopicPartition(topic, partition)
+            log = self._logs.get(tp)
+            if log is not None and not self._take_topic_id(log):
+                del self._logs[tp]
+                refused.append(partition)
+        return refused
+
+    def assign_missing_topic_ids(self) -> dict[str, uuid.UUID]:
+        """Standalone: give every topic without an id a new one (topics an older Sluice
+        created; Kafka's controller does the same for ZooKeeper topics without one when it
+        starts); the ids given."""
+        given = {t: random_uuid() for t in sorted(self._topics) if t not in self._topic_ids}
+        for topic, topic_id in given.items():
+            self.set_topic_id(topic, topic_id)
+            logger.info("topic id assigned", topic=topic, topic_id=uuid_to_str(topic_id))
+        return given
 
     def _open_file_shortfall(self, partitions: int) -> str | None:
         """Why ``partitions`` logs do not fit the open-file bound (None if they do): their
@@ -587,12 +742,19 @@ class LogManager:
         return [] if entry is None else self._partitions_of(topic, entry[0])
 
     def create_log(
-        self, topic: str, partition: int, partition_count: int, overrides: Mapping[str, str] = {}
+        self,
+        topic: str,
+        partition: int,
+        partition_count: int,
+        overrides: Mapping[str, str] = {},
+        topic_id: uuid.UUID | None = None,
     ) -> Log:
         """Cluster mode: open (creating if new) the log of one partition assigned to this
         broker; the topic's other partitions live elsewhere. The cluster, not this broker,
         validated the topic when it was created; ``overrides`` are its topic config as stored
-        there (they replace what is held). Metadata first, then the directory, as
+        there (they replace what is held), ``topic_id`` its id there (recorded in the log
+        before it is returned; InconsistentTopicId, nothing opened, if the partition's
+        directory belongs to another id). Metadata first, then the directory, as
         :meth:`create_topic`."""
         self._check_open()
         tp = TopicPartition(topic, partition)
@@ -610,6 +772,8 @@ class LogManager:
         count = max(partition_count, partition + 1, held[0] if held else 0)
         self._topics[topic] = (count, {str(k): str(v) for k, v in overrides.items()})
         self._configs[topic] = config
+        if topic_id is not None:
+            self._remember_topic_id(topic, topic_id)
         self._write_topics_file()
         log = Log.open(
             self._partition_dir(topic, partition),
@@ -618,6 +782,13 @@ class LogManager:
             vfs=self._vfs,
             file_cache=self.file_cache,
         )
+        if not self._take_topic_id(log):
+            wanted = uuid_to_str(self._topic_ids.get(topic, ZERO_UUID))
+            raise InconsistentTopicId(
+                f"{topic}-{partition}: the partition's directory belongs to topic id "
+                f"{uuid_to_str(self.inconsistent_logs[tp])}, not {wanted}"
+            )
+        self.inconsistent_logs.pop(tp, None)
         self._logs[tp] = log
         self._attach(log)
         self._vfs.fsync_dir(self.log_dir)
@@ -674,15 +845,21 @@ class LogManager:
         self._check_room_for(name, num_partitions)
         self._topics[name] = (num_partitions, {str(k): str(v) for k, v in overrides.items()})
         self._configs[name] = config
+        self._remember_topic_id(name, random_uuid())
         try:
             self._write_topics_file()
             logs = self._open_new_logs(name, range(num_partitions), config)
         except OSError as exc:
             del self._topics[name], self._configs[name]
+            self._forget_topic_id(name)
             self._forget_in_metadata(name)
             raise self._storage_error(name, num_partitions, exc) from exc
         logger.info(
-            "topic created", topic=name, partitions=num_partitions, overrides=dict(overrides)
+            "topic created",
+            topic=name,
+            partitions=num_partitions,
+            overrides=dict(overrides),
+            topic_id=uuid_to_str(self._topic_ids[name]),
         )
         return logs
 
@@ -702,6 +879,9 @@ class LogManager:
                 self._logs[TopicPartition(topic, partition)] = log
                 self._attach(log)
                 logs.append(log)
+                topic_id = self._topic_ids.get(topic)
+                if topic_id is not None:
+                    log.assign_topic_id(topic_id)  # a new directory: nothing to disagree with
             self._vfs.fsync_dir(self.log_dir)
         except OSError:
             for partition in partitions:
@@ -850,6 +1030,9 @@ class LogManager:
         del self._topics[name]
         del self._configs[name]
         self._hosted.pop(name, None)
+        self._forget_topic_id(name)
+        for tp in [tp for tp in self.inconsistent_logs if tp.topic == name]:
+            del self.inconsistent_logs[tp]
         self._write_topics_file()
         self.write_checkpoints()
         if config.file_delete_delay_ms == 0:

@@ -30,8 +30,6 @@ znode's stat and travels with the decoded value (:attr:`PartitionState.zk_versio
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 import time
@@ -41,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.protocol.structs import TopicPartition
+from sluice.protocol.types import uuid_from_str, uuid_to_str
 
 from .errors import ZkDataError
 
@@ -383,8 +382,8 @@ def decode_controller_epoch(data: bytes) -> int:
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding (22 chars)."""
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+    """Kafka's ``Uuid.toString`` (:func:`sluice.protocol.types.uuid_to_str`)."""
+    return uuid_to_str(topic_id)
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:
@@ -398,15 +397,10 @@ def decode_cluster_id(data: bytes) -> str:
 
 def decode_topic_id(text: str) -> uuid.UUID:
     """Kafka's ``Uuid.fromString``; a malformed id is a :class:`ZkDataError`."""
-    if len(text) > 24:
-        raise ZkDataError(f"topic id {text!r}: longer than a base64 UUID")
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise ZkDataError(f"topic id {text!r}: not URL-safe base64") from exc
-    if len(raw) != 16:
-        raise ZkDataError(f"topic id {text!r}: {len(raw)} bytes, a UUID has 16")
-    return uuid.UUID(bytes=raw)
+        return uuid_from_str(text)
+    except ValueError as exc:
+        raise ZkDataError(f"topic id {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,7 +136,7 @@ class KafkaZkClient:
         """The cluster's id (``/cluster/id``), created by the first broker that asks (Kafka's
         ``getOrGenerateClusterId``: a random UUID in Kafka's base64 form); every broker of
         the cluster reads the same one and Metadata reports it."""
-        import uuid
+        from sluice.protocol.types import random_uuid
 
         for _ in range(3):
             try:
@@ -144,7 +144,7 @@ class KafkaZkClient:
                 return decode_cluster_id(data)
             except NoNodeError:
                 pass
-            proposed = encode_topic_id(uuid.uuid4())
+            proposed = encode_topic_id(random_uuid())
             try:
                 await self.zk.create(
                     CLUSTER_ID_PATH, encode_cluster_id(proposed), make_parents=True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.protocol import errors
-from sluice.server.controller.controller import validate_reassignment
+from sluice.server.controller.controller import Controller, validate_reassignment
 from sluice.server.controller.election import LeaderAndIsr, elect_reassigned, fits_assignment
 from sluice.server.zk.data import (
     PREFERRED_REPLICA_ELECTION_PATH,
@@ -140,6 +140,7 @@ async def test_refusals_and_cancellation(h: Harness) -> None:
     # Cancel before the new replicas are all in sync: 3 joined the ISR, 4 not yet. The
     # assignment goes back to the origin replicas and 3 leaves the ISR.
     await h.broker(4)
+    await _sees(controller, 4)
     assert await controller.alter_partition_reassignments({tp("t"): [3, 4]}) == {tp("t"): None}
     await h.wait_state("t", leader_epoch=1)
     assert await assignment(h, "t") == ReplicaAssignment((3, 4, 1, 2), (3, 4), (1, 2))
@@ -158,6 +159,7 @@ async def test_a_reassignment_keeping_the_leader_shrinks_the_isr_only(h: Harness
     await h.topic("t", {0: [1, 2, 3]})
     await h.wait_state("t", leader=1, isr=[1, 2, 3])
     await h.broker(4)
+    await _sees(controller, 4)
     assert await controller.alter_partition_reassignments({tp("t"): [4, 1]}) == {tp("t"): None}
     await h.wait_state("t", leader_epoch=1)
     assert await assignment(h, "t") == ReplicaAssignment((4, 1, 2, 3), (4,), (2, 3))
@@ -301,6 +303,17 @@ async def test_preferred_replica_election_znode(h: Harness) -> None:
     await until(gone, "the request deleted once done")
     s = await h.state("p", 0)
     assert s is not None and s.leader == 2  # not named: untouched
+
+
+async def _sees(controller: Controller, broker_id: int) -> None:
+    """Wait until ``controller`` handled ``broker_id``'s registration (its broker-change watch
+    fires asynchronously): until then a reassignment to it is refused as to a dead broker, as
+    Kafka's controller refuses it."""
+
+    async def seen() -> bool:
+        return broker_id in controller._live
+
+    await until(seen, f"the controller saw broker {broker_id} register")
 
 
 async def _active(controller: object) -> bool:

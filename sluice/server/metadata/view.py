@@ -450,22 +450,7 @@ class ZkMetadata:
         except errors.KafkaError as exc:
             return exc.code
         if name not in self._auto_creating:
-            self._auto_creating.add(name)
-
-            async def create() -> None:
-                try:
-                    await cluster.create_topic(name, assignment, {}, 0)
-                    created()
-                except errors.TopicAlreadyExists:
-                    pass
-                except Exception as exc:
-                    log.warning("auto-creating a topic failed", topic=name, error=repr(exc))
-                finally:
-                    self._auto_creating.discard(name)
-
-            task = asyncio.get_running_loop().create_task(create())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._create_in_background(name, assignment, {}, "auto-creating a topic", created)
         return errors.LeaderNotAvailable.code
 
     async def allocate_producer_id(self) -> int:
@@ -585,15 +570,30 @@ class ZkMetadata:
             assignment = cluster.validate_new_topic(topic, num_partitions, rf, None, configs)
         except errors.TopicAlreadyExists:
             return
+        self._create_in_background(topic, assignment, configs, "creating an internal topic")
+
+    def _create_in_background(
+        self,
+        topic: str,
+        assignment: Mapping[int, list[int]],
+        configs: Mapping[str, str],
+        what: str,
+        created: Callable[[], None] | None = None,
+    ) -> None:
+        """Write a validated topic to ZooKeeper in a background task (one at a time per name:
+        ``_auto_creating``); a topic created meanwhile by someone else is no failure."""
+        cluster = self._cluster
         self._auto_creating.add(topic)
 
         async def create() -> None:
             try:
                 await cluster.create_topic(topic, assignment, configs, 0)
+                if created is not None:
+                    created()
             except errors.TopicAlreadyExists:
                 pass
             except Exception as exc:
-                log.warning("creating an internal topic failed", topic=topic, error=repr(exc))
+                log.warning(f"{what} failed", topic=topic, error=repr(exc))
             finally:
                 self._auto_creating.discard(topic)
 

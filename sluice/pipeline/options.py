@@ -44,8 +44,9 @@ They are checked on the driver (a bad protocol, mechanism or file fails the quer
 never appear in a repr of the parsed options.
 
 ``sluice-segments`` reads ``path`` (the broker's ``log.dirs`` directory) and accepts
-``subscribe`` / ``subscribePattern`` / ``assign`` (one is required), ``includeHeaders`` and
-``failOnDataLoss``.
+``subscribe`` / ``subscribePattern`` / ``assign`` (one is required), ``includeHeaders``,
+``failOnDataLoss`` and ``kafka.isolation.level`` (read_committed: up to each partition's last
+stable offset as its files leave it, aborted transactions skipped; see ``segments``).
 
 Any other key is refused, naming it (:func:`check_keys`): Spark hands a data source every
 ``.option()`` given, and a Kafka option this source does not act on (``kafka.group.id``,
@@ -82,7 +83,9 @@ SOURCE_KEYS = (
     "includeHeaders", "failOnDataLoss", "kafka.max.partition.fetch.bytes",
     "kafka.request.timeout.ms", "kafka.isolation.level", *SECURITY_KEYS,
 )  # fmt: skip
-SEGMENTS_KEYS = ("path", *_SUBSCRIPTION_KEYS, "includeHeaders", "failOnDataLoss")
+SEGMENTS_KEYS = (
+    "path", *_SUBSCRIPTION_KEYS, "includeHeaders", "failOnDataLoss", "kafka.isolation.level",
+)  # fmt: skip
 SINK_KEYS = (
     "kafka.bootstrap.servers", "topic", "kafka.acks", "kafka.batch.size",
     "kafka.compression.type", "kafka.request.timeout.ms",

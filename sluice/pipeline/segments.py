@@ -18,7 +18,22 @@ each append, so nothing below the end of the files is uncommitted):
 * the file is read up to its length when the task opens it: a batch still being appended (a
   partial tail) is not read; a corrupt batch fails the task (CorruptRecordError names the
   file and position);
-* control batches (transaction markers) are skipped.
+* control batches (transaction markers) are skipped;
+* with ``kafka.isolation.level=read_committed`` (the option of ``format("sluice")``), what a
+  read_committed consumer would get: records from the partition's last stable offset on are
+  not read, and the records of aborted transactions are skipped.
+
+The last stable offset is found as a broker's recovery finds it (storage spec: producer
+state): the newest producer snapshot (``<offset>.snapshot``: each producer's ongoing
+transaction) then the batch headers from its offset to the end of the files, where a
+transactional batch opens its producer's transaction and a marker closes it; the LSO is the
+first offset of the oldest transaction left open (none open: no bound). It is computed once
+per partition when the query is planned, reading only past the snapshot (the active segment,
+after a clean shutdown). Aborted transactions come from the partition's ``.txnindex`` files
+(Kafka's aborted-transaction index, one entry per abort marker) and are dropped by the same
+rule the Fetch-based readers apply (:class:`sluice.protocol.aborted.AbortedFilter`). A data
+directory copied while its broker ran is read as of its files: a transaction whose marker is
+not in them yet counts as open.
 
 Read-only: the broker may keep running and appending; a segment that retention deletes while
 it is read stays readable through the open descriptor (POSIX unlink semantics); one renamed to
@@ -35,17 +50,31 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from sluice.protocol.aborted import AbortedFilter
 from sluice.protocol.errors import CorruptRecordError
-from sluice.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, decode_batch_columns, iter_batches
+from sluice.protocol.records import (
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    BatchHeader,
+    decode_batch_columns,
+    iter_batches,
+)
 from sluice.protocol.structs import TopicPartition
 from sluice.server.storage.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
+    TXN_INDEX_SUFFIX,
     is_deleted_partition_dir,
     offset_file_name,
     parse_offset_file_name,
     parse_partition_dir,
 )
+from sluice.server.storage.producer_state import (
+    CorruptSnapshotError,
+    decode_snapshot,
+    snapshot_files,
+)
+from sluice.server.storage.txn_index import decode_entries
 
 from .offsets import OptionError
 from .options import SourceOptions, parse
@@ -64,6 +93,11 @@ class SegmentFile(InputPartition):
     base_offset: int
     log_start_offset: int
     next_base_offset: int | None  # base offset of the following segment (None: the last one)
+    #: read_committed: records at or past it are not read (the partition's LSO; None: no bound)
+    stable_offset: int | None = None
+    #: read_committed: the aborted transactions whose data may lie in this segment,
+    #: ``(producer id, first offset)`` (None: read_uncommitted)
+    aborted: tuple[tuple[int, int], ...] | None = None
 
 
 def partition_dirs(log_dir: Path) -> dict[TopicPartition, Path]:
@@ -102,6 +136,7 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
     for topic, partition in dirs:
         counts[topic] = max(counts.get(topic, 0), partition + 1)
     starts = read_log_start_offsets(log_dir)
+    committed = options.isolation_level == 1
     plan: list[SegmentFile] = []
     for topic, partition in options.subscription.select(counts):
         tp = TopicPartition(topic, partition)
@@ -111,10 +146,14 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
         found = (parse_offset_file_name(p.name, LOG_SUFFIX) for p in directory.iterdir())
         bases = sorted(base for base in found if base is not None)
         start = starts.get(tp, 0)
+        stable = last_stable_offset(directory, bases) if committed else None
+        aborted = aborted_transactions(directory) if committed else []
         for i, base in enumerate(bases):
             following = bases[i + 1] if i + 1 < len(bases) else None
             if following is not None and following <= start:
                 continue  # wholly below the log start offset: deleted records
+            if stable is not None and base >= stable:
+                break  # wholly at or past the last stable offset
             plan.append(
                 SegmentFile(
                     topic=topic,
@@ -123,21 +162,92 @@ def plan_segments(log_dir: Path, options: SourceOptions) -> list[SegmentFile]:
                     base_offset=base,
                     log_start_offset=start,
                     next_base_offset=following,
+                    stable_offset=stable,
+                    aborted=tuple(
+                        (pid, first)
+                        for pid, first, last in aborted
+                        if last >= base and (following is None or first < following)
+                    )
+                    if committed
+                    else None,
                 )
             )
     return plan
 
 
-def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
-    """Arrow record batches of one segment file (see the module docstring for what is kept).
+def aborted_transactions(directory: Path) -> list[tuple[int, int, int]]:
+    """``(producer id, first offset, last offset)`` of every aborted transaction the
+    partition's ``.txnindex`` files list (an unreadable or torn file fails the query: without
+    it aborted records would be read as committed)."""
+    out = []
+    for path in directory.iterdir():
+        if parse_offset_file_name(path.name, TXN_INDEX_SUFFIX) is None:
+            continue
+        for entry in decode_entries(path.read_bytes(), path):
+            out.append((entry.producer_id, entry.first_offset, entry.last_offset))
+    return sorted(out, key=lambda a: a[1])
 
-    The file is read with ``pread`` in chunks of :data:`CHUNK_BYTES` (grown for a larger batch)
-    up to the length it had when the task opened it; each chunk is split by the batches'
-    length prefixes, a batch cut by the chunk's end is re-read at the start of the next chunk.
-    """
+
+def last_stable_offset(directory: Path, bases: list[int]) -> int | None:
+    """The partition's last stable offset as its files leave it (module docstring), or None
+    when no transaction is open. ``bases``: its segments' base offsets, in order."""
+    ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    since = 0
+    for offset, path in reversed(snapshot_files(directory)):
+        try:
+            state = decode_snapshot(path.read_bytes())
+        except (OSError, CorruptSnapshotError):
+            continue  # torn or removed meanwhile: an older one, else the whole log
+        ongoing = {pid: first for first, pid in state.ongoing.items()}
+        since = offset
+        break
+    for i, base in enumerate(bases):
+        following = bases[i + 1] if i + 1 < len(bases) else None
+        if following is not None and following <= since:
+            continue
+        path = directory / offset_file_name(base, LOG_SUFFIX)
+        for header, _batch in _file_batches(str(path)):
+            pid = header.producer_id
+            if pid < 0 or header.next_offset <= since:
+                continue
+            if header.is_control:
+                ongoing.pop(pid, None)
+            elif header.is_transactional:
+                ongoing.setdefault(pid, header.base_offset)
+    return min(ongoing.values()) if ongoing else None
+
+
+def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
+    """Arrow record batches of one segment file (see the module docstring for what is kept)."""
     hi = seg.next_base_offset if seg.next_base_offset is not None else 2**63 - 1
+    if seg.stable_offset is not None:
+        hi = min(hi, seg.stable_offset)
+    drop = AbortedFilter(seg.aborted).drop if seg.aborted else None
     builder = ColumnBuilder(seg.topic, seg.partition, include_headers)
-    fd = os.open(seg.path, os.O_RDONLY)
+    for header, batch in _file_batches(seg.path):
+        if header.base_offset >= hi:
+            break
+        if header.last_offset < seg.log_start_offset:
+            continue
+        if drop is not None and drop(header, batch):
+            continue
+        builder.add(header, decode_batch_columns(batch), seg.log_start_offset, hi)
+        if len(builder) >= ARROW_BATCH_RECORDS:
+            yield builder.build()
+    if len(builder):
+        yield builder.build()
+
+
+def _file_batches(path: str) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every whole batch of a segment file, in order, up to the length the file had when it
+    was opened (a partial batch at the end, still being appended, is not read).
+
+    The file is read with ``pread`` in chunks of :data:`CHUNK_BYTES` (grown for a larger batch);
+    each chunk is split by the batches' length prefixes, a batch cut by the chunk's end is
+    re-read at the start of the next chunk. A corrupt batch raises CorruptRecordError naming
+    the file and position.
+    """
+    fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         position = 0
@@ -150,14 +260,10 @@ def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
             try:
                 for at, header, batch in iter_batches(chunk, allow_partial_tail=True):
                     consumed = at + header.size
-                    if header.last_offset < seg.log_start_offset:
-                        continue
-                    builder.add(header, decode_batch_columns(batch), seg.log_start_offset, hi)
-                    if len(builder) >= ARROW_BATCH_RECORDS:
-                        yield builder.build()
+                    yield header, batch
             except CorruptRecordError as exc:
                 raise CorruptRecordError(
-                    f"{seg.path}: {exc}", field=exc.field, position=position + consumed
+                    f"{path}: {exc}", field=exc.field, position=position + consumed
                 ) from exc
             if consumed == 0:
                 if position + len(chunk) >= size:
@@ -166,8 +272,6 @@ def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:
                 continue
             position += consumed
             want = CHUNK_BYTES
-        if len(builder):
-            yield builder.build()
     finally:
         os.close(fd)
 

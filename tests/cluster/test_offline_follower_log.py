@@ -48,6 +48,9 @@ async def test_an_offline_follower_log_stops_only_its_own_fetching(
                 "zookeeper.session.timeout.ms=2000",
                 "replica.fetch.wait.max.ms=100",
                 "replica.fetch.backoff.ms=50",
+                # the leader stops last, its follower gone: its controlled shutdown cannot move
+                # anything and retries (Kafka's 5 s backoff, 10 s in all)
+                "controlled.shutdown.retry.backoff.ms=100",
                 "log.cleaner.backoff.ms=20",
                 "log.cleaner.min.cleanable.ratio=0.01",
             ],

@@ -50,7 +50,16 @@ ABORTED = {b"x0", b"x1", b"x0-2"}
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
     srv = await start_server(tmp_path)
     try:
-        c = await WireClient.connect("127.0.0.1", srv.port)
+        await fill(srv)
+        yield srv
+    finally:
+        await srv.shutdown()
+
+
+async def fill(srv: Server) -> None:
+    """The topic of the module docstring, written into ``srv``."""
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
         assert await create_topic(c, TOPIC, 2) == 0
         both = {TOPIC: [0, 1]}
         append(srv, TOPIC, plain_batch([b"p0"]), 0)
@@ -65,10 +74,8 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         append(srv, TOPIC, plain_batch([b"plain1"]), 1)
         append(srv, TOPIC, txn_batch(300, 0, [b"open0"]), 0)  # left open
         append(srv, TOPIC, plain_batch([b"after-open0"]), 0)  # above the LSO
-        await c.close()
-        yield srv
     finally:
-        await srv.shutdown()
+        await c.close()
 
 
 async def commit_open(srv: Server) -> None:
@@ -273,6 +280,66 @@ async def test_spark_source_read_committed(server: Server) -> None:
     assert await asyncio.to_thread(values, None, 10) == [
         b"p0", b"c0-a", b"c0-b", b"x0", b"x0-2", b"late0", b"open0", b"after-open0",
     ]  # fmt: skip
+
+
+def segments_values(data: Path, level: str | None) -> dict[int, list[bytes]]:
+    """``format("sluice-segments")``'s planning and reading without Spark: each partition's
+    values."""
+    from sluice.pipeline.options import parse
+    from sluice.pipeline.segments import plan_segments, read_segment
+
+    opts = {"subscribe": TOPIC, "path": str(data)}
+    if level is not None:
+        opts["kafka.isolation.level"] = level
+    options = parse(opts, streaming=False, segments=True)
+    out: dict[int, list[bytes]] = {}
+    for seg in plan_segments(data, options):
+        for batch in read_segment(seg, include_headers=False):
+            out.setdefault(seg.partition, []).extend(batch.column("value").to_pylist())
+    return out
+
+
+EVERYTHING = {
+    0: [b"p0", b"c0-a", b"c0-b", b"x0", b"x0-2", b"late0", b"open0", b"after-open0"],
+    1: [b"c1-a", b"x1", b"plain1"],
+}
+
+
+async def test_spark_segments_read_committed(server: Server) -> None:
+    """``format("sluice-segments")`` from the files of the running broker (no snapshot yet: the
+    LSO from the headers) and after its shutdown (the open transaction then comes from the
+    producer snapshot): read_committed stops at the open transaction and skips the aborted
+    records, read_uncommitted reads every data record; once the open transaction commits
+    (files of a restarted broker), it and what follows appear."""
+    data = server.config.data_dir
+    assert await asyncio.to_thread(segments_values, data, "read_committed") == BEFORE
+    assert await asyncio.to_thread(segments_values, data, None) == EVERYTHING
+    await server.shutdown()
+    assert list(data.glob(f"{TOPIC}-0/*.snapshot")), "a clean shutdown writes the snapshot"
+    assert await asyncio.to_thread(segments_values, data, "read_committed") == BEFORE
+    restarted = await start_server(data.parent)
+    try:
+        await commit_open(restarted)
+        assert await asyncio.to_thread(segments_values, data, "read_committed") == AFTER
+    finally:
+        await restarted.shutdown()
+    assert await asyncio.to_thread(segments_values, data, "read_committed") == AFTER
+
+
+async def test_spark_segments_read_committed_across_segments(tmp_path: Path) -> None:
+    """The same with a segment per batch: the aborted transaction's data and its marker (and
+    so its ``.txnindex`` entry) lie in different segments, and the open transaction's
+    segment and the ones after it are not read at all."""
+    srv = await start_server(tmp_path, "log.segment.bytes=100")
+    try:
+        await fill(srv)
+        data = srv.config.data_dir
+        assert len(list(data.glob(f"{TOPIC}-0/*.log"))) >= 8
+        assert len(list(data.glob(f"{TOPIC}-0/*.txnindex"))) == 1
+        assert await asyncio.to_thread(segments_values, data, "read_committed") == BEFORE
+        assert await asyncio.to_thread(segments_values, data, None) == EVERYTHING
+    finally:
+        await srv.shutdown()
 
 
 async def test_kafka_python_admin_describes_producers_and_aborts_a_hanging_transaction(

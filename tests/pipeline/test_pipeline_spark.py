@@ -417,3 +417,50 @@ def test_streaming_progress_gives_kafkas_offsets_behind_latest(
     assert figures[-1] == dict.fromkeys(
         ["minOffsetsBehindLatest", "maxOffsetsBehindLatest", "avgOffsetsBehindLatest"], "0"
     ) | {"avgOffsetsBehindLatest": "0.0"}
+
+
+def test_both_formats_read_committed_skip_aborted_and_open_transactions(
+    spark: Any, broker: BrokerProcess
+) -> None:
+    """Transactions written by librdkafka's transactional producer: one committed, one aborted,
+    one committed, one left open. With ``kafka.isolation.level=read_committed`` both formats
+    return the committed records only (the open transaction bounds the read: the last stable
+    offset); by default (read_uncommitted) every data record."""
+    create_topic(broker, "txns", 2, **{"segment.bytes": "1024"})
+    producer = Producer({
+        "bootstrap.servers": broker.bootstrap, "transactional.id": "spark-tx",
+        "transaction.timeout.ms": 600_000,  # the open one outlives the reads on a busy machine
+    })  # fmt: skip
+    producer.init_transactions(DEADLINE_S)
+    for name, commit in (("a", True), ("b", False), ("c", True), ("d", None)):
+        producer.begin_transaction()
+        for i in range(20):
+            producer.produce("txns", f"{name}{i}".encode(), partition=i % 2)
+        # Written before the end (librdkafka's abort purges what it has not sent yet).
+        assert producer.flush(DEADLINE_S) == 0
+        if commit is None:
+            continue  # left open
+        if commit:
+            producer.commit_transaction(DEADLINE_S)
+        else:
+            producer.abort_transaction(DEADLINE_S)
+
+    def values(df: Any) -> list[str]:
+        return sorted(bytes(r["value"]).decode() for r in df.select("value").collect())
+
+    def segments(**options: str) -> Any:
+        reader = spark.read.format("sluice-segments").option("subscribe", "txns")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load(str(broker.data_dir))
+
+    committed = sorted(f"{n}{i}" for n in "ac" for i in range(20))
+    everything = sorted(f"{n}{i}" for n in "abcd" for i in range(20))
+    try:
+        level = {"kafka.isolation.level": "read_committed"}
+        assert values(read(spark, broker, "txns", **level)) == committed
+        assert values(segments(**level)) == committed
+        assert values(read(spark, broker, "txns")) == everything
+        assert values(segments()) == everything
+    finally:
+        producer.abort_transaction(DEADLINE_S)

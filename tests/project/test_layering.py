@@ -37,9 +37,10 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.server.server`` (and ``sluice.server`` / ``__main__``) wires everything together,
   security and the inter-broker client's ``sluice.net.security`` included.
 * ``sluice.client`` sits on the protocol and ``sluice.net``; ``sluice.pipeline`` on the client
-  and storage's file layout; ``sluice.cli`` on top of the client, the pipeline's jobs and the
-  dump-log tool. Nothing but ``sluice.testing`` (and ``sluice``'s own lazy exports) imports
-  ``sluice.testing``.
+  and storage's file formats (the layout, the producer snapshot and the aborted-transaction
+  index, which ``sluice-segments`` reads for read_committed); ``sluice.cli`` on top of the
+  client, the pipeline's jobs and the dump-log tool. Nothing but ``sluice.testing`` (and
+  ``sluice``'s own lazy exports) imports ``sluice.testing``.
 """
 
 from __future__ import annotations
@@ -163,7 +164,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
     ),
     "sluice.server": ("sluice.server.server", "sluice.server.config"),  # lazy re-exports
     "sluice.client": (PROTOCOL, "sluice.net"),
-    "sluice.pipeline": (PROTOCOL, "sluice.client", "sluice.server.storage.layout"),
+    "sluice.pipeline": (
+        PROTOCOL,
+        "sluice.client",
+        "sluice.server.storage.layout",
+        "sluice.server.storage.producer_state",
+        "sluice.server.storage.txn_index",
+    ),
     "sluice.cli": (
         PROTOCOL,
         "sluice.client",

@@ -22,7 +22,8 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.server.config`` (the broker's settings) sits at the bottom of the broker: protocol,
   ``config_def``, the keys declared by storage (``log_config``), the group room
   (``group.config``), the controller (``controller.config``) and the security protocols of
-  listeners (``security.listeners``), logging.
+  listeners (``security.listeners``), the ZooKeeper link's SASL login (``zk.sasl``, read from
+  ``KAFKA_OPTS``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
   storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
   (what this broker knows of the cluster) drives replication from ZooKeeper and the controller,
@@ -83,6 +84,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.transaction.config",
         "sluice.server.controller.config",
         "sluice.server.security.listeners",
+        "sluice.server.zk.sasl",
         LOGGING,
     ),
     "sluice.server.replication": (

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from sluice.testing.cluster import interrupt_on_signals
+from sluice.testing.security import SECURITY
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import (
     FAULTS,
@@ -32,7 +33,6 @@ from tests.jepsen.runner import (
     format_line,
     run_trial,
 )
-from tests.jepsen.security import SECURITY
 
 
 def main(argv: list[str] | None = None) -> int:

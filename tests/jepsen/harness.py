@@ -22,7 +22,8 @@ Ports are chosen up front (bind to 0, close, reuse) so a restarted broker comes 
 same port behind the same proxy.
 
 ``security="sasl_ssl"`` runs the same cluster with SASL_SSL on every proxied link, clients and
-inter-broker alike (:mod:`tests.jepsen.security`); clients add
+inter-broker alike (:mod:`sluice.testing.security`: the PLAINTEXT listener stays, unproxied,
+for the harness's own observation); clients add
 :attr:`FaultCluster.client_security` to their settings.
 """
 
@@ -41,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.testing.cluster import EmbeddedCluster
+from sluice.testing.security import SECURITY, SaslSsl
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.proxy import FaultProxy, Mode
-from tests.jepsen.security import SECURITY, SaslSsl
 
 POWERLOSS_HOOK = Path(__file__).resolve().parent / "powerloss"
 
@@ -99,7 +100,7 @@ class FaultCluster:
     zookeeper: ZooKeeperServer
     size: int = 3
     properties: Mapping[str, str] = field(default_factory=dict)
-    #: ``plaintext`` or ``sasl_ssl`` (:mod:`tests.jepsen.security`).
+    #: ``plaintext`` or ``sasl_ssl`` (:mod:`sluice.testing.security`).
     security: str = "plaintext"
     chroot: str = field(default_factory=lambda: f"/jepsen/{uuid.uuid4().hex}")
     cluster: EmbeddedCluster = field(init=False)

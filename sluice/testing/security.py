@@ -1,40 +1,45 @@
-"""The fault suite on a secured cluster (``python -m tests.jepsen --security sasl_ssl``).
+"""A SASL_SSL cluster for tests: certificates, broker and client settings, SCRAM users.
 
-With :class:`SaslSsl` every link the faults cut is TLS with SCRAM-SHA-512:
+:class:`SaslSsl` holds what a cluster whose brokers talk to each other over SASL_SSL
+(SCRAM-SHA-512) needs:
 
-* each broker has two listeners: ``SASL_SSL`` (behind its listener proxy, advertised as the
-  proxy's port, and ``inter.broker.listener.name``: replica fetches and the controller's
-  requests go through the proxies as in the PLAINTEXT suite) and ``PLAINTEXT`` first, on its own
-  port and never proxied, which is how the harness observes the brokers around the faults
-  (:meth:`sluice.testing.cluster.EmbeddedCluster.metadata`);
-* the proxies are byte pipes, so TLS passes through them: the brokers' certificate (one
-  trustme CA, a leaf for ``127.0.0.1``) matches the proxies' address, and the inter-broker
-  client and librdkafka check it (``ssl.endpoint.identification.algorithm=https``);
-* the SCRAM users (``broker`` for the brokers' own traffic, ``jepsen`` for the workload's
-  producer, consumer and admin client) are written to the chroot's ``/config/users`` before the
-  first broker starts, as an operator does with ``kafka-configs --zookeeper``.
+* a trustme CA and one leaf for ``127.0.0.1`` / ``localhost`` (PEM, in :attr:`SaslSsl.directory`):
+  the inter-broker client and librdkafka check the host name (Kafka's default
+  ``ssl.endpoint.identification.algorithm=https``), which any proxy on 127.0.0.1 also fits;
+* two listeners per broker, ``PLAINTEXT`` first (what :meth:`EmbeddedCluster.metadata
+  <sluice.testing.cluster.EmbeddedCluster.metadata>` and ``bootstrap_servers`` use) and
+  ``SASL_SSL``, ``inter.broker.listener.name``: replica fetches and the controller's requests
+  are SASL_SSL;
+* the SCRAM users, ``broker`` (the brokers' own login) and ``client`` (for clients:
+  :meth:`SaslSsl.client_properties`), written to ``/config/users`` of the cluster's chroot
+  before the first broker starts, as an operator does with ``kafka-configs --zookeeper``.
 
-``plaintext`` (the default) is the suite as it always was.
+``EmbeddedCluster(secured=SaslSsl.create())`` builds such a cluster; the ``sluice_cluster``
+fixture does with ``@pytest.mark.sluice_cluster(security="sasl_ssl")`` or, for a whole run,
+``SLUICE_TEST_CLUSTER_SECURITY=sasl_ssl``. ``trustme`` (a test dependency) is imported only
+here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The ``--security`` choices.
+__all__ = ["SECURITY", "SaslSsl", "free_ports"]
+
+#: The security choices of test clusters.
 SECURITY = ("plaintext", "sasl_ssl")
 MECHANISM = "SCRAM-SHA-512"
-USERS = {"broker": "broker-secret", "jepsen": "jepsen-secret"}
+USERS = {"broker": "broker-secret", "client": "client-secret"}
 
 
 @dataclass
 class SaslSsl:
-    """Certificates (in ``directory``) and settings of a SASL_SSL fault cluster."""
+    """Certificates (in ``directory``) and settings of a SASL_SSL cluster (module docstring)."""
 
     directory: Path
 
@@ -42,7 +47,7 @@ class SaslSsl:
     def create(cls) -> SaslSsl:
         import trustme
 
-        directory = Path(tempfile.mkdtemp(prefix="sluice-jepsen-tls-"))
+        directory = Path(tempfile.mkdtemp(prefix="sluice-tls-"))
         ca = trustme.CA()
         ca.cert_pem.write_to_path(str(directory / "ca.pem"))
         leaf = ca.issue_cert("127.0.0.1", "localhost")
@@ -51,6 +56,11 @@ class SaslSsl:
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    @property
+    def ca(self) -> Path:
+        """The CA certificate (PEM) clients trust."""
+        return self.directory / "ca.pem"
 
     @staticmethod
     def listeners(plain_port: int, secure_port: int) -> str:
@@ -71,22 +81,24 @@ class SaslSsl:
             "sasl.mechanism.inter.broker.protocol": MECHANISM,
             f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": jaas,
             "ssl.keystore.location": str(self.directory / "broker.pem"),
-            "ssl.truststore.location": str(self.directory / "ca.pem"),
+            "ssl.truststore.location": str(self.ca),
         }
 
     def client_properties(self) -> dict[str, Any]:
-        """librdkafka's settings for the workload's clients (bootstrap servers apart)."""
+        """librdkafka's settings for a client of the SASL_SSL listeners (bootstrap servers
+        apart), logged in as ``client``."""
         return {
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": MECHANISM,
-            "sasl.username": "jepsen",
-            "sasl.password": USERS["jepsen"],
-            "ssl.ca.location": str(self.directory / "ca.pem"),
+            "sasl.username": "client",
+            "sasl.password": USERS["client"],
+            "ssl.ca.location": str(self.ca),
         }
 
     @staticmethod
     def create_users(zookeeper_connect: str) -> None:
         """Write the SCRAM users to ``zookeeper_connect`` (``host:port/chroot``)."""
+        from sluice.testing.cluster import _run
 
         async def write() -> None:
             from sluice.server.security.credentials import ZkCredentialStore
@@ -103,4 +115,16 @@ class SaslSsl:
             finally:
                 await zk.close()
 
-        asyncio.run(write())
+        _run(write, 30.0)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free now (bound to 0 together, then released)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()

@@ -194,3 +194,36 @@ async def test_a_wrong_password_stops_the_start_clearly(
             await server.start()
     assert server.log_manager is None  # nothing left open
     assert "sasl-wrong" not in _children(zookeeper, "/")
+
+
+def test_the_users_tool_logs_in_as_the_brokers_do(
+    zookeeper: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--zookeeper`` on a ZooKeeper that requires SASL: the first user is written with the
+    JAAS file of ``KAFKA_OPTS`` (and Kafka's secure ACLs, as kafka-configs); a wrong password
+    is a clear error."""
+    from click.testing import CliRunner
+    from kazoo.security import Permissions
+
+    from sluice.server.security.users import main
+
+    args = ["--zookeeper", f"{zookeeper.hosts}/sasl-users", "--entity-type", "users",
+            "--entity-name", "alice", "--alter", "--add-config",
+            "SCRAM-SHA-512=[password=alice-secret]"]  # fmt: skip
+    monkeypatch.setenv(
+        "KAFKA_OPTS", f"-Djava.security.auth.login.config={jaas_client(tmp_path, 'x')}"
+    )
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1
+    assert "refused the SASL DIGEST-MD5 login of user 'kafka'" in refused.output
+    jaas_client(tmp_path, USERS["kafka"])
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    admin = zookeeper.kazoo_client()
+    admin.start(timeout=10)
+    try:
+        acls, _ = admin.get_acls("/sasl-users/config/users/alice")
+    finally:
+        admin.stop()
+        admin.close()
+    assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("sasl", "kafka", Permissions.ALL)]

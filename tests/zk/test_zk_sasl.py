@@ -227,3 +227,19 @@ def test_the_users_tool_logs_in_as_the_brokers_do(
         admin.stop()
         admin.close()
     assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("sasl", "kafka", Permissions.ALL)]
+
+
+async def test_the_login_is_made_again_on_every_reconnect(zookeeper: ZooKeeperServer) -> None:
+    """kazoo logs in on each new connection: after ZooKeeper restarts (which requires SASL of
+    every connection) the session carries on, and writes again."""
+    sasl = ZkSasl("kafka", USERS["kafka"])
+    client = ZkClient(zookeeper.connect_string(copies=4), connect_timeout=10.0, sasl=sasl)
+    await client.start()
+    try:
+        await client.create("/sasl-reconnect", b"1")
+        await asyncio.to_thread(zookeeper.restart)
+        await client.wait_connected(20.0)
+        await client.create("/sasl-reconnect/again", b"2")
+        assert await client.get_children("/sasl-reconnect") == ["again"]
+    finally:
+        await client.close()

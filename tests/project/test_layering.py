@@ -40,7 +40,8 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.client`` sits on the protocol and ``sluice.net``; ``sluice.pipeline`` on the client
   and storage's file layout; ``sluice.cli`` on top of the client, the pipeline's jobs and the
   dump-log tool. Nothing but ``sluice.testing`` (and ``sluice``'s own lazy exports) imports
-  ``sluice.testing``.
+  ``sluice.testing``, which starts brokers (and writes a secured cluster's SCRAM users to
+  ZooKeeper before they start).
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.client",
         "sluice.server.server",
         "sluice.server.config",
+        # a secured test cluster's SCRAM users, written before its brokers start
+        "sluice.server.security.credentials",
+        "sluice.server.security.scram",
+        "sluice.server.zk.client",
     ),
     "sluice": ("sluice.client", "sluice.testing"),  # lazy exports of the short names
 }

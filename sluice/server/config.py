@@ -40,6 +40,7 @@ A ``Config`` is immutable; ``Server`` and the handlers read it, nobody writes it
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -420,7 +421,7 @@ BROKER_CONFIG = (
     .define("zookeeper.connect", STRING, None, _zookeeper_connect, HIGH, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble; unset: standalone broker")  # noqa: E501
     .define("zookeeper.session.timeout.ms", INT, 18000, int_in(1), HIGH, "ZooKeeper session timeout: how long a dead broker keeps its registration")  # noqa: E501
     .define("zookeeper.connection.timeout.ms", INT, None, int_in(1), HIGH, "how long to wait for a ZooKeeper connection (unset: the session timeout)")  # noqa: E501
-    .define("zookeeper.set.acl", BOOLEAN, False, boolean, MEDIUM, "create znodes readable by anyone but writable only by this broker's ZooKeeper identity (its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)")  # noqa: E501
+    .define("zookeeper.set.acl", BOOLEAN, False, boolean, MEDIUM, "create znodes readable by anyone but writable only by this broker's ZooKeeper identity (its SASL user or TLS client certificate), the credentials' only by it (Kafka's secure ACLs)")  # noqa: E501
     .define("zookeeper.ssl.client.enable", BOOLEAN, False, boolean, MEDIUM, "reach ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys")  # noqa: E501
     .define("zookeeper.ssl.keystore.location", STRING, None, string, MEDIUM, "the broker's key and certificate chain for ZooKeeper's client authentication (PEM)")  # noqa: E501
     .define("zookeeper.ssl.keystore.password", PASSWORD, None, string, MEDIUM, "the password of the keystore's private key")  # noqa: E501
@@ -740,15 +741,30 @@ class Config:
                 "default.replication.factor: a standalone broker (no zookeeper.connect) "
                 "supports only 1"
             )
-        if config.zookeeper_set_acl and not (
-            config.zookeeper_ssl_client_enable and config.zookeeper_ssl_keystore_location
-        ):
-            raise ConfigError(  # Kafka's check (KafkaServer.initZkClient): ACLs need an identity
+        config._check_zookeeper_identity()
+        return config
+
+    def _check_zookeeper_identity(self) -> None:
+        """The ZooKeeper link's SASL login (``KAFKA_OPTS``' JAAS file, :mod:`sluice.server.zk.
+        sasl`) must load in cluster mode; and ``zookeeper.set.acl`` needs an identity, SASL or a
+        TLS client certificate (Kafka's check in ``KafkaServer.initZkClient``)."""
+        if not self.cluster_mode and not self.zookeeper_set_acl:
+            return
+        from sluice.server.zk.sasl import jvm_system_properties, system_config, zookeeper_sasl
+
+        try:
+            sasl = zookeeper_sasl(os.environ)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        tls = self.zookeeper_ssl_client_enable and self.zookeeper_ssl_keystore_location
+        if self.zookeeper_set_acl and sasl is None and not tls:
+            props = jvm_system_properties(os.environ.get("KAFKA_OPTS", ""))
+            raise ConfigError(
                 "zookeeper.set.acl is true, but ZooKeeper client TLS configuration identifying "
                 "at least zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location was "
-                "not present (Sluice's ZooKeeper link has no SASL)"
+                "not present and the verification of the JAAS login file failed "
+                f"{system_config(props)} (a Client section, named in KAFKA_OPTS)"
             )
-        return config
 
     def _check_listeners(self) -> None:
         """Kafka's checks of the listener keys (``KafkaConfig.validateValues``), and Sluice's:

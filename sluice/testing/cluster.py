@@ -24,7 +24,9 @@ Without ``zookeeper_connect`` the cluster starts (and stops) a ZooKeeper of its 
 A secured cluster is ``properties`` too (``tests/security/test_secured_cluster.py``): keep a
 PLAINTEXT listener first, which :meth:`metadata` and :attr:`bootstrap_servers` use, and put the
 brokers' own traffic on ``inter.broker.listener.name``; each broker's :attr:`EmbeddedBroker.ports`
-names the others.
+names the others. ``secured=SaslSsl.create()`` (:mod:`sluice.testing.security`) does all of
+that for SASL_SSL with SCRAM-SHA-512 between the brokers, the SCRAM users written before the
+first start; :meth:`client_config` is a client's way in (over SASL_SSL when secured).
 
 :meth:`start` returns when every broker has registered, a controller is elected and every
 broker's Metadata lists all of them. Faults: :meth:`kill` (SIGKILL), :meth:`pause` /
@@ -50,6 +52,7 @@ from .embedded import EmbeddedBroker, Mode
 
 if TYPE_CHECKING:
     from sluice.protocol import messages as m
+    from sluice.testing.security import SaslSsl
     from sluice.testing.zookeeper import ZooKeeperServer
 
 __all__ = ["EmbeddedCluster"]
@@ -104,6 +107,7 @@ class EmbeddedCluster:
         ports: Sequence[int] | None = None,
         startup_timeout: float = 60.0,
         shutdown_timeout: float = 30.0,
+        secured: SaslSsl | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one broker, not {size}")
@@ -111,10 +115,29 @@ class EmbeddedCluster:
             raise ValueError(f"{size} brokers need {size} ports, not {list(ports)}")
         self.size = size
         self.mode: Mode = mode
-        self.properties = {**TEST_PROPERTIES, **(properties or {})}
+        #: SASL_SSL between the brokers (:mod:`sluice.testing.security`); the caller owns it.
+        self.secured = secured
+        self.properties = {
+            **TEST_PROPERTIES,
+            **(secured.broker_properties() if secured is not None else {}),
+            **(properties or {}),
+        }
         #: Per broker id, applied last (over ``zookeeper.connect`` too): e.g. a broker's
         #: ``advertised.listeners`` and ``zookeeper.connect`` through fault proxies.
         self.broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
+        #: The SASL_SSL listener's port of each broker (kept across restarts), when secured.
+        self.secure_ports: dict[int, int] = {}
+        if secured is not None:
+            from .security import free_ports
+
+            picked = free_ports(2 * size)
+            ports = list(ports) if ports is not None else picked[:size]
+            self.secure_ports = dict(zip(self.ids, picked[size:], strict=True))
+            for b, port in zip(self.ids, ports, strict=True):
+                self.broker_properties[b] = {
+                    "listeners": secured.listeners(port, self.secure_ports[b]),
+                    **self.broker_properties.get(b, {}),
+                }
         #: Per broker id, extra environment of its process (subprocess mode).
         self.broker_env = {b: dict(e) for b, e in (broker_env or {}).items()}
         if unknown := (set(self.broker_properties) | set(self.broker_env)) - set(self.ids):
@@ -149,6 +172,14 @@ class EmbeddedCluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every broker (running or not: clients skip dead ones)."""
         return ",".join(f"127.0.0.1:{self._ports[i]}" for i in self.ids if i in self._ports)
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka's way in: ``bootstrap.servers`` and, for a ``secured`` cluster, its
+        SASL_SSL listeners with the ``client`` user's login (else the PLAINTEXT listeners)."""
+        if self.secured is None:
+            return {"bootstrap.servers": self.bootstrap_servers}
+        servers = ",".join(f"127.0.0.1:{self.secure_ports[i]}" for i in self.ids)
+        return {"bootstrap.servers": servers, **self.secured.client_properties()}
 
     def data_dir(self, broker_id: int) -> Path:
         assert self._root is not None
@@ -266,6 +297,8 @@ class EmbeddedCluster:
                 self.zookeeper = ZooKeeperServer(zk_data)
                 self.zookeeper.start()
                 self._connect = self.zookeeper.connect_string("/sluice")
+            if self.secured is not None:  # the brokers' own login exists before they start
+                self.secured.create_users(self._connect)
             with concurrent.futures.ThreadPoolExecutor(self.size) as pool:
                 for future in [pool.submit(self._start_broker, i) for i in self.ids]:
                     future.result()

@@ -37,7 +37,9 @@ ZooKeeper, for cluster tests (:mod:`sluice.testing.zookeeper`)::
   the test;
 * ``sluice_cluster`` -- a real replicated cluster
   (:class:`~sluice.testing.cluster.EmbeddedCluster`: three broker processes on the session's
-  ZooKeeper, in the test's chroot), with kill -9 / pause / restart for fault tests;
+  ZooKeeper, in the test's chroot), with kill -9 / pause / restart for fault tests; SASL_SSL
+  between its brokers with ``@pytest.mark.sluice_cluster(security="sasl_ssl")`` or, for every
+  cluster of a run, ``SLUICE_TEST_CLUSTER_SECURITY=sasl_ssl``;
 * ``sluice_zookeeper_factory`` -- ``factory(**kwargs)`` starts a private
   :class:`~sluice.testing.zookeeper.ZooKeeperServer` (for tests that pause, kill or restart it),
   stopped after the test.
@@ -84,7 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "sluice_cluster(size=3, properties=None, broker_properties=None, mode='subprocess'): "
+        "sluice_cluster(size=3, properties=None, broker_properties=None, mode='subprocess', "
+        "security='plaintext'|'sasl_ssl'): "
         "configure the "
         "sluice_cluster fixture",
     )
@@ -165,20 +168,39 @@ def sluice_cluster(
     """A running replicated cluster (3 broker processes, ids 1-3) on the session's ZooKeeper,
     in a chroot of its own; ``sluice_cluster.bootstrap_servers`` lists every broker. Configure
     it with ``@pytest.mark.sluice_cluster(size=..., properties=..., broker_properties={id: {...}},
-    mode=...)``; faults with
-    ``sluice_cluster.kill(id)`` / ``pause`` / ``resume`` / ``restart``."""
+    mode=..., security=...)``; faults with
+    ``sluice_cluster.kill(id)`` / ``pause`` / ``resume`` / ``restart``.
+
+    ``security="sasl_ssl"`` (or ``SLUICE_TEST_CLUSTER_SECURITY=sasl_ssl`` in the environment,
+    for every cluster of a run) puts the brokers' own traffic on SASL_SSL
+    (:mod:`sluice.testing.security`); clients keep the PLAINTEXT listener of
+    ``bootstrap_servers`` or take ``sluice_cluster.client_config()`` (SASL_SSL then).
+    Parametrized indirectly, the parameter (a dict) overrides the marker's arguments."""
     from sluice.testing.cluster import EmbeddedCluster
+    from sluice.testing.security import SECURITY, SaslSsl
 
     marker = request.node.get_closest_marker("sluice_cluster")
     kwargs: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
-    cluster = EmbeddedCluster(
-        kwargs.pop("size", 3),
-        zookeeper_connect=sluice_zookeeper_connect,
-        properties=kwargs.pop("properties", None),
-        broker_properties=kwargs.pop("broker_properties", None),
-        mode=kwargs.pop("mode", "subprocess"),
+    kwargs.update(getattr(request, "param", None) or {})
+    security = kwargs.pop("security", None) or os.environ.get(
+        "SLUICE_TEST_CLUSTER_SECURITY", "plaintext"
     )
-    if kwargs:
-        raise pytest.UsageError(f"unknown sluice_cluster marker arguments: {sorted(kwargs)}")
-    with cluster:
-        yield cluster
+    if security not in SECURITY:
+        raise pytest.UsageError(f"sluice_cluster security {security!r}: one of {SECURITY}")
+    secured = SaslSsl.create() if security == "sasl_ssl" else None
+    try:
+        cluster = EmbeddedCluster(
+            kwargs.pop("size", 3),
+            zookeeper_connect=sluice_zookeeper_connect,
+            properties=kwargs.pop("properties", None),
+            broker_properties=kwargs.pop("broker_properties", None),
+            mode=kwargs.pop("mode", "subprocess"),
+            secured=secured,
+        )
+        if kwargs:
+            raise pytest.UsageError(f"unknown sluice_cluster marker arguments: {sorted(kwargs)}")
+        with cluster:
+            yield cluster
+    finally:
+        if secured is not None:
+            secured.close()

@@ -31,6 +31,12 @@ The configuration (spec ``replication.md`` §7), chosen for fast start and short
   loss anyway), ``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`` (JIT and GC for a short-lived
   small JVM): about 0.3-0.6 s to ready, ~60 MiB RSS.
 
+SASL (``sasl_users``): ZooKeeper's ``Server`` JAAS section with ``DigestLoginModule`` and a
+``user_<name>="<password>"`` per user (DIGEST-MD5), its ``SASLAuthenticationProvider``, and a
+``super`` user (``zookeeper.superUser``, a random password) that this class's own clients
+(:meth:`delete_tree`, :meth:`expire_session`) log in as; ``sasl_required`` closes every
+session that has not logged in with SASL (``enforce.auth.enabled``, ZooKeeper 3.7+).
+
 Every wait is bounded (``startup_timeout``, ``shutdown_timeout``); the JVM is stopped by its PID
 (SIGTERM, then SIGKILL). Not thread-safe: one owner drives start/stop/pause.
 """
@@ -39,13 +45,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ZooKeeperNotFoundError",
@@ -140,6 +149,8 @@ class ZooKeeperServer:
         shutdown_timeout: float = 10.0,
         tls_keystore: str | Path | None = None,
         tls_truststore: str | Path | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        sasl_required: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -150,6 +161,12 @@ class ZooKeeperServer:
         self.tls_keystore = Path(tls_keystore) if tls_keystore is not None else None
         self.tls_truststore = Path(tls_truststore) if tls_truststore is not None else None
         self.secure_port = 0
+        #: SASL DIGEST-MD5 users (name -> password), and whether a session must log in.
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_required = sasl_required
+        if sasl_required and not sasl_users:
+            raise ValueError("sasl_required needs sasl_users")
+        self.super_password = secrets.token_hex(16)
         self.tick_time_ms = tick_time_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -230,9 +247,7 @@ class ZooKeeperServer:
         harness): a second client connects with the same session id and password, taking the
         session over, and closes it. The first client then learns on reconnect that its session
         has expired; its ephemeral nodes are gone at once."""
-        from kazoo.client import KazooClient
-
-        thief = KazooClient(hosts=self.hosts, client_id=(session_id, password))
+        thief = self.kazoo_client(client_id=(session_id, password))
         thief.start(timeout=timeout)
         try:
             if thief.client_id is None or thief.client_id[0] != session_id:
@@ -243,9 +258,7 @@ class ZooKeeperServer:
 
     def delete_tree(self, path: str, timeout: float = 10.0) -> None:
         """Delete ``path`` and everything below it (absent is fine): a test's chroot."""
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=self.hosts)
+        client = self.kazoo_client()
         client.start(timeout=timeout)
         try:
             if client.exists(path):
@@ -253,6 +266,20 @@ class ZooKeeperServer:
         finally:
             client.stop()
             client.close()
+
+    def kazoo_client(self, **kwargs: Any) -> Any:
+        """A kazoo client of this server (not started), logged in as the super user when the
+        server has SASL users."""
+        from kazoo.client import KazooClient
+
+        if self.sasl_users:
+            kwargs.setdefault("sasl_options", self.sasl_options("super", self.super_password))
+        return KazooClient(hosts=self.hosts, **kwargs)
+
+    @staticmethod
+    def sasl_options(user: str, password: str) -> dict[str, str]:
+        """kazoo's ``sasl_options`` for a DIGEST-MD5 login."""
+        return {"mechanism": "DIGEST-MD5", "username": user, "password": password}
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         try:
@@ -354,9 +381,15 @@ class ZooKeeperServer:
             if self.tls_truststore is not None:
                 tls += [f"ssl.trustStore.location={self.tls_truststore.resolve()}",
                         "ssl.trustStore.type=PEM"]  # fmt: skip
+        sasl = []
+        if self.sasl_users:
+            sasl = ["authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"]
+            if self.sasl_required:
+                sasl += ["enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         return "\n".join(
             [
                 *tls,
+                *sasl,
                 f"tickTime={self.tick_time_ms}",
                 f"dataDir={self.data_dir}",
                 f"clientPort={self.port}",
@@ -377,11 +410,15 @@ class ZooKeeperServer:
         if self.tls_keystore is not None and not os.environ.get("SLUICE_ZOOKEEPER_CLASSPATH"):
             extra = [str(jar) for jar in DEBIAN_NETTY_TLS if jar.is_file()]
             classpath = os.pathsep.join([classpath, *extra])
+        flags = list(JVM_FLAGS)
+        if self.sasl_users:
+            flags += [f"-Djava.security.auth.login.config={self._write_jaas()}",
+                      "-Dzookeeper.superUser=super"]  # fmt: skip
         with open(self.log_path, "ab") as log:
             log.write(f"--- starting ZooKeeper on {self.host}:{self.port}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [java, *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(cfg)],
+                [java, *flags, "-cp", classpath, MAIN_CLASS, str(cfg)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -411,6 +448,18 @@ class ZooKeeperServer:
                     f"(srvr never said Mode: standalone):\n{self.log_tail()}"
                 )
             time.sleep(0.02)
+
+    def _write_jaas(self) -> Path:
+        """ZooKeeper's ``Server`` JAAS section: a ``user_<name>`` option per SASL user."""
+        assert self._scratch is not None
+        users = {**self.sasl_users, "super": self.super_password}
+        options = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+        path = self._scratch / "jaas.conf"
+        path.write_text(
+            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required "
+            f"{options};\n}};\n"
+        )
+        return path
 
     def _terminate(self) -> None:
         proc = self.process

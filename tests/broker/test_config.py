@@ -512,7 +512,8 @@ DECLARED = {
     "zookeeper.set.acl": (
         "false",
         "create znodes readable by anyone but writable only by this broker's ZooKeeper identity "
-        "(its TLS client certificate), the credentials' only by it (Kafka's secure ACLs)",
+        "(its SASL user or TLS client certificate), the credentials' only by it (Kafka's "
+        "secure ACLs)",
     ),
     "zookeeper.ssl.client.enable": (
         "false",

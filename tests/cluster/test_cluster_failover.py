@@ -29,7 +29,7 @@ RF3 = {"min.insync.replicas": "2", "auto.leader.rebalance.enable": "false"}
 def create_topic(cluster: EmbeddedCluster, name: str, partitions: int = 1, rf: int = 3) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin = AdminClient(cluster.client_config())
     futures = admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=30)
     futures[name].result(30)
     for p in range(partitions):
@@ -49,7 +49,7 @@ class ConfluentWriter:
         self._stop = threading.Event()
         self._producer = Producer(
             {
-                "bootstrap.servers": cluster.bootstrap_servers,
+                **cluster.client_config(),
                 "acks": "all",
                 "enable.idempotence": idempotent,
                 "linger.ms": 2,
@@ -104,7 +104,7 @@ def read_all(cluster: EmbeddedCluster, topic: str, partitions: int = 1) -> dict[
 
     consumer = Consumer(
         {
-            "bootstrap.servers": cluster.bootstrap_servers,
+            **cluster.client_config(),
             "group.id": f"check-{time.monotonic_ns()}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -163,10 +163,16 @@ def replicas_identical(cluster: EmbeddedCluster, topic: str) -> None:
 
 
 @pytest.mark.sluice_cluster(properties=RF3)
-@pytest.mark.parametrize("fault", ["kill", "graceful"])
+@pytest.mark.parametrize(
+    ("sluice_cluster", "fault"),
+    [({}, "kill"), ({}, "graceful"), ({"security": "sasl_ssl"}, "kill")],
+    ids=["kill", "graceful", "sasl_ssl-kill"],
+    indirect=["sluice_cluster"],
+)
 def test_confluent_acks_all_survives_losing_the_leader(
     sluice_cluster: EmbeddedCluster, fault: str
 ) -> None:
+    """(On SASL_SSL: the clients and the brokers' own traffic alike.)"""
     cluster = sluice_cluster
     create_topic(cluster, "orders")
     writer = ConfluentWriter(cluster, "orders", idempotent=True).start()
@@ -197,6 +203,32 @@ def test_confluent_acks_all_survives_losing_the_leader(
     cluster.wait_for(caught_up, "the restarted replica back in the ISR")
     assert end >= len(writer.acked)
     replicas_identical(cluster, "orders")
+
+
+@pytest.mark.sluice_cluster(properties=RF3, security="sasl_ssl")
+def test_acks_all_over_sasl_ssl_survives_a_controller_kill(sluice_cluster: EmbeddedCluster) -> None:
+    """The controller killed under an acks=all SASL_SSL producer: another broker is elected and
+    moves the dead broker's leaderships (LeaderAndIsr and UpdateMetadata over SASL_SSL, the
+    inter-broker listener); the writes go on and nothing acknowledged is lost."""
+    cluster = sluice_cluster
+    create_topic(cluster, "ctl", partitions=3)
+    writer = ConfluentWriter(cluster, "ctl", idempotent=True).start()
+    try:
+        writer.wait_acked(200)
+        controller = int(cluster.metadata().controller_id)
+        cluster.kill(controller)
+        cluster.wait_for(
+            lambda: cluster.metadata().controller_id not in (-1, controller), "a new controller"
+        )
+        for p in range(3):
+            assert cluster.wait_for_leader("ctl", p) != controller
+        acked_before = len(writer.acked)
+        writer.wait_acked(acked_before + 300)
+        cluster.restart(controller)
+    finally:
+        writer.stop()
+    assert not writer.failed
+    check(writer, read_all(cluster, "ctl", partitions=3))
 
 
 @pytest.mark.sluice_cluster(properties=RF3)

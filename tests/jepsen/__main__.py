@@ -4,6 +4,7 @@
     python -m tests.jepsen --trials 100 --seed 2000 --no-idempotence
     python -m tests.jepsen --trials 20 --seed 3000 --acks 1
     python -m tests.jepsen --trials 1 --seed 1042                   # replay one trial
+    python -m tests.jepsen --trials 20 --seed 24000 --security sasl_ssl  # every link SASL_SSL
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from sluice.testing.cluster import interrupt_on_signals
+from sluice.testing.security import SECURITY
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import (
     FAULTS,
@@ -48,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(FAULTS),
         help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)})",
     )
+    parser.add_argument(
+        "--security", choices=SECURITY, default="plaintext",
+        help="sasl_ssl: clients and brokers over SASL_SSL (SCRAM-SHA-512) through the proxies",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     if not args.faults or set(args.faults) - set(FAULTS):
@@ -76,6 +82,7 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 idempotence=args.idempotence,
                 duration=args.duration,
                 faults=args.faults,
+                security=args.security,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
             result = run_trial(zookeeper, config)

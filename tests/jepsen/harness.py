@@ -20,6 +20,11 @@ one broker and each undone by :meth:`FaultCluster.heal`:
 
 Ports are chosen up front (bind to 0, close, reuse) so a restarted broker comes back on the
 same port behind the same proxy.
+
+``security="sasl_ssl"`` runs the same cluster with SASL_SSL on every proxied link, clients and
+inter-broker alike (:mod:`sluice.testing.security`: the PLAINTEXT listener stays, unproxied,
+for the harness's own observation); clients add
+:attr:`FaultCluster.client_security` to their settings.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.testing.cluster import EmbeddedCluster
+from sluice.testing.security import SECURITY, SaslSsl
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.proxy import FaultProxy, Mode
 
@@ -75,6 +81,18 @@ def free_port(rng: random.Random | None = None) -> int:
     raise RuntimeError(f"no free port in [10000, {low})")
 
 
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    for _ in range(100 * count):
+        if len(ports) == count:
+            break
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} distinct free ports")
+    return ports
+
+
 @dataclass
 class FaultCluster:
     """An :class:`EmbeddedCluster` of ``size`` brokers behind proxies, in ``chroot`` of ``zk``."""
@@ -82,6 +100,8 @@ class FaultCluster:
     zookeeper: ZooKeeperServer
     size: int = 3
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: ``plaintext`` or ``sasl_ssl`` (:mod:`sluice.testing.security`).
+    security: str = "plaintext"
     chroot: str = field(default_factory=lambda: f"/jepsen/{uuid.uuid4().hex}")
     cluster: EmbeddedCluster = field(init=False)
     listener: dict[int, FaultProxy] = field(init=False, default_factory=dict)
@@ -89,28 +109,43 @@ class FaultCluster:
     killed: set[int] = field(init=False, default_factory=set)
     paused: set[int] = field(init=False, default_factory=set)
     journals: Path = field(init=False)
+    secured: SaslSsl | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.security not in SECURITY:
+            raise ValueError(f"security {self.security!r}: one of {', '.join(SECURITY)}")
         ids = list(range(1, self.size + 1))
         self.journals = Path(tempfile.mkdtemp(prefix="sluice-sync-journals-"))
-        ports = [free_port() for _ in ids]
+        if self.security == "sasl_ssl":
+            self.secured = SaslSsl.create()
+        ports = _distinct_free_ports(len(ids) * (2 if self.secured else 1))
+        # The proxied listener: SASL_SSL's own port when secured (PLAINTEXT's is then only
+        # the harness's, around the proxies), else the one PLAINTEXT listener's.
+        plain, proxied = ports[: len(ids)], ports[len(ids) :] or ports
         zk_host, zk_port = self.zookeeper.hosts.rsplit(":", 1)
         per_broker: dict[int, dict[str, str]] = {}
         try:
-            for broker_id, port in zip(ids, ports, strict=True):
-                self.listener[broker_id] = FaultProxy("127.0.0.1", port)
+            for broker_id, port, upstream in zip(ids, plain, proxied, strict=True):
+                self.listener[broker_id] = proxy = FaultProxy("127.0.0.1", upstream)
                 self.zk[broker_id] = FaultProxy(zk_host, int(zk_port))
                 per_broker[broker_id] = {
-                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.listener[broker_id].port}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",
                     "zookeeper.connect": f"127.0.0.1:{self.zk[broker_id].port}{self.chroot}",
                 }
+                if self.secured is not None:
+                    per_broker[broker_id] = {
+                        **per_broker[broker_id],
+                        "listeners": self.secured.listeners(port, upstream),
+                        "advertised.listeners": self.secured.advertised_listeners(port, proxy.port),
+                    }
         except BaseException:
             self._close_proxies()
             raise
+        secured = self.secured.broker_properties() if self.secured is not None else {}
         self.cluster = EmbeddedCluster(
             self.size,
             zookeeper_connect=self.zookeeper.connect_string(self.chroot),
-            properties={**FAULT_PROPERTIES, **self.properties},
+            properties={**FAULT_PROPERTIES, **secured, **self.properties},
             broker_properties=per_broker,
             broker_env={
                 b: {
@@ -119,13 +154,15 @@ class FaultCluster:
                 }
                 for b in ids
             },
-            ports=ports,
+            ports=plain,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> FaultCluster:
         try:
+            if self.secured is not None:
+                self.secured.create_users(self.zookeeper.connect_string(self.chroot))
             self.cluster.start_sync()
         except BaseException:  # also Ctrl-C: nothing of this trial may outlive it
             self.stop()
@@ -146,6 +183,8 @@ class FaultCluster:
         finally:
             self._close_proxies()
             shutil.rmtree(self.journals, ignore_errors=True)
+            if self.secured is not None:
+                self.secured.close()
             self.zookeeper.delete_tree(self.chroot)
 
     def __enter__(self) -> FaultCluster:
@@ -159,6 +198,8 @@ class FaultCluster:
             proxy.close()
         if getattr(self, "cluster", None) is None:  # __post_init__ failed before it existed
             shutil.rmtree(self.journals, ignore_errors=True)
+            if self.secured is not None:
+                self.secured.close()
 
     # --- what clients use ----------------------------------------------------------------------
 
@@ -170,6 +211,11 @@ class FaultCluster:
     def bootstrap_servers(self) -> str:
         """The proxies: a client's every connection goes through a link the faults can cut."""
         return ",".join(f"127.0.0.1:{self.listener[b].port}" for b in self.ids)
+
+    @property
+    def client_security(self) -> dict[str, Any]:
+        """The security settings a librdkafka client of the proxies needs (none: PLAINTEXT)."""
+        return self.secured.client_properties() if self.secured is not None else {}
 
     # --- faults --------------------------------------------------------------------------------
 

@@ -66,6 +66,8 @@ class TrialConfig:
     interval: float = 0.002  # seconds between sends
     #: The fault kinds drawn from (all of :data:`FAULTS` by default; ``--faults``).
     faults: tuple[str, ...] = FAULTS
+    #: ``plaintext`` or ``sasl_ssl`` (every proxied link; ``--security``).
+    security: str = "plaintext"
 
 
 @dataclass
@@ -258,6 +260,7 @@ def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[Obse
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({
+        **cluster.client_security,
         "bootstrap.servers": cluster.bootstrap_servers,
         "group.id": f"jepsen-reader-{topic}",
         "enable.auto.commit": False,
@@ -375,7 +378,7 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
     result = TrialResult(config, schedule)
     topic = f"jepsen-{config.seed}"
     try:
-        with FaultCluster(zookeeper) as cluster:
+        with FaultCluster(zookeeper, security=config.security) as cluster:
             _create_topic(cluster, topic)
             t0 = time.monotonic()
             nemesis = _Nemesis(cluster, topic, schedule, t0)
@@ -430,7 +433,9 @@ def _produce_and_heal(
             outcomes[value] = Send(value, "unknown")
             errors[err.name()] = errors.get(err.name(), 0) + 1
 
-    producer = Producer(_producer_config(config, cluster.bootstrap_servers))
+    producer = Producer(
+        {**cluster.client_security, **_producer_config(config, cluster.bootstrap_servers)}
+    )
     sent: list[str] = []
     i = 0
     next_at = time.monotonic()
@@ -488,7 +493,7 @@ def _produce_and_heal(
 def _create_topic(cluster: FaultCluster, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin = AdminClient({**cluster.client_security, "bootstrap.servers": cluster.bootstrap_servers})
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 3, config=SAFE_TOPIC_CONFIG)])
     futures[topic].result(30)
     cluster.wait_fully_replicated(topic)

@@ -22,7 +22,8 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.server.config`` (the broker's settings) sits at the bottom of the broker: protocol,
   ``config_def``, the keys declared by storage (``log_config``), the group room
   (``group.config``), the controller (``controller.config``) and the security protocols of
-  listeners (``security.listeners``), logging.
+  listeners (``security.listeners``), the ZooKeeper link's SASL login (``zk.sasl``, read from
+  ``KAFKA_OPTS``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
   storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
   (what this broker knows of the cluster) drives replication from ZooKeeper and the controller,
@@ -40,7 +41,8 @@ the bottom up (the README's *Architecture* section lists the same):
   and storage's file formats (the layout, the producer snapshot and the aborted-transaction
   index, which ``sluice-segments`` reads for read_committed); ``sluice.cli`` on top of the
   client, the pipeline's jobs and the dump-log tool. Nothing but ``sluice.testing`` (and
-  ``sluice``'s own lazy exports) imports ``sluice.testing``.
+  ``sluice``'s own lazy exports) imports ``sluice.testing``, which starts brokers (and writes
+  a secured cluster's SCRAM users to ZooKeeper before they start).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.transaction.config",
         "sluice.server.controller.config",
         "sluice.server.security.listeners",
+        "sluice.server.zk.sasl",
         LOGGING,
     ),
     "sluice.server.replication": (
@@ -183,6 +186,10 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.client",
         "sluice.server.server",
         "sluice.server.config",
+        # a secured test cluster's SCRAM users, written before its brokers start
+        "sluice.server.security.credentials",
+        "sluice.server.security.scram",
+        "sluice.server.zk.client",
     ),
     "sluice": ("sluice.client", "sluice.testing"),  # lazy exports of the short names
 }

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -284,6 +285,7 @@ class ClusterMember:
     async def start(self) -> None:
         from sluice.server.zk.client import ZkClient
         from sluice.server.zk.kafka_zk import KafkaZkClient
+        from sluice.server.zk.sasl import zookeeper_sasl
 
         config = self.config
         assert config.zookeeper_connect is not None
@@ -294,6 +296,7 @@ class ClusterMember:
             session_timeout=session,
             connect_timeout=connect / 1000,
             tls=self._zookeeper_tls(),
+            sasl=zookeeper_sasl(os.environ),  # KAFKA_OPTS' JAAS file, checked by Config.load
             secure_acls=config.zookeeper_set_acl,
         )
         await zk.start()

@@ -14,19 +14,31 @@ Kafka cluster::
 ``--describe`` prints ``kafka-configs``' lines (``SCRAM credential configs for user-principal
 'alice' are SCRAM-SHA-512=iterations=8192``). Once a broker runs, the same changes go through
 AlterUserScramCredentials (``kafka-configs --bootstrap-server``).
+
+With ``--zookeeper`` the tool logs in to ZooKeeper as the brokers do, from the JAAS ``Client``
+section named in ``KAFKA_OPTS`` (:mod:`sluice.server.zk.sasl`), and then, as
+``kafka-configs --zookeeper`` does, creates its znodes with Kafka's secure ACLs (the
+credentials readable and writable by that user only).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
+
+from sluice.server.zk.errors import AuthFailedError
 
 from .credentials import CredentialStore, FileCredentialStore, ZkCredentialStore
 from .errors import InvalidCredential
 from .scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, ScramCredential, credential_from_password
+
+if TYPE_CHECKING:
+    from sluice.server.zk.sasl import ZkSasl
 
 __all__ = ["describe_lines", "main", "parse_add_config", "scram_upserts"]
 
@@ -89,7 +101,7 @@ def describe_lines(store: CredentialStore, users: Sequence[str] = ()) -> list[st
 
 async def _run(
     store_factory: str, location: str, name: str | None, alter: bool,
-    add: dict[str, ScramCredential], delete: list[str],
+    add: dict[str, ScramCredential], delete: list[str], sasl: ZkSasl | None = None,
 ) -> list[str]:  # fmt: skip
     if store_factory == "file":
         store: CredentialStore = FileCredentialStore(location)
@@ -97,7 +109,7 @@ async def _run(
     else:
         from sluice.server.zk.client import ZkClient
 
-        zk = ZkClient(location)
+        zk = ZkClient(location, sasl=sasl, secure_acls=sasl is not None)
         await zk.start()
         store = zk_store = ZkCredentialStore(zk)
         await zk_store.start()
@@ -147,8 +159,13 @@ def main(
             raise InvalidCredential(f"unknown SCRAM mechanism(s) to delete: {', '.join(bad)}")
         kind, location = ("file", credentials_file) if credentials_file else ("zk", zookeeper)
         assert location is not None
-        lines = asyncio.run(_run(kind, location, entity_name, alter, upserts, deletions))
-    except InvalidCredential as exc:
+        sasl = None
+        if kind == "zk":
+            from sluice.server.zk.sasl import zookeeper_sasl
+
+            sasl = zookeeper_sasl(os.environ)  # KAFKA_OPTS' JAAS file, as Kafka's tools
+        lines = asyncio.run(_run(kind, location, entity_name, alter, upserts, deletions, sasl))
+    except (InvalidCredential, ValueError, AuthFailedError) as exc:
         raise click.ClickException(str(exc)) from exc
     for line in lines:
         click.echo(line)

@@ -44,6 +44,11 @@ ZooKeeper's certificate (against the truststore, or the system's CAs) and its ho
 disabled, and presenting the broker's certificate when a keystore is given (ZooKeeper's
 ``ssl.clientAuth``).
 
+**SASL** (:class:`sluice.server.zk.sasl.ZkSasl`, the JAAS ``Client`` section Kafka's brokers
+use): kazoo logs in with DIGEST-MD5 (``pure-sasl``) right after every connect, before any
+request of the session is sent. :meth:`ZkClient.start` makes one round trip so that a refused
+login fails the start with :class:`AuthFailedError` naming the user, instead of a later request.
+
 Only the event loop thread may call the methods (they are not thread-safe). kazoo is imported
 when a client is constructed, never at import: standalone brokers do not load it.
 """
@@ -62,6 +67,7 @@ from typing import Any, TypeVar
 from sluice.server.logging import get_logger
 
 from .errors import (
+    AuthFailedError,
     ClientClosedError,
     ConnectionLossError,
     NoNodeError,
@@ -69,6 +75,7 @@ from .errors import (
     ZkError,
     translate,
 )
+from .sasl import ZkSasl
 
 __all__ = [
     "CheckOp",
@@ -277,6 +284,27 @@ def _tls_handler(tls: ZkTls) -> Any:
     return TlsHandler()
 
 
+def _refused_login_stops(kz: Any) -> None:
+    """ZooKeeper answers a failed SASL login with AUTHFAILED, or, when it requires SASL
+    (``enforce.auth.enabled``), with SESSION_CLOSED_REQUIRE_SASL_AUTH. kazoo handles the first
+    (state AUTH_FAILED, pending requests fail, no reconnect) but lets the second escape its
+    connection thread, which dies with the requests left as connection losses. Both are the
+    same refusal: the second is raised as the first."""
+    from kazoo.exceptions import AuthFailedError as KazooAuthFailed
+    from kazoo.exceptions import SessionClosedRequireSaslError
+
+    connection = kz._connection
+    authenticate = connection._authenticate_with_sasl
+
+    def authenticate_or_fail(host: str, timeout: float) -> None:
+        try:
+            authenticate(host, timeout)
+        except SessionClosedRequireSaslError as exc:
+            raise KazooAuthFailed("ZooKeeper closed the session: SASL login refused") from exc
+
+    connection._authenticate_with_sasl = authenticate_or_fail
+
+
 class ZkClient:
     """An asyncio ZooKeeper session; see the module docstring.
 
@@ -295,10 +323,12 @@ class ZkClient:
         request_timeout: float = 30.0,
         close_timeout: float = 10.0,
         tls: ZkTls | None = None,
+        sasl: ZkSasl | None = None,
         secure_acls: bool = False,
     ) -> None:
         self.connect = connect
         self.tls = tls
+        self.sasl = sasl
         #: Kafka's ``zookeeper.set.acl``: the znodes this client creates get :func:`secure_acl`.
         self.secure_acls = secure_acls
         self.hosts, self.chroot = split_connect_string(connect)
@@ -379,11 +409,16 @@ class ZkClient:
             timeout=self.session_timeout,
             handler=handler,
             connection_retry=retry,
+            sasl_options=self.sasl.kazoo_options() if self.sasl is not None else None,
         )
+        if self.sasl is not None:
+            _refused_login_stops(self._kz)
         self._kz.add_listener(self._on_kazoo_state)
         try:
             await self._in_thread(self._kz.start_async, self.connect_timeout)
             await self.wait_connected(self.connect_timeout)
+            if self.sasl is not None:
+                await self._check_login(self.sasl)
             if self.chroot:
                 await self.ensure_path(self.chroot)
                 self._kz.chroot = self.chroot
@@ -393,6 +428,26 @@ class ZkClient:
         log.info(
             "zookeeper connected", hosts=self.hosts, chroot=self.chroot, session_id=self._session_id
         )
+
+    async def _check_login(self, sasl: ZkSasl) -> None:
+        """One round trip: kazoo reports CONNECTED before its SASL exchange, and queues the
+        session's requests behind it, so this answers once the login is through (or refused)."""
+        try:
+            await asyncio.wait_for(self.exists("/"), self.connect_timeout)
+        except AuthFailedError:
+            log.error(
+                "zookeeper refused the SASL login",
+                hosts=self.hosts, user=sasl.username, mechanism=sasl.mechanism, jaas=sasl.source,
+            )  # fmt: skip
+            raise AuthFailedError(
+                f"ZooKeeper ({self.hosts}) refused the SASL {sasl.mechanism} login of user "
+                f"{sasl.username!r} ({sasl.source}): wrong username or password?"
+                " (ZooKeeper's log says why)"
+            ) from None
+        except TimeoutError:
+            raise ConnectionLossError(
+                f"no answer from {self.hosts} within {self.connect_timeout}s after the SASL login"
+            ) from None
 
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""

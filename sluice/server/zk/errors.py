@@ -11,7 +11,8 @@ these (``raise ... from`` the kazoo one). What a caller does with each:
 * :class:`SessionExpiredError`: the session is gone with its ephemeral nodes and watches; the
   client reconnects on a new session (reported as ``SessionEvent(new_session=True)``), after
   which the caller re-registers and re-reads. :class:`ClientClosedError`: :meth:`close` was
-  called; nothing more will be sent.
+  called; nothing more will be sent. :class:`AuthFailedError`: ZooKeeper refused the login
+  (SASL); the client does not reconnect.
 
 ``path`` is the znode concerned (chroot-relative) when known; ``op_index`` is the index of the
 operation that failed in a ``multi``.
@@ -24,6 +25,7 @@ from typing import ClassVar
 from sluice.protocol.errors import SluiceError
 
 __all__ = [
+    "AuthFailedError",
     "BadVersionError",
     "ClientClosedError",
     "ConnectionLossError",
@@ -98,6 +100,13 @@ class SessionExpiredError(ZkConnectionError):
     code: ClassVar[int | None] = -112
 
 
+class AuthFailedError(ZkConnectionError):
+    """ZooKeeper refused this client's login (SASL: a wrong username or password): the client
+    stops connecting; nothing more will be sent."""
+
+    code = -115
+
+
 class ClientClosedError(SessionExpiredError):
     """The client was closed."""
 
@@ -115,6 +124,9 @@ _BY_KAZOO_NAME: dict[str, type[ZkError]] = {
     "KazooTimeoutError": ConnectionLossError,
     "SessionExpiredError": SessionExpiredError,
     "ConnectionClosedError": ClientClosedError,
+    "AuthFailedError": AuthFailedError,
+    # ZooKeeper closes a session that has not logged in when it requires SASL
+    "SessionClosedRequireSaslError": AuthFailedError,
 }
 
 

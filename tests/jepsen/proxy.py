@@ -122,6 +122,18 @@ class FaultProxy:
         return 0
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection, piped to the upstream until either side ends.
+
+        Cancelled by :meth:`_stop`, it ends quietly: Python 3.11's stream server calls
+        ``task.exception()`` on it, which raises for a cancelled task and logs a traceback
+        ("Exception in callback ... CancelledError") -- once seen when a Ctrl-C stopped the
+        proxy while it was connecting upstream."""
+        try:
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            _abort(writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._mode is Mode.RESET:
             _abort(writer)
             return

@@ -79,3 +79,26 @@ def test_pass_blackhole_heal_and_reset(echo_port: int) -> None:
         proxy.set_mode(Mode.PASS)
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as again:
             assert roundtrip(again, b"back") == b"back"
+
+
+def test_closing_with_live_connections_logs_no_error(
+    echo_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing cancels the connection tasks, also one still connecting upstream (a Ctrl-C in
+    the middle of a trial): none may surface as an asyncio error (a traceback in the fault
+    suite's output, once seen when a Ctrl-C stopped it)."""
+    silent = socket.create_server(("127.0.0.1", 0), backlog=0)  # never accepts
+    try:
+        proxies = [FaultProxy("127.0.0.1", echo_port), FaultProxy(*silent.getsockname())]
+        sockets = [socket.create_connection(("127.0.0.1", p.port), timeout=5) for p in proxies]
+        assert roundtrip(sockets[0], b"live") == b"live"
+        sockets += [socket.create_connection(("127.0.0.1", proxies[1].port), timeout=5)
+                    for _ in range(3)]  # fmt: skip
+        with caplog.at_level("DEBUG", logger="asyncio"):
+            for p in proxies:
+                p.close()
+        for s in sockets:
+            s.close()
+    finally:
+        silent.close()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []

@@ -57,6 +57,8 @@ from tests.jepsen.runner import (
     PARTITIONS,
     TrialConfig,
     TrialResult,
+    _batches,
+    _classify_duplicates,
     _Nemesis,
     _producer_config,
     _windows,
@@ -70,12 +72,17 @@ TOMBSTONE_SHARE = 0.1
 COMPACTED_TOPIC_CONFIG = {
     **SAFE_TOPIC_CONFIG,
     "cleanup.policy": "compact",
-    "segment.bytes": "4096",
+    # Above the producer's batch.size (PRODUCER_OVERRIDES): a batch larger than a segment is
+    # refused (RECORD_LIST_TOO_LARGE), as Kafka refuses it.
+    "segment.bytes": "16384",
     "segment.ms": "200",
     "min.cleanable.dirty.ratio": "0.01",
     "min.compaction.lag.ms": "0",
     "delete.retention.ms": "500",
 }
+
+#: The producer: batches well under a segment.
+PRODUCER_OVERRIDES = {"batch.size": 8192}
 
 #: The brokers: a cleaner that looks for work every 50 ms.
 COMPACTED_BROKER_PROPERTIES = {"log.cleaner.backoff.ms": "50"}
@@ -329,6 +336,9 @@ class CompactedTrialResult(TrialResult):
     partitions whose replicas' compacted views disagree."""
 
     compacted: CompactedReport | None = None
+    #: Per partition whose replicas disagree: up to 10 keys with each broker's (offset, leader
+    #: epoch, value) of the key, the evidence for ``replica_mismatch``.
+    view_diffs: dict[int, dict[str, dict[int, Any]]] = field(default_factory=dict)
     #: Cleanings the brokers logged during the trial, all replicas together (evidence that the
     #: cleaner ran under the faults).
     cleanings: int = 0
@@ -337,7 +347,13 @@ class CompactedTrialResult(TrialResult):
     def valid(self) -> bool:
         if self.error or self.compacted is None or self.replica_mismatch:
             return False
-        return self.compacted.valid
+        c = self.compacted
+        if c.lost or c.resurrected or c.phantom or c.inconsistent_offsets or c.nonmonotonic:
+            return False
+        # A value written twice under two producer identities was sent twice by the client
+        # (librdkafka after an epoch bump; see runner._classify_duplicates): allowed, unless
+        # it changed a key's latest (then it is in ``lost``).
+        return not (self.config.idempotence and self.duplicate_rewritten)
 
     def record(self) -> dict[str, Any]:
         out = super().record()
@@ -345,6 +361,7 @@ class CompactedTrialResult(TrialResult):
         out["cleanings"] = self.cleanings
         if self.compacted is not None and not self.valid:
             out["evidence"] = self.compacted.evidence()
+            out["view_diffs"] = {str(p): d for p, d in self.view_diffs.items()}
         return out
 
 
@@ -379,8 +396,13 @@ def run_compacted_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> Comp
             observations = _read(cluster, topic)
             compare_compacted_replicas(cluster, topic, result)
             result.cleanings = _cleanings_logged(cluster, topic)
+            headers = {
+                p: [h for b in cluster.ids for h in _batches(cluster.log_bytes(b, topic, p))]
+                for p in range(PARTITIONS)
+            }
         result.compacted = check_latest(history, [observations])
         result.summary = result.compacted.summary()
+        _classify_duplicates(result.compacted, headers, result)  # type: ignore[arg-type]
         result.windows = _windows(acked_at, config.duration)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -407,11 +429,29 @@ def compare_compacted_replicas(
             cluster.cluster.wait_for(same, f"{topic}-{p} replicas' compacted views equal", timeout)
         except TimeoutError:
             result.replica_mismatch.append(p)
+            if isinstance(result, CompactedTrialResult):
+                result.view_diffs[p] = _view_diff(cluster.ids, [compacted_view(d) for d in dirs])
         if any(
             epochs_disagree_with_batches(cluster.epoch_checkpoint(b, topic, p), d)
             for b, d in zip(cluster.ids, dirs, strict=True)
         ):
             result.epoch_cache_mismatch.append(p)
+
+
+def _view_diff(
+    ids: list[int], views: list[dict[bytes, tuple[int, int, bytes]]]
+) -> dict[str, dict[int, Any]]:
+    diff: dict[str, dict[int, Any]] = {}
+    for key in sorted(set().union(*views)):
+        found = [v.get(key) for v in views]
+        if len(set(found)) > 1:
+            diff[key.decode(errors="replace")] = {
+                b: None if f is None else [f[0], f[1], f[2].decode(errors="replace")]
+                for b, f in zip(ids, found, strict=True)
+            }
+        if len(diff) >= 10:
+            break
+    return diff
 
 
 def _cleanings_logged(cluster: FaultCluster, topic: str) -> int:
@@ -464,7 +504,9 @@ def _produce_and_heal(
 
         return delivered
 
-    producer = Producer(_producer_config(config, cluster.bootstrap_servers))
+    producer = Producer({
+        **_producer_config(config, cluster.bootstrap_servers), **PRODUCER_OVERRIDES
+    })  # fmt: skip
     i = 0
     next_at = time.monotonic()
     end = t0 + config.duration

@@ -366,6 +366,10 @@ class Log:
         #: LogManager: the log cleaner's first dirty offset must not stay above it, Kafka's
         #: ``maybeTruncateCheckpoint``).
         self.truncated: Callable[[int], None] | None = None
+        #: Called once, on the event loop, when the log goes offline (:meth:`_go_offline`; set
+        #: by the LogManager, whose listeners tell the controller: Kafka's
+        #: ``LogDirFailureChannel`` feeding ``ReplicaManager.handleLogDirFailure``).
+        self.went_offline: Callable[[Log], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -959,6 +963,11 @@ class Log:
         """Taken offline by an I/O error its in-memory state could not survive
         (:meth:`_go_offline`): every read and write answers KAFKA_STORAGE_ERROR."""
         return self._offline is not None
+
+    @property
+    def offline_reason(self) -> str | None:
+        """Why the log is offline (the step and the error), or None."""
+        return self._offline
 
     @property
     def vfs(self) -> VFS:
@@ -2381,6 +2390,8 @@ class Log:
         for segment in (*self._segments, *also, *(s for _due, s in self._pending_deletes)):
             with contextlib.suppress(OSError):
                 segment.close_handlers()
+        if self.went_offline is not None:
+            self.went_offline(self)
 
     def _check_open(self) -> None:
         if self._offline is not None:

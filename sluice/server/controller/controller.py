@@ -58,6 +58,10 @@ What each event does:
 * **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
   election, or the offline election with unclean allowed (Kafka allows it only when an admin
   asks): :meth:`Controller.elect_leaders`.
+* **Log dir event** (a broker's log went offline and it wrote a notice under
+  ``/log_dir_event_notification``): its offline replicas lose their leadership to an in-sync
+  follower and leave the ISR, and are never elected until the broker registers again
+  (:meth:`Controller._on_log_dir_event`).
 * **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
   Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
   only partition state kept between events is in ZooKeeper here too: a partition is being

@@ -19,7 +19,9 @@
 4. writes the leader's **ISR changes** to the state znode conditionally on the zkVersion it
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
    ``replica.lag.time.max.ms / 2``;
-5. on **session loss** gives up leadership of everything at once (another broker may be elected
+5. reports a log taken offline by an I/O error to the controller (a log dir event notification,
+   :meth:`ClusterMember._on_log_offline`), which moves its leadership elsewhere;
+6. on **session loss** gives up leadership of everything at once (another broker may be elected
    while we cannot hear about it), then, on the new session, checks that ZooKeeper still holds
    this cluster (the ``/cluster/id`` joined: a ZooKeeper restarted on an empty data dir does
    not, and its empty topic list must not delete anything), registers again and re-reads and

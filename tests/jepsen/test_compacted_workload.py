@@ -11,16 +11,17 @@ import pytest
 from sluice.protocol.records import build_batch
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.compacted_workload import (
-    KeyedObservation as Obs,
-)
-from tests.jepsen.compacted_workload import (
-    KeyedSend as Send,
-)
-from tests.jepsen.compacted_workload import (
+    CompactedTrialResult,
     check_latest,
     compacted_view,
     epochs_disagree_with_batches,
     run_compacted_trial,
+)
+from tests.jepsen.compacted_workload import (
+    KeyedObservation as Obs,
+)
+from tests.jepsen.compacted_workload import (
+    KeyedSend as Send,
 )
 from tests.jepsen.runner import TrialConfig, format_line
 
@@ -117,6 +118,22 @@ def test_a_value_read_twice_is_a_duplicate() -> None:
     pending = Send(2, "a", "a3", "unknown")
     report = check_latest([A1, A2, pending], [[Obs(0, 1, "a", "a2"), Obs(0, 2, "a", "a2")]])
     assert report.duplicate == {"a2": [(0, 1), (0, 2)]} and not report.valid
+
+
+def test_a_trial_allows_a_clients_resend_but_not_a_brokers_rewrite() -> None:
+    """A value read twice under two producer identities was sent twice by librdkafka (an
+    epoch bump): allowed when it did not change the latest; one identity twice: the broker's."""
+    from tests.jepsen.runner import _classify_duplicates
+    from tests.jepsen.test_random_faults import header
+
+    pending = Send(2, "a", "a3", "unknown")
+    read = [Obs(0, 1, "a", "a2"), Obs(0, 2, "a", "a2")]
+    for batches, valid in (([header(0, 2, 0, 0), header(2, 1, 1, 1)], True),
+                           ([header(0, 2, 0, 0), header(2, 1, 0, 1)], False)):  # fmt: skip
+        result = CompactedTrialResult(TrialConfig(1), [])
+        result.compacted = check_latest([A1, A2, pending], [read])
+        _classify_duplicates(result.compacted, {0: batches}, result)  # type: ignore[arg-type]
+        assert result.valid is valid, batches
 
 
 def test_values_must_be_unique() -> None:

@@ -12,18 +12,16 @@ from sluice.protocol.records import build_batch
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.compacted_workload import (
     CompactedTrialResult,
+    KeyedObservation,
+    KeyedSend,
     check_latest,
     compacted_view,
     epochs_disagree_with_batches,
     run_compacted_trial,
 )
-from tests.jepsen.compacted_workload import (
-    KeyedObservation as Obs,
-)
-from tests.jepsen.compacted_workload import (
-    KeyedSend as Send,
-)
 from tests.jepsen.runner import TrialConfig, format_line
+
+Send, Obs = KeyedSend, KeyedObservation
 
 # Key "a" in partition 0: a1 acknowledged at 0, a2 at 1; a tombstone acknowledged at 2; a3 at 3.
 A1 = Send(0, "a", "a1", "ok", 0, 0)

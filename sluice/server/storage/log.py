@@ -466,7 +466,16 @@ class Log:
            it (``LogSegment.recover(from_offset=...)``: that prefix and its index entries were
            fsynced), so a restart reads only what was written since the last flush, not the
            whole active segment (Kafka re-reads whole segments). One log line per segment
-           with the bytes scanned, as Kafka's "Recovering unflushed segment".
+           with the bytes scanned, as Kafka's "Recovering unflushed segment". Then trailing
+           empty segments (above the recovery point) that start past the end of the segment
+           before them are deleted: a power loss kept their files but lost the records below
+           them (a segment rolled after another whose fsync was still pending; the directory
+           entry of the new file reached the disk, the old one's data did not). Without this
+           the log end would be the empty segment's base, above a hole, and a follower would
+           fetch from there, never to hold the lost records, and still rejoin the ISR (found by
+           the fault suite's compacted workload, which rolls segments every 200 ms). Only empty
+           segments go, never records: a follower fetches them again; a compaction gap before
+           an empty segment is re-used offsets at most, never lost data.
         4. With no segment left, create an empty one at ``log_start_offset``.
         5. LEO := the next offset of the last segment. If the checkpointed log start offset is
            beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
@@ -662,9 +671,26 @@ class Log:
                         touched = True
                     del segments[i + 1 :]
                     break
+            # 3b. a power loss may keep a later segment's (empty) file but not the records
+            # of the one before it: trailing empty segments that start past the end of the
+            # segment before them sit above lost records, and are deleted.
+            while (
+                len(segments) > 1
+                and segments[-1].size == 0
+                and segments[-1].base_offset >= recovery_point
+                and segments[-2].read_next_offset() < segments[-1].base_offset
+            ):
+                empty = segments.pop()
+                log.warning(
+                    "dropped an empty segment above lost records",
+                    segment=empty.base_offset,
+                    log_end_offset=segments[-1].read_next_offset(),
+                )
+                empty.delete()
+                touched = True
             log.info(
                 "recovered log",
-                from_segment=segments[first].base_offset,
+                from_segment=segments[min(first, len(segments) - 1)].base_offset,
                 recovery_point=recovery_point,
                 scanned_bytes=scanned,
             )

@@ -5,6 +5,7 @@
     python -m tests.jepsen --trials 20 --seed 3000 --acks 1
     python -m tests.jepsen --trials 1 --seed 1042                   # replay one trial
     python -m tests.jepsen --trials 20 --seed 24000 --security sasl_ssl  # every link SASL_SSL
+    python -m tests.jepsen --workload compacted --trials 30 --seed 23000  # keyed, compacted
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -44,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", choices=["all", "1"], default="all")
     parser.add_argument("--no-idempotence", dest="idempotence", action="store_false")
     parser.add_argument("--duration", type=float, default=10.0, help="workload seconds per trial")
+    parser.add_argument(
+        "--workload",
+        choices=["queue", "compacted"],
+        default="queue",
+        help="queue: unique values, every one read (default); compacted: keyed updates and "
+        "tombstones on a compacted topic, judged latest per key (tests.jepsen.compacted_workload)",
+    )
     parser.add_argument("--out", type=Path, help="append one JSON record per trial here")
     parser.add_argument(
         "--faults",
@@ -85,7 +93,12 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 security=args.security,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
-            result = run_trial(zookeeper, config)
+            if args.workload == "compacted":
+                from tests.jepsen.compacted_workload import run_compacted_trial
+
+                result: TrialResult = run_compacted_trial(zookeeper, config)
+            else:
+                result = run_trial(zookeeper, config)
             results.append(result)
             print(format_line(result), flush=True)
             if not result.valid:

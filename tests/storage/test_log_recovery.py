@@ -143,6 +143,36 @@ def test_truncated_segment_drops_every_later_segment(tmp_path: Path) -> None:
     log.close()
 
 
+def test_empty_segments_above_lost_records_are_dropped(tmp_path: Path) -> None:
+    """A power loss after two rolls whose fsyncs were still pending: the last two segments'
+    files survive, empty (their directory entries reached the disk, their data did not). The
+    log ends where its records end, not at the last empty segment's base above a hole."""
+    config = LogConfig(segment_bytes=400, segment_index_bytes=4096, file_delete_delay_ms=0)
+    live = Log.open(tmp_path / "live" / "t-0", config)
+    values: list[bytes] = []
+    for i in range(20):
+        pair = [b"%03d-a" % i, b"%03d-b" % i]
+        live.append_as_leader(batch(pair))
+        values.extend(pair)
+    bases = [s.base_offset for s in live.segments]
+    assert len(bases) >= 4
+    (tmp_path / "img").mkdir()
+    image = crash_image(live.directory, tmp_path / "img")
+    live.close()
+    for base in bases[-2:]:  # never fsynced: emptied by the power loss
+        os.truncate(image / f"{base:020d}.log", 0)
+
+    log = Log.open(image, config, had_clean_shutdown=False, recovery_point=bases[-3])
+    assert log.log_end_offset == bases[-2]  # was bases[-1], above the lost [bases[-2], bases[-1])
+    assert [s.base_offset for s in log.segments] == bases[:-1]
+    assert not (image / f"{bases[-1]:020d}.log").exists()
+    assert contents(log) == list(enumerate(values))[: bases[-2]]
+    # Appended again from there: the offsets stay contiguous.
+    log.append_as_leader(batch([b"again"]))
+    assert contents(log)[-1] == (bases[-2], b"again")
+    log.close()
+
+
 def test_recovery_starts_at_the_recovery_point(tmp_path: Path) -> None:
     config = LogConfig(segment_bytes=400, segment_index_bytes=4096)
     write_log(tmp_path / "t-0", 20, config)

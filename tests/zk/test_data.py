@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from sluice.protocol.structs import TopicPartition
 from sluice.server.zk.data import (
+    PERSISTENT_PATHS,
     BrokerInfo,
     ControllerInfo,
     EndPoint,
+    LogDirEvent,
     PartitionState,
     ProducerIdBlock,
     ReplicaAssignment,
@@ -23,15 +25,33 @@ from sluice.server.zk.data import (
     TopicConfig,
     broker_path,
     decode_controller_epoch,
+    decode_log_dir_event,
     decode_topic_id,
     delete_topic_path,
     encode_controller_epoch,
+    encode_log_dir_event,
     encode_topic_id,
     partition_state_path,
     topic_config_path,
     topic_path,
 )
 from sluice.server.zk.errors import ZkDataError, ZkError
+
+
+def test_a_log_dir_event_is_kafkas_notification_with_the_offline_partitions() -> None:
+    """Kafka's ``LogDirEventNotificationSequenceZNode.encode`` bytes, plus the partitions
+    Sluice's controller needs (it cannot ask the broker); Kafka's form means every replica."""
+    kafkas = b'{"version":1,"broker":3,"event":1}'
+    assert encode_log_dir_event(LogDirEvent(3)) == kafkas
+    assert decode_log_dir_event(kafkas) == LogDirEvent(3, None)
+    event = LogDirEvent(3, (TopicPartition("t", 0), TopicPartition("u", 2)))
+    encoded = encode_log_dir_event(event)
+    assert encoded == (b'{"version":1,"broker":3,"event":1,"partitions":'
+                       b'[{"topic":"t","partition":0},{"topic":"u","partition":2}]}')  # fmt: skip
+    assert decode_log_dir_event(encoded) == event
+    assert "/log_dir_event_notification" in PERSISTENT_PATHS
+    with pytest.raises(ZkDataError):
+        decode_log_dir_event(b'{"version":1,"event":1}')
 
 
 def test_paths_are_kafkas() -> None:
@@ -295,6 +315,7 @@ def test_decoders_raise_only_zk_data_errors(data: bytes) -> None:
         lambda: TopicConfig.decode(data),
         lambda: ProducerIdBlock.decode(data),
         lambda: decode_controller_epoch(data),
+        lambda: decode_log_dir_event(data),
     ]
     for decode in decoders:
         with contextlib.suppress(ZkDataError):

@@ -58,6 +58,10 @@ What each event does:
 * **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
   election, or the offline election with unclean allowed (Kafka allows it only when an admin
   asks): :meth:`Controller.elect_leaders`.
+* **Log dir event** (a broker's log went offline and it wrote a notice under
+  ``/log_dir_event_notification``): its offline replicas lose their leadership to an in-sync
+  follower and leave the ISR, and are never elected until the broker registers again
+  (:meth:`Controller._on_log_dir_event`).
 * **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
   Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
   only partition state kept between events is in ZooKeeper here too: a partition is being
@@ -259,6 +263,11 @@ class _ListReassignments(_Event):
 
 
 @dataclass
+class _LogDirEventNotification(_Event):
+    """A child of ``/log_dir_event_notification`` appeared: a broker's storage failed."""
+
+
+@dataclass
 class _ZkReassignment(_Event):
     """``/admin/reassign_partitions`` appeared or changed."""
 
@@ -306,6 +315,10 @@ class Controller:
         self._topics: set[str] = set()
         #: one-shot watches set and not yet fired (so a re-read does not stack another)
         self._armed: set[str] = set()
+        #: Replicas whose log went offline, by broker (None: all of its replicas), from the
+        #: log dir event notifications (Kafka's ``replicasOnOfflineDirs``); dropped when the
+        #: broker dies or registers again (its next start recovers the logs).
+        self._offline_replicas: dict[int, set[TopicPartition] | None] = {}
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -533,6 +546,8 @@ class Controller:
             return await self._on_zk_reassignment()
         if isinstance(event, _ReassignmentIsrChange):
             return await self._on_reassignment_isr_change(event.partition)
+        if isinstance(event, _LogDirEventNotification):
+            return await self._on_log_dir_event()
         raise TypeError(f"unknown controller event {event!r}")
 
     # --- watches and session ------------------------------------------------------------------
@@ -615,6 +630,7 @@ class Controller:
         await self._resume_reassignments(topics)
         await self._on_zk_reassignment()
         await self._on_zk_preferred_election()
+        await self._on_log_dir_event()
         if self.settings.auto_leader_rebalance_enable:
             self._rebalance_task = asyncio.get_running_loop().create_task(
                 self._rebalance_timer(), name=f"controller-{self.broker_id}-rebalance"
@@ -633,6 +649,7 @@ class Controller:
         self._shutting_down.clear()
         self._live = {}
         self._topics = set()
+        self._offline_replicas = {}
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
@@ -837,7 +854,7 @@ class Controller:
         states for partitions without one, the offline election where the leader is not
         registered, unregistered replicas out of the ISRs. Idempotent."""
         fence = self._active_fence()
-        candidates = registered - self._shutting_down
+        candidates = every_candidate = registered - self._shutting_down
         assignments = await self._assign_topic_ids(await self._assignments(topics), fence)
         tps = [TopicPartition(t, p) for t, a in assignments.items() for p in a.partitions]
         states = await self.kzk.get_partition_states(tps)
@@ -851,6 +868,7 @@ class Controller:
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             replicas = assignments[tp.topic].replicas(tp.partition)
             current = _leader_and_isr(state)
+            candidates = every_candidate - self._offline_on(tp)
             stale = self._registered_since(state, state.eligible_leader_replicas)
             if stale:
                 # Eligible replicas that registered again may have lost unflushed writes: no
@@ -930,6 +948,8 @@ class Controller:
             bounced=bounced,
         )
         self._shutting_down -= set(dead) | set(bounced)
+        for broker in (*dead, *bounced):
+            self._offline_replicas.pop(broker, None)
         self._live = current
         topics = await self.kzk.get_topics()
         if bounced:
@@ -1070,10 +1090,94 @@ class Controller:
 
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             replicas = assignments[tp.topic].replicas(tp.partition)
-            return elect_preferred(_leader_and_isr(state), replicas, candidates)
+            live = candidates - self._offline_on(tp)
+            return elect_preferred(_leader_and_isr(state), replicas, live)
 
         reason = "preferred leader (auto rebalance)" if auto else "preferred leader election"
         return sorted(await self._transition(tps, decide, reason))
+
+    # --- log dir failures ------------------------------------------------------------------------
+
+    def _offline_on(self, tp: TopicPartition) -> set[int]:
+        """The brokers whose replica of ``tp`` is offline (never elected, never kept in its
+        ISR; see :meth:`_on_log_dir_event`)."""
+        return {b for b, tps in self._offline_replicas.items() if tps is None or tp in tps}
+
+    async def _on_log_dir_event(self) -> None:
+        """Kafka's ``processLogDirEventNotification`` and ``onReplicasBecomeOffline``.
+
+        A broker whose log went offline (an I/O error it could not recover from in place:
+        :meth:`sluice.server.storage.log.Log._go_offline`) writes a notice under
+        ``/log_dir_event_notification`` naming its offline partitions
+        (:class:`~sluice.server.zk.data.LogDirEvent`). For each such replica, as Kafka's
+        controller once the broker answered KAFKA_STORAGE_ERROR: where it leads, the offline
+        election runs without it (another ISR member leads; none: the ELR, else the
+        partition has no leader until the broker restarts, as Kafka's OfflinePartition), and it
+        leaves the ISR (the last member stays, Kafka's rule). It is kept out of every later
+        election until the broker registers again (its restart recovers the log), and the
+        notices are deleted once handled.
+
+        Kafka's controller finds the offline replicas by sending LeaderAndIsr to the broker;
+        Sluice's sends no requests, so the notice carries them. A new controller handles the
+        notices still pending at failover (Kafka's deletes them and asks every broker); what an
+        earlier controller already handled is in the partition states it wrote. A notice
+        created before its broker last registered is stale (that start recovered the logs):
+        deleted, ignored."""
+        notices = await self._read_armed(
+            "log_dir_events", _LogDirEventNotification, self.kzk.get_log_dir_events
+        )
+        if not notices:
+            return
+        fresh: dict[int, set[TopicPartition] | None] = {}
+        for name, czxid, notice in notices:
+            if notice is None:
+                continue
+            epoch = self._live.get(notice.broker)
+            if epoch is None or czxid < epoch:
+                log.info("stale log dir event notification ignored", notification=name,
+                         broker_id=notice.broker)  # fmt: skip
+                continue
+            known = fresh.get(notice.broker, set())
+            if known is None or notice.partitions is None:
+                fresh[notice.broker] = None
+            else:
+                fresh[notice.broker] = known | set(notice.partitions)
+        for broker, tps in fresh.items():
+            held = self._offline_replicas.get(broker, set())
+            self._offline_replicas[broker] = None if held is None or tps is None else held | tps
+            names = "all" if tps is None else sorted(f"{t.topic}-{t.partition}" for t in tps)
+            log.warning("replicas offline after a storage failure", broker_id=broker,
+                        partitions=names)  # fmt: skip
+        if fresh:
+            await self._on_replicas_offline(set(fresh))
+        await self.kzk.delete_log_dir_events([n for n, _, _ in notices], self._active_fence())
+
+    async def _on_replicas_offline(self, brokers: set[int]) -> None:
+        """Move leadership off, and take out of the ISRs, the offline replicas of ``brokers``."""
+        topics = await self.kzk.get_topics()
+        assignments = await self._assignments(topics)
+        affected = [
+            TopicPartition(t, p)
+            for t, a in assignments.items()
+            for p in a.partitions
+            if any(b in a.replicas(p) for b in brokers & self._offline_on(TopicPartition(t, p)))
+        ]
+        candidates = set(self._live) - self._shutting_down
+
+        async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            offline = self._offline_on(tp)
+            current = _leader_and_isr(state)
+            current = current._replace(elr=tuple(r for r in current.elr if r not in offline))
+            if state.leader in offline:
+                replicas = assignments[tp.topic].replicas(tp.partition)
+                return elect_offline(current, replicas, candidates - offline)
+            removed = remove_replicas(current, [r for r in current.isr if r in offline])
+            if removed is None and current.elr != tuple(state.eligible_leader_replicas):
+                return current  # only the eligible replicas changed
+            return removed
+
+        if affected:
+            await self._transition(affected, decide, f"log offline on brokers {sorted(brokers)}")
 
     # --- ElectLeaders ---------------------------------------------------------------------------
 
@@ -1112,10 +1216,11 @@ class Controller:
 
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             current = _leader_and_isr(state)
+            live = candidates - self._offline_on(tp)
             if unclean:
-                new = elect_offline(current, known[tp], candidates, unclean=True)
+                new = elect_offline(current, known[tp], live, unclean=True)
                 return None if new is None or new.leader == NO_LEADER else new
-            return elect_preferred(current, known[tp], candidates)
+            return elect_preferred(current, known[tp], live)
 
         kind = "unclean" if unclean else "preferred"
         written = await self._transition(electable, decide, f"{kind} leader election (admin)")

@@ -19,7 +19,9 @@
 4. writes the leader's **ISR changes** to the state znode conditionally on the zkVersion it
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
    ``replica.lag.time.max.ms / 2``;
-5. on **session loss** gives up leadership of everything at once (another broker may be elected
+5. reports a log taken offline by an I/O error to the controller (a log dir event notification,
+   :meth:`ClusterMember._on_log_offline`), which moves its leadership elsewhere;
+6. on **session loss** gives up leadership of everything at once (another broker may be elected
    while we cannot hear about it), then, on the new session, checks that ZooKeeper still holds
    this cluster (the ``/cluster/id`` joined: a ZooKeeper restarted on an empty data dir does
    not, and its empty topic list must not delete anything), registers again and re-reads and
@@ -309,6 +311,7 @@ class ClusterMember:
         self.broker_epoch = await kzk.register_broker(self._broker_info())
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)
+        self.logs.offline_listeners.append(self._on_log_offline)
         self._watchers.append(kzk.watch_brokers(self._on_brokers))
         from sluice.server.zk.data import CONTROLLER_PATH, TOPICS_PATH
 
@@ -352,6 +355,8 @@ class ClusterMember:
 
     async def stop(self) -> None:
         self._stopping = True
+        with contextlib.suppress(ValueError):
+            self.logs.offline_listeners.remove(self._on_log_offline)
         if self.controller is not None:
             await self.controller.stop()  # resigns at once: another broker takes over
         for watcher in self._all_watchers():
@@ -762,7 +767,7 @@ class ClusterMember:
 
     def _after_state(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
-        if partition.is_leader or partition.leader_id < 0 or self._leaving:
+        if partition.is_leader or partition.leader_id < 0 or self._leaving or partition.log.offline:
             self.fetchers.unfollow([key])
         else:
             self.fetchers.follow(key, partition.leader_id, partition.leader_epoch)
@@ -771,6 +776,44 @@ class ClusterMember:
                 listener(partition)
             except Exception:
                 log.exception("leadership listener failed", topic=key[0], partition=key[1])
+
+    # --- storage failures ------------------------------------------------------------------------
+
+    def _on_log_offline(self, topic: str, index: int) -> None:
+        """A log went offline (an I/O error: ``Log._go_offline``): Kafka's
+        ``ReplicaManager.handleLogDirFailure`` at the granularity of one log. Its fetcher
+        stops, and the controller is told (:meth:`_report_offline`) so that it moves the
+        leadership to an in-sync follower and takes this replica out of the ISR.
+
+        Kafka fails the whole log directory and halts the broker when none is left; Sluice
+        keeps one directory and takes offline only the log whose in-memory state the error
+        broke, so the broker goes on serving every other partition (and stays registered).
+        The next start recovers the log (a half-done segment swap completed or rolled
+        back) and the replica catches up as any follower."""
+        partition = self.replicas.get_partition(topic, index)
+        if partition is not None and not partition.is_leader and partition.leader_id >= 0:
+            log.error("replica fetching stopped: the local log is offline", topic=topic,
+                      partition=index, leader=partition.leader_id)  # fmt: skip
+        self.fetchers.unfollow([(topic, index)])
+        if self._stopping:
+            return
+        self._spawn(self._report_offline(), f"log-dir-event-{topic}-{index}")
+
+    async def _report_offline(self) -> None:
+        """Write the log dir event notification naming every log offline here now (each
+        notice is complete, so a later one covers an earlier lost one)."""
+        from sluice.server.zk.data import LogDirEvent
+
+        assert self.kzk is not None
+        kzk = self.kzk
+        offline = tuple(self.logs.offline_logs())
+        event = LogDirEvent(self.local_id, offline)
+        path = await kzk.until_connected(lambda: kzk.propagate_log_dir_event(event))
+        log.error(
+            "log dir failure reported to the controller",
+            notification=path,
+            partitions=[f"{tp.topic}-{tp.partition}" for tp in offline],
+        )
 
     # --- topic admin (any broker: CreateTopics, DeleteTopics, auto-creation) -------------------
 

@@ -366,6 +366,10 @@ class Log:
         #: LogManager: the log cleaner's first dirty offset must not stay above it, Kafka's
         #: ``maybeTruncateCheckpoint``).
         self.truncated: Callable[[int], None] | None = None
+        #: Called once, on the event loop, when the log goes offline (:meth:`_go_offline`; set
+        #: by the LogManager, whose listeners tell the controller: Kafka's
+        #: ``LogDirFailureChannel`` feeding ``ReplicaManager.handleLogDirFailure``).
+        self.went_offline: Callable[[Log], None] | None = None
         self.topic, self.partition = parse_partition_dir(directory.name)
         self._config = config
         self._segments = segments
@@ -462,7 +466,16 @@ class Log:
            it (``LogSegment.recover(from_offset=...)``: that prefix and its index entries were
            fsynced), so a restart reads only what was written since the last flush, not the
            whole active segment (Kafka re-reads whole segments). One log line per segment
-           with the bytes scanned, as Kafka's "Recovering unflushed segment".
+           with the bytes scanned, as Kafka's "Recovering unflushed segment". Then trailing
+           empty segments (above the recovery point) that start past the end of the segment
+           before them are deleted: a power loss kept their files but lost the records below
+           them (a segment rolled after another whose fsync was still pending; the directory
+           entry of the new file reached the disk, the old one's data did not). Without this
+           the log end would be the empty segment's base, above a hole, and a follower would
+           fetch from there, never to hold the lost records, and still rejoin the ISR (found by
+           the fault suite's compacted workload, which rolls segments every 200 ms). Only empty
+           segments go, never records: a follower fetches them again; a compaction gap before
+           an empty segment is re-used offsets at most, never lost data.
         4. With no segment left, create an empty one at ``log_start_offset``.
         5. LEO := the next offset of the last segment. If the checkpointed log start offset is
            beyond LEO (records deleted by DeleteRecords were lost in the crash), delete every
@@ -658,9 +671,26 @@ class Log:
                         touched = True
                     del segments[i + 1 :]
                     break
+            # 3b. a power loss may keep a later segment's (empty) file but not the records
+            # of the one before it: trailing empty segments that start past the end of the
+            # segment before them sit above lost records, and are deleted.
+            while (
+                len(segments) > 1
+                and segments[-1].size == 0
+                and segments[-1].base_offset >= recovery_point
+                and segments[-2].read_next_offset() < segments[-1].base_offset
+            ):
+                empty = segments.pop()
+                log.warning(
+                    "dropped an empty segment above lost records",
+                    segment=empty.base_offset,
+                    log_end_offset=segments[-1].read_next_offset(),
+                )
+                empty.delete()
+                touched = True
             log.info(
                 "recovered log",
-                from_segment=segments[first].base_offset,
+                from_segment=segments[min(first, len(segments) - 1)].base_offset,
                 recovery_point=recovery_point,
                 scanned_bytes=scanned,
             )
@@ -959,6 +989,11 @@ class Log:
         """Taken offline by an I/O error its in-memory state could not survive
         (:meth:`_go_offline`): every read and write answers KAFKA_STORAGE_ERROR."""
         return self._offline is not None
+
+    @property
+    def offline_reason(self) -> str | None:
+        """Why the log is offline (the step and the error), or None."""
+        return self._offline
 
     @property
     def vfs(self) -> VFS:
@@ -2381,6 +2416,8 @@ class Log:
         for segment in (*self._segments, *also, *(s for _due, s in self._pending_deletes)):
             with contextlib.suppress(OSError):
                 segment.close_handlers()
+        if self.went_offline is not None:
+            self.went_offline(self)
 
     def _check_open(self) -> None:
         if self._offline is not None:

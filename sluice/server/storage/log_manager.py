@@ -195,6 +195,9 @@ class LogManager:
         self._flusher: ThreadPoolExecutor | None = None
         self._flush_in_flight: asyncio.Future[tuple[int, OSError | None]] | None = None
         self._flush_listener: Callable[[float], None] | None = None
+        #: Told ``(topic, partition)`` when one of the logs goes offline (on the event loop):
+        #: the cluster member reports it to the controller.
+        self.offline_listeners: list[Callable[[str, int], None]] = []
         self._opened = False
         self._closed = False
         self._lock_fd: int | None = None
@@ -285,6 +288,20 @@ class LogManager:
                 self.cleaner.truncated(topic, partition, log_end_offset)
 
         log.truncated = truncated
+        log.went_offline = self._log_went_offline
+
+    def _log_went_offline(self, log: Log) -> None:
+        for listener in list(self.offline_listeners):
+            try:
+                listener(log.topic, log.partition)
+            except Exception:
+                logger.exception(
+                    "offline-log listener failed", topic=log.topic, partition=log.partition
+                )
+
+    def offline_logs(self) -> list[TopicPartition]:
+        """The logs taken offline by an I/O error since start (:attr:`Log.offline`), sorted."""
+        return sorted(tp for tp, log in self._logs.items() if log.offline)
 
     def write_checkpoints(self) -> None:
         """Write the recovery-point, log-start-offset and HW checkpoints of every log."""

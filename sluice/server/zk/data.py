@@ -53,6 +53,8 @@ __all__ = [
     "CONTROLLER_PATH",
     "DELETE_TOPICS_PATH",
     "INITIAL_CONTROLLER_EPOCH",
+    "LOG_DIR_EVENT_NOTIFICATION_PATH",
+    "LOG_DIR_EVENT_PREFIX",
     "PERSISTENT_PATHS",
     "PREFERRED_REPLICA_ELECTION_PATH",
     "PRODUCER_ID_BLOCK_PATH",
@@ -61,6 +63,7 @@ __all__ = [
     "BrokerInfo",
     "ControllerInfo",
     "EndPoint",
+    "LogDirEvent",
     "PartitionState",
     "ProducerIdBlock",
     "ReplicaAssignment",
@@ -68,11 +71,13 @@ __all__ = [
     "TopicConfig",
     "broker_path",
     "decode_controller_epoch",
+    "decode_log_dir_event",
     "decode_partition_reassignment",
     "decode_preferred_replica_election",
     "decode_topic_id",
     "delete_topic_path",
     "encode_controller_epoch",
+    "encode_log_dir_event",
     "encode_partition_reassignment",
     "encode_preferred_replica_election",
     "encode_topic_id",
@@ -99,6 +104,9 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CLUSTER_ID_PATH = "/cluster/id"
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+#: A notification is the sequential child ``log_dir_event_<10 digits>``.
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 
 #: The persistent znodes a broker makes sure exist at start-up (Kafka's
 #: ``ZkData.PersistentZkPaths``, the subset Sluice uses).
@@ -108,6 +116,7 @@ PERSISTENT_PATHS = (
     CONFIG_TOPICS_PATH,
     DELETE_TOPICS_PATH,
     PRODUCER_ID_BLOCK_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
 )
 
 #: ``/controller_epoch`` starts at 0 (zkVersion 0); the first controller makes it 1.
@@ -376,6 +385,53 @@ def decode_controller_epoch(data: bytes) -> int:
     if not is_decimal(text.removeprefix("-")):
         raise ZkDataError(f"{CONTROLLER_EPOCH_PATH}: not a decimal epoch: {data[:50]!r}")
     return int(text)
+
+
+# --- /log_dir_event_notification/log_dir_event_<seq> ----------------------------------------------
+
+#: Kafka's ``LogDirEventNotificationSequenceZNode.LogDirFailureEvent``.
+LOG_DIR_FAILURE_EVENT = 1
+
+
+@dataclass(frozen=True)
+class LogDirEvent:
+    """A broker's notice that storage failed (Kafka's log-dir event notification).
+
+    Kafka writes ``{"version":1,"broker":<id>,"event":1}``: a whole log directory failed, and
+    the controller finds out which replicas by asking the broker (LeaderAndIsr answered
+    KAFKA_STORAGE_ERROR per partition). Sluice takes single logs offline (an I/O error in one
+    log's segment swap leaves the others serving) and its controller sends no requests, so the
+    notice also lists the partitions offline on that broker, under ``partitions`` (Kafka's
+    controller reads only ``broker``). ``partitions`` None -- a notice without the field, as
+    Kafka writes it -- means every replica on the broker."""
+
+    broker: int
+    partitions: tuple[TopicPartition, ...] | None = None
+    event: int = LOG_DIR_FAILURE_EVENT
+
+
+def encode_log_dir_event(event: LogDirEvent) -> bytes:
+    obj: dict[str, Any] = {"version": 1, "broker": event.broker, "event": event.event}
+    if event.partitions is not None:
+        obj["partitions"] = [{"topic": tp.topic, "partition": tp.partition}
+                             for tp in event.partitions]  # fmt: skip
+    return _dumps(obj)
+
+
+def decode_log_dir_event(data: bytes, path: str = LOG_DIR_EVENT_NOTIFICATION_PATH) -> LogDirEvent:
+    obj = _loads(data, path)
+    listed = obj.get("partitions")
+    partitions: tuple[TopicPartition, ...] | None = None
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
+            raise ZkDataError(f"{path}: field 'partitions' must be a list of objects")
+        partitions = tuple(
+            TopicPartition(_str(p, "topic", path), _int(p, "partition", path)) for p in listed
+        )
+    event = obj.get("event", LOG_DIR_FAILURE_EVENT)
+    if not isinstance(event, int):
+        event = LOG_DIR_FAILURE_EVENT
+    return LogDirEvent(_int(obj, "broker", path), partitions, event)
 
 
 # --- /brokers/topics/<t> ------------------------------------------------------------------------

@@ -58,6 +58,8 @@ from .data import (
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
     INITIAL_CONTROLLER_EPOCH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_PREFIX,
     PERSISTENT_PATHS,
     PREFERRED_REPLICA_ELECTION_PATH,
     PRODUCER_ID_BLOCK_PATH,
@@ -65,6 +67,7 @@ from .data import (
     TOPICS_PATH,
     BrokerInfo,
     ControllerInfo,
+    LogDirEvent,
     PartitionState,
     ProducerIdBlock,
     TopicAssignment,
@@ -72,11 +75,13 @@ from .data import (
     broker_path,
     decode_cluster_id,
     decode_controller_epoch,
+    decode_log_dir_event,
     decode_partition_reassignment,
     decode_preferred_replica_election,
     delete_topic_path,
     encode_cluster_id,
     encode_controller_epoch,
+    encode_log_dir_event,
     encode_partition_reassignment,
     encode_topic_id,
     is_decimal,
@@ -94,6 +99,7 @@ from .errors import (
     NodeExistsError,
     NoNodeError,
     ZkConnectionError,
+    ZkDataError,
     ZkError,
 )
 
@@ -638,6 +644,52 @@ class KafkaZkClient:
     async def delete_preferred_replica_election(self, fence: ControllerEpoch) -> None:
         with contextlib.suppress(NoNodeError):
             await self.fenced_multi(fence, [DeleteOp(PREFERRED_REPLICA_ELECTION_PATH)])
+
+    # --- log dir events ---------------------------------------------------------------------
+
+    async def propagate_log_dir_event(self, event: LogDirEvent) -> str:
+        """A broker's storage-failure notice for the controller (Kafka's
+        ``propagateLogDirEvent``: a persistent sequential child of
+        ``/log_dir_event_notification``); returns its path."""
+        path, _ = await self.zk.create(
+            f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}",
+            encode_log_dir_event(event),
+            sequence=True,
+            make_parents=True,
+        )
+        return path
+
+    async def get_log_dir_events(
+        self, watch: WatchCallback | None = None
+    ) -> list[tuple[str, int, LogDirEvent | None]]:
+        """The pending notices as (child name, its czxid, the notice; None: unreadable) in
+        sequence order; ``watch`` fires once when the children change."""
+        try:
+            names = await self.zk.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH, watch=watch)
+        except NoNodeError:
+            return []
+        out: list[tuple[str, int, LogDirEvent | None]] = []
+        for name in sorted(n for n in names if n.startswith(LOG_DIR_EVENT_PREFIX)):
+            path = f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}"
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError:
+                continue
+            try:
+                out.append((name, stat.czxid, decode_log_dir_event(data, path)))
+            except ZkDataError as exc:
+                log.warning("unreadable log dir event notification", path=path, error=str(exc))
+                out.append((name, stat.czxid, None))
+        return out
+
+    async def delete_log_dir_events(self, names: Iterable[str], fence: ControllerEpoch) -> None:
+        """Delete processed notices (fenced, as Kafka's ``deleteLogDirEventNotifications``);
+        one already gone is fine."""
+        for name in names:
+            with contextlib.suppress(NoNodeError):
+                await self.fenced_multi(
+                    fence, [DeleteOp(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}")]
+                )
 
     # --- topic config -----------------------------------------------------------------------
 

@@ -1,0 +1,205 @@
+"""A leader whose log goes offline (an I/O error in its cleaner's segment swap) tells the
+controller (Kafka's log dir event notification), which moves the leadership to an in-sync
+follower and takes the replica out of the ISR: acks=all producers carry on, nothing acknowledged
+is lost, and the rest of the broker keeps serving.
+
+Three real brokers in this process on the session's ZooKeeper (a chroot per test); broker 1,
+the partition's first replica and so its leader, runs its storage through a VFS that fails a
+``.swap`` rename once. A confluent-kafka producer (acks=all, idempotent) writes keyed updates
+before and after; a confluent-kafka consumer reads the result back, judged latest per key
+(:func:`tests.jepsen.compacted_workload.check_latest`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from sluice.server.config import Config
+from sluice.server.server import Server
+from sluice.server.zk.data import LOG_DIR_EVENT_NOTIFICATION_PATH, decode_log_dir_event
+from tests.broker_util import watermark_offsets
+from tests.jepsen.compacted_workload import KeyedObservation, KeyedSend, check_latest
+from tests.storage.test_swap_io_error import FailingSwapVFS
+
+TOPIC = "compacted"
+WAIT_S = 30.0
+
+
+async def until(condition: Any, what: str, timeout: float = WAIT_S) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for: {what}") from None
+
+
+def config(tmp_path: Path, zookeeper: str, broker_id: int) -> Config:
+    return Config.load(
+        None,
+        [
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            f"log.dirs={tmp_path / f'b{broker_id}' / 'data'}",
+            f"node.id={broker_id}",
+            f"zookeeper.connect={zookeeper}",
+            "zookeeper.session.timeout.ms=4000",
+            "replica.fetch.wait.max.ms=100",
+            "replica.fetch.backoff.ms=50",
+            "log.cleaner.backoff.ms=20",
+            "log.cleaner.min.cleanable.ratio=0.01",
+            "auto.leader.rebalance.enable=false",
+            "controlled.shutdown.enable=false",  # the teardown: nothing to hand over
+        ],
+    )
+
+
+async def test_an_offline_leader_log_moves_leadership_and_loses_nothing(
+    tmp_path: Path, sluice_zookeeper_connect: str
+) -> None:
+    vfs = FailingSwapVFS()
+    vfs.armed = False  # armed once the topic has data, so only this partition's swap fails
+    servers = [
+        Server(config(tmp_path, sluice_zookeeper_connect, 1), vfs=vfs),
+        Server(config(tmp_path, sluice_zookeeper_connect, 2)),
+        Server(config(tmp_path, sluice_zookeeper_connect, 3)),
+    ]
+    started: list[Server] = []
+    try:
+        with capture_logs() as captured:
+            for server in servers:
+                await server.start()
+                started.append(server)
+            await run(servers, vfs)
+    finally:
+        for server in reversed(started):
+            await server.shutdown()
+    reported = [e for e in captured if e["event"] == "log dir failure reported to the controller"]
+    assert len(reported) == 1 and reported[0]["partitions"] == [f"{TOPIC}-0"]
+    moved = [e for e in captured if e["event"] == "replicas offline after a storage failure"]
+    assert moved and moved[0]["broker_id"] == 1 and moved[0]["partitions"] == [f"{TOPIC}-0"]
+
+
+async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    one, two, _ = servers
+    assert two.cluster is not None and one.replica_manager is not None
+    cache = two.cluster.cache
+    await until(lambda: len(cache.brokers) == 3, "three brokers")
+    bootstrap = ",".join(f"127.0.0.1:{s.port}" for s in servers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic_config = {"cleanup.policy": "compact", "segment.bytes": "1024",
+                    "min.insync.replicas": "2", "min.cleanable.dirty.ratio": "0.01"}  # fmt: skip
+    new = NewTopic(TOPIC, 1, replica_assignment=[[1, 2, 3]], config=topic_config)
+    await asyncio.to_thread(admin.create_topics([new])[TOPIC].result, 30)
+    await until(
+        lambda: (s := cache.state(TOPIC, 0)) is not None and s.leader == 1 and len(s.isr) == 3,
+        "broker 1 leads with the full ISR",
+    )
+
+    sends: dict[int, KeyedSend] = {}
+    failures: dict[int, str] = {}
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+        "linger.ms": 5, "batch.size": 500, "message.timeout.ms": 30_000,
+        "topic.metadata.refresh.interval.ms": 500, "log_level": 3,
+    })  # fmt: skip
+
+    def send(i: int, key: str) -> None:
+        sends[i] = KeyedSend(i, key, f"v{i}", "unknown")
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                sends[i] = KeyedSend(i, key, f"v{i}", "ok", msg.partition(), msg.offset())
+            else:
+                failures[i] = err.name()
+
+        producer.produce(TOPIC, f"v{i}".encode(), key.encode(), partition=0,
+                         on_delivery=delivered)  # fmt: skip
+        producer.poll(0)
+
+    def leader_log() -> Any:
+        partition = one.replica_manager.get_partition(TOPIC, 0)  # type: ignore[union-attr]
+        return None if partition is None else partition.log
+
+    # Keyed updates to 5 keys until the leader's cleaner meets the failing rename.
+    i = 0
+    async with asyncio.timeout(WAIT_S):
+        while i < 50:  # some data first: then the next swap fails
+            send(i, f"k{i % 5}")
+            i += 1
+            await asyncio.sleep(0.005)
+        vfs.armed = True
+        while not leader_log().offline:
+            send(i, f"k{i % 5}")
+            i += 1
+            await asyncio.sleep(0.005)
+    before = i
+    # The controller moves the leadership to an in-sync follower; broker 1 leaves the ISR.
+    await until(
+        lambda: (s := cache.state(TOPIC, 0)) is not None and s.leader in (2, 3) and 1 not in s.isr,
+        "the controller moved the leadership off the offline log",
+    )
+    # acks=all goes on with the two in-sync followers (min ISR 2): 40 updates of new keys, each
+    # one the only value of its key, so every one must be read back.
+    for _ in range(40):
+        send(i, f"new{i}")
+        i += 1
+    assert await asyncio.to_thread(producer.flush, WAIT_S) == 0
+    acked_after = [s for s in sends.values() if s.index >= before]
+    assert all(s.outcome == "ok" for s in acked_after), failures
+    assert sum(s.outcome == "ok" for s in sends.values() if s.index < before) >= 40
+
+    observations = await asyncio.to_thread(read_all, bootstrap)
+    report = check_latest(sends.values(), [observations])
+    assert report.valid, json.dumps(report.evidence(), indent=1)
+    read_keys = {o.key for o in observations}
+    assert {s.key for s in acked_after} <= read_keys
+    # The broker serves its other partitions on, and the notification was consumed.
+    assert one.cluster is not None and one.cluster.kzk is not None
+    zk = one.cluster.kzk.zk
+    async with asyncio.timeout(WAIT_S):
+        while pending := await zk.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH):
+            for name in pending:
+                data, _ = await zk.get(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}")
+                assert decode_log_dir_event(data).broker == 1
+            await asyncio.sleep(0.05)
+
+
+def read_all(bootstrap: str) -> list[KeyedObservation]:
+    """Every record of the partition, from offset 0 to its high watermark."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "log_level": 3})  # fmt: skip
+    try:
+        _, high = watermark_offsets(consumer, TOPIC, 0)
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        out: list[KeyedObservation] = []
+        position = 0
+        deadline = time.monotonic() + WAIT_S
+        while position < high:
+            assert time.monotonic() < deadline, f"read to {position} of {high}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # the end: a compacted log may end in a gap
+                    position = max(position, msg.offset())
+                continue
+            value = msg.value()
+            out.append(KeyedObservation(0, msg.offset(), msg.key().decode(),
+                                        None if value is None else value.decode()))  # fmt: skip
+            position = msg.offset() + 1
+        return out
+    finally:
+        consumer.close()

@@ -9,6 +9,12 @@ transactional id or a topic -- so that one broker can be armed for several tests
 firing only for its own transaction). Unset, :func:`crash_point` returns at its first test and
 nothing else is ever built: callers pass the name and scope as they are, no formatting.
 
+``SLUICE_CRASH_ONCE_DIR`` (optional) makes each armed point fire once among every process
+given the same directory: the process that reaches it first creates ``<dir>/<point>@<scope>``
+(``O_EXCL``) and dies; the others, and a restarted process, find the file and go on. A cluster
+test arms every broker alike this way, and the broker that takes over from the dead one (the new
+coordinator sending the markers again, the new leader appending them) is not killed in turn.
+
 Dying is ``os.kill(getpid(), SIGKILL)``: no ``finally``, no flush, no clean-shutdown marker --
 what reached the page cache is what the next start finds, as after ``kill -9``. One JSON line
 (``{"event": "crash point", ...}``) goes to stderr first with an unbuffered ``os.write``, so
@@ -40,6 +46,8 @@ import signal
 
 #: The environment variable naming the armed points (module docstring).
 ENV = "SLUICE_CRASH_AT"
+#: The directory that makes each point fire once across processes (module docstring).
+ONCE_DIR_ENV = "SLUICE_CRASH_ONCE_DIR"
 
 
 def _parse(spec: str) -> dict[str, frozenset[str] | None]:
@@ -55,6 +63,19 @@ def _parse(spec: str) -> dict[str, frozenset[str] | None]:
 
 
 _ARMED = _parse(os.environ.get(ENV, ""))
+_ONCE_DIR = os.environ.get(ONCE_DIR_ENV) if _ARMED else None
+
+
+def _first(point: str, scope: str) -> bool:
+    """Whether no process sharing the once-directory fired this point yet (claims it)."""
+    if _ONCE_DIR is None:
+        return True
+    name = f"{point}@{scope}".replace("/", "_")
+    try:
+        os.close(os.open(os.path.join(_ONCE_DIR, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def crash_point(point: str, scope: str = "") -> None:
@@ -62,7 +83,7 @@ def crash_point(point: str, scope: str = "") -> None:
     if not _ARMED:
         return
     scopes = _ARMED.get(point, frozenset())
-    if scopes is None or scope in scopes:
+    if (scopes is None or scope in scopes) and _first(point, scope):
         line = json.dumps({"event": "crash point", "point": point, "scope": scope})
         os.write(2, line.encode() + b"\n")
         os.kill(os.getpid(), signal.SIGKILL)

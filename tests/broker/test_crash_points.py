@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from sluice.server.config import Config
-from sluice.server.crash_points import ENV, _parse
+from sluice.server.crash_points import ENV, ONCE_DIR_ENV, _parse
 
 SCRIPT = """
 from sluice.server.crash_points import crash_point
@@ -20,10 +21,12 @@ print("past c", flush=True)
 """
 
 
-def run(armed: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+def run(armed: str | None, once_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, ONCE_DIR_ENV)}
     if armed is not None:
         env[ENV] = armed
+    if once_dir is not None:
+        env[ONCE_DIR_ENV] = str(once_dir)
     return subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60
     )
@@ -43,10 +46,18 @@ def test_an_armed_point_kills_the_process_there() -> None:
     assert done.returncode == -9 and done.stdout == "past a.b\n"
 
 
+def test_a_once_directory_fires_each_point_once_across_processes(tmp_path: Path) -> None:
+    assert run("c,a.b@one", tmp_path).returncode == -9  # at a.b
+    done = run("c,a.b@one", tmp_path)  # a.b fired already: on to c
+    assert done.returncode == -9 and done.stdout == "past a.b\n"
+    assert run("c,a.b@one", tmp_path).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b@one", "c@anything"]
+
+
 def test_parse() -> None:
     assert _parse(" x@1,x@2,y,,y@3 ") == {"x": frozenset({"1", "2"}), "y": None}
 
 
 def test_the_broker_config_does_not_warn_about_it() -> None:
-    config = Config.load(None, environ={ENV: "txn.after.PrepareCommit"})
+    config = Config.load(None, environ={ENV: "txn.after.PrepareCommit", ONCE_DIR_ENV: "/tmp"})
     assert config.ignored_environment == ()

@@ -17,14 +17,32 @@
   Sluice's reader;
 * :func:`offsets` asks a broker over the wire for the high watermark and the LSO (ListOffsets
   latest, read_uncommitted and read_committed) and Fetch v4+'s ``last_stable_offset``.
+
+And the clients both crash tests drive (``tests/transaction/test_txn_crash_points.py``,
+``tests/cluster/test_cluster_txn_crash.py``): :class:`Victim`, the transactional producer whose
+transaction is crashed, and :func:`check_after_recovery`, what every client must see once the
+transaction has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from sluice.protocol import messages as m
 from sluice.protocol.records import end_txn_marker_of, iter_batches
@@ -32,6 +50,12 @@ from tests.broker_util import WireClient
 
 TXN_ENTRY = struct.Struct(">hqqqq")
 assert TXN_ENTRY.size == 34
+WAIT = 60.0
+RECORDS = 3  # the victim's records per partition
+OFFSET = 7  # the group offset the victim's transaction commits
+#: Every client here: reconnect to a restarted broker at once (librdkafka backs off up to 10 s).
+CLIENT = {"reconnect.backoff.max.ms": 100, "retry.backoff.max.ms": 200}
+T = TypeVar("T")
 
 
 class Batch(NamedTuple):
@@ -150,3 +174,193 @@ def offsets(port: int, topic: str, partitions: list[int]) -> dict[int, Offsets] 
         return asyncio.run(_offsets(port, topic, partitions))
     except (OSError, ConnectionError, TimeoutError):
         return None
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float = WAIT) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def markers_of(batches: list[Batch], producer_id: int) -> list[Batch]:
+    return [b for b in batches if b.commit is not None and b.producer_id == producer_id]
+
+
+class Names(NamedTuple):
+    """One crash test's transactional ids, topic and group, and its armed point."""
+
+    txn_id: str
+    bystander: str
+    topic: str
+    group: str
+    point: str
+    scope: str
+
+    @classmethod
+    def of(cls, case: str, point: str, scope_kind: str, commit: bool) -> Names:
+        """``point`` may say ``{end}``: Commit or Abort; ``scope_kind``: txn, topic or group."""
+        txn_id, topic, group = f"victim-{case}", f"crash-{case}", f"group-{case}"
+        scope = {"txn": txn_id, "topic": topic, "group": group}[scope_kind]
+        end = "Commit" if commit else "Abort"
+        return cls(txn_id, f"bystander-{case}", topic, group, point.format(end=end), scope)
+
+    @property
+    def armed(self) -> str:
+        return f"{self.point}@{self.scope}"
+
+    @property
+    def crash_line(self) -> str:
+        return f'"event": "crash point", "point": "{self.point}", "scope": "{self.scope}"'
+
+
+class Victim:
+    """The transactional producer whose transaction is crashed, driven on a thread: RECORDS
+    records on each partition, ``send_offsets_to_transaction`` (OFFSET on partition 0 for the
+    group), then commit or abort."""
+
+    def __init__(
+        self, bootstrap: str, names: Names, partitions: list[int], group: Any, commit: bool
+    ) -> None:
+        self.names = names
+        self.partitions = partitions
+        self.producer = Producer(
+            {**CLIENT, "bootstrap.servers": bootstrap, "transactional.id": names.txn_id}
+        )
+        self.producer.init_transactions(WAIT)
+        self.group_metadata = group
+        self.commit = commit
+        self.delivered: dict[int, list[int]] = {p: [] for p in partitions}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered[msg.partition()].append(msg.offset())
+
+    def _run(self) -> None:
+        p, topic = self.producer, self.names.topic
+        try:
+            p.begin_transaction()
+            for partition in self.partitions:
+                for i in range(RECORDS):
+                    value = b"victim-%d-%d" % (partition, i)
+                    p.produce(topic, value=value, partition=partition, on_delivery=self._delivered)
+            p.flush(WAIT)
+            p.send_offsets_to_transaction(
+                [TopicPartition(topic, 0, OFFSET)], self.group_metadata, WAIT
+            )
+            if self.commit:
+                p.commit_transaction(WAIT)
+            else:
+                p.abort_transaction(WAIT)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finished(self) -> None:
+        """The producer's commit/abort returned, and succeeded, every record delivered once."""
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive()
+        assert self.error is None, f"{self.names.point}: {self.error!r}"
+        assert {p: len(o) for p, o in self.delivered.items()} == {
+            p: RECORDS for p in self.partitions
+        }
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: list[int], until: bytes
+) -> dict[int, list[bytes]]:
+    """Every value a read_committed consumer gets from each partition up to ``until`` (a
+    non-transactional record the test wrote last to each)."""
+    consumer = Consumer(
+        {
+            **CLIENT,
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        got: dict[int, list[bytes]] = {p: [] for p in partitions}
+        deadline = time.monotonic() + WAIT
+        while any(not v or v[-1] != until for v in got.values()):
+            assert time.monotonic() < deadline, f"read_committed got only {got}"
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append(msg.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def check_log(
+    batches: dict[int, list[Batch]], victim: Victim, markers: Callable[[int, int], bool]
+) -> tuple[int, int]:
+    """Every record of the victim in the log once, at the offset its delivery report gave, then
+    only its markers, of the outcome it asked for (``markers(partition, count)``: whether that
+    many is right there); its producer id and epoch."""
+    p0 = victim.partitions[0]
+    first = next(b for b in batches[p0] if b.base == min(victim.delivered[p0]))
+    pid = first.producer_id
+    for p in victim.partitions:
+        where = f"partition {p}: {batches[p]}"
+        data = sorted(
+            o for b in batches[p] if b.commit is None and b.producer_id == pid
+            for o in range(b.base, b.last + 1)
+        )  # fmt: skip
+        assert data == sorted(victim.delivered[p]), where
+        mine = markers_of(batches[p], pid)
+        assert markers(p, len(mine)), where
+        assert all(b.commit == victim.commit for b in mine), where
+        assert [b.base for b in mine] == [max(data) + 1 + i for i in range(len(mine))], where
+    return pid, first.epoch
+
+
+def check_after_recovery(
+    bootstrap: str,
+    victim: Victim,
+    pid: int,
+    epoch: int,
+    group_consumer: Consumer,
+    batches_of: Callable[[int], list[Batch]],
+) -> None:
+    """Once the victim's transaction ended and the bystander committed (its one record first on
+    partition 0): producer state recovered (a new instance of the transactional id gets the
+    same producer id at the next epoch and commits, the old one is fenced); a read_committed
+    consumer sees the victim's records in every partition or in none; the group's offset is
+    there after a commit and absent after an abort."""
+    names, topic, partitions = victim.names, victim.names.topic, victim.partitions
+    again = Producer({**CLIENT, "bootstrap.servers": bootstrap, "transactional.id": names.txn_id})
+    again.init_transactions(WAIT)
+    with pytest.raises(KafkaException) as fenced:
+        victim.producer.begin_transaction()
+        victim.producer.produce(topic, value=b"zombie", partition=partitions[-1])
+        victim.producer.commit_transaction(WAIT)
+    assert fenced.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+    again.begin_transaction()
+    again.produce(topic, value=b"after", partition=partitions[-1])
+    again.commit_transaction(WAIT)
+    after = [b for b in batches_of(partitions[-1]) if b.commit is None][-1]
+    assert (after.producer_id, after.epoch) == (pid, epoch + 1)
+
+    plain = Producer({**CLIENT, "bootstrap.servers": bootstrap, "acks": "all"})
+    for p in partitions:
+        plain.produce(topic, value=b"end", partition=p)
+    plain.flush(WAIT)
+    seen = read_committed(bootstrap, topic, partitions, b"end")
+    expected = {
+        p: [b"victim-%d-%d" % (p, i) for i in range(RECORDS)] if victim.commit else []
+        for p in partitions
+    }
+    expected[0].insert(0, b"bystander")
+    expected[partitions[-1]].append(b"after")
+    assert seen == {p: [*expected[p], b"end"] for p in partitions}
+    committed = group_consumer.committed([TopicPartition(topic, 0)], WAIT)[0].offset
+    assert committed == (OFFSET if victim.commit else -1001)

@@ -167,6 +167,26 @@ async def _offsets(port: int, topic: str, partitions: list[int]) -> dict[int, Of
         await client.close()
 
 
+async def _txn_state(port: int, txn_id: str) -> str | None:
+    client = await WireClient.connect("127.0.0.1", port)
+    try:
+        req = m.DescribeTransactionsRequest(transactional_ids=[txn_id])
+        resp = await client.request(m.DescribeTransactions.key, 0, req)
+        state = resp.transaction_states[0]
+        return None if state.error_code else str(state.transaction_state)
+    finally:
+        await client.close()
+
+
+def txn_state(port: int, txn_id: str) -> str | None:
+    """The state of ``txn_id`` at the broker at ``port`` (None: not its coordinator, or not
+    answering)."""
+    try:
+        return asyncio.run(_txn_state(port, txn_id))
+    except (OSError, ConnectionError, TimeoutError):
+        return None
+
+
 def offsets(port: int, topic: str, partitions: list[int]) -> dict[int, Offsets] | None:
     """HW and LSO of each partition from the broker at ``port`` (None: it cannot answer for
     every partition yet -- not the leader, or still loading)."""
@@ -362,5 +382,24 @@ def check_after_recovery(
     expected[0].insert(0, b"bystander")
     expected[partitions[-1]].append(b"after")
     assert seen == {p: [*expected[p], b"end"] for p in partitions}
-    committed = group_consumer.committed([TopicPartition(topic, 0)], WAIT)[0].offset
-    assert committed == (OFFSET if victim.commit else -1001)
+    assert committed_offset(group_consumer, topic) == (OFFSET if victim.commit else -1001)
+
+
+def committed_offset(consumer: Consumer, topic: str) -> int:
+    """The group's committed offset of partition 0, retried while the group's coordinator
+    moves (librdkafka hands NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS to the caller of
+    ``committed`` after a failover, where a Java consumer retries them)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            return int(consumer.committed([TopicPartition(topic, 0)], WAIT)[0].offset)
+        except KafkaException as exc:
+            error = exc.args[0]
+            moving = error.code() in (
+                KafkaError.NOT_COORDINATOR,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+            )  # not flagged retriable by librdkafka
+            if not (moving or error.retriable()) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)

@@ -6,14 +6,18 @@ The cluster serves the module; every broker is armed alike with each test's
 :mod:`sluice.server.crash_points` point (scoped to the test's transactional id or topic, each
 firing once across the cluster: ``SLUICE_CRASH_ONCE_DIR``), so the broker that dies is the one
 the step belongs to -- the coordinator (the leader of the id's ``__transaction_state``
-partition) or a partition leader (the group coordinator's step is in the standalone test
-only). Each test's topic has 2 partitions with 3 replicas, led by the two brokers that are not
-the coordinator, so every marker crosses the network. The transaction ends on the survivors
-(the coordinator's or the leader's partitions fail over; the producer retries), the dead broker
-is restarted and catches up, and then, on all three replicas, the log is the same and its
-``.txnindex`` is what Kafka's producer-state rules give for it (a truncated marker's entry gone
-with it); the leader's LSO (ListOffsets read_committed, Fetch) too; the outcome is the one
-asked for, everywhere or nowhere (:mod:`tests.transaction.crash_model`).
+partition) or a partition leader. Each test's topic has 2 partitions with 3 replicas, led by the
+two brokers that are not the coordinator, so every marker crosses the network. The transaction
+ends on the survivors (the coordinator's or the leader's partitions fail over; the producer
+retries), the dead broker is restarted and catches up, and then, on all three replicas, the log
+is the same and its ``.txnindex`` is what Kafka's producer-state rules give for it (a truncated
+marker's entry gone with it); the leader's LSO (ListOffsets read_committed, Fetch) too; the
+outcome is the one asked for, everywhere or nowhere (:mod:`tests.transaction.crash_model`).
+
+The group coordinator's step is in the standalone test only: killed here, librdkafka's
+``send_offsets_to_transaction`` waited past its timeout on the coordinator the metadata had
+dropped (2 runs of 3, whether the dead broker was restarted at once or not), as
+confluentinc/librdkafka issues 5511 and 5456 describe.
 """
 
 from __future__ import annotations

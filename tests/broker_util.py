@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -152,6 +153,19 @@ def _limit_nofile(limit: int) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     return limit_in_child
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
+    """Poll ``condition`` (every 50 ms, bounded by ``timeout``) until it answers something
+    true; that answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 class _PortTaken(Exception):

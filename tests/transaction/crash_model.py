@@ -46,6 +46,7 @@ from confluent_kafka import (
 
 from sluice.protocol import messages as m
 from sluice.protocol.records import end_txn_marker_of, iter_batches
+from tests import broker_util
 from tests.broker_util import WireClient
 
 TXN_ENTRY = struct.Struct(">hqqqq")
@@ -197,14 +198,7 @@ def offsets(port: int, topic: str, partitions: list[int]) -> dict[int, Offsets] 
 
 
 def wait_for(condition: Callable[[], T | None], what: str, timeout: float = WAIT) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return broker_util.wait_for(condition, what, timeout)
 
 
 def markers_of(batches: list[Batch], producer_id: int) -> list[Batch]:

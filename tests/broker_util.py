@@ -24,12 +24,13 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -92,6 +93,7 @@ def start_broker(
     source_tree: Path | None = None,
     command_prefix: Sequence[str] = (),
     nofile: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     """Start ``python -m sluice.server`` on 127.0.0.1 and return once it accepts TCP connections.
 
@@ -101,7 +103,8 @@ def start_broker(
     the
     benchmarks use both to profile and to A/B against another commit. ``command_prefix`` runs
     the broker under another command (e.g. ``prlimit --nofile=N``); ``nofile`` sets its open-file
-    limit (``RLIMIT_NOFILE``, soft and hard) in the child before it starts."""
+    limit (``RLIMIT_NOFILE``, soft and hard) in the child before it starts; ``env`` is added to
+    its environment (e.g. ``SLUICE_CRASH_AT``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
     for _attempt in range(3):  # the free port may be taken between free_port() and bind
@@ -129,6 +132,7 @@ def start_broker(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=None if nofile is None else _limit_nofile(nofile),
+                env=None if env is None else {**os.environ, **env},
             )
         broker = BrokerProcess(proc, "127.0.0.1", chosen, data_dir, path)
         try:
@@ -149,6 +153,19 @@ def _limit_nofile(limit: int) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     return limit_in_child
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
+    """Poll ``condition`` (every 50 ms, bounded by ``timeout``) until it answers something
+    true; that answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 class _PortTaken(Exception):

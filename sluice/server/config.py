@@ -67,6 +67,8 @@ from sluice.server.config_def import (
 )
 from sluice.server.config_def import ConfigError as ConfigError  # raised by Config.load
 from sluice.server.controller.config import CONTROLLER_CONFIG
+from sluice.server.crash_points import ENV as CRASH_ENV
+from sluice.server.crash_points import ONCE_DIR_ENV as CRASH_ONCE_DIR_ENV
 from sluice.server.group.config import GROUP_CONFIG
 from sluice.server.security.listeners import (
     SUPPORTED_SASL_MECHANISMS,
@@ -495,7 +497,9 @@ OPTIONS_BY_KEY: dict[str, ConfigKey] = {o.name: o for o in OPTIONS}
 #: The prefix of the environment variables that set broker keys (module docstring).
 ENV_PREFIX = "SLUICE_"
 #: ``SLUICE_`` variables of Sluice's other tools, not broker keys: not warned about.
-NON_BROKER_ENV = frozenset({"SLUICE_BOOTSTRAP_SERVER", "SLUICE_ZOOKEEPER_CLASSPATH"})
+NON_BROKER_ENV = frozenset(
+    {"SLUICE_BOOTSTRAP_SERVER", "SLUICE_ZOOKEEPER_CLASSPATH", CRASH_ENV, CRASH_ONCE_DIR_ENV}
+)
 _ENV_SEPARATORS = {"_": ".", "__": "_", "___": "-"}
 
 

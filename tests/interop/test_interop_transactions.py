@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sluice.protocol import messages as m
 from sluice.protocol.records import end_txn_marker_of, iter_batches
 from sluice.server.transaction.state_log import decode_key, decode_value
-from tests.broker_util import BrokerProcess, WireClient
+from tests.broker_util import BrokerProcess, WireClient, wait_for
 from tests.interop_helpers import DEADLINE_S, broker_fixture
 
 pytestmark = pytest.mark.interop
@@ -72,14 +72,7 @@ def _batches(data_dir: Path, topic: str, partition: int) -> list[tuple[bool, int
 
 
 def _wait_for(condition, what: str, timeout: float = DEADLINE_S):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return wait_for(condition, what, timeout)
 
 
 def _markers(broker: BrokerProcess, topic: str, partition: int) -> list[tuple[int, int, bool]]:

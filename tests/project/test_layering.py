@@ -12,6 +12,8 @@ the bottom up (the README's *Architecture* section lists the same):
 * ``sluice.server.config_def`` (how settings are declared: Kafka's ``ConfigDef``) imports nothing
   of Sluice and no I/O: every room of the broker may declare its keys with it.
 * ``sluice.server.storage`` imports only the protocol and ``config_def``, and no network code.
+* ``sluice.server.crash_points`` (a crash test's kill -9 at a named step) imports nothing of
+  Sluice: the coordinators, replication, the handlers and the config may name their points.
 * ``sluice.server.group`` (coordinator, offsets store) sits on storage;
   ``sluice.server.transaction`` (the transaction coordinator, ``__transaction_state``) too, and
   on the group store's partitioning and appender signature.
@@ -60,20 +62,23 @@ PROTOCOL = "sluice.protocol"
 LOGGING = "sluice.server.logging"
 STORAGE = "sluice.server.storage"
 CONFIG_DEF = "sluice.server.config_def"
+CRASH_POINTS = "sluice.server.crash_points"
 #: room -> what it may import besides itself (rooms, or single modules of a room).
 ROOMS: dict[str, tuple[str, ...]] = {
     PROTOCOL: (),
     "sluice.net": (PROTOCOL,),
     LOGGING: (),
     CONFIG_DEF: (),
+    CRASH_POINTS: (),
     STORAGE: (PROTOCOL, CONFIG_DEF),
-    "sluice.server.group": (PROTOCOL, CONFIG_DEF, STORAGE, LOGGING),
+    "sluice.server.group": (PROTOCOL, CONFIG_DEF, STORAGE, LOGGING, CRASH_POINTS),
     "sluice.server.transaction": (
         PROTOCOL,
         CONFIG_DEF,
         STORAGE,
         "sluice.server.group.offsets_store",
         LOGGING,
+        CRASH_POINTS,
     ),
     "sluice.server.zk": (PROTOCOL, LOGGING),
     "sluice.server.controller": (PROTOCOL, CONFIG_DEF, "sluice.server.zk", LOGGING),
@@ -88,6 +93,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.security.listeners",
         "sluice.server.zk.sasl",
         LOGGING,
+        CRASH_POINTS,
     ),
     "sluice.server.replication": (
         PROTOCOL,
@@ -97,6 +103,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.transaction.state_log",
         "sluice.server.config",
         LOGGING,
+        CRASH_POINTS,
     ),
     "sluice.server.metadata": (
         PROTOCOL,
@@ -140,6 +147,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.security",
         "sluice.server.config",
         LOGGING,
+        CRASH_POINTS,
     ),
     "sluice.server.server": (
         PROTOCOL,

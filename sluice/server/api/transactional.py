@@ -18,6 +18,7 @@ from sluice.protocol import messages as m
 from sluice.protocol.messages import RequestHeader
 from sluice.server.api.base import ApiBase, _code, _commit_topics, log
 from sluice.server.api.registry import Answer
+from sluice.server.crash_points import crash_point
 from sluice.server.group.offsets_store import OFFSETS_TOPIC
 from sluice.server.replication.partition import TxnMarker
 from sluice.server.security.acl import AclOperation, ResourceType
@@ -117,6 +118,8 @@ class TransactionalApis(ApiBase):
                                   producer_id=marker.producer_id)  # fmt: skip
                     code = errors.UnknownServerError.code
             codes[i] = code
+        for topic in sorted({topic for topic, _index, _marker in entries}):
+            crash_point("partition.markers.written", topic)
         out = []
         for mk, slots in answers:
             parts: list[tuple[str, int, int]] = []

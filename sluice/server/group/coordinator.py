@@ -98,6 +98,7 @@ from typing import Any, TypeVar
 
 from sluice.protocol import errors
 from sluice.protocol.consumer_protocol import decode_subscription
+from sluice.server.crash_points import crash_point
 from sluice.server.group.config import GroupConfig
 from sluice.server.group.offsets_store import (
     AppendOutcome,
@@ -1427,6 +1428,7 @@ class GroupCoordinator:
             if not pending:
                 del group.pending_txn[producer_id]
         if not outcome.error:
+            crash_point("group.txn_offsets.written", group.group_id)
             return results
         code = commit_error(outcome.error)
         log.info("transactional offset commit write failed", group=group.group_id,

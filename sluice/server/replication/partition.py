@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sluice.protocol import errors
 from sluice.protocol.records import NO_TIMESTAMP
 from sluice.server.config import BROKER_CONFIG
+from sluice.server.crash_points import crash_point
 from sluice.server.logging import get_logger
 from sluice.server.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -558,6 +559,7 @@ class Partition:
             marker.commit,
             self.leader_epoch,
         )
+        crash_point("partition.marker.appended", self.topic)
         self.maybe_increment_high_watermark()
         return info
 

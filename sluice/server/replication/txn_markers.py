@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from sluice.net.connection import Connection
 from sluice.protocol import errors
 from sluice.protocol import messages as m
+from sluice.server.crash_points import crash_point
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
@@ -111,11 +112,18 @@ class MarkerChannel:
             else:
                 by_broker.setdefault(leader, []).append(tp)
         brokers = list(by_broker)
-        sends = [
-            self._send(b, markers_request(producer_id, producer_epoch, commit, coordinator_epoch,
-                                          by_broker[b]))
-            for b in brokers
-        ]  # fmt: skip
+
+        async def send(broker: int) -> dict[TopicPartition, int]:
+            request = markers_request(
+                producer_id, producer_epoch, commit, coordinator_epoch, by_broker[broker]
+            )
+            codes = await self._send(broker, request)
+            if len(brokers) > 1 and codes and not any(codes.values()):
+                for topic in sorted({t for t, _ in by_broker[broker]}):
+                    crash_point("txn.markers.acknowledged", topic)
+            return codes
+
+        sends = [send(b) for b in brokers]
         for broker, outcome in zip(brokers, await asyncio.gather(*sends), strict=True):
             for tp in by_broker[broker]:
                 answers[tp] = outcome.get(tp, errors.NotLeaderOrFollower.code)

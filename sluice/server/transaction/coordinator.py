@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sluice.protocol import errors
+from sluice.server.crash_points import crash_point
 from sluice.server.logging import get_logger
 from sluice.server.transaction.config import TransactionConfig
 from sluice.server.transaction.metadata import (
@@ -99,6 +100,9 @@ _FATAL_APPEND = {errors.MessageTooLarge.code, errors.RecordListTooLarge.code}
 #: Marker answers that stop the sending: someone newer is in charge of the partition.
 _ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _MARKER_FENCED = {errors.InvalidProducerEpoch.code, errors.TransactionCoordinatorFenced.code}
+#: The crash points around each state write (:mod:`sluice.server.crash_points`).
+_CRASH_BEFORE = {state: f"txn.before.{state.kafka_name}" for state in TxnState}
+_CRASH_AFTER = {state: f"txn.after.{state.kafka_name}" for state in TxnState}
 
 
 def append_error(code: int) -> int:
@@ -324,11 +328,14 @@ class TransactionCoordinator:
     async def _append(self, meta: TxnMetadata, partition: int, epoch: int, transit: Transit) -> int:
         """Kafka's ``appendTransactionToLog``: the error code the client gets."""
         value = None if transit.state == TxnState.DEAD else value_bytes(transit.log_value())
+        crash_point(_CRASH_BEFORE[transit.state], meta.transactional_id)
         try:
             outcome = self.log.write(partition, key_bytes(meta.transactional_id), value)
             if isinstance(outcome, asyncio.Future):
                 outcome = await outcome
             code = append_error(outcome.error)
+            if code == NONE:
+                crash_point(_CRASH_AFTER[transit.state], meta.transactional_id)
         except Exception:
             log.exception(
                 "writing transaction state failed", transactional_id=meta.transactional_id

@@ -77,20 +77,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 #: advertised from version 0 although only 3+ is accepted. Kafka 4 does the same (KAFKA-18659):
 #: some librdkafka versions derive features from the advertised Produce range and misbehave
 #: when it does not start at 0. A Produce v0-2 request still raises UnsupportedVersionError.
-#:
-#: Fetch is advertised up to v12: v13 (topics by id) is served, but with it advertised
-#: ``test_isr_shrunk_to_the_leader_refuses_acks_all_and_loses_nothing`` (tests/cluster)
-#: failed 3 of 3 full ``tests/cluster`` runs (a new leader's high watermark never reached its
-#: epoch's start), and passed with v12 -- not yet understood; see the session notes.
-FETCH_ADVERTISED_MAX = 12
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
-    key: (
-        (0, hi)
-        if key == messages.Produce.key
-        else (lo, min(hi, FETCH_ADVERTISED_MAX))
-        if key == messages.Fetch.key
-        else (lo, hi)
-    )
+    key: ((0, hi) if key == messages.Produce.key else (lo, hi))
     for key, (lo, hi) in SUPPORTED_VERSIONS.items()
 }
 

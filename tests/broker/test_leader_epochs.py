@@ -501,3 +501,79 @@ async def test_committed_offsets_are_stamped_with_the_offsets_partitions_epoch(
     assert server_log.latest_epoch == 3
     assert (server_log.epoch_for_offset(first), server_log.epoch_for_offset(second)) == (0, 3)
     assert server_log.end_offset_for_epoch(0) == (0, second)
+
+
+# --- Fetch v12+'s last_fetched_epoch: diverging_epoch -------------------------------------------
+
+
+async def fetch_after_epoch(
+    c: WireClient,
+    topic: str,
+    offset: int,
+    last_fetched_epoch: int,
+    version: int = 12,
+    max_wait_ms: int = 0,
+    topic_id: Any = None,
+) -> Any:
+    """A consumer's Fetch of ``topic``-0 at ``offset`` whose last batch had
+    ``last_fetched_epoch``; the partition's answer."""
+    req = m.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[m.FetchRequest.FetchTopic(
+            topic=topic,
+            topic_id=topic_id,
+            partitions=[m.FetchRequest.FetchPartition(
+                partition=0, fetch_offset=offset, last_fetched_epoch=last_fetched_epoch,
+                partition_max_bytes=1 << 20,
+            )],
+        )],
+        rack_id="",
+    )  # fmt: skip
+    resp = await c.request(FETCH, version, req)
+    (p,) = resp.responses[0].partitions
+    return p
+
+
+def offsets_of(p: Any) -> list[int]:
+    return [h.base_offset for _, h, _ in iter_batches(bytes(p.records))] if p.records else []
+
+
+async def test_fetch_answers_a_diverging_epoch_to_a_fetcher_ahead_of_the_log(
+    server: Server, client: WireClient
+) -> None:
+    """Kafka's ``Partition.readRecords``: the end of the fetcher's last epoch in this log (the
+    largest epoch <= it) below the fetch offset, or an older epoch, is a divergence -- no
+    records, ``diverging_epoch`` = that epoch and its end, answered at once; an epoch this log
+    cannot place is OFFSET_OUT_OF_RANGE; -1 (what librdkafka and Kafka's consumer send) and
+    v11 (no such field) read as before."""
+    await three_epochs(server, client, "div")  # epochs 0: 0-2, 1: 3-4, 3: 5-6
+    p = await fetch_after_epoch(client, "div", 5, 1)  # epoch 1 ends at 5: consistent
+    assert (p.error_code, p.diverging_epoch.epoch, offsets_of(p)) == (NONE, -1, [5])
+    p = await fetch_after_epoch(client, "div", 7, 3)  # the latest epoch ends at LEO
+    assert (p.error_code, p.diverging_epoch.epoch, offsets_of(p)) == (NONE, -1, [])
+    # It read epoch 1 past offset 5: records this log does not have (an unclean leader's).
+    p = await fetch_after_epoch(client, "div", 6, 1)
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (NONE, 1, 5)
+    assert offsets_of(p) == [] and p.high_watermark == 7
+    # It read an epoch 2 this log never had: epoch 1 (the largest below) ends at 5.
+    p = await fetch_after_epoch(client, "div", 5, 2)
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (NONE, 1, 5)
+    # An epoch above every epoch here: undefined, OFFSET_OUT_OF_RANGE (Kafka's answer).
+    p = await fetch_after_epoch(client, "div", 2, 4)
+    assert (p.error_code, offsets_of(p)) == (OFFSET_OUT_OF_RANGE, [])
+    # Without an epoch, or before v12, the same fetch is read as usual.
+    p = await fetch_after_epoch(client, "div", 6, -1)
+    assert (p.error_code, offsets_of(p)) == (NONE, [5])
+    p = await fetch_after_epoch(client, "div", 6, 1, version=11)
+    assert (p.error_code, offsets_of(p)) == (NONE, [5])
+    # v13 (by topic id) the same; a long poll is answered at once.
+    topic_id = (await metadata(client, ["div"], version=12, auto=False)).topics[0].topic_id
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    p = await fetch_after_epoch(client, "", 6, 1, version=13, max_wait_ms=20_000, topic_id=topic_id)
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (NONE, 1, 5)
+    assert loop.time() - started < 10

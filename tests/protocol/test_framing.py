@@ -145,7 +145,7 @@ def test_api_versions_newer_than_ours_gets_a_v0_error_answer() -> None:
     theirs = KpApiVersionsResponse.decode(body, version=3)
     assert theirs.error_code == 35
     assert [(k.api_key, k.min_version, k.max_version) for k in theirs.api_keys] == [
-        (0, 0, 8), (1, 4, 12), (18, 0, 3),
+        (0, 0, 8), (1, 4, 13), (18, 0, 3),
     ]  # fmt: skip
     cid, ours = framing.decode_response(18, 3, wire[4:])
     assert cid == 9 and ours.error_code == 35 and len(ours.api_keys) == 3
@@ -295,7 +295,7 @@ def test_supported_and_advertised_versions() -> None:
     }  # fmt: skip
     # Produce is advertised from v0 like Kafka 4 does (KAFKA-18659); everything else as is.
     assert framing.ADVERTISED_VERSIONS[0] == (0, 8)
-    assert framing.ADVERTISED_VERSIONS[1] == (4, 12)  # v13 served, not advertised (framing)
+    assert framing.ADVERTISED_VERSIONS[1] == (4, 13)  # v13: topics by id (KIP-516)
     assert {k: v for k, v in framing.ADVERTISED_VERSIONS.items() if k not in (0, 1)} == {
         k: v for k, v in framing.SUPPORTED_VERSIONS.items() if k not in (0, 1)
     }

@@ -271,12 +271,23 @@ class ProduceFetchApis(ApiBase):
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         # KIP-392: a consumer's rack from v11 on ("" if it has none) lets followers serve it.
         rack = body.rack_id if header.api_version >= 11 and body.replica_id < 0 else None
-        read = self._read_fetch(body, wanted, isolation, rack=rack)
+        # v12+: the epoch of the last batch the fetcher has (KIP-595; -1 from most clients).
+        last_epochs = (
+            {
+                (t.topic, p.partition): p.last_fetched_epoch
+                for t in body.topics
+                for p in t.partitions
+                if p.last_fetched_epoch >= 0
+            }
+            if header.api_version >= 12
+            else None
+        ) or None
+        read = self._read_fetch(body, wanted, isolation, rack=rack, last_epochs=last_epochs)
         if read[1] >= body.min_bytes or read[2] or not wanted or self._stopping:
             return self._fetch_answer(body, read, denied)
         if time.monotonic() >= deadline:
             return self._fetch_answer(body, read, denied)
-        return self._fetch_wait(body, wanted, isolation, deadline, denied, rack)
+        return self._fetch_wait(body, wanted, isolation, deadline, denied, rack, last_epochs)
 
     def _fetch_denied(self, body: m.FetchRequest) -> list[tuple[str, int]]:
         """Take out of ``body`` the partitions the principal may not read (a follower: every
@@ -335,6 +346,7 @@ class ProduceFetchApis(ApiBase):
         deadline: float,
         denied: list[tuple[str, int]],
         rack: str | None,
+        last_epochs: dict[tuple[str, int], int] | None = None,
     ) -> m.FetchResponse:
         """Long poll: park until new data on a wanted partition (or the deadline), re-read."""
         keys = [(topic, part) for topic, part, *_ in wanted]
@@ -343,10 +355,10 @@ class ProduceFetchApis(ApiBase):
             delayed = self.replicas.delayed_fetch(keys, isolation)
             if not await purgatory.wait(delayed, deadline - time.monotonic()):
                 # timed out: one last read, whatever it holds
-                read = self._read_fetch(body, wanted, isolation, False, rack)
+                read = self._read_fetch(body, wanted, isolation, False, rack, last_epochs)
                 return self._fetch_answer(body, read, denied)
             self.metrics.inc("fetch.woken")
-            read = self._read_fetch(body, wanted, isolation, False, rack)
+            read = self._read_fetch(body, wanted, isolation, False, rack, last_epochs)
             _, size, had_error, _ = read
             done = size >= body.min_bytes or had_error or self._stopping
             if done or time.monotonic() >= deadline:
@@ -359,12 +371,15 @@ class ProduceFetchApis(ApiBase):
         isolation: Any,
         record_follower: bool = True,
         rack: str | None = None,
+        last_epochs: dict[tuple[str, int], int] | None = None,
     ) -> _FetchRead:
         """``(response, record bytes, whether to answer at once (a partition has an error, or
         the consumer is sent to another replica), [(topic, record bytes)] of the partitions
         with data)``. A long poll's re-reads pass ``record_follower=False``: a follower's fetch
         is recorded once per request (``ReplicaManager.fetch_messages``). ``rack``: the
-        consumer's, KIP-392 (:meth:`ReplicaManager.fetch_messages`)."""
+        consumer's, KIP-392 (:meth:`ReplicaManager.fetch_messages`). ``last_epochs``: the
+        partitions whose fetcher named the epoch of its last batch (v12+), checked first
+        (:meth:`_diverged`)."""
         # Hot path (every Fetch, every partition): classes resolved once, one response object
         # per partition.
         cls = m.FetchResponse
@@ -374,14 +389,31 @@ class ProduceFetchApis(ApiBase):
         sent: list[tuple[str, int]] = []
         total = 0
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
-        reads = self.replicas.fetch_messages(
-            wanted, body.max_bytes, isolation, body.replica_id, record_follower, rack
-        )
+        early: dict[tuple[str, int], m.FetchResponse.PartitionData] = {}
+        if last_epochs:
+            for topic, part, offset, _max, current_epoch in wanted:
+                last = last_epochs.get((topic, part))
+                if last is not None:
+                    answer = self._diverged(topic, part, offset, current_epoch, last)
+                    if answer is not None:
+                        early[(topic, part)] = answer
+        to_read = [w for w in wanted if (w[0], w[1]) not in early] if early else wanted
+        reads = iter(self.replicas.fetch_messages(
+            to_read, body.max_bytes, isolation, body.replica_id, record_follower, rack
+        ))  # fmt: skip
         committed = isolation is Isolation.TXN_COMMITTED
-        for (topic, part, offset, *_), (partition, info, exc, preferred) in zip(
-            wanted, reads, strict=True
-        ):
+        for topic, part, offset, *_ in wanted:
             entry: m.FetchResponse.PartitionData
+            if early and (topic, part) in early:
+                had_error = True  # answered at once, as Kafka answers a diverging epoch
+                entry = early[(topic, part)]
+                entries = topics.get(topic)
+                if entries is None:
+                    topics[topic] = [entry]
+                else:
+                    entries.append(entry)
+                continue
+            partition, info, exc, preferred = next(reads)
             if partition is None:
                 had_error = True
                 entry = part_cls(
@@ -444,6 +476,46 @@ class ProduceFetchApis(ApiBase):
             responses=[topic_cls(topic=name, partitions=parts) for name, parts in topics.items()],
         )
         return response, total, had_error, sent
+
+    def _diverged(
+        self, topic: str, part: int, offset: int, current_epoch: int, last_epoch: int
+    ) -> m.FetchResponse.PartitionData | None:
+        """The answer to a fetch at ``offset`` whose fetcher's last batch had ``last_epoch``,
+        if it is not a read (Kafka's ``Partition.readRecords``, KIP-595 style): the log's end
+        of that epoch (``end_offset_for_epoch``: the largest epoch <= it, where it ends) below
+        ``offset``, or an older epoch than the fetcher's, means the fetcher holds records this
+        log does not -- answered with ``diverging_epoch`` (that epoch and end offset) and no
+        records, so it truncates there; an epoch this log cannot place, or ``offset`` below
+        the log start, is OFFSET_OUT_OF_RANGE. None: read as usual (also when the partition
+        or the leader epoch check fails: the read answers that error)."""
+        partition = self.replicas.get_partition(topic, part)
+        if partition is None:
+            return None
+        try:
+            log_ = partition.local_log(current_epoch, require_leader=False)
+            epoch, end = log_.end_offset_for_epoch(last_epoch)
+        except errors.KafkaError:
+            return None
+        cls = m.FetchResponse.PartitionData
+        if epoch < 0 or end < 0 or offset < log_.log_start_offset:
+            code, diverging = errors.OffsetOutOfRange.code, None
+        elif epoch < last_epoch or end < offset:
+            code, diverging = 0, cls.EpochEndOffset(epoch=epoch, end_offset=end)
+        else:
+            return None
+        entry = cls(
+            partition_index=part,
+            error_code=code,
+            high_watermark=log_.high_watermark,
+            last_stable_offset=log_.last_stable_offset_if_known,
+            log_start_offset=log_.log_start_offset,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=b"",
+        )
+        if diverging is not None:
+            entry.diverging_epoch = diverging
+        return entry
 
     # --- ListOffsets (2) -------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
     python -m tests.jepsen --trials 100 --seed 2000 --no-idempotence
     python -m tests.jepsen --trials 20 --seed 3000 --acks 1
     python -m tests.jepsen --trials 1 --seed 1042                   # replay one trial
+    python -m tests.jepsen --workload txn --trials 100 --seed 26000 # transactions (txn_workload)
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -19,17 +20,23 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import (
     FAULTS,
     TrialConfig,
-    TrialResult,
     aggregate,
     dumps,
     format_line,
     run_trial,
+)
+from tests.jepsen.txn_workload import (
+    aggregate_txn,
+    dumps_txn,
+    format_txn_line,
+    run_txn_trial,
 )
 
 
@@ -42,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", choices=["all", "1"], default="all")
     parser.add_argument("--no-idempotence", dest="idempotence", action="store_false")
     parser.add_argument("--duration", type=float, default=10.0, help="workload seconds per trial")
+    parser.add_argument("--workload", choices=["queue", "txn"], default="queue")
     parser.add_argument("--out", type=Path, help="append one JSON record per trial here")
     parser.add_argument(
         "--faults",
@@ -53,21 +61,26 @@ def main(argv: list[str] | None = None) -> int:
     if not args.faults or set(args.faults) - set(FAULTS):
         parser.error(f"--faults: choose among {', '.join(FAULTS)}")
 
-    results: list[TrialResult] = []
+    results: list[Any] = []
     interrupt_on_signals(
         "stopping: the trial's brokers, then ZooKeeper (the figures so far follow)"
     )
     try:
         run_trials(args, results)
     except KeyboardInterrupt:
-        print(json.dumps(aggregate(results), indent=1), flush=True)
+        print(json.dumps(summarise(args, results), indent=1), flush=True)
         return 130
-    figures = aggregate(results)
+    figures = summarise(args, results)
     print(json.dumps(figures, indent=1), flush=True)
     return 1 if figures["invalid"] else 0
 
 
-def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
+def summarise(args: argparse.Namespace, results: list[Any]) -> dict[str, Any]:
+    return aggregate_txn(results) if args.workload == "txn" else aggregate(results)
+
+
+def run_trials(args: argparse.Namespace, results: list[Any]) -> None:
+    txn = args.workload == "txn"
     with ZooKeeperServer() as zookeeper:
         for i in range(args.trials):
             config = TrialConfig(
@@ -78,14 +91,14 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 faults=args.faults,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
-            result = run_trial(zookeeper, config)
+            result: Any = run_txn_trial(zookeeper, config) if txn else run_trial(zookeeper, config)
             results.append(result)
-            print(format_line(result), flush=True)
+            print(format_txn_line(result) if txn else format_line(result), flush=True)
             if not result.valid:
                 print(json.dumps(result.record(), indent=1), flush=True)
             if args.out is not None:
                 with args.out.open("a") as f:
-                    f.write(dumps(result) + "\n")
+                    f.write((dumps_txn(result) if txn else dumps(result)) + "\n")
 
 
 if __name__ == "__main__":

@@ -200,5 +200,6 @@ def test_a_transactional_trial_under_faults(sluice_zookeeper: ZooKeeperServer) -
     assert not result.error, result.error
     assert [(p["fault"], p["target"]) for p in result.played] == PLAYED
     assert result.hooked == {"mid_commit": 1, "before_end": 1}
+    assert sorted(p for p, _ in result.hooked_commits) == ["before_end", "mid_commit"]
     assert result.summary["committed"] > 5 and result.summary["aborted_in_log"] > 0
     assert result.valid, json.dumps(result.record(), indent=1)

@@ -99,6 +99,9 @@ class TxnTrialResult:
     #: ``mid_commit`` / ``before_end`` steps whose point a producer reached (the fault then hit
     #: a commit in flight / a transaction between its records and its EndTxn).
     hooked: dict[str, int] = field(default_factory=dict)
+    #: (point, seconds) of those transactions' ``commit_transaction`` calls: a commit that
+    #: took seconds waited for the fault (a coordinator elected again, say).
+    hooked_commits: list[tuple[str, float]] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
     report: TxnReport | None = None
@@ -121,6 +124,7 @@ class TxnTrialResult:
             "producer_errors": self.producer_errors,
             "reinits": self.reinits,
             "hooked": self.hooked,
+            "hooked_commits": self.hooked_commits,
             "seconds": round(self.seconds, 1),
             "error": self.error,
         }
@@ -164,15 +168,17 @@ class _Hooks:
         with self._lock:
             self._armed = None
 
-    def point(self, point: str, producer: int, partitions: list[str]) -> None:
+    def point(self, point: str, producer: int, partitions: list[str]) -> bool:
+        """A producer is at ``point``: answers whether it claimed the armed fault."""
         with self._lock:
             if self._armed != point:
-                return
+                return False
             self._armed = None
             self.producer, self.partitions = producer, partitions
             self.reached.set()
         if point == "before_end":
             self.applied.wait(CALL_TIMEOUT)
+        return True
 
 
 class _SignallingCluster(FaultCluster):
@@ -263,6 +269,8 @@ class _TxnProducer(threading.Thread):
         self.txns: list[Txn] = []
         self.errors: dict[str, int] = {}
         self.reinits = 0
+        #: (point, seconds its commit_transaction took) of the transactions a fault was aimed at.
+        self.hooked_commits: list[tuple[str, float]] = []
         self.error: BaseException | None = None
         self.halted = threading.Event()
 
@@ -316,11 +324,19 @@ class _TxnProducer(threading.Thread):
                 # leave the aborted-read check nothing to find): between them and EndTxn.
                 producer.flush(CALL_TIMEOUT)
                 if commit:
-                    self.hooks.point("before_end", self.index, sorted(set(plan)))
-                    self.hooks.point("mid_commit", self.index, sorted(set(plan)))
+                    hooked = [
+                        point
+                        for point in ("before_end", "mid_commit")
+                        if self.hooks.point(point, self.index, sorted(set(plan)))
+                    ]
                     outcome = "unknown"
-                    producer.commit_transaction(CALL_TIMEOUT)
-                    outcome = "committed"
+                    asked = time.monotonic()
+                    try:
+                        producer.commit_transaction(CALL_TIMEOUT)
+                        outcome = "committed"
+                    finally:
+                        for point in hooked:
+                            self.hooked_commits.append((point, round(time.monotonic() - asked, 3)))
                 else:
                     producer.abort_transaction(CALL_TIMEOUT)
             except KafkaException as exc:
@@ -591,6 +607,7 @@ def _run_workload(
         for name, count in p.errors.items():
             result.producer_errors[name] = result.producer_errors.get(name, 0) + count
         result.reinits += p.reinits
+        result.hooked_commits.extend(p.hooked_commits)
     txns = [t for p in producers for t in p.txns]
     return txns, [Reader("read_committed", False, reader.reads, "concurrent-rc")]
 
@@ -614,6 +631,11 @@ def aggregate_txn(results: list[TxnTrialResult]) -> dict[str, Any]:
         "reinits": sum(r.reinits for r in results),
         "hooked": {
             k: sum(r.hooked.get(k, 0) for r in results) for k in ("mid_commit", "before_end")
+        },
+        #: Hooked commits that took over a second: the fault caught them in flight.
+        "hooked_commits_over_1s": {
+            k: sum(1 for r in results for p, t in r.hooked_commits if p == k and t > 1.0)
+            for k in ("mid_commit", "before_end")
         },
         "faults": len(played),
         "faults_by_target": {t: sum(1 for p in played if p["target"] == t) for t in TXN_TARGETS},

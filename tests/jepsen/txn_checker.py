@@ -37,6 +37,15 @@ and every transaction has ended (the last stable offset reached the high waterma
   resets them; each restart begins a new stream, counted in ``rewinds``).
 * ``committed_not_uncommitted`` -- a value the final ``read_committed`` read has that the final
   ``read_uncommitted`` read has not at the same position (``read_committed`` sees a subset).
+* consume-transform-produce (:func:`check_copy`): a transactional copier reads a topic with
+  ``read_committed``, writes each value to an output topic and commits its consumer offsets in
+  the same transaction (``send_offsets_to_transaction``). Against the final reads of input and
+  output and the group's committed offsets: ``copy_duplicate`` -- a value copied twice (not
+  exactly once); ``copy_missing`` -- an input value below the committed offset not in the output
+  (offsets committed without their output); ``copy_ahead`` -- an input value at or above the
+  committed offset in the output (output committed without its offsets: it will be copied
+  again); ``copy_foreign`` -- an output value that is no committed input value (the copier read
+  aborted data, or wrote data of an aborted transaction of its own).
 * ``unknown_committed`` / ``unknown_aborted`` -- ``unknown`` transactions found whole / absent
   (both allowed); ``aborted_in_log`` -- ``aborted`` transactions with writes in the final
   ``read_uncommitted`` read: evidence that the G1a check had aborted data to hide.
@@ -110,6 +119,11 @@ class TxnReport:
     unknown_committed: list[str] = field(default_factory=list)
     unknown_aborted: list[str] = field(default_factory=list)
     aborted_in_log: int = 0
+    copied: int = 0
+    copy_duplicate: list[str] = field(default_factory=list)
+    copy_missing: list[str] = field(default_factory=list)
+    copy_ahead: list[str] = field(default_factory=list)
+    copy_foreign: list[str] = field(default_factory=list)
     rewinds: int = 0
     foreign: int = 0  # values of no transaction of this history
 
@@ -118,7 +132,8 @@ class TxnReport:
         return not (
             self.g1a or self.g1b or self.non_atomic or self.lost or self.duplicate
             or self.inconsistent_offsets or self.nonmonotonic or self.committed_not_uncommitted
-            or self.foreign
+            or self.foreign or self.copy_duplicate or self.copy_missing or self.copy_ahead
+            or self.copy_foreign
         )  # fmt: skip
 
     def summary(self) -> dict[str, int]:
@@ -139,6 +154,11 @@ class TxnReport:
             "unknown_committed": len(self.unknown_committed),
             "unknown_aborted": len(self.unknown_aborted),
             "aborted_in_log": self.aborted_in_log,
+            "copied": self.copied,
+            "copy_duplicate": len(self.copy_duplicate),
+            "copy_missing": len(self.copy_missing),
+            "copy_ahead": len(self.copy_ahead),
+            "copy_foreign": len(self.copy_foreign),
             "rewinds": self.rewinds,
             "foreign": self.foreign,
         }
@@ -214,6 +234,36 @@ def check(txns: Iterable[Txn], readers: Iterable[Reader]) -> TxnReport:
     report.g1a = sorted(g1a)
     report.g1b = sorted(g1b)
     return report
+
+
+def check_copy(
+    report: TxnReport,
+    source: Sequence[Read],
+    output: Sequence[Read],
+    committed: dict[str, int],
+    partition_of: dict[str, str],
+) -> None:
+    """Judge a consume-transform-produce copier (module docstring) into ``report``.
+
+    ``source``: the final ``read_committed`` read of its input topic; ``output``: that of its
+    output topic; ``committed``: the group's committed offset per input partition (absent:
+    nothing committed); ``partition_of``: output partition -> the input partition it copies."""
+    at = {r.value: r for r in source}
+    copies: dict[str, int] = defaultdict(int)
+    for r in output:
+        copies[r.value] += 1
+        origin = at.get(r.value)
+        report.copied += 1
+        if origin is None or partition_of.get(r.partition) != origin.partition:
+            report.copy_foreign.append(r.value)
+        elif origin.offset >= committed.get(origin.partition, 0):
+            report.copy_ahead.append(r.value)
+    report.copy_duplicate.extend(sorted(v for v, n in copies.items() if n > 1))
+    report.copy_missing.extend(
+        r.value
+        for r in source
+        if r.offset < committed.get(r.partition, 0) and r.value not in copies
+    )
 
 
 def _streams(reader: Reader, report: TxnReport) -> list[list[Read]]:

@@ -13,7 +13,9 @@ One trial (:func:`run_txn_trial`) on a :class:`FaultCluster` (``__transaction_st
    retriable one on commit retries the commit, a fatal one (fencing, an epoch it cannot recover)
    drops the producer and a new instance with the same ``transactional.id`` re-initialises
    (fencing the old one). Each transaction's outcome is recorded (``tests.jepsen.txn_checker``);
-3. a ``read_committed`` consumer reads every partition from offset 0 throughout;
+3. a consume-transform-produce copier (:class:`_Copier`) copies the first topic to a third one,
+   committing its consumer offsets in each transaction (``send_offsets_to_transaction``), and a
+   ``read_committed`` consumer reads every partition of the two topics from offset 0 throughout;
 4. meanwhile the nemesis plays the seed's schedule (``tests.jepsen.runner.make_schedule``'s
    faults and timing) with targets of its own (:data:`TXN_TARGETS`): the transaction
    coordinator of a producer, that coordinator *while a commit is in flight* (``mid_commit``: the
@@ -24,12 +26,13 @@ One trial (:func:`run_txn_trial`) on a :class:`FaultCluster` (``__transaction_st
 5. then everything is healed, the cluster waited on until every partition has its full ISR and
    its last stable offset equals its high watermark (every transaction ended: open ones abort
    after ``transaction.timeout.ms``), and every partition read to its end by a final
-   ``read_committed`` and a final ``read_uncommitted`` consumer; the replicas are compared;
+   ``read_committed`` and a final ``read_uncommitted`` consumer (the copy: ``read_committed``),
+   the copier group's committed offsets fetched; the replicas are compared;
 6. :func:`tests.jepsen.txn_checker.check` judges (G1a, G1b, non-atomic, lost, ...).
 
-Not covered: consume-transform-produce (``send_offsets_to_transaction``) under faults -- it is
-tested without faults in ``tests/interop/test_interop_transactions.py``; this workload checks
-the produce side only.
+The copier is judged by :func:`tests.jepsen.txn_checker.check_copy` against the final reads and
+the group's committed offsets (each committed input value copied exactly once, nothing copied
+beyond the committed offsets).
 """
 
 from __future__ import annotations
@@ -54,9 +57,20 @@ from tests.jepsen.runner import (
     _producer_config,
     make_schedule,
 )
-from tests.jepsen.txn_checker import Read, Reader, Txn, TxnOutcome, TxnReport, Write, check
+from tests.jepsen.txn_checker import (
+    Read,
+    Reader,
+    Txn,
+    TxnOutcome,
+    TxnReport,
+    Write,
+    check,
+    check_copy,
+)
 
 PRODUCERS = 2
+#: The consume-transform-produce copier's consumer group (one per trial: a cluster per trial).
+COPIER_GROUP = "copier"
 TOPICS = ("a", "b")
 PARTITIONS_PER_TOPIC = 2
 STATE_PARTITIONS = 3
@@ -102,6 +116,8 @@ class TxnTrialResult:
     #: (point, seconds) of those transactions' ``commit_transaction`` calls: a commit that
     #: took seconds waited for the fault (a coordinator elected again, say).
     hooked_commits: list[tuple[str, float]] = field(default_factory=list)
+    #: The copier's transactions by outcome (committed / aborted / unknown).
+    copier: dict[str, int] = field(default_factory=dict)
     error: str = ""
     seconds: float = 0.0
     report: TxnReport | None = None
@@ -125,6 +141,7 @@ class TxnTrialResult:
             "reinits": self.reinits,
             "hooked": self.hooked,
             "hooked_commits": self.hooked_commits,
+            "copier": self.copier,
             "seconds": round(self.seconds, 1),
             "error": self.error,
         }
@@ -141,6 +158,10 @@ class TxnTrialResult:
                 },
                 "nonmonotonic": r.nonmonotonic[:20],
                 "committed_not_uncommitted": r.committed_not_uncommitted[:20],
+                **{
+                    k: getattr(r, k)[:20]
+                    for k in ("copy_duplicate", "copy_missing", "copy_ahead", "copy_foreign")
+                },
             }
         return out
 
@@ -216,12 +237,12 @@ class _TxnNemesis(_Nemesis):
     def _resolve(self, step: Step) -> int:
         broker = -1
         if step.target == "coordinator":
-            broker = self._coordinator(step.partition % PRODUCERS)
+            broker = self._coordinator(step.partition % len(self.txn_ids))
         elif step.target == "leader":
             topic, partition = _split(_partition_names(self.topics)[step.partition % 4])
             broker = self._leader(topic, partition)
         elif step.target in ("mid_commit", "before_end"):
-            coordinators = [self._coordinator(p) for p in range(PRODUCERS)]
+            coordinators = [self._coordinator(p) for p in range(len(self.txn_ids))]
             self.hooks.arm(step.target)
             reached = self.hooks.reached.wait(max(0.0, self.end - time.monotonic()))
             self.hooks.disarm()
@@ -291,9 +312,7 @@ class _TxnProducer(threading.Thread):
     def _run(self) -> None:
         from confluent_kafka import KafkaException, Producer
 
-        names = _partition_names(self.topics)
         producer: Any = None
-        n = 0
         while time.monotonic() < self.end and not self.halted.is_set():
             if producer is None:
                 producer = Producer(self.conf)
@@ -306,44 +325,53 @@ class _TxnProducer(threading.Thread):
                     else:
                         producer = self._init_again(producer)
                     continue
-            chosen = sorted(self.rng.sample(names, self.rng.randint(2, len(names))))
-            plan = [p for p in chosen for _ in range(self.rng.randint(1, 3))]
-            commit = self.rng.random() < 0.75
-            tid = f"{self.index}:{n}"
-            n += 1
-            writes = tuple(
-                Write(p, f"{self.config.seed}:{tid}:{i}/{len(plan)}") for i, p in enumerate(plan)
-            )
-            outcome: TxnOutcome = "aborted"
-            try:
-                producer.begin_transaction()
-                for w in writes:
-                    topic, partition = _split(w.partition)
-                    producer.produce(topic, w.value.encode(), partition=partition)
-                # The records written (an abort would otherwise purge those still queued, and
-                # leave the aborted-read check nothing to find): between them and EndTxn.
-                producer.flush(CALL_TIMEOUT)
-                if commit:
-                    hooked = [
-                        point
-                        for point in ("before_end", "mid_commit")
-                        if self.hooks.point(point, self.index, sorted(set(plan)))
-                    ]
-                    outcome = "unknown"
-                    asked = time.monotonic()
-                    try:
-                        producer.commit_transaction(CALL_TIMEOUT)
-                        outcome = "committed"
-                    finally:
-                        for point in hooked:
-                            self.hooked_commits.append((point, round(time.monotonic() - asked, 3)))
-                else:
-                    producer.abort_transaction(CALL_TIMEOUT)
-            except KafkaException as exc:
-                outcome, producer = self._recover(exc, producer, outcome)
-            self.txns.append(Txn(tid, outcome, writes))
+            producer = self._transaction(producer)
         if producer is not None:
             producer.flush(1)
+
+    def _transaction(self, producer: Any) -> Any:
+        """One transaction of the seed's drawing; answers the producer to go on with (None:
+        dropped)."""
+        from confluent_kafka import KafkaException
+
+        names = _partition_names(self.topics)
+        n = len(self.txns)
+        chosen = sorted(self.rng.sample(names, self.rng.randint(2, len(names))))
+        plan = [p for p in chosen for _ in range(self.rng.randint(1, 3))]
+        commit = self.rng.random() < 0.75
+        tid = f"{self.index}:{n}"
+        writes = tuple(
+            Write(p, f"{self.config.seed}:{tid}:{i}/{len(plan)}") for i, p in enumerate(plan)
+        )
+        outcome: TxnOutcome = "aborted"
+        try:
+            producer.begin_transaction()
+            for w in writes:
+                topic, partition = _split(w.partition)
+                producer.produce(topic, w.value.encode(), partition=partition)
+            # The records written (an abort would otherwise purge those still queued, and
+            # leave the aborted-read check nothing to find): between them and EndTxn.
+            producer.flush(CALL_TIMEOUT)
+            if commit:
+                hooked = [
+                    point
+                    for point in ("before_end", "mid_commit")
+                    if self.hooks.point(point, self.index, sorted(set(plan)))
+                ]
+                outcome = "unknown"
+                asked = time.monotonic()
+                try:
+                    producer.commit_transaction(CALL_TIMEOUT)
+                    outcome = "committed"
+                finally:
+                    for point in hooked:
+                        self.hooked_commits.append((point, round(time.monotonic() - asked, 3)))
+            else:
+                producer.abort_transaction(CALL_TIMEOUT)
+        except KafkaException as exc:
+            outcome, producer = self._recover(exc, producer, outcome)
+        self.txns.append(Txn(tid, outcome, writes))
+        return producer
 
     def _recover(
         self, exc: BaseException, producer: Any, outcome: TxnOutcome
@@ -390,6 +418,93 @@ class _TxnProducer(threading.Thread):
         self.reinits += 1
         del producer
         return None
+
+
+class _Copier(_TxnProducer):
+    """Consume-transform-produce: reads the first topic with ``read_committed`` (group
+    :data:`COPIER_GROUP`, assigned partitions), copies each value to the same partition of the
+    output topic and commits its offsets in the same transaction (``send_offsets_to_transaction``).
+    After an abort it goes back to its last committed offsets; after a commit of unknown outcome
+    it asks the group for them (KIP-447's stable offsets) before going on."""
+
+    def __init__(
+        self, config: TrialConfig, bootstrap: str, source: str, output: str, end: float
+    ) -> None:
+        super().__init__(PRODUCERS, config, bootstrap, [source], end, _Hooks())
+        self.name = "txn-copier"
+        self.source, self.output, self.bootstrap = source, output, bootstrap
+        self.txn_id = self.conf["transactional.id"] = f"jepsen-txn-{config.seed}-copier"
+        self.positions = dict.fromkeys(range(PARTITIONS_PER_TOPIC), 0)
+        self.rewind = False
+        self.outcomes: dict[str, int] = {}
+        self.consumer: Any = None
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(_consumer_config(self.bootstrap, "read_committed", COPIER_GROUP))
+        try:
+            self._assign()
+            super()._run()
+        finally:
+            self.consumer.close()
+
+    def _assign(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(self.source, p, o) for p, o in self.positions.items()])
+
+    def _transaction(self, producer: Any) -> Any:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self.rewind and not self._rewind():
+            return producer
+        batch = []
+        deadline = time.monotonic() + 0.3
+        while len(batch) < 20 and time.monotonic() < deadline:
+            msg = self.consumer.poll(0.05)
+            if msg is not None and not msg.error():
+                batch.append(msg)
+        if not batch:
+            return producer
+        after = dict(self.positions)
+        outcome: TxnOutcome = "aborted"
+        try:
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce(self.output, msg.value(), partition=msg.partition())
+                after[msg.partition()] = msg.offset() + 1
+            offsets = [TopicPartition(self.source, p, o) for p, o in after.items()]
+            metadata = self.consumer.consumer_group_metadata()
+            producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT)
+            outcome = "unknown"
+            producer.commit_transaction(CALL_TIMEOUT)
+            outcome = "committed"
+        except KafkaException as exc:
+            outcome, producer = self._recover(exc, producer, outcome)
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if outcome == "committed":
+            self.positions = after
+        elif outcome == "aborted":
+            self._assign()  # read the batch again
+        else:
+            self.rewind = True
+        return producer
+
+    def _rewind(self) -> bool:
+        """Go back to the group's committed offsets (a commit's outcome is unknown)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        asked = [TopicPartition(self.source, p) for p in self.positions]
+        try:
+            committed = self.consumer.committed(asked, CALL_TIMEOUT)
+        except KafkaException as exc:
+            self._count(exc)
+            return False
+        self.positions = {tp.partition: max(tp.offset, 0) for tp in committed}
+        self._assign()
+        self.rewind = False
+        return True
 
 
 class _Reader(threading.Thread):
@@ -543,19 +658,29 @@ def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialRe
     schedule = make_txn_schedule(config.seed, config.duration, config.faults)
     result = TxnTrialResult(config, schedule)
     topics = [f"jepsen-txn-{config.seed}-{t}" for t in TOPICS]
+    output = f"jepsen-txn-{config.seed}-copy"
     try:
         cluster = _SignallingCluster(zookeeper, properties=TXN_PROPERTIES)
         cluster.hooks = _Hooks()
         with cluster:
-            _create_topics(cluster, topics)
-            txns, readers = _run_workload(config, cluster, topics, result)
-            for t in topics:
+            _create_topics(cluster, [*topics, output])
+            txns, readers = _run_workload(config, cluster, topics, output, result)
+            for t in [*topics, output]:
                 cluster.wait_fully_replicated(t)
-            ends = _wait_stable(cluster, topics)
-            readers.append(Reader("read_committed", True, _read_all(cluster, topics, "read_committed", ends), "final-rc"))  # fmt: skip  # noqa: E501
-            readers.append(Reader("read_uncommitted", True, _read_all(cluster, topics, "read_uncommitted", ends), "final-ru"))  # fmt: skip  # noqa: E501
-            _compare_replicas(cluster, topics, result)
+            ends = _wait_stable(cluster, [*topics, output])
+            mine = {k: v for k, v in ends.items() if _split(k)[0] in topics}
+            final = _read_all(cluster, topics, "read_committed", mine)
+            readers.append(Reader("read_committed", True, final, "final-rc"))
+            uncommitted = _read_all(cluster, topics, "read_uncommitted", mine)
+            readers.append(Reader("read_uncommitted", True, uncommitted, "final-ru"))
+            copies = {k: v for k, v in ends.items() if _split(k)[0] == output}
+            copied = _read_all(cluster, [output], "read_committed", copies)
+            committed = _group_offsets(cluster, topics[0])
+            _compare_replicas(cluster, [*topics, output], result)
         result.report = check(txns, readers)
+        source = [r for r in final if _split(r.partition)[0] == topics[0]]
+        partition_of = {f"{output}-{p}": f"{topics[0]}-{p}" for p in range(PARTITIONS_PER_TOPIC)}
+        check_copy(result.report, source, copied, committed, partition_of)
         result.summary = result.report.summary()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -565,29 +690,58 @@ def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialRe
     return result
 
 
+def _group_offsets(cluster: FaultCluster, source: str, timeout: float = 60.0) -> dict[str, int]:
+    """The copier group's committed offsets (stable: KIP-447), partition name -> offset."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(_consumer_config(cluster.bootstrap_servers, "read_committed", COPIER_GROUP))
+    found: dict[str, int] = {}
+
+    def fetched() -> bool:
+        asked = [TopicPartition(source, p) for p in range(PARTITIONS_PER_TOPIC)]
+        try:
+            committed = consumer.committed(asked, 10)
+        except KafkaException:
+            return False
+        found.update({f"{tp.topic}-{tp.partition}": max(tp.offset, 0) for tp in committed})
+        return True
+
+    try:
+        cluster.cluster.wait_for(fetched, "the copier group's committed offsets", timeout)
+    finally:
+        consumer.close()
+    return found
+
+
 def _run_workload(
-    config: TrialConfig, cluster: _SignallingCluster, topics: list[str], result: TxnTrialResult
+    config: TrialConfig,
+    cluster: _SignallingCluster,
+    topics: list[str],
+    output: str,
+    result: TxnTrialResult,
 ) -> tuple[list[Txn], list[Reader]]:
     """Steps 2-4 of the module docstring, then heal."""
     t0 = time.monotonic()
     end = t0 + config.duration
+    bootstrap = cluster.bootstrap_servers
     producers = [
-        _TxnProducer(i, config, cluster.bootstrap_servers, topics, end, cluster.hooks)
-        for i in range(PRODUCERS)
+        _TxnProducer(i, config, bootstrap, topics, end, cluster.hooks) for i in range(PRODUCERS)
     ]
-    reader = _Reader(cluster.bootstrap_servers, topics)
-    nemesis = _TxnNemesis(cluster, topics, result.schedule, t0, end, [p.txn_id for p in producers])
-    threads: list[threading.Thread] = [reader, *producers, nemesis]
+    copier = _Copier(config, bootstrap, topics[0], output, end)
+    workers = [*producers, copier]
+    reader = _Reader(bootstrap, topics)
+    nemesis = _TxnNemesis(cluster, topics, result.schedule, t0, end, [w.txn_id for w in workers])
+    threads: list[threading.Thread] = [reader, *workers, nemesis]
     for thread in threads:
         thread.start()
     try:
-        for p in producers:
+        for w in workers:
             # A transaction's calls are bounded by CALL_TIMEOUT each, its recovery by 4 of them.
-            p.join(config.duration + 10 * CALL_TIMEOUT)
+            w.join(config.duration + 10 * CALL_TIMEOUT)
     except BaseException:
         nemesis.halted.set()
-        for p in producers:
-            p.halted.set()
+        for w in workers:
+            w.halted.set()
         raise
     finally:
         nemesis.join(60)
@@ -597,17 +751,18 @@ def _run_workload(
         reader.join(30)
     cluster.heal()
     for thread, error in [(nemesis, nemesis.error), (reader, reader.error)] + [
-        (p, p.error) for p in producers
+        (w, w.error) for w in workers
     ]:
         if error is not None:
             raise RuntimeError(f"{thread.name} failed") from error
         if thread.is_alive():
             raise TimeoutError(f"{thread.name} did not finish")
-    for p in producers:
-        for name, count in p.errors.items():
+    for w in workers:
+        for name, count in w.errors.items():
             result.producer_errors[name] = result.producer_errors.get(name, 0) + count
-        result.reinits += p.reinits
-        result.hooked_commits.extend(p.hooked_commits)
+        result.reinits += w.reinits
+        result.hooked_commits.extend(w.hooked_commits)
+    result.copier = copier.outcomes
     txns = [t for p in producers for t in p.txns]
     return txns, [Reader("read_committed", False, reader.reads, "concurrent-rc")]
 
@@ -629,6 +784,9 @@ def aggregate_txn(results: list[TxnTrialResult]) -> dict[str, Any]:
         "replica_mismatch_trials": sum(1 for r in results if r.replica_mismatch),
         **totals,
         "reinits": sum(r.reinits for r in results),
+        "copier": {
+            k: sum(r.copier.get(k, 0) for r in results) for k in ("committed", "aborted", "unknown")
+        },
         "hooked": {
             k: sum(r.hooked.get(k, 0) for r in results) for k in ("mid_commit", "before_end")
         },
@@ -653,7 +811,10 @@ def format_txn_line(result: TxnTrialResult) -> str:
         f"committed={s.get('committed', 0)} aborted={s.get('aborted', 0)} "
         f"unknown={s.get('unknown', 0)} (whole={s.get('unknown_committed', 0)}) "
         f"g1a={s.get('g1a', 0)} g1b={s.get('g1b', 0)} non_atomic={s.get('non_atomic', 0)} "
-        f"lost={s.get('lost', 0)} mismatch={result.replica_mismatch} "
+        f"lost={s.get('lost', 0)} copied={s.get('copied', 0)} (commits="
+        f"{result.copier.get('committed', 0)} dup={s.get('copy_duplicate', 0)} "
+        f"missing={s.get('copy_missing', 0)} ahead={s.get('copy_ahead', 0)} "
+        f"foreign={s.get('copy_foreign', 0)}) mismatch={result.replica_mismatch} "
         f"[{played}] {result.seconds:.0f}s"
     )
 

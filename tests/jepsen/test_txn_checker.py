@@ -1,5 +1,6 @@
 """The transactional checker finds each anomaly it names, and nothing in a clean history; and one
-short transactional trial runs against a faulted cluster."""
+short transactional trial (producers and a consume-transform-produce copier) runs against a
+faulted cluster."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pytest
 
 from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import TrialConfig
-from tests.jepsen.txn_checker import Read, Reader, Txn, TxnOutcome, Write, check
+from tests.jepsen.txn_checker import (
+    Read,
+    Reader,
+    Txn,
+    TxnOutcome,
+    TxnReport,
+    Write,
+    check,
+    check_copy,
+)
 from tests.jepsen.txn_workload import (
     TXN_TARGETS,
     format_txn_line,
@@ -183,6 +193,31 @@ def test_values_and_transactions_must_be_unique() -> None:
         check([txn("a", "committed", "a-0"), txn("a", "aborted", "a-1")], [])
 
 
+def test_a_copier_copies_each_committed_input_exactly_once_up_to_its_offsets() -> None:
+    """Consume-transform-produce: the output holds each input value below the group's committed
+    offset once, and nothing at or above it, and nothing that is no committed input."""
+    source = [Read("in-0", o, f"v{o}") for o in range(4)] + [Read("in-1", 0, "w0")]
+    partition_of = {"out-0": "in-0", "out-1": "in-1"}
+
+    def judge(output: list[tuple[str, str]], committed: dict[str, int]) -> TxnReport:
+        report = TxnReport()
+        reads = [Read(p, o, v) for o, (p, v) in enumerate(output)]
+        check_copy(report, source, reads, committed, partition_of)
+        return report
+
+    exact = judge([("out-0", "v0"), ("out-0", "v1"), ("out-1", "w0")], {"in-0": 2, "in-1": 1})
+    assert exact.valid and exact.copied == 3
+    assert judge([], {}).valid  # nothing committed, nothing copied
+    twice = judge([("out-0", "v0"), ("out-0", "v0")], {"in-0": 1})
+    assert twice.copy_duplicate == ["v0"] and not twice.valid
+    missing = judge([("out-0", "v0")], {"in-0": 2})
+    assert missing.copy_missing == ["v1"] and not missing.valid
+    ahead = judge([("out-0", "v0"), ("out-0", "v1")], {"in-0": 1})
+    assert ahead.copy_ahead == ["v1"] and not ahead.valid
+    foreign = judge([("out-0", "aborted"), ("out-1", "v0")], {"in-0": 1})
+    assert foreign.copy_foreign == ["aborted", "v0"] and not foreign.valid
+
+
 def test_the_schedule_aims_at_transactional_targets_by_seed() -> None:
     faults = ("kill", "pause")
     assert make_txn_schedule(7, 30.0, faults) == make_txn_schedule(7, 30.0, faults)
@@ -202,4 +237,5 @@ def test_a_transactional_trial_under_faults(sluice_zookeeper: ZooKeeperServer) -
     assert result.hooked == {"mid_commit": 1, "before_end": 1}
     assert sorted(p for p, _ in result.hooked_commits) == ["before_end", "mid_commit"]
     assert result.summary["committed"] > 5 and result.summary["aborted_in_log"] > 0
+    assert result.copier["committed"] > 0 and result.summary["copied"] > 0
     assert result.valid, json.dumps(result.record(), indent=1)

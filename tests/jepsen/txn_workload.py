@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sys
 import threading
 import time
 import traceback
@@ -772,7 +773,9 @@ def _run_workload(
         if error is not None:
             raise RuntimeError(f"{thread.name} failed") from error
         if thread.is_alive():
-            raise TimeoutError(f"{thread.name} did not finish")
+            frame = sys._current_frames().get(thread.ident or 0)
+            where = "".join(traceback.format_stack(frame)[-4:]) if frame else "?"
+            raise TimeoutError(f"{thread.name} did not finish; it is at:\n{where}")
     for w in workers:
         for name, count in w.errors.items():
             result.producer_errors[name] = result.producer_errors.get(name, 0) + count

@@ -37,8 +37,11 @@ beyond the committed offsets).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import json
+import logging
 import random
 import sys
 import threading
@@ -119,6 +122,9 @@ class TxnTrialResult:
     hooked_commits: list[tuple[str, float]] = field(default_factory=list)
     #: The copier's transactions by outcome (committed / aborted / unknown).
     copier: dict[str, int] = field(default_factory=dict)
+    #: Where the copier was stuck, with librdkafka's last ``eos`` debug lines, when it did not
+    #: finish (the copy is then not judged).
+    copier_stuck: str = ""
     error: str = ""
     seconds: float = 0.0
     report: TxnReport | None = None
@@ -143,6 +149,7 @@ class TxnTrialResult:
             "hooked": self.hooked,
             "hooked_commits": self.hooked_commits,
             "copier": self.copier,
+            "copier_stuck": self.copier_stuck,
             "seconds": round(self.seconds, 1),
             "error": self.error,
         }
@@ -304,6 +311,7 @@ class _TxnProducer(threading.Thread):
         self.hooked_commits: list[tuple[str, float]] = []
         self.error: BaseException | None = None
         self.halted = threading.Event()
+        self.producer: Any = None  # the instance in use
 
     def _count(self, exc: BaseException) -> Any:
         from confluent_kafka import KafkaException
@@ -335,6 +343,7 @@ class _TxnProducer(threading.Thread):
                     else:
                         producer = self._init_again(producer)
                     continue
+            self.producer = producer
             producer = self._transaction(producer)
         if producer is not None:
             producer.flush(1)
@@ -437,6 +446,15 @@ class _TxnProducer(threading.Thread):
         return None
 
 
+class _DequeHandler(logging.Handler):
+    def __init__(self, lines: collections.deque[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.getMessage()}")
+
+
 class _Copier(_TxnProducer):
     """Consume-transform-produce: reads the first topic with ``read_committed`` (group
     :data:`COPIER_GROUP`, assigned partitions), copies each value to the same partition of the
@@ -455,6 +473,21 @@ class _Copier(_TxnProducer):
         self.rewind = False
         self.outcomes: dict[str, int] = {}
         self.consumer: Any = None
+        #: librdkafka's last transaction-manager debug lines (``debug=eos``), served by
+        #: :meth:`debug_tail` when the copier is stuck inside a call.
+        self.debug: collections.deque[str] = collections.deque(maxlen=80)
+        logger = logging.getLogger(f"jepsen.copier.{config.seed}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.handlers = [_DequeHandler(self.debug)]
+        self.conf.update({"debug": "eos", "logger": logger})
+
+    def debug_tail(self) -> list[str]:
+        """Serve the queued log lines from this thread (the copier's own is blocked)."""
+        with contextlib.suppress(Exception):
+            if self.producer is not None:
+                self.producer.poll(0)
+        return list(self.debug)
 
     def _run(self) -> None:
         from confluent_kafka import Consumer
@@ -697,7 +730,8 @@ def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialRe
         result.report = check(txns, readers)
         source = [r for r in final if _split(r.partition)[0] == topics[0]]
         partition_of = {f"{output}-{p}": f"{topics[0]}-{p}" for p in range(PARTITIONS_PER_TOPIC)}
-        check_copy(result.report, source, copied, committed, partition_of)
+        if not result.copier_stuck:
+            check_copy(result.report, source, copied, committed, partition_of)
         result.summary = result.report.summary()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -775,6 +809,11 @@ def _run_workload(
         if thread.is_alive():
             frame = sys._current_frames().get(thread.ident or 0)
             where = "".join(traceback.format_stack(frame)[-4:]) if frame else "?"
+            if thread is copier:
+                # Stuck inside librdkafka (seen: send_offsets_to_transaction past its timeout):
+                # the copy is not judged; the transactions are. Reported with librdkafka's log.
+                result.copier_stuck = "\n".join([where, *copier.debug_tail()])
+                continue
             raise TimeoutError(f"{thread.name} did not finish; it is at:\n{where}")
     for w in workers:
         for name, count in w.errors.items():
@@ -801,6 +840,7 @@ def aggregate_txn(results: list[TxnTrialResult]) -> dict[str, Any]:
         "invalid": [r.config.seed for r in results if not r.valid],
         "errors": [r.config.seed for r in results if r.error],
         "replica_mismatch_trials": sum(1 for r in results if r.replica_mismatch),
+        "copier_stuck_trials": [r.config.seed for r in results if r.copier_stuck],
         **totals,
         "reinits": sum(r.reinits for r in results),
         "copier": {

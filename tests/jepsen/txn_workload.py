@@ -873,7 +873,8 @@ def format_txn_line(result: TxnTrialResult) -> str:
         f"lost={s.get('lost', 0)} copied={s.get('copied', 0)} (commits="
         f"{result.copier.get('committed', 0)} dup={s.get('copy_duplicate', 0)} "
         f"missing={s.get('copy_missing', 0)} ahead={s.get('copy_ahead', 0)} "
-        f"foreign={s.get('copy_foreign', 0)}) mismatch={result.replica_mismatch} "
+        f"foreign={s.get('copy_foreign', 0)}{' STUCK' if result.copier_stuck else ''}) "
+        f"mismatch={result.replica_mismatch} "
         f"[{played}] {result.seconds:.0f}s"
     )
 

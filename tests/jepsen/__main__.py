@@ -6,6 +6,7 @@
     python -m tests.jepsen --trials 1 --seed 1042                   # replay one trial
     python -m tests.jepsen --trials 20 --seed 24000 --security sasl_ssl  # every link SASL_SSL
     python -m tests.jepsen --workload compacted --trials 30 --seed 23000  # keyed, compacted
+    python -m tests.jepsen --workload txn --trials 100 --seed 26000 # transactions (txn_workload)
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -21,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.security import SECURITY
@@ -28,11 +30,16 @@ from sluice.testing.zookeeper import ZooKeeperServer
 from tests.jepsen.runner import (
     FAULTS,
     TrialConfig,
-    TrialResult,
     aggregate,
     dumps,
     format_line,
     run_trial,
+)
+from tests.jepsen.txn_workload import (
+    aggregate_txn,
+    dumps_txn,
+    format_txn_line,
+    run_txn_trial,
 )
 
 
@@ -47,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="workload seconds per trial")
     parser.add_argument(
         "--workload",
-        choices=["queue", "compacted"],
+        choices=["queue", "compacted", "txn"],
         default="queue",
         help="queue: unique values, every one read (default); compacted: keyed updates and "
-        "tombstones on a compacted topic, judged latest per key (tests.jepsen.compacted_workload)",
+        "tombstones on a compacted topic, judged latest per key (tests.jepsen.compacted_workload); "
+        "txn: transactions across partitions, judged for aborted, intermediate and non-atomic "
+        "reads (tests.jepsen.txn_workload)",
     )
     parser.add_argument("--out", type=Path, help="append one JSON record per trial here")
     parser.add_argument(
@@ -66,22 +75,29 @@ def main(argv: list[str] | None = None) -> int:
     args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     if not args.faults or set(args.faults) - set(FAULTS):
         parser.error(f"--faults: choose among {', '.join(FAULTS)}")
+    if args.security != "plaintext" and args.workload != "queue":
+        parser.error(f"--security {args.security}: only the queue workload runs secured")
 
-    results: list[TrialResult] = []
+    results: list[Any] = []
     interrupt_on_signals(
         "stopping: the trial's brokers, then ZooKeeper (the figures so far follow)"
     )
     try:
         run_trials(args, results)
     except KeyboardInterrupt:
-        print(json.dumps(aggregate(results), indent=1), flush=True)
+        print(json.dumps(summarise(args, results), indent=1), flush=True)
         return 130
-    figures = aggregate(results)
+    figures = summarise(args, results)
     print(json.dumps(figures, indent=1), flush=True)
     return 1 if figures["invalid"] else 0
 
 
-def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
+def summarise(args: argparse.Namespace, results: list[Any]) -> dict[str, Any]:
+    return aggregate_txn(results) if args.workload == "txn" else aggregate(results)
+
+
+def run_trials(args: argparse.Namespace, results: list[Any]) -> None:
+    txn = args.workload == "txn"
     with ZooKeeperServer() as zookeeper:
         for i in range(args.trials):
             config = TrialConfig(
@@ -93,19 +109,22 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 security=args.security,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
-            if args.workload == "compacted":
+            result: Any
+            if txn:
+                result = run_txn_trial(zookeeper, config)
+            elif args.workload == "compacted":
                 from tests.jepsen.compacted_workload import run_compacted_trial
 
-                result: TrialResult = run_compacted_trial(zookeeper, config)
+                result = run_compacted_trial(zookeeper, config)
             else:
                 result = run_trial(zookeeper, config)
             results.append(result)
-            print(format_line(result), flush=True)
+            print(format_txn_line(result) if txn else format_line(result), flush=True)
             if not result.valid:
                 print(json.dumps(result.record(), indent=1), flush=True)
             if args.out is not None:
                 with args.out.open("a") as f:
-                    f.write(dumps(result) + "\n")
+                    f.write((dumps_txn(result) if txn else dumps(result)) + "\n")
 
 
 if __name__ == "__main__":

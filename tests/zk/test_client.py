@@ -7,6 +7,7 @@ shared one is never disturbed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -37,6 +38,7 @@ from sluice.server.zk.errors import (
     NotEmptyError,
     SessionExpiredError,
     ZkConnectionError,
+    ZkError,
 )
 from sluice.testing.zookeeper import ZooKeeperServer
 
@@ -352,6 +354,48 @@ async def test_request_timeout_while_paused_is_a_connection_loss(
     finally:
         server.resume()
         await client.close()
+
+
+# kazoo's connection thread dying of the exception is the point (pytest reports such deaths).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_a_connection_thread_that_gave_up_is_started_again(make_client: MakeClient) -> None:
+    """kazoo's connection thread ends for good on an exception it does not retry -- seen in the
+    fault suite: ``RuntimeError('xids do not match')`` after replies went missing from a
+    black-holed ZooKeeper link that then carried on -- reporting LOST and never connecting
+    again: the broker stayed out of the cluster. The client starts it again."""
+    client = await make_client()
+    events: list[SessionEvent] = []
+    client.add_session_listener(events.append)
+    await client.create("/mine", ephemeral=True)
+    old_session = client.session_id
+    connection = client._kz._connection
+    real = connection._read_response
+
+    def out_of_step(*args: object) -> object:
+        connection._read_response = real
+        raise RuntimeError("xids do not match, expected 250 received 254")
+
+    connection._read_response = out_of_step
+    with contextlib.suppress(ZkError):  # the request whose reply broke it fails
+        await client.exists("/mine")
+
+    def back() -> bool:
+        states = [e.state for e in events]
+        return SessionState.LOST in states and states[-1] is SessionState.CONNECTED
+
+    await wait_for(back, what="CONNECTED again after kazoo's connection thread ended")
+    assert client.state is SessionState.CONNECTED
+    assert events[-1].new_session and client.session_id != old_session  # as after an expiry
+    await client.create("/after", b"x")
+    assert (await client.get("/after"))[0] == b"x"
+
+    async def gone() -> bool:
+        return await client.exists("/mine") is None
+
+    deadline = time.monotonic() + 10 * SESSION
+    while not await gone():  # the old session expires on the server, its ephemeral with it
+        assert time.monotonic() < deadline, "the old session's ephemeral stayed"
+        await asyncio.sleep(0.05)
 
 
 async def test_session_survives_a_zookeeper_restart(

@@ -708,6 +708,31 @@ class ZkClient:
         event = SessionEvent(state, self._session_id, new_session)
         for listener in list(self._session_listeners):
             self._run_callback(listener, event)
+        if state is SessionState.LOST and self._connection_died():
+            self._run_callback(lambda _: self._reconnect(), None)
+
+    def _connection_died(self) -> bool:  # on the loop
+        """kazoo's connection thread ended though nobody stopped the client: it gives up for
+        good on an exception it does not retry (seen: ``RuntimeError('xids do not match')``
+        when replies went missing from a connection that then carried on), after reporting
+        LOST. kazoo's own fields tell (``_stopped``: asked to stop; ``connection_stopped``:
+        its loop has ended)."""
+        kz = self._kz
+        if kz is None or self._closed:
+            return False
+        return bool(kz._connection.connection_stopped.is_set() and not kz._stopped.is_set())
+
+    async def _reconnect(self) -> None:
+        """Start kazoo's connection again, on a new session (kazoo forgot the old one with the
+        LOST it reported; ZooKeeper expires it after its timeout): CONNECTED with
+        ``new_session`` follows, as after an expiry, so the broker registers again and re-reads
+        its state. Kafka's ZooKeeperClient likewise re-creates its ZooKeeper handle rather than
+        stay disconnected."""
+        log.warning("zookeeper connection thread ended unasked: connecting again")
+        try:
+            await self._in_thread(self._kz.start_async, self.connect_timeout)
+        except Exception as exc:
+            log.error("zookeeper reconnect failed", error=repr(exc))
 
     def _run_callback(self, callback: Callable[[Any], Any], arg: Any) -> None:  # on the loop
         if self._closed:

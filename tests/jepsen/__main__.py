@@ -4,6 +4,10 @@
     python -m tests.jepsen --trials 100 --seed 2000 --no-idempotence
     python -m tests.jepsen --trials 20 --seed 3000 --acks 1
     python -m tests.jepsen --trials 1 --seed 1042                   # replay one trial
+    python -m tests.jepsen --trials 50 --seed 27000 --faults lone_isr_power_loss  # targeted
+
+``--faults lone_isr_power_loss`` (alone) plays :mod:`tests.jepsen.lone_isr` instead of a random
+schedule: every trial drives the sole in-sync replica into a power loss.
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.zookeeper import ZooKeeperServer
+from tests.jepsen import lone_isr
 from tests.jepsen.runner import (
     FAULTS,
     TrialConfig,
@@ -46,12 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults",
         default=",".join(FAULTS),
-        help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)})",
+        help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)}), "
+        f"or {lone_isr.FAULT} alone (a targeted nemesis)",
     )
     args = parser.parse_args(argv)
     args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    if not args.faults or set(args.faults) - set(FAULTS):
-        parser.error(f"--faults: choose among {', '.join(FAULTS)}")
+    targeted = args.faults == (lone_isr.FAULT,)
+    if not targeted and (not args.faults or set(args.faults) - set(FAULTS)):
+        parser.error(f"--faults: choose among {', '.join(FAULTS)}, or {lone_isr.FAULT} alone")
 
     results: list[TrialResult] = []
     interrupt_on_signals(
@@ -78,7 +85,8 @@ def run_trials(args: argparse.Namespace, results: list[TrialResult]) -> None:
                 faults=args.faults,
             )
             print(f"seed {config.seed}: starting ({config.duration:g}s of faults)", flush=True)
-            result = run_trial(zookeeper, config)
+            trial = lone_isr.run_trial if args.faults == (lone_isr.FAULT,) else run_trial
+            result = trial(zookeeper, config)
             results.append(result)
             print(format_line(result), flush=True)
             if not result.valid:

@@ -236,6 +236,23 @@ def window_hits(kept: dict[int, int], history: list[Send]) -> list[int]:
     return sorted(p for p, end in kept.items() if top.get(p, -1) >= end)
 
 
+def unavailable(played: list[dict[str, Any]], acked_at: dict[int, list[float]]) -> dict[str, Any]:
+    """Per lone partition, seconds from the shrink's start and from the power loss to its next
+    acknowledgement (what the window cost; None: none came)."""
+    at = {e["fault"].split(":")[0]: e["from"] for e in played}
+    lone = next((e["sole_isr"] for e in played if e["fault"] == "lose_unflushed"), [])
+    out: dict[str, Any] = {"since_shrink_s": {}, "since_loss_s": {}}
+    for p in lone:
+        after = [t for t in acked_at.get(p, []) if t > at["lose_unflushed"]]
+        first = min(after) if after else None
+        for key, start in (
+            ("since_shrink_s", at["shrink"]),
+            ("since_loss_s", at["lose_unflushed"]),
+        ):
+            out[key][p] = None if first is None else round(first - start, 3)
+    return out
+
+
 def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
     """One trial of the plan of ``config.seed`` (module docstring); records, never raises for
     what it finds."""
@@ -274,6 +291,8 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
             v for v in result.report.lost if acked_in.get(v) in result.kip966_partitions
         ]
         result.windows = _windows(acked_at, config.duration)
+        result.played.append({"fault": "available_again", "broker": plan.leader,
+                              **unavailable(nemesis.played, acked_at)})  # fmt: skip
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise

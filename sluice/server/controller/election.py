@@ -79,26 +79,37 @@ def elect_offline(
     live: Collection[int],
     *,
     unclean: bool = False,
+    distrusted: Collection[int] = (),
 ) -> LeaderAndIsr | None:
     """A leader for a partition whose leader is gone; ``None`` if nothing changes.
 
     Returns a state with ``leader == NO_LEADER`` when no replica may lead (the partition goes
     offline; its ISR is kept so a returning ISR member can lead again).
+
+    ``distrusted``: ISR members or eligible replicas that may have lost writes since the state
+    was written (back from a power loss). While another ISR member or eligible replica exists
+    -- live or not: one that holds what they lost -- they neither lead nor stay in either list
+    (the partition waits for that one rather than lead with less). When they are all there
+    is, they lead on what they kept: nothing better is known.
     """
-    live_isr = [r for r in state.isr if r in live]
-    leader = next((r for r in assignment if r in live and r in state.isr), None)
+    isr = [r for r in state.isr if r not in distrusted]
+    elr = [r for r in state.elr if r not in distrusted]
+    if not isr and not elr:
+        isr = list(state.isr)  # nobody else: they are trusted with what they kept
+    live_isr = [r for r in isr if r in live]
+    leader = next((r for r in assignment if r in live_isr), None)
     if leader is not None:
-        return state.next(leader, live_isr)
-    leader = next((r for r in assignment if r in live and r in state.elr), None)
+        return state.next(leader, live_isr, elr=elr)
+    leader = next((r for r in assignment if r in live and r in elr), None)
     if leader is not None:  # KIP-966: it holds every record below the high watermark
-        return state.next(leader, [leader])
+        return state.next(leader, [leader], elr=elr)
     if unclean:
         leader = next((r for r in assignment if r in live), None)
         if leader is not None:
             return state.next(leader, [leader], elr=())
-    if state.leader == NO_LEADER:
+    if state.leader == NO_LEADER and tuple(isr) == state.isr and tuple(elr) == state.elr:
         return None
-    return state.next(NO_LEADER, state.isr)
+    return state.next(NO_LEADER, isr, elr=elr)
 
 
 def elect_controlled_shutdown(

@@ -72,6 +72,7 @@ from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheck
 from sluice.server.storage.file_cache import OpenFileCache, default_max_open_files, nofile_limit
 from sluice.server.storage.index import StorageError
 from sluice.server.storage.layout import (
+    BOOT_ID_FILE,
     CLEAN_SHUTDOWN_MARKER,
     HIGH_WATERMARK_CHECKPOINT,
     LOCK_FILE,
@@ -204,6 +205,12 @@ class LogManager:
         #: ``log_dir`` was missing or empty at :meth:`open` (a first start): no marker is
         #: expected there, and its absence says nothing about an unclean shutdown.
         self.new_log_dir = False
+        #: The previous run stopped uncleanly in another boot of the machine (a power loss, a
+        #: kernel crash): what it wrote without an fsync may be gone -- also records below a
+        #: high watermark, which replication, not fsync, keeps. A process killed in the same
+        #: boot (kill -9, OOM) left its writes in the page cache: nothing of it is lost. The
+        #: cluster is told at registration (KIP-966's unclean shutdown, in ZooKeeper mode).
+        self.may_have_lost_unflushed = False
 
     # ------------------------------------------------------------------ files
 
@@ -352,9 +359,28 @@ class LogManager:
             fd, self._lock_fd = self._lock_fd, None
             os.close(fd)  # releases the flock
 
+    def _check_boot(self) -> None:
+        """Set :attr:`may_have_lost_unflushed` from the boot recorded by the previous start,
+        and record this one (durably: lost, the next crash counts as one in another boot)."""
+        path = self.log_dir / BOOT_ID_FILE
+        boot = self._vfs.boot_id()
+        recorded = read_file(path, self._vfs).decode().strip() if self._vfs.exists(path) else ""
+        unclean = not self.had_clean_shutdown and not self.new_log_dir
+        self.may_have_lost_unflushed = unclean and (not boot or recorded != boot)
+        if self.may_have_lost_unflushed:
+            logger.warning(
+                "unclean shutdown in another boot: writes not fsynced may have been lost",
+                log_dir=str(self.log_dir),
+                previous_boot=recorded or None,
+                boot=boot or None,
+            )
+        if boot != recorded:
+            atomic_write(path, boot.encode(), self._vfs)
+
     def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         self.had_clean_shutdown = self._vfs.exists(marker)
+        self._check_boot()
         recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         log_starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(HIGH_WATERMARK_CHECKPOINT)

@@ -490,3 +490,42 @@ def test_a_new_log_dir_is_said_to_be_new_not_uncleanly_shut_down(tmp_path: Path)
     with capture_logs() as third:
         opened(tmp_path / "empty").close()
     assert [e.get("new_log_dir") for e in third if e["event"] == "logs loaded"] == [True]
+
+
+class BootVFS(OSVFS):
+    """The OS, booted as ``boot`` ("": unknown)."""
+
+    def __init__(self, boot: str) -> None:
+        self.boot = boot
+
+    def boot_id(self) -> str:
+        return self.boot
+
+
+def test_only_an_unclean_stop_in_another_boot_may_have_lost_unflushed_writes(
+    tmp_path: Path,
+) -> None:
+    """A crashed process's writes survive in the page cache; a new boot (a power loss) may
+    have lost every write not fsynced. Unknown boots count as new."""
+    vfs = BootVFS("a")
+
+    def restart(boot: str, *, crash: bool) -> bool:
+        if crash:
+            (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()  # as if killed: no marker written
+        vfs.boot = boot
+        m = LogManager(tmp_path, DEFAULT, vfs=vfs)
+        m.open()
+        m.close()
+        return m.may_have_lost_unflushed
+
+    first = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    first.open()
+    first.create_topic("t", 1)
+    first.close()
+    assert not first.may_have_lost_unflushed  # a new data dir
+    assert not restart("a", crash=False)
+    assert not restart("a", crash=True)  # kill -9: same boot
+    assert restart("b", crash=True)  # a power loss
+    assert not restart("c", crash=False)  # a clean stop, then a reboot
+    assert not restart("c", crash=True)
+    assert restart("", crash=True)

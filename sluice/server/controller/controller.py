@@ -879,13 +879,17 @@ class Controller:
             then -- unless they lost unflushed writes, or an unclean election moved it back."""
             new = await choose(tp, state)
             old = _leader_and_isr(state)
-            if new is None or (new.leader != NO_LEADER and new.leader not in (*old.isr, *old.elr)):
-                return new
+            lost = self._lost_unflushed_since(state)
+            if new is None:
+                return None
+            if new.leader != NO_LEADER and (
+                new.leader in lost or new.leader not in (*old.isr, *old.elr)
+            ):
+                return new._replace(elr=())  # it leads on what it has: nobody is eligible
             if tp.topic not in min_isr:
                 min_isr[tp.topic] = await self._min_insync_replicas(tp.topic)
             replicas = assignments[tp.topic].replicas(tp.partition)
             bound = min(min_isr[tp.topic], len(replicas))
-            lost = self._lost_unflushed_since(state)
             elr = next_elr(old.isr, new.elr, new.isr, bound)
             return new._replace(elr=tuple(r for r in elr if r in replicas and r not in lost))
 
@@ -895,6 +899,17 @@ class Controller:
             # Members that came back from a power loss since this state was written hold less
             # than it says: they lead only if nobody else may hold what they lost (election).
             lost = self._lost_unflushed_since(state)
+
+            async def unclean_allowed() -> bool:
+                """Unclean election, only when no trusted ISR member or eligible replica is
+                live: a replica back from a power loss is then a live out-of-sync one."""
+                members = (*state.isr, *current.elr)
+                if any(r in candidates and r not in lost for r in members):
+                    return False
+                if tp.topic not in unclean:
+                    unclean[tp.topic] = await self._unclean_allowed(tp.topic)
+                return unclean[tp.topic]
+
             if self._leader_registered_since(state):
                 # Its leader bounced after this state was written (KIP-380, also when this
                 # controller took over after the bounce and never saw the old epoch): treat it
@@ -906,17 +921,14 @@ class Controller:
                 elected = elect_offline(current, replicas, others, distrusted=lost)
                 if elected is not None and elected.leader != NO_LEADER:
                     return elected
-                return elect_offline(current, replicas, candidates, distrusted=lost)
+                allow = await unclean_allowed()
+                return elect_offline(current, replicas, candidates, unclean=allow, distrusted=lost)
             if not fits_assignment(current, replicas):
                 # A reassignment shrank the assignment and its controller stopped before
                 # fitting the state to it (see _complete_reassignment).
                 return elect_reassigned(current, replicas, candidates)
             if state.leader not in registered:
-                allow = False
-                if not any(r in candidates for r in (*state.isr, *current.elr)):
-                    if tp.topic not in unclean:
-                        unclean[tp.topic] = await self._unclean_allowed(tp.topic)
-                    allow = unclean[tp.topic]
+                allow = await unclean_allowed()
                 return elect_offline(current, replicas, candidates, unclean=allow, distrusted=lost)
             gone = [r for r in current.isr if r not in registered or r in lost]
             removed = remove_replicas(current, gone)

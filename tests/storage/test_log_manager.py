@@ -529,3 +529,32 @@ def test_only_an_unclean_stop_in_another_boot_may_have_lost_unflushed_writes(
     assert not restart("c", crash=False)  # a clean stop, then a reboot
     assert not restart("c", crash=True)
     assert restart("", crash=True)
+
+
+def test_a_log_ending_below_its_checkpointed_high_watermark_lost_acknowledged_records(
+    tmp_path: Path,
+) -> None:
+    """Same boot, yet the log was cut below the high watermark it checkpointed (fsynced): the
+    broker knows it lost records it had acknowledged."""
+    vfs = BootVFS("a")
+    m = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    m.open()
+    m.create_topic("t", 2)
+    for p in (0, 1):
+        log = m.get_log("t", p)
+        assert log is not None
+        produce(log, b"0", b"1", b"2")
+        log.update_high_watermark(3)
+    m.write_checkpoints()
+    m.close()
+    (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()
+    again = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    again.open()
+    again.close()
+    assert not again.may_have_lost_unflushed  # every log reaches its high watermark
+    (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()
+    (tmp_path / "t-1" / "00000000000000000000.log").write_bytes(b"")
+    cut = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    cut.open()
+    cut.close()
+    assert cut.may_have_lost_unflushed

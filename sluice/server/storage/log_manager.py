@@ -377,6 +377,27 @@ class LogManager:
         if boot != recorded:
             atomic_write(path, boot.encode(), self._vfs)
 
+    def _check_high_watermarks(self, checkpointed: Mapping[tuple[str, int], int]) -> None:
+        """After an unclean stop, a log that ends below the high watermark it checkpointed
+        lost records it had acknowledged (the checkpoint is fsynced; the log was not): the
+        same boot or not, :attr:`may_have_lost_unflushed` (a machine restored from a snapshot,
+        a disk that dropped its cache, keep their boot id)."""
+        if self.had_clean_shutdown or self.may_have_lost_unflushed:
+            return
+        short = {
+            f"{tp[0]}-{tp[1]}": (hw, log.log_end_offset)
+            for tp, log in sorted(self._logs.items())
+            if (hw := checkpointed.get((tp[0], tp[1]), 0)) > log.log_end_offset
+        }
+        if short:
+            self.may_have_lost_unflushed = True
+            logger.warning(
+                "logs end below their checkpointed high watermark: acknowledged records lost",
+                log_dir=str(self.log_dir),
+                partitions={k: {"high_watermark": hw, "log_end": end} for k, (hw, end) in
+                            list(short.items())[:20]},
+            )  # fmt: skip
+
     def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         self.had_clean_shutdown = self._vfs.exists(marker)
@@ -490,6 +511,7 @@ class LogManager:
             self._vfs.fsync_dir(self.log_dir)
         if changed:
             self._write_topics_file()
+        self._check_high_watermarks(hws)
         if self.had_clean_shutdown:
             self._vfs.remove(marker)
             self._vfs.fsync_dir(self.log_dir)

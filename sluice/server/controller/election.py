@@ -23,13 +23,20 @@ Every result that changes leader or ISR bumps the leader epoch by one (Kafka's
 ``min.insync.replicas`` the high watermark does not move while the ISR is smaller than it, so a
 replica that leaves the ISR at such a time keeps every record below the high watermark -- every
 record acknowledged with acks=all -- for as long as the ISR stays small. Such replicas are kept
-in the state as eligible: when the ISR's last member is gone (or back from a power loss with
-less: a broker that registered after the state was written is not trusted to lead on it while
-an eligible replica is alive), one of them leads instead, so nothing acknowledged is lost. Once
-the ISR reaches ``min.insync.replicas`` again the high watermark moves past them and the list is
-emptied. A broker that registers again leaves every list it is in (it may have lost unflushed
-writes; Kafka 4 drops a broker with an unclean shutdown the same way), and rejoins the ISR by
-catching up.
+in the state as eligible: when the ISR's last member is gone, one of them leads instead, so
+nothing acknowledged is lost. Once the ISR reaches ``min.insync.replicas`` again the high
+watermark moves past them and the list is emptied.
+
+**Back from a power loss** (``distrusted`` in :func:`elect_offline`). A broker whose first
+registration says it may have lost unflushed writes (an unclean stop in another boot, or a log
+below its checkpointed high watermark: ``BrokerInfo.may_have_lost_unflushed``) may lack records
+that the states written before that registration count it as holding -- even the last ISR
+member's acknowledged ones. It leaves the ISR and the eligible list and does not lead while
+another ISR member or eligible replica exists, live or not: the partition waits for one that
+holds the committed log (Kafka 4 drops a broker with an unclean shutdown from both lists the
+same way). When it is all there is, it leads on what it kept. A broker that registered again
+after a pause, a kill -9 in the same boot (the page cache kept its writes) or a clean stop
+holds everything it had, and stays where it was.
 """
 
 from __future__ import annotations

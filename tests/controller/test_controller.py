@@ -82,11 +82,13 @@ class Harness:
         await kzk.create_top_level_paths()
         return kzk
 
-    async def broker(self, broker_id: int) -> int:
-        """Register a fake broker on a new session; returns its broker epoch."""
+    async def broker(self, broker_id: int, *, lost_unflushed: bool = False) -> int:
+        """Register a fake broker on a new session (``lost_unflushed``: back from a power
+        loss); returns its broker epoch."""
         kzk = await self.session()
         self.brokers[broker_id] = kzk
-        info = BrokerInfo(broker_id, (EndPoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),))
+        endpoints = (EndPoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),)
+        info = BrokerInfo(broker_id, endpoints, may_have_lost_unflushed=lost_unflushed)
         return await kzk.register_broker(info, wait=5.0)
 
     async def kill(self, broker_id: int) -> None:
@@ -286,26 +288,87 @@ async def test_clean_election_refuses_an_out_of_sync_replica_until_an_isr_member
     assert (s.isr, s.leader_epoch) == ((1,), 2)
 
 
-async def test_an_eligible_replica_leads_when_the_isr_is_gone_and_leaves_when_it_restarts(
+async def test_an_eligible_replica_leads_when_the_isr_is_gone_and_leaves_after_a_power_loss(
     h: Harness,
 ) -> None:
     """KIP-966: the leader shrank the ISR below min ISR, naming 2 and 3 eligible; it dies and the
-    first live eligible replica leads alone (ISR [2], 3 still eligible). Broker 3 then registers
-    again (it may have lost unflushed writes): it is no longer eligible, at the same leader
-    epoch."""
+    first live eligible replica leads alone (ISR [2]; 3 still eligible, and so is 1, which left
+    the ISR below min ISR). Broker 3 restarts in the same boot (kill -9: its page cache kept
+    everything): still eligible. It then comes back from a power loss (it may have lost
+    unflushed writes): no longer eligible, at the same leader epoch."""
     for b in (1, 2, 3):
         await h.broker(b)
     await h.active()
-    await h.topic("t", {0: [1, 2, 3]})
+    await h.topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
     await h.wait_state("t", leader=1, isr=[1, 2, 3])
     await h.leader_writes_isr("t", 0, [1], elr=(2, 3))
     await h.kill(1)
     s = await h.wait_state("t", leader=2)
-    assert (s.isr, s.eligible_leader_replicas, s.leader_epoch) == ((2,), (3,), 1)
+    assert (s.isr, s.eligible_leader_replicas, s.leader_epoch) == ((2,), (3, 1), 1)
     await h.kill(3)
     await h.broker(3)
-    s = await h.wait_state("t", leader=2, isr=[2], elr=())
+    await h.kill(3)
+    await h.broker(3, lost_unflushed=True)
+    s = await h.wait_state("t", leader=2, isr=[2], elr=(1,))
     assert s.leader_epoch == 1
+
+
+async def test_followers_the_controller_drops_below_min_isr_become_eligible(h: Harness) -> None:
+    """Dead followers leave the ISR by the controller's hand too (their sessions expired before
+    the leader shrank it): below min ISR they hold every acknowledged record, as when the leader
+    drops them, and are eligible (KIP-966). Without it, the leader alone was all there was."""
+    for b in (1, 2, 3):
+        await h.broker(b)
+    await h.active()
+    await h.topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+    await h.wait_state("t", leader=1, isr=[1, 2, 3])
+    await h.kill(2)
+    await h.kill(3)
+    await h.wait_state("t", leader=1, isr=[1], elr=(2, 3))
+
+
+async def test_the_lone_isr_member_back_from_a_power_loss_waits_for_an_eligible_replica(
+    h: Harness,
+) -> None:
+    """The sole ISR member (1) and both eligible replicas are down; 1 comes back from a power
+    loss (it may lack records it had acknowledged, which 2 and 3 hold). It must not lead with
+    less: the partition stays without a leader (1 out of the ISR, so that no later state
+    counts it as holding them) until an eligible replica is back, which leads. Before, 1 led
+    on what it kept and 2 and 3 truncated to it."""
+    for b in (1, 2, 3):
+        await h.broker(b)
+    await h.active()
+    await h.topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+    await h.wait_state("t", leader=1, isr=[1, 2, 3])
+    await h.leader_writes_isr("t", 0, [1], elr=(2, 3))
+    await h.kill(2)
+    await h.kill(3)
+    await h.kill(1)
+    await h.wait_state("t", leader=-1, isr=[1], elr=(2, 3))
+    await h.broker(1, lost_unflushed=True)
+    await h.wait_state("t", leader=-1, isr=[], elr=(2, 3))
+    await h.broker(3)
+    s = await h.wait_state("t", leader=3, isr=[3])
+    assert s.eligible_leader_replicas == (2,)
+
+
+async def test_the_lone_isr_member_back_from_a_crash_in_the_same_boot_leads_again(
+    h: Harness,
+) -> None:
+    """The same, but 1 was killed without losing its page cache: it holds everything it
+    acknowledged, and leads again at once (the eligible replicas are down)."""
+    for b in (1, 2, 3):
+        await h.broker(b)
+    await h.active()
+    await h.topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+    await h.wait_state("t", leader=1, isr=[1, 2, 3])
+    await h.leader_writes_isr("t", 0, [1], elr=(2, 3))
+    await h.kill(2)
+    await h.kill(3)
+    await h.kill(1)
+    await h.wait_state("t", leader=-1, isr=[1], elr=(2, 3))
+    await h.broker(1)
+    await h.wait_state("t", leader=1, isr=[1], elr=(2, 3))
 
 
 @pytest.mark.parametrize(

@@ -152,3 +152,30 @@ def test_an_eligible_replica_leads_when_no_isr_member_is_left() -> None:
     # Unclean elections do not need them and clear them.
     unclean = elect_offline(LeaderAndIsr(1, 4, (1,)), ASSIGNMENT, live={3}, unclean=True)
     assert unclean == LeaderAndIsr(3, 5, (3,), ())
+
+
+def test_a_replica_back_from_a_power_loss_waits_for_one_that_holds_what_it_lost() -> None:
+    """``distrusted``: back from a power loss since the state was written (it may lack records
+    the state counts it as holding)."""
+    state = LeaderAndIsr(NO_LEADER, 5, (1,), elr=(2, 3))
+    # 1, the sole ISR member, is back; 2 and 3 (who hold what 1 lost) are down: nobody leads,
+    # and 1 leaves the ISR, so that no later state counts it as holding the committed log.
+    assert elect_offline(state, ASSIGNMENT, live={1}, distrusted={1}) == LeaderAndIsr(
+        NO_LEADER, 6, (), (2, 3)
+    )
+    assert elect_offline(state, ASSIGNMENT, live={1, 3}, distrusted={1}) == LeaderAndIsr(
+        3, 6, (3,), (2,)
+    )
+    # Trusted (a kill -9 in the same boot), it leads as before.
+    assert elect_offline(state, ASSIGNMENT, live={1}) == LeaderAndIsr(1, 6, (1,), (2, 3))
+    # Nobody else was ever eligible: it leads on what it kept (nothing better is known).
+    lone = LeaderAndIsr(NO_LEADER, 5, (1,))
+    assert elect_offline(lone, ASSIGNMENT, live={1}, distrusted={1}) == LeaderAndIsr(1, 6, (1,))
+    # An eligible replica back from a power loss does not lead while an ISR member exists.
+    assert elect_offline(
+        LeaderAndIsr(NO_LEADER, 5, (1,), elr=(2,)), ASSIGNMENT, live={2}, distrusted={2}
+    ) == LeaderAndIsr(NO_LEADER, 6, (1,), ())
+    # A trusted ISR member leads; the distrusted one leaves the ISR.
+    assert elect_offline(
+        LeaderAndIsr(3, 5, (1, 2, 3)), ASSIGNMENT, live={1, 2}, distrusted={1}
+    ) == LeaderAndIsr(2, 6, (2,))

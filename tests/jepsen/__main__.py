@@ -7,6 +7,10 @@
     python -m tests.jepsen --trials 20 --seed 24000 --security sasl_ssl  # every link SASL_SSL
     python -m tests.jepsen --workload compacted --trials 30 --seed 23000  # keyed, compacted
     python -m tests.jepsen --workload txn --trials 100 --seed 26000 # transactions (txn_workload)
+    python -m tests.jepsen --trials 50 --seed 27000 --faults lone_isr_power_loss  # targeted
+
+``--faults lone_isr_power_loss`` (alone) plays :mod:`tests.jepsen.lone_isr` instead of a random
+schedule: every trial drives the sole in-sync replica into a power loss.
 
 Trial ``i`` runs with seed ``seed + i``; a failing trial prints its seed, the schedule as played
 and the evidence, and replays with ``--trials 1 --seed <its seed>``. ``--out`` appends one JSON
@@ -27,6 +31,7 @@ from typing import Any
 from sluice.testing.cluster import interrupt_on_signals
 from sluice.testing.security import SECURITY
 from sluice.testing.zookeeper import ZooKeeperServer
+from tests.jepsen import lone_isr
 from tests.jepsen.runner import (
     FAULTS,
     TrialConfig,
@@ -65,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults",
         default=",".join(FAULTS),
-        help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)})",
+        help=f"comma-separated fault kinds to draw from (default: all of {', '.join(FAULTS)}), "
+        f"or {lone_isr.FAULT} alone (a targeted nemesis)",
     )
     parser.add_argument(
         "--security", choices=SECURITY, default="plaintext",
@@ -73,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    if not args.faults or set(args.faults) - set(FAULTS):
-        parser.error(f"--faults: choose among {', '.join(FAULTS)}")
-    if args.security != "plaintext" and args.workload != "queue":
-        parser.error(f"--security {args.security}: only the queue workload runs secured")
+    targeted = args.faults == (lone_isr.FAULT,)
+    if not targeted and (not args.faults or set(args.faults) - set(FAULTS)):
+        parser.error(f"--faults: choose among {', '.join(FAULTS)}, or {lone_isr.FAULT} alone")
+    if targeted and args.workload != "queue":
+        parser.error(f"--faults {lone_isr.FAULT}: the targeted nemesis runs the queue workload")
+    if args.security != "plaintext" and (args.workload != "queue" or targeted):
+        parser.error(f"--security {args.security}: only random faults on the queue workload")
 
     results: list[Any] = []
     interrupt_on_signals(
@@ -116,6 +125,8 @@ def run_trials(args: argparse.Namespace, results: list[Any]) -> None:
                 from tests.jepsen.compacted_workload import run_compacted_trial
 
                 result = run_compacted_trial(zookeeper, config)
+            elif args.faults == (lone_isr.FAULT,):
+                result = lone_isr.run_trial(zookeeper, config)
             else:
                 result = run_trial(zookeeper, config)
             results.append(result)

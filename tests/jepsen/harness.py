@@ -16,7 +16,8 @@ one broker and each undone by :meth:`FaultCluster.heal`:
 * ``reset`` -- every connection to the broker is aborted with an RST (the link stays usable);
 * ``lose_unflushed`` -- a power loss: kill -9, then every segment file cut back to what was
   fsynced (``tests/jepsen/powerloss/sitecustomize.py`` journals each broker's fsyncs through
-  the VFS seam); undone by a restart.
+  the VFS seam) and a new boot id for the broker (as a real power loss brings: the broker tells
+  a crash that lost its page cache from one that did not by it); undone by a restart.
 
 Ports are chosen up front (bind to 0, close, reuse) so a restarted broker comes back on the
 same port behind the same proxy.
@@ -285,6 +286,8 @@ class FaultCluster:
         """Cut every segment file of a killed broker back to its durable size (never fsynced:
         empty); returns path -> (size before, size after) for the files cut."""
         assert not self.cluster.running(broker_id), "cut the files of a stopped broker only"
+        boot = self.journals / f"broker-{broker_id}.journal.boot"
+        boot.write_text(uuid.uuid4().hex)
         durable = self.durable_sizes(broker_id)
         cut: dict[str, tuple[int, int]] = {}
         for path in sorted(self.cluster.data_dir(broker_id).rglob("*.log")):

@@ -490,3 +490,71 @@ def test_a_new_log_dir_is_said_to_be_new_not_uncleanly_shut_down(tmp_path: Path)
     with capture_logs() as third:
         opened(tmp_path / "empty").close()
     assert [e.get("new_log_dir") for e in third if e["event"] == "logs loaded"] == [True]
+
+
+class BootVFS(OSVFS):
+    """The OS, booted as ``boot`` ("": unknown)."""
+
+    def __init__(self, boot: str) -> None:
+        self.boot = boot
+
+    def boot_id(self) -> str:
+        return self.boot
+
+
+def test_only_an_unclean_stop_in_another_boot_may_have_lost_unflushed_writes(
+    tmp_path: Path,
+) -> None:
+    """A crashed process's writes survive in the page cache; a new boot (a power loss) may
+    have lost every write not fsynced. Unknown boots count as new."""
+    vfs = BootVFS("a")
+
+    def restart(boot: str, *, crash: bool) -> bool:
+        if crash:
+            (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()  # as if killed: no marker written
+        vfs.boot = boot
+        m = LogManager(tmp_path, DEFAULT, vfs=vfs)
+        m.open()
+        m.close()
+        return m.may_have_lost_unflushed
+
+    first = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    first.open()
+    first.create_topic("t", 1)
+    first.close()
+    assert not first.may_have_lost_unflushed  # a new data dir
+    assert not restart("a", crash=False)
+    assert not restart("a", crash=True)  # kill -9: same boot
+    assert restart("b", crash=True)  # a power loss
+    assert not restart("c", crash=False)  # a clean stop, then a reboot
+    assert not restart("c", crash=True)
+    assert restart("", crash=True)
+
+
+def test_a_log_ending_below_its_checkpointed_high_watermark_lost_acknowledged_records(
+    tmp_path: Path,
+) -> None:
+    """Same boot, yet the log was cut below the high watermark it checkpointed (fsynced): the
+    broker knows it lost records it had acknowledged."""
+    vfs = BootVFS("a")
+    m = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    m.open()
+    m.create_topic("t", 2)
+    for p in (0, 1):
+        log = m.get_log("t", p)
+        assert log is not None
+        produce(log, b"0", b"1", b"2")
+        log.update_high_watermark(3)
+    m.write_checkpoints()
+    m.close()
+    (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()
+    again = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    again.open()
+    again.close()
+    assert not again.may_have_lost_unflushed  # every log reaches its high watermark
+    (tmp_path / CLEAN_SHUTDOWN_MARKER).unlink()
+    (tmp_path / "t-1" / "00000000000000000000.log").write_bytes(b"")
+    cut = LogManager(tmp_path, DEFAULT, vfs=vfs)
+    cut.open()
+    cut.close()
+    assert cut.may_have_lost_unflushed

@@ -88,6 +88,19 @@ def test_broker_info_v5_as_kafka_writes_it() -> None:
     )
 
 
+def test_broker_info_says_a_power_loss_only_when_there_was_one() -> None:
+    endpoints = (EndPoint("PLAINTEXT", "127.0.0.1", 9092),)
+    lost = BrokerInfo(1, endpoints, timestamp_ms=1, may_have_lost_unflushed=True)
+    assert json.loads(lost.encode())["may_have_lost_unflushed"] is True
+    assert BrokerInfo.decode(1, lost.encode()).may_have_lost_unflushed
+    kept = BrokerInfo(1, endpoints, timestamp_ms=1)
+    assert "may_have_lost_unflushed" not in json.loads(kept.encode())  # Kafka's JSON exactly
+    assert not BrokerInfo.decode(1, kept.encode()).may_have_lost_unflushed
+    bad = kept.encode().replace(b'"features":{}', b'"features":{},"may_have_lost_unflushed":1')
+    with pytest.raises(ZkDataError, match="boolean"):
+        BrokerInfo.decode(1, bad)
+
+
 def test_broker_info_decodes_kafkas_documented_example() -> None:
     # The version 5 example of BrokerIdZNode.decode's doc comment, plus the protocol map a
     # Kafka broker with custom listener names writes.

@@ -109,6 +109,7 @@ from .election import (
     elect_preferred,
     elect_reassigned,
     fits_assignment,
+    next_elr,
     remove_replica,
     remove_replicas,
 )
@@ -130,11 +131,15 @@ MAX_WRITE_ATTEMPTS = 10
 MAX_EVENT_ATTEMPTS = 5
 #: The topic-level key overriding the broker's default for unclean elections.
 UNCLEAN_KEY = "unclean.leader.election.enable"
+MIN_ISR_KEY = "min.insync.replicas"
 
 
 class _LogConfigLike(Protocol):
     @property
     def unclean_leader_election_enable(self) -> bool: ...
+
+    @property
+    def min_insync_replicas(self) -> int: ...
 
 
 class BrokerConfigLike(Protocol):
@@ -162,6 +167,9 @@ class ControllerSettings:
     #: A topic key, declared by storage, which this room does not import: Kafka's default here,
     #: kept equal by ``from_config(Config()) == ControllerSettings()`` (test_controller).
     unclean_leader_election_enable: bool = False
+    #: ``min.insync.replicas`` (the same kind of key): below it, replicas leaving the ISR stay
+    #: eligible leaders (KIP-966).
+    min_insync_replicas: int = 1
     auto_leader_rebalance_enable: bool = _setting("auto.leader.rebalance.enable")
     leader_imbalance_check_interval_s: float = _setting(
         "leader.imbalance.check.interval.seconds", scale=1.0
@@ -172,6 +180,7 @@ class ControllerSettings:
     def from_config(cls, config: BrokerConfigLike) -> ControllerSettings:
         return cls(
             unclean_leader_election_enable=config.log_config().unclean_leader_election_enable,
+            min_insync_replicas=config.log_config().min_insync_replicas,
             auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=float(config.leader_imbalance_check_interval_seconds),
             leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
@@ -311,6 +320,9 @@ class Controller:
         self._stopped = False
         #: live brokers as of the last broker change handled: id -> broker epoch (czxid)
         self._live: dict[int, int] = {}
+        #: those of them whose registration says they may have lost unflushed writes
+        #: (``BrokerInfo.may_have_lost_unflushed``: an unclean stop in another boot)
+        self._lost_unflushed: set[int] = set()
         self._shutting_down: set[int] = set()
         self._topics: set[str] = set()
         #: one-shot watches set and not yet fired (so a re-read does not stack another)
@@ -648,6 +660,7 @@ class Controller:
         self._fence = None
         self._shutting_down.clear()
         self._live = {}
+        self._lost_unflushed = set()
         self._topics = set()
         self._offline_replicas = {}
         if self._rebalance_task is not None:
@@ -680,6 +693,7 @@ class Controller:
     async def _read_brokers(self) -> dict[int, int]:
         """The registered brokers and their broker epochs; arms the broker-change watch."""
         infos = await self._read_armed("brokers", _BrokerChange, self.kzk.get_all_brokers)
+        self._lost_unflushed = {b for b, info in infos.items() if info.may_have_lost_unflushed}
         return {broker_id: info.epoch for broker_id, info in infos.items()}
 
     async def _assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
@@ -721,6 +735,15 @@ class Controller:
                 continue
             log.info("topic id assigned", topic=topic, topic_id=uuid_to_str(topic_id))
         return out
+
+    async def _min_insync_replicas(self, topic: str) -> int:
+        """``min.insync.replicas`` of ``topic``: its override, else the broker's."""
+        raw = (await self.kzk.get_topic_config(topic)).config.get(MIN_ISR_KEY)
+        try:
+            return int(raw) if raw is not None else self.settings.min_insync_replicas
+        except ValueError:
+            log.warning("unreadable topic config; using the broker default", topic=topic, value=raw)
+            return self.settings.min_insync_replicas
 
     async def _unclean_allowed(self, topic: str) -> bool:
         """``unclean.leader.election.enable`` of ``topic``: its override, else the broker's."""
@@ -864,42 +887,72 @@ class Controller:
                 await self._create_initial_states(assignment, missing, candidates)
         self._active_fence()
         unclean: dict[str, bool] = {}
+        min_isr: dict[str, int] = {}
 
         async def decide(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
+            """:func:`choose`, with the eligible replicas the change implies (KIP-966, as the
+            leader's own ISR writes do): replicas that leave the ISR while it is below
+            ``min.insync.replicas`` hold every record below the high watermark, which stops
+            then -- unless they lost unflushed writes, or an unclean election moved it back."""
+            new = await choose(tp, state)
+            old = _leader_and_isr(state)
+            lost = self._lost_unflushed_since(state)
+            if new is None:
+                return None
+            if new.leader != NO_LEADER and (
+                new.leader in lost or new.leader not in (*old.isr, *old.elr)
+            ):
+                return new._replace(elr=())  # it leads on what it has: nobody is eligible
+            if tp.topic not in min_isr:
+                min_isr[tp.topic] = await self._min_insync_replicas(tp.topic)
+            replicas = assignments[tp.topic].replicas(tp.partition)
+            bound = min(min_isr[tp.topic], len(replicas))
+            elr = next_elr(old.isr, new.elr, new.isr, bound)
+            return new._replace(elr=tuple(r for r in elr if r in replicas and r not in lost))
+
+        async def choose(tp: TopicPartition, state: PartitionState) -> LeaderAndIsr | None:
             replicas = assignments[tp.topic].replicas(tp.partition)
             current = _leader_and_isr(state)
             candidates = every_candidate - self._offline_on(tp)
-            stale = self._registered_since(state, state.eligible_leader_replicas)
-            if stale:
-                # Eligible replicas that registered again may have lost unflushed writes: no
-                # longer eligible (they rejoin the ISR by catching up).
-                current = current._replace(elr=tuple(r for r in current.elr if r not in stale))
+            # Members that came back from a power loss since this state was written hold less
+            # than it says: they lead only if nobody else may hold what they lost (election).
+            lost = self._lost_unflushed_since(state)
+
+            async def unclean_allowed() -> bool:
+                """Unclean election, only when no trusted ISR member or eligible replica is
+                live: a replica back from a power loss is then a live out-of-sync one."""
+                members = (*state.isr, *current.elr)
+                if any(r in candidates and r not in lost for r in members):
+                    return False
+                if tp.topic not in unclean:
+                    unclean[tp.topic] = await self._unclean_allowed(tp.topic)
+                return unclean[tp.topic]
+
             if self._leader_registered_since(state):
                 # Its leader bounced after this state was written (KIP-380, also when this
                 # controller took over after the bounce and never saw the old epoch): treat it
                 # as gone -- another in-sync replica leads, and it leaves the ISR; none, an
-                # eligible replica (KIP-966: the bounce may have been a power loss); alone in
-                # it and none eligible, it leads again at a new epoch (what it kept is all
-                # there is).
+                # eligible replica (KIP-966); alone in it and none eligible, it leads again at
+                # a new epoch (what it kept is all there is) -- unless it lost unflushed writes
+                # and an ISR member or eligible replica is down: the partition waits for it.
                 others = candidates - {state.leader}
-                elected = elect_offline(current, replicas, others)
+                elected = elect_offline(current, replicas, others, distrusted=lost)
                 if elected is not None and elected.leader != NO_LEADER:
                     return elected
-                return elect_offline(current, replicas, candidates)
+                allow = await unclean_allowed()
+                return elect_offline(current, replicas, candidates, unclean=allow, distrusted=lost)
             if not fits_assignment(current, replicas):
                 # A reassignment shrank the assignment and its controller stopped before
                 # fitting the state to it (see _complete_reassignment).
                 return elect_reassigned(current, replicas, candidates)
             if state.leader not in registered:
-                allow = False
-                if not any(r in candidates for r in (*state.isr, *current.elr)):
-                    if tp.topic not in unclean:
-                        unclean[tp.topic] = await self._unclean_allowed(tp.topic)
-                    allow = unclean[tp.topic]
-                return elect_offline(current, replicas, candidates, unclean=allow)
-            removed = remove_replicas(current, [r for r in current.isr if r not in registered])
-            if removed is None and stale:
-                return current  # only the eligible replicas changed: same leader and epoch
+                allow = await unclean_allowed()
+                return elect_offline(current, replicas, candidates, unclean=allow, distrusted=lost)
+            gone = [r for r in current.isr if r not in registered or r in lost]
+            removed = remove_replicas(current, gone)
+            elr = tuple(r for r in current.elr if r not in lost)
+            if elr != current.elr:  # an eligible replica lost what made it eligible
+                return (removed or current)._replace(elr=elr)
             return removed
 
         needs = [
@@ -913,7 +966,7 @@ class Controller:
                 or s.leader not in registered
                 or any(r not in registered for r in s.isr)
                 or self._leader_registered_since(s)
-                or self._registered_since(s, s.eligible_leader_replicas)
+                or self._lost_unflushed_since(s)
             )
         ]
         if needs:
@@ -928,6 +981,14 @@ class Controller:
         """Those of ``brokers`` registered after ``state`` was written (see above)."""
         live = self._live
         return {b for b in brokers if 0 <= state.mzxid < live.get(b, -1)}
+
+    def _lost_unflushed_since(self, state: PartitionState) -> set[int]:
+        """The state's ISR members and eligible replicas that registered after it was written
+        saying they may have lost unflushed writes (a power loss): they may lack records the
+        state counts them as holding. (Registered again after a pause, a kill -9 in the same
+        boot or a clean stop, a replica kept everything and stays eligible.)"""
+        members = (*state.isr, *state.eligible_leader_replicas)
+        return self._registered_since(state, members) & self._lost_unflushed
 
     # --- handlers -----------------------------------------------------------------------------
 

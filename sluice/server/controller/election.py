@@ -23,13 +23,20 @@ Every result that changes leader or ISR bumps the leader epoch by one (Kafka's
 ``min.insync.replicas`` the high watermark does not move while the ISR is smaller than it, so a
 replica that leaves the ISR at such a time keeps every record below the high watermark -- every
 record acknowledged with acks=all -- for as long as the ISR stays small. Such replicas are kept
-in the state as eligible: when the ISR's last member is gone (or back from a power loss with
-less: a broker that registered after the state was written is not trusted to lead on it while
-an eligible replica is alive), one of them leads instead, so nothing acknowledged is lost. Once
-the ISR reaches ``min.insync.replicas`` again the high watermark moves past them and the list is
-emptied. A broker that registers again leaves every list it is in (it may have lost unflushed
-writes; Kafka 4 drops a broker with an unclean shutdown the same way), and rejoins the ISR by
-catching up.
+in the state as eligible: when the ISR's last member is gone, one of them leads instead, so
+nothing acknowledged is lost. Once the ISR reaches ``min.insync.replicas`` again the high
+watermark moves past them and the list is emptied.
+
+**Back from a power loss** (``distrusted`` in :func:`elect_offline`). A broker whose first
+registration says it may have lost unflushed writes (an unclean stop in another boot, or a log
+below its checkpointed high watermark: ``BrokerInfo.may_have_lost_unflushed``) may lack records
+that the states written before that registration count it as holding -- even the last ISR
+member's acknowledged ones. It leaves the ISR and the eligible list and does not lead while
+another ISR member or eligible replica exists, live or not: the partition waits for one that
+holds the committed log (Kafka 4 drops a broker with an unclean shutdown from both lists the
+same way). When it is all there is, it leads on what it kept. A broker that registered again
+after a pause, a kill -9 in the same boot (the page cache kept its writes) or a clean stop
+holds everything it had, and stays where it was.
 """
 
 from __future__ import annotations
@@ -79,26 +86,37 @@ def elect_offline(
     live: Collection[int],
     *,
     unclean: bool = False,
+    distrusted: Collection[int] = (),
 ) -> LeaderAndIsr | None:
     """A leader for a partition whose leader is gone; ``None`` if nothing changes.
 
     Returns a state with ``leader == NO_LEADER`` when no replica may lead (the partition goes
     offline; its ISR is kept so a returning ISR member can lead again).
+
+    ``distrusted``: ISR members or eligible replicas that may have lost writes since the state
+    was written (back from a power loss). While another ISR member or eligible replica exists
+    -- live or not: one that holds what they lost -- they neither lead nor stay in either list
+    (the partition waits for that one rather than lead with less). When they are all there
+    is, they lead on what they kept: nothing better is known.
     """
-    live_isr = [r for r in state.isr if r in live]
-    leader = next((r for r in assignment if r in live and r in state.isr), None)
+    isr = [r for r in state.isr if r not in distrusted]
+    elr = [r for r in state.elr if r not in distrusted]
+    if not isr and not elr:
+        isr = list(state.isr)  # nobody else: they are trusted with what they kept
+    live_isr = [r for r in isr if r in live]
+    leader = next((r for r in assignment if r in live_isr), None)
     if leader is not None:
-        return state.next(leader, live_isr)
-    leader = next((r for r in assignment if r in live and r in state.elr), None)
+        return state.next(leader, live_isr, elr=elr)
+    leader = next((r for r in assignment if r in live and r in elr), None)
     if leader is not None:  # KIP-966: it holds every record below the high watermark
-        return state.next(leader, [leader])
+        return state.next(leader, [leader], elr=elr)
     if unclean:
         leader = next((r for r in assignment if r in live), None)
         if leader is not None:
             return state.next(leader, [leader], elr=())
-    if state.leader == NO_LEADER:
+    if state.leader == NO_LEADER and tuple(isr) == state.isr and tuple(elr) == state.elr:
         return None
-    return state.next(NO_LEADER, state.isr)
+    return state.next(NO_LEADER, isr, elr=elr)
 
 
 def elect_controlled_shutdown(

@@ -308,7 +308,10 @@ class ClusterMember:
         self.logs.ensure_meta_properties(self.local_id, self.cluster_id)
         for hook in self.session_started:  # e.g. the credentials, before others may log in
             await hook(zk)
-        self.broker_epoch = await kzk.register_broker(self._broker_info())
+        # Only this first registration may say so: a later one (a new session of this process)
+        # lost nothing.
+        lost = self.logs.may_have_lost_unflushed
+        self.broker_epoch = await kzk.register_broker(self._broker_info(lost))
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)
         self.logs.offline_listeners.append(self._on_log_offline)
@@ -462,7 +465,7 @@ class ClusterMember:
         spreads over (Kafka's ``getBrokerMetadatas``)."""
         return {broker_id: info.rack for broker_id, info in self.cache.brokers.items()}
 
-    def _broker_info(self) -> BrokerInfo:
+    def _broker_info(self, may_have_lost_unflushed: bool = False) -> BrokerInfo:
         from sluice.server.zk.data import BrokerInfo, EndPoint
 
         protocol = self.config.security_protocol
@@ -470,7 +473,12 @@ class ClusterMember:
             EndPoint(name, host, port, protocol(name).value)
             for name, host, port in self._advertised()
         )
-        return BrokerInfo(self.local_id, endpoints, rack=self.config.broker_rack)
+        return BrokerInfo(
+            self.local_id,
+            endpoints,
+            rack=self.config.broker_rack,
+            may_have_lost_unflushed=may_have_lost_unflushed,
+        )
 
     # --- watches -----------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ name and recognise files through here::
         sluice-topics.json                   partition counts, config overrides and ids of topics
         meta.properties                      cluster id and broker id (storage.meta_properties)
         .kafka_cleanshutdown                 present only after a clean stop
+        .sluice_boot_id                      the OS boot the broker last started in (a crash
+                                             in another boot may have lost unflushed writes)
         .lock                                flock()ed while a broker has the directory open
 
 Offset-named files (segments, snapshots) carry the offset zero-padded to 20 digits, so a plain
@@ -68,6 +70,7 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+BOOT_ID_FILE = ".sluice_boot_id"
 LOCK_FILE = ".lock"
 TOPICS_FILE = "sluice-topics.json"
 META_PROPERTIES_FILE = "meta.properties"

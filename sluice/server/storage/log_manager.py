@@ -72,6 +72,7 @@ from sluice.server.storage.checkpoint import CorruptCheckpointError, OffsetCheck
 from sluice.server.storage.file_cache import OpenFileCache, default_max_open_files, nofile_limit
 from sluice.server.storage.index import StorageError
 from sluice.server.storage.layout import (
+    BOOT_ID_FILE,
     CLEAN_SHUTDOWN_MARKER,
     HIGH_WATERMARK_CHECKPOINT,
     LOCK_FILE,
@@ -207,6 +208,12 @@ class LogManager:
         #: ``log_dir`` was missing or empty at :meth:`open` (a first start): no marker is
         #: expected there, and its absence says nothing about an unclean shutdown.
         self.new_log_dir = False
+        #: The previous run stopped uncleanly in another boot of the machine (a power loss, a
+        #: kernel crash): what it wrote without an fsync may be gone -- also records below a
+        #: high watermark, which replication, not fsync, keeps. A process killed in the same
+        #: boot (kill -9, OOM) left its writes in the page cache: nothing of it is lost. The
+        #: cluster is told at registration (KIP-966's unclean shutdown, in ZooKeeper mode).
+        self.may_have_lost_unflushed = False
 
     # ------------------------------------------------------------------ files
 
@@ -369,9 +376,49 @@ class LogManager:
             fd, self._lock_fd = self._lock_fd, None
             os.close(fd)  # releases the flock
 
+    def _check_boot(self) -> None:
+        """Set :attr:`may_have_lost_unflushed` from the boot recorded by the previous start,
+        and record this one (durably: lost, the next crash counts as one in another boot)."""
+        path = self.log_dir / BOOT_ID_FILE
+        boot = self._vfs.boot_id()
+        recorded = read_file(path, self._vfs).decode().strip() if self._vfs.exists(path) else ""
+        unclean = not self.had_clean_shutdown and not self.new_log_dir
+        self.may_have_lost_unflushed = unclean and (not boot or recorded != boot)
+        if self.may_have_lost_unflushed:
+            logger.warning(
+                "unclean shutdown in another boot: writes not fsynced may have been lost",
+                log_dir=str(self.log_dir),
+                previous_boot=recorded or None,
+                boot=boot or None,
+            )
+        if boot != recorded:
+            atomic_write(path, boot.encode(), self._vfs)
+
+    def _check_high_watermarks(self, checkpointed: Mapping[tuple[str, int], int]) -> None:
+        """After an unclean stop, a log that ends below the high watermark it checkpointed
+        lost records it had acknowledged (the checkpoint is fsynced; the log was not): the
+        same boot or not, :attr:`may_have_lost_unflushed` (a machine restored from a snapshot,
+        a disk that dropped its cache, keep their boot id)."""
+        if self.had_clean_shutdown or self.may_have_lost_unflushed:
+            return
+        short = {
+            f"{tp[0]}-{tp[1]}": (hw, log.log_end_offset)
+            for tp, log in sorted(self._logs.items())
+            if (hw := checkpointed.get((tp[0], tp[1]), 0)) > log.log_end_offset
+        }
+        if short:
+            self.may_have_lost_unflushed = True
+            logger.warning(
+                "logs end below their checkpointed high watermark: acknowledged records lost",
+                log_dir=str(self.log_dir),
+                partitions={k: {"high_watermark": hw, "log_end": end} for k, (hw, end) in
+                            list(short.items())[:20]},
+            )  # fmt: skip
+
     def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         self.had_clean_shutdown = self._vfs.exists(marker)
+        self._check_boot()
         recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         log_starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(HIGH_WATERMARK_CHECKPOINT)
@@ -481,6 +528,7 @@ class LogManager:
             self._vfs.fsync_dir(self.log_dir)
         if changed:
             self._write_topics_file()
+        self._check_high_watermarks(hws)
         if self.had_clean_shutdown:
             self._vfs.remove(marker)
             self._vfs.fsync_dir(self.log_dir)

@@ -35,6 +35,8 @@ from typing import Protocol
 
 Buffer = bytes | bytearray | memoryview
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
 
 class VFSFile(Protocol):
     """An open file. ``fileno()`` must stay valid (and refer to this file) until ``close()``."""
@@ -94,6 +96,11 @@ class VFS(Protocol):
     def mtime_ms(self, path: Path) -> int: ...
 
     def set_mtime_ms(self, path: Path, mtime_ms: int) -> None: ...
+
+    def boot_id(self) -> str:
+        """An id of the running operating-system boot ("" if unknown): the page cache, and with
+        it everything written but not fsynced, survives a process's death but not a new boot."""
+        ...
 
     def fsync_dir(self, path: Path) -> None:
         """Make a rename or create in directory ``path`` durable."""
@@ -203,6 +210,14 @@ class OSVFS:
     def set_mtime_ms(self, path: Path, mtime_ms: int) -> None:
         ns = mtime_ms * 1_000_000
         os.utime(path, ns=(ns, ns))
+
+    def boot_id(self) -> str:
+        """Linux's ``/proc/sys/kernel/random/boot_id`` (a new random UUID at every boot)."""
+        try:
+            with open(BOOT_ID_PATH) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
 
     def fsync_dir(self, path: Path) -> None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -270,6 +270,10 @@ class EndPoint:
         return cls(listener, host, port, protocol)
 
 
+#: :attr:`BrokerInfo.may_have_lost_unflushed` in the registration's JSON.
+LOST_UNFLUSHED_KEY = "may_have_lost_unflushed"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
     """A live broker's registration (``/brokers/ids/<id>``, version 5).
@@ -277,6 +281,13 @@ class BrokerInfo:
     ``host``/``port`` at the top level of the JSON are the first PLAINTEXT endpoint's (for old
     clients; ``null``/-1 without one). ``features`` is KIP-584's supported-features map, empty
     for us. ``epoch`` is not in the JSON: it is the znode's czxid, filled by the reader.
+
+    ``may_have_lost_unflushed`` (Sluice's, in the JSON only when true: Kafka's readers ignore
+    fields they do not know) is KIP-966's unclean shutdown as ZooKeeper mode can say it: this
+    is the first registration of a broker whose previous run stopped uncleanly in another boot
+    of its machine, so it may lack writes it had (even below a high watermark). The controller
+    then no longer counts it as holding what the states written before this registration say
+    (:mod:`sluice.server.controller.election`).
     """
 
     broker_id: int
@@ -287,6 +298,7 @@ class BrokerInfo:
     features: Mapping[str, Any] = field(default_factory=dict)
     version: int = 5
     epoch: int = -1
+    may_have_lost_unflushed: bool = False
 
     def encode(self) -> bytes:
         plaintext = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
@@ -304,6 +316,8 @@ class BrokerInfo:
             e.listener: e.security_protocol for e in self.endpoints
         }
         obj["features"] = dict(self.features)
+        if self.may_have_lost_unflushed:
+            obj[LOST_UNFLUSHED_KEY] = True
         return _dumps(obj)
 
     @classmethod
@@ -333,7 +347,12 @@ class BrokerInfo:
         except (TypeError, ValueError):
             raise ZkDataError(f"{what}: field 'timestamp' is not a number: {timestamp!r}") from None
         features = _object(obj, "features", what) or {}
-        return cls(broker_id, endpoints, rack, jmx_port, timestamp_ms, features, version, epoch)
+        lost = obj.get(LOST_UNFLUSHED_KEY, False)
+        if not isinstance(lost, bool):
+            raise ZkDataError(f"{what}: field {LOST_UNFLUSHED_KEY!r} must be a boolean")
+        return cls(
+            broker_id, endpoints, rack, jmx_port, timestamp_ms, features, version, epoch, lost
+        )
 
 
 # --- /controller, /controller_epoch -------------------------------------------------------------

@@ -11,8 +11,11 @@ cache, like everything the broker wrote):
 
 After a kill -9 the harness (:meth:`tests.jepsen.harness.FaultCluster.apply`, fault
 ``lose_unflushed``) cuts every segment file back to its last durable size: what a power loss
-leaves of data that was never fsynced. (Simplifications: bytes rewritten inside a durable prefix
-keep their new value, and a directory entry counts as durable once created.)
+leaves of data that was never fsynced. A power loss also starts a new boot of the machine: the
+harness writes a new boot id to ``<journal>.boot``, which the broker then reads as its
+``VFS.boot_id`` (the real one until the first simulated power loss). (Simplifications: bytes
+rewritten inside a durable prefix keep their new value, and a directory entry counts as durable
+once created.)
 """
 
 from __future__ import annotations
@@ -41,5 +44,13 @@ if _JOURNAL:
         _real_rename(self, src, dst)
         os.write(_fd, f"rename\t{src}\t{dst}\n".encode())
 
+    def _boot_id(self: _vfs.OSVFS) -> str:
+        try:
+            return Path(f"{_JOURNAL}.boot").read_text().strip()
+        except FileNotFoundError:
+            return _real_boot_id(self)
+
+    _real_boot_id = _vfs.OSVFS.boot_id
+    _vfs.OSVFS.boot_id = _boot_id  # type: ignore[method-assign]
     _vfs.OSFile.fsync = _fsync  # type: ignore[method-assign]
     _vfs.OSVFS.rename = _rename  # type: ignore[method-assign]

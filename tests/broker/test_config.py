@@ -215,6 +215,16 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
     assert "offsets.topic.num.partitions" not in c.log_properties()
     gc = GroupConfig.from_properties(c.properties)
     assert (gc.initial_rebalance_delay_ms, gc.offsets_topic_num_partitions) == (0, 3)
+    assert GroupConfig.from_properties(c.properties, cluster=False) == gc  # set: kept
+
+
+def test_offsets_topic_partitions_default_to_kafkas_50_in_a_cluster_and_1_standalone() -> None:
+    from sluice.server.group.config import GroupConfig
+
+    assert GroupConfig.from_properties({}).offsets_topic_num_partitions == 50
+    assert GroupConfig.from_properties({}, cluster=False).offsets_topic_num_partitions == 1
+    standalone = GroupConfig.from_properties({"offsets.topic.num.partitions": "50"}, cluster=False)
+    assert standalone.offsets_topic_num_partitions == 50
 
 
 def test_typed_config_defaults_are_the_declared_ones() -> None:
@@ -413,8 +423,9 @@ DECLARED = {
         "committed offsets of an empty group expire after this long",
     ),
     "offsets.topic.num.partitions": (
-        "1",
-        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
+        "50",
+        "partitions of __consumer_offsets, fixed once it exists (a standalone broker that does "
+        "not set it uses 1)",
     ),
     "queued.max.requests": (
         "500",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from crc32c import crc32c
+from structlog.testing import capture_logs
 
 from sluice.protocol import records as rec
 from sluice.server.storage.log import Log
@@ -222,3 +223,25 @@ def test_entries_follow_javas_hash_map_order(tmp_path: Path) -> None:
     assert len(lines) == len(keys)
     for n, line in enumerate(lines, 1):
         assert java_hash_map_order(keys[:n]) == [int(k) for k in line.split()], n
+
+
+def test_a_lost_idle_snapshot_is_logged_once_and_the_log_goes_on(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", CONFIG)
+    for i in range(4):
+        log.append_as_leader(batch(i))
+    log.close()
+    log = Log.open(tmp_path / "t-0", CONFIG)
+    try:
+        for _offset, path in snapshot_files(log.directory):
+            path.unlink()  # the snapshot the idle state was read from, gone
+        rolled_before = len(log.segments)
+        with capture_logs() as captured:
+            for i in range(6):
+                log.append_as_leader(batch(i))  # rolls: no snapshot can be written now
+        assert len(log.segments) > rolled_before + 1
+        warnings = [e for e in captured if e["event"] == "producer snapshot not written"]
+        assert len(warnings) == 1  # then the state is unknown: no more attempts
+        assert offsets(log.directory) == []
+        assert log.log_end_offset == 10
+    finally:
+        log.close()

@@ -1738,7 +1738,11 @@ class Log:
             idle = self._idle_snapshot
             if idle is None:
                 return
-            data = idle if isinstance(idle, bytes) else read_file(idle, self._vfs)
+            try:
+                data = idle if isinstance(idle, bytes) else read_file(idle, self._vfs)
+            except OSError:
+                self._idle_snapshot = None  # gone or unreadable: the state is unknown now
+                raise
         write_snapshot(self.directory, offset, data, self._vfs, sync=sync)
         self._dir_version += 1
         if not sync:

@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from crc32c import crc32c
@@ -243,5 +244,37 @@ def test_a_lost_idle_snapshot_is_logged_once_and_the_log_goes_on(tmp_path: Path)
         assert len(warnings) == 1  # then the state is unknown: no more attempts
         assert offsets(log.directory) == []
         assert log.log_end_offset == 10
+    finally:
+        log.close()
+
+
+def test_a_snapshot_the_full_disk_refused_leaves_no_file(tmp_path: Path) -> None:
+    """The roll goes on (the snapshot is an optimisation of recovery), logs it, and leaves no
+    torn file at that offset for a later roll or close to take as written."""
+    from sluice.server.storage.vfs import OSVFS
+    from tests.storage.fullfs import FullDiskFile, FullDiskVFS
+
+    class SnapshotsFull(FullDiskVFS):
+        def open(self, path: Path, **kw: bool) -> Any:  # type: ignore[override]
+            real = OSVFS.open(self, path, **kw)
+            return FullDiskFile(self, real) if path.suffix == ".snapshot" else real
+
+    vfs = SnapshotsFull()
+    log = Log.open(tmp_path / "t-0", CONFIG, vfs=vfs)
+    try:
+        log.append_as_leader(batch(1, 5, 0))
+        vfs.full = True
+        with capture_logs() as captured:
+            for seq in range(1, 4):
+                log.append_as_leader(batch(1 + seq, 5, seq))
+        assert vfs.failures and len(log.segments) > 1
+        assert [e for e in captured if e["event"] == "producer snapshot not written"]
+        assert offsets(log.directory) == []
+        refused = [s.base_offset for s in log.segments[1:]]
+        vfs.full = False
+        log.append_as_leader(batch(9, 5, 4))
+        log.roll()
+        written = offsets(log.directory)
+        assert log.log_end_offset in written and not set(refused) & set(written)
     finally:
         log.close()

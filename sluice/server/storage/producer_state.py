@@ -508,8 +508,11 @@ def write_snapshot(
     file = vfs.open(path, truncate=True)
     try:
         file.pwrite(data, 0)
-    finally:
+    except BaseException:  # a full disk: no torn file left for a later roll to take as written
         file.close()
+        vfs.remove(path)
+        raise
+    file.close()
     return path
 
 

@@ -2,6 +2,9 @@
 
 * appends: idempotent batches against transactional ones with a COMMIT marker every
   ``--commit-every`` batches (``Log.append_as_leader`` + ``Log.append_end_txn_marker``), per batch;
+* a segment roll, which writes the producer snapshot at the new segment's base offset (Kafka's
+  ``takeSnapshot`` in ``roll``), with 0 to ``--producers`` producer ids in the state, against the
+  same roll without the snapshot (what a roll cost before);
 * the stable-offset questions a read_committed Fetch asks: the first ``last_stable_offset`` of a
   log opened without a producer snapshot (the producer state is built from every batch header),
   the same after a clean restart (from the snapshot), and then per call; a read bounded by the
@@ -55,6 +58,29 @@ def appends(directory: Path, batches: int, commit_every: int, transactional: boo
     return elapsed / batches * 1e6
 
 
+def rolls(directory: Path, producers: int, count: int, snapshot: bool) -> float:
+    """CPU microseconds (user + system of this process: what the event loop spends, robust on
+    a shared machine) per ``Log.roll`` of a log whose producer state holds ``producers`` ids
+    (0: a log without idempotent writes, whose state is known empty), a plain batch appended
+    between rolls; ``snapshot`` False times the roll with the snapshot left out."""
+    log = Log.open(directory, CONFIG)
+    now = int(time.time() * 1000)
+    for pid in range(producers):
+        log.append_as_leader(_batch(1000 + pid * 7919, 0, False, now), leader_epoch=0)
+    plain = rec.build_batch([(now, None, b"x" * 100)])
+    if not snapshot:
+        log._take_snapshot = lambda offset, sync: None  # type: ignore[method-assign]
+    elapsed = 0.0
+    for _ in range(count):
+        log.append_as_leader(plain, leader_epoch=0)
+        started = time.process_time()
+        log.roll()
+        elapsed += time.process_time() - started
+    log.close()
+    shutil.rmtree(directory)
+    return elapsed / count * 1e6
+
+
 def stable_offsets(directory: Path, batches: int) -> dict[str, float]:
     log = Log.open(directory, CONFIG)
     now = int(time.time() * 1000)
@@ -96,6 +122,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench txn_storage", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few seconds)")
     parser.add_argument("--commit-every", type=int, default=10, help="batches per transaction")
+    parser.add_argument("--producers", type=int, default=10_000, help="most producer ids in a roll")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     batches = 5_000 if args.quick else 50_000
@@ -107,6 +134,14 @@ def main(argv: list[str]) -> int:
             f"append of a 10-record batch: idempotent {idem:.2f} us, transactional with a "
             f"COMMIT every {args.commit_every} batches {txn:.2f} us ({txn / idem:.2f}x)"
         )
+        count = 20 if args.quick else 100
+        for producers in sorted({0, 1, 100, args.producers}):
+            with_snap = rolls(root / f"roll-{producers}", producers, count, snapshot=True)
+            without = rolls(root / f"roll-{producers}", producers, count, snapshot=False)
+            print(
+                f"roll with {producers} producer ids: {with_snap:.0f} us CPU with the snapshot, "
+                f"{without:.0f} us without ({with_snap - without:+.0f} us)"
+            )
         for name, value in stable_offsets(root / "lso-0", batches).items():
             print(f"{name}: {value:.2f}")
     finally:

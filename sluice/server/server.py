@@ -495,7 +495,9 @@ class Server:
         from sluice.server.group.offsets_store import OffsetsStore
         from sluice.server.replication.offsets_appender import ReplicaAppender
 
-        group_config = GroupConfig.from_properties(self.config.properties)
+        group_config = GroupConfig.from_properties(
+            self.config.properties, cluster=self.config.cluster_mode
+        )
         coordinator = GroupCoordinator(
             OffsetsStore(
                 manager,

@@ -215,6 +215,16 @@ def test_group_keys_are_known_and_reach_the_coordinator() -> None:
     assert "offsets.topic.num.partitions" not in c.log_properties()
     gc = GroupConfig.from_properties(c.properties)
     assert (gc.initial_rebalance_delay_ms, gc.offsets_topic_num_partitions) == (0, 3)
+    assert GroupConfig.from_properties(c.properties, cluster=False) == gc  # set: kept
+
+
+def test_offsets_topic_partitions_default_to_kafkas_50_in_a_cluster_and_1_standalone() -> None:
+    from sluice.server.group.config import GroupConfig
+
+    assert GroupConfig.from_properties({}).offsets_topic_num_partitions == 50
+    assert GroupConfig.from_properties({}, cluster=False).offsets_topic_num_partitions == 1
+    standalone = GroupConfig.from_properties({"offsets.topic.num.partitions": "50"}, cluster=False)
+    assert standalone.offsets_topic_num_partitions == 50
 
 
 def test_typed_config_defaults_are_the_declared_ones() -> None:
@@ -413,8 +423,9 @@ DECLARED = {
         "committed offsets of an empty group expire after this long",
     ),
     "offsets.topic.num.partitions": (
-        "1",
-        "partitions of __consumer_offsets (Kafka: 50; one broker needs few)",
+        "50",
+        "partitions of __consumer_offsets, fixed once it exists (a standalone broker that does "
+        "not set it uses 1)",
     ),
     "queued.max.requests": (
         "500",
@@ -844,7 +855,7 @@ def test_describe_configs_derives_types_docs_and_synonyms_from_the_declarations(
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
         ("retention.ms", "5000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
         ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
-        ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),  # Kafka's: its default
     ]
     assert entries["cleanup.policy"].config_type == Type.LIST
 
@@ -896,3 +907,60 @@ def test_per_listener_settings_come_from_the_environment_too() -> None:
     assert c.listener_security_settings("SASL_SSL")["ssl.client.auth"] == "required"
     assert c.properties["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"] == "x"
     assert c.ignored_environment == ()
+
+
+def test_topic_synonyms_are_the_broker_keys_the_broker_resource_lists(tmp_path: Path) -> None:
+    """Every synonym of every topic key (DescribeConfigs include_synonyms) names a broker key
+    that the BROKER resource lists, with the value and source it lists there: a static key as
+    set, else each key's own declared default (Kafka's ConfigHelper.configSynonyms)."""
+    from sluice.protocol import messages as m
+    from sluice.protocol.config_resources import ConfigSource, ResourceType
+    from sluice.server.api.config_resources import ConfigResources
+    from sluice.server.storage.log_config import TOPIC_KEYS, broker_synonyms
+    from sluice.server.storage.log_manager import LogManager
+
+    config = Config.load(
+        None, ["log.retention.hours=2", "log.roll.ms=60000", f"log.dirs={tmp_path}"]
+    )
+    logs = LogManager(tmp_path, config.log_config())
+    logs.open()
+    try:
+        logs.create_topic("t", 1, {})
+        req = m.DescribeConfigsRequest
+        body = req(
+            resources=[
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.BROKER, resource_name="0", configuration_keys=None
+                ),
+                req.DescribeConfigsResource(
+                    resource_type=ResourceType.TOPIC, resource_name="t", configuration_keys=None
+                ),
+            ],
+            include_synonyms=True,
+            include_documentation=False,
+        )
+        broker, topic = ConfigResources(config, logs).describe(body, 4).results
+    finally:
+        logs.close()
+    listed = {e.name: {(s.value, s.source) for s in e.synonyms} for e in broker.configs}
+    topic_entries = {e.name: e for e in topic.configs}
+    assert set(topic_entries) == set(TOPIC_KEYS)
+    checked = 0
+    for name, entry in topic_entries.items():
+        assert [s.name for s in entry.synonyms] == [
+            n for n in broker_synonyms(name) for s in entry.synonyms if s.name == n
+        ], name  # only its own broker keys, most specific first
+        for s in entry.synonyms:
+            assert (s.value, s.source) in listed[s.name], (name, s.name)
+            checked += 1
+    retention = [(s.name, s.value, s.source) for s in topic_entries["retention.ms"].synonyms]
+    assert retention == [
+        ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+    segment_ms = [(s.name, s.source) for s in topic_entries["segment.ms"].synonyms]
+    assert segment_ms == [
+        ("log.roll.ms", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.roll.hours", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert checked > 20

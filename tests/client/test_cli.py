@@ -87,7 +87,7 @@ def test_configs_describe_and_alter_a_topic(broker: EmbeddedBroker) -> None:
     assert sluice(broker, *topic, "--describe").stdout == (
         "Dynamic configs for topic cfg are:\n"
         "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms="
-        "3600000, DEFAULT_CONFIG:log.retention.ms=604800000}\n"
+        "3600000, DEFAULT_CONFIG:log.retention.hours=168}\n"
     )
     done = sluice(broker, *topic, "--alter", "--add-config",
                   "max.message.bytes=5000,cleanup.policy=[delete],segment.ms=60000",
@@ -103,11 +103,11 @@ def test_configs_describe_and_alter_a_topic(broker: EmbeddedBroker) -> None:
     entries = {line.split()[0].partition("=")[0]: line for line in every[1:]}
     assert len(entries) > 30 and "compression.type" in entries
     assert entries["retention.ms"] == (  # back to the broker's default
-        "  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:log.retention.ms="
-        "604800000}"
+        "  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:log.retention.hours="
+        "168}"  # the broker key's own default, as Kafka prints it
     )
     assert (
-        "synonyms={DYNAMIC_TOPIC_CONFIG:segment.ms=60000, DEFAULT_CONFIG:log.roll.ms="
+        "synonyms={DYNAMIC_TOPIC_CONFIG:segment.ms=60000, DEFAULT_CONFIG:log.roll.hours=168}"
         in (entries["segment.ms"])
     )
     # kafka-topics --describe shows the topic's non-default configs

@@ -615,7 +615,10 @@ async def test_the_group_coordinator_is_the_offsets_partitions_leader(
     from tests.group.test_groups import commit, fetch_offsets
 
     for broker_id in (1, 2):
-        await cluster.start(broker_id, "offsets.topic.replication.factor=2")
+        # One offsets partition: the test plays the controller and elects its leader by hand.
+        await cluster.start(
+            broker_id, "offsets.topic.replication.factor=2", "offsets.topic.num.partitions=1"
+        )
     c1 = await cluster.client(1)
     kzk, fence = controller
     offsets = "__consumer_offsets"

@@ -113,6 +113,7 @@ async def test_a_cluster_broker_compacts_an_older_delete_offsets_topic_in_zookee
         f"zookeeper.connect={sluice_zookeeper_connect}",
         "zookeeper.session.timeout.ms=2000",
         "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=1",  # as the standalone test: group g in partition 0
         *SETTINGS,
     )
 

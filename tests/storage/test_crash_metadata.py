@@ -30,7 +30,7 @@ from sluice.server.storage.log_manager import (
     TOPICS_FILE,
     LogManager,
 )
-from sluice.server.storage.producer_state import snapshot_files
+from sluice.server.storage.producer_state import decode_snapshot, snapshot_files
 from tests.storage.crashfs import Crash, CrashVFS
 
 CONFIG = LogConfig(segment_bytes=300, segment_index_bytes=4096, file_delete_delay_ms=0)
@@ -361,6 +361,11 @@ def test_torn_producer_snapshot_is_ignored_and_rebuilt_from_the_log(
             retry = t1.append_as_leader(idempotent(3))
             assert (retry.first_offset, retry.record_count, t1.log_end_offset) == (3, 0, 4)
             assert t1.append_as_leader(idempotent(4)).first_offset == 4
-            assert snapshot_files(t1.directory) == []  # the torn one was deleted
+            # The torn one was deleted; the append rolled a segment at 4, whose snapshot is
+            # written anew from the rebuilt state (the producer's batch at 3).
+            [(offset, path)] = snapshot_files(t1.directory)
+            assert offset == 4
+            state = decode_snapshot(path.read_bytes())
+            assert [b.last_offset for e in state.producers.values() for b in e.batches] == [3]
         finally:
             release(m)

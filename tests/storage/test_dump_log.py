@@ -351,3 +351,29 @@ def test_dump_and_verify_the_leader_epoch_checkpoint(tmp_path: Path) -> None:
     assert dump_log.verify_log_dir(tmp_path) == []
     result = CliRunner().invoke(dump_log.main, ["--files", str(tmp_path / "t-0" / seg(0, ".log"))])
     assert "partitionLeaderEpoch: 0 " in result.output
+
+
+def test_dump_a_producer_snapshot_as_kafka_prints_it(tmp_path: Path) -> None:
+    from sluice.server.storage.log import Log
+    from sluice.server.storage.log_config import LogConfig
+    from sluice.server.storage.producer_state import snapshot_files
+
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300))
+    log.append_as_leader(build_batch([(1_000, None, b"v")] * 2, producer_id=7,
+                                     producer_epoch=0, base_sequence=0))  # fmt: skip
+    log.append_as_leader(build_batch([(2_000, None, b"w")], producer_id=9, producer_epoch=3,
+                                     base_sequence=0, is_transactional=True))  # fmt: skip
+    log.close()
+    [(offset, path)] = snapshot_files(tmp_path / "t-0")
+    assert offset == 3
+    assert lines(path) == [
+        f"Dumping {path}",
+        "producerId: 7 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        "OptionalLong.empty lastTimestamp: 1000 firstSequence: 0 lastSequence: 1 lastOffset: 1 "
+        "offsetDelta: 1 timestamp: 1000",
+        "producerId: 9 producerEpoch: 3 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        "OptionalLong[2] lastTimestamp: 2000 firstSequence: 0 lastSequence: 0 lastOffset: 2 "
+        "offsetDelta: 0 timestamp: 2000",
+    ]
+    path.write_bytes(path.read_bytes()[:-1])
+    assert lines(path)[1].startswith("Unreadable producer snapshot:")

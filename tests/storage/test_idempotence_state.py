@@ -161,11 +161,13 @@ def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path)
         with pytest.raises(OutOfOrderSequenceNumber):
             log.append_as_leader(_batch(5, 9, 1))
         assert log.log_end_offset == 6 and len(log.segments) > 1
+        rolled = [s.base_offset for s in log.segments[1:]]
     finally:
         log.close()
-    # The clean close wrote Kafka's snapshot, named by the log end offset.
-    assert [p.name for p in (tmp_path / "t-0").glob("*.snapshot")] == [
-        "00000000000000000006.snapshot"
+    # Each roll wrote a snapshot at the new segment's base offset, the clean close one at the
+    # log end offset (Kafka's names).
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot")) == [
+        f"{offset:020d}.snapshot" for offset in sorted({*rolled, 6})
     ]
     log = Log.open(tmp_path / "t-0", config)
     try:
@@ -175,8 +177,10 @@ def test_log_append_dedups_rebuilds_at_open_and_after_truncation(tmp_path: Path)
         assert (dup.first_offset, log.log_end_offset) == (3, 6)
         with pytest.raises(DuplicateSequenceNumber):
             log.append_as_leader(_batch(5, 0, 2))
-        assert log.truncate_to(3)  # drops sequences 2-4 (offsets 3-5) and the snapshot
-        assert list((tmp_path / "t-0").glob("*.snapshot")) == []
+        assert log.truncate_to(3)  # drops sequences 2-4 (offsets 3-5) and the snapshots
+        assert sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot")) == [
+            f"{offset:020d}.snapshot" for offset in rolled if offset <= 3
+        ]
         assert log.append_as_leader(_batch(5, 2, 3)).first_offset == 3  # not a duplicate now
     finally:
         log.close()
@@ -204,25 +208,31 @@ def test_snapshot_bytes_and_corruption(tmp_path: Path) -> None:
     )
 
     ps = ProducerStateManager()
-    ps.update(header(9, 2, 0, 3), 100)  # seqs 0-2 at 100-102
-    ps.update(header(9, 2, 3, 2), 110)  # seqs 3-4 at 110-111
-    data = encode_snapshot(ps, 1234)
+    ps.update(header(9, 2, 0, 3)._replace(max_timestamp=1_000), 100)  # seqs 0-2 at 100-102
+    ps.update(header(9, 2, 3, 2)._replace(max_timestamp=1234), 110)  # seqs 3-4 at 110-111
+    data = encode_snapshot(ps)
+    # The timestamp is the last batch's max timestamp (Kafka's lastTimestamp).
     entry = struct.pack(">qhiqiqiq", 9, 2, 4, 111, 1, 1234, -1, -1)
     body = struct.pack(">i", 1) + entry
     assert data == struct.pack(">hI", 1, crc32c(body)) + body  # Kafka's layout, version 1
     back = decode_snapshot(data)
     assert list(back.producers[9].batches) == [BatchMetadata(3, 4, 110, 111)]
+    assert back.producers[9].last_timestamp == 1234
     for bad in (data[:-1], data[:2] + b"\x00\x00\x00\x00" + data[6:], b"\x00\x02" + data[2:]):
         with pytest.raises(CorruptSnapshotError):
             decode_snapshot(bad)
-    write_snapshot(tmp_path, 112, ps)
-    write_snapshot(tmp_path, 200, ps)  # replaces the older one
-    assert [p.name for p in tmp_path.glob("*.snapshot")] == ["00000000000000000200.snapshot"]
-    assert load_latest_snapshot(tmp_path, 150) is None  # beyond the log end: deleted
-    assert list(tmp_path.glob("*.snapshot")) == []
-    write_snapshot(tmp_path, 100, ps)
-    (tmp_path / "00000000000000000100.snapshot").write_bytes(data[:-3])
+    write_snapshot(tmp_path, 112, data)
+    write_snapshot(tmp_path, 200, data, sync=False)  # the older one stays
+    assert sorted(p.name for p in tmp_path.glob("*.snapshot")) == [
+        "00000000000000000112.snapshot",
+        "00000000000000000200.snapshot",
+    ]
+    found = load_latest_snapshot(tmp_path, 150)  # the one beyond the log end: deleted
+    assert found is not None and found[0] == 112
+    assert [p.name for p in tmp_path.glob("*.snapshot")] == ["00000000000000000112.snapshot"]
+    (tmp_path / "00000000000000000112.snapshot").write_bytes(data[:-3])
     assert load_latest_snapshot(tmp_path, 150) is None  # corrupt: ignored and deleted
+    assert list(tmp_path.glob("*.snapshot")) == []
 
 
 def test_snapshot_keeps_producers_whose_batches_retention_deleted(tmp_path: Path) -> None:

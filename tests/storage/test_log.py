@@ -399,6 +399,7 @@ def test_retention_by_time_stops_at_high_watermark(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "topic-a-0").iterdir()) == [
         "00000000000000000006.index",
         "00000000000000000006.log",
+        "00000000000000000006.snapshot",  # the roll's producer snapshot stays with its segment
         "00000000000000000006.timeindex",
         "leader-epoch-checkpoint",
     ]

@@ -248,6 +248,7 @@ def test_stray_files_are_cleaned_up_at_load(tmp_path: Path) -> None:
         "00000000000000000000.index",
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
+        f"{log.log_end_offset:020d}.snapshot",  # the clean close's producer snapshot
         "leader-epoch-checkpoint",
     ]
     assert contents(log) == list(enumerate(values))

@@ -144,14 +144,14 @@ def test_snapshot_keeps_ongoing_transactions_and_coordinator_epochs() -> None:
     end(ps, 2, 1, 4, commit=True, coord=7)
     write(ps, header(3, 0, 0, 5))
     end(ps, 9, 2, 6, commit=False, coord=8)  # a producer with only a marker
-    data = encode_snapshot(ps, 1234)
+    data = encode_snapshot(ps)
     # Kafka's version-1 entry: pid, epoch, last seq, last offset, offset delta, timestamp,
     # coordinator epoch, current txn first offset.
     entry = struct.Struct(">qhiqiqiq")
     entries = {e[0]: e for e in entry.iter_unpack(data[10:])}
-    assert entries[1] == (1, 0, 2, 2, 2, 1234, -1, 0)
-    assert entries[2] == (2, 1, 0, 3, 0, 1234, 7, -1)
-    assert entries[9] == (9, 2, -1, -1, 0, 1234, 8, -1)
+    assert entries[1] == (1, 0, 2, 2, 2, 0, -1, 0)
+    assert entries[2] == (2, 1, 0, 3, 0, 0, 7, -1)
+    assert entries[9] == (9, 2, -1, -1, 0, 0, 8, -1)
     back = decode_snapshot(data)
     assert back.ongoing == {0: 1, 5: 3}
     assert back.producers[2].coordinator_epoch == 7

@@ -60,6 +60,7 @@ from sluice.server.logging import (
 from sluice.server.metadata.view import LocalTopicConfigs, TopicConfigStore
 from sluice.server.security.acl import CLUSTER_NAME
 from sluice.server.storage.log_config import (
+    SERVER_LOG_CONFIG,
     TOPIC_DOCS,
     TOPIC_KEYS,
     LogConfig,
@@ -171,7 +172,6 @@ class ConfigResources:
     ) -> list[m.DescribeConfigsResponse.DescribeConfigsResourceResult]:
         overrides = self._overrides(topic)  # UnknownTopicOrPartition if none
         values = LogConfig.from_properties(overrides, self.logs.default_config).to_properties()
-        defaults = LogConfig().to_properties()
         synonym_cls = m.DescribeConfigsResponse.DescribeConfigsSynonym
         out = []
         for key in TOPIC_KEYS:
@@ -189,9 +189,15 @@ class ConfigResources:
                      for value, source in self.dynamic.synonyms(name)]  # fmt: skip
             found.sort(key=lambda f: _BROKER_SOURCE_ORDER.index(f[2]))  # stable
             synonyms += [synonym_cls(name=n, value=v, source=src) for n, v, src in found]
-            if names:
-                synonyms.append(synonym_cls(name=names[0], value=defaults[key],
-                                            source=SOURCE_DEFAULT_CONFIG))  # fmt: skip
+            # Then each broker key's own declared default, as the BROKER resource lists it
+            # (Kafka's staticDefaultConfigs: log.retention.hours=168, not a derived
+            # log.retention.ms); a key declared without one (log.retention.ms) has none.
+            for name in names:
+                default = SERVER_LOG_CONFIG[name].default
+                if default is not None:
+                    synonyms.append(
+                        synonym_cls(name=name, value=default, source=SOURCE_DEFAULT_CONFIG)
+                    )
             source = synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG
             out.append(self._entry(key, values[key], source, False, synonyms, config_type(key),
                                    TOPIC_DOCS[key], body, version))  # fmt: skip

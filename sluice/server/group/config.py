@@ -2,12 +2,17 @@
 
 Declared here, apart from the coordinator, so that the broker's ``Config`` can collect and
 validate them without importing the coordinator (which a broker needs only once a group
-request arrives). ``offsets.topic.num.partitions`` defaults to 1 instead of Kafka's 50: one
-broker, and fewer files.
+request arrives). ``offsets.topic.num.partitions`` defaults to Kafka's 50 in a cluster, so
+that group coordination spreads over the brokers (a group's coordinator is the leader of its
+partition, ``abs(hash(group)) % n``); a standalone broker that does not set it uses
+:data:`STANDALONE_OFFSETS_TOPIC_PARTITIONS` (1): it is every partition's leader anyway, and one
+partition is fewer files to create and load. Either way an existing ``__consumer_offsets``
+keeps its partition count (the coordinator reads it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,7 +25,7 @@ GROUP_CONFIG = (
     .define("group.min.session.timeout.ms", INT, 6000, int_in(1), MEDIUM, "smallest session timeout")  # noqa: E501
     .define("group.max.session.timeout.ms", INT, 1800000, int_in(1), MEDIUM, "largest session timeout")  # noqa: E501
     .define("group.max.size", INT, 2147483647, int_in(1), MEDIUM, "members per group")
-    .define("offsets.topic.num.partitions", INT, 1, int_in(1), HIGH, "partitions of __consumer_offsets (Kafka: 50; one broker needs few)")  # noqa: E501
+    .define("offsets.topic.num.partitions", INT, 50, int_in(1), HIGH, "partitions of __consumer_offsets, fixed once it exists (a standalone broker that does not set it uses 1)")  # noqa: E501
     .define("offsets.topic.replication.factor", INT, 3, int_in(1), HIGH, "replicas of __consumer_offsets in a cluster (standalone: 1); created when that many brokers live")  # noqa: E501
     .define("offsets.retention.minutes", INT, 10080, int_in(1), HIGH, "committed offsets of an empty group expire after this long")  # noqa: E501
     .define("offsets.retention.check.interval.ms", LONG, 600000, int_in(1), HIGH, "how often expired offsets are removed")  # noqa: E501
@@ -33,6 +38,9 @@ GROUP_CONFIG = (
 )  # fmt: skip
 
 _setting = GROUP_CONFIG.setting
+
+#: ``offsets.topic.num.partitions`` of a standalone broker that does not set it.
+STANDALONE_OFFSETS_TOPIC_PARTITIONS = 1
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,13 @@ class GroupConfig:
     offsets_load_buffer_size: int = _setting("offsets.load.buffer.size")
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
-        """From broker properties (Kafka names; other keys are left out). Raises
+    def from_properties(cls, props: Mapping[str, str], *, cluster: bool = True) -> GroupConfig:
+        """From broker properties (Kafka names; other keys are left out); ``cluster``: False
+        for a standalone broker (the module docstring has its offsets topic default). Raises
         :class:`sluice.server.config_def.ConfigError` (a ValueError) for an invalid value."""
-        return cls(**typed_values(cls, GROUP_CONFIG.parse(props)))
+        config = cls(**typed_values(cls, GROUP_CONFIG.parse(props)))
+        if not cluster and "offsets.topic.num.partitions" not in props:
+            config = dataclasses.replace(
+                config, offsets_topic_num_partitions=STANDALONE_OFFSETS_TOPIC_PARTITIONS
+            )
+        return config

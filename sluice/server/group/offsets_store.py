@@ -14,9 +14,8 @@ with an int16 *version*, followed by the struct of that version (schemas declare
 * a null value is a tombstone: the offset (or the whole group) is deleted.
 
 **Placement**: group ``g`` lives in partition ``abs(javaHashCode(g)) % n`` (Kafka's
-``partitionFor``), ``n`` = ``offsets.topic.num.partitions`` (Kafka's default is 50; ours is 1 for a
-single broker, documented in :class:`sluice.server.group.config.GroupConfig`). The partition
-count
+``partitionFor``), ``n`` = ``offsets.topic.num.partitions`` (Kafka's 50 in a cluster; 1 for a
+standalone broker that does not set it: :mod:`sluice.server.group.config`). The partition count
 of an existing topic wins over the config (changing it would move groups).
 
 **Durability / compaction**: the topic is created as Kafka creates it (``offsetsTopicConfigs``):

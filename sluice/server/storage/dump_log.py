@@ -6,6 +6,7 @@ Library + command line (``python -m sluice.server.storage.dump_log``)::
     python -m sluice.server.storage.dump_log 00000000000000000000.index
     00000000000000000000.timeindex
     python -m sluice.server.storage.dump_log 00000000000000000000.txnindex
+    python -m sluice.server.storage.dump_log 00000000000000000042.snapshot
     python -m sluice.server.storage.dump_log <topic>-<partition>/leader-epoch-checkpoint
     python -m sluice.server.storage.dump_log --verify /var/lib/sluice/data      # exit status 1 on
     any problem
@@ -27,6 +28,9 @@ OptionalLong.empty`` is left out)::
     offset: 133 position: 4169                              (.index)
     timestamp: 1700000000000 offset: 133                    (.timeindex)
     epoch: 3 startOffset: 1200                              (leader-epoch-checkpoint)
+    producerId: 7 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset:
+        OptionalLong.empty lastTimestamp: 1000 firstSequence: 0 lastSequence: 1
+        lastOffset: 1 offsetDelta: 1 timestamp: 1000        (.snapshot)
 
 Index files are preallocated and zero-filled beyond their valid entries (see server/index.py):
 the dump stops at the first all-zero entry, as Kafka's does. ``--deep-iteration`` prints the
@@ -84,12 +88,18 @@ from sluice.server.storage.layout import (
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file_name,
 )
 from sluice.server.storage.leader_epoch import EpochEntry, LeaderEpochFileCache
+from sluice.server.storage.producer_state import (
+    CorruptSnapshotError,
+    decode_snapshot,
+    java_hash_map_order,
+)
 from sluice.server.storage.txn_index import ABORTED_TXN_VERSION, decode_entries
 
 _INT32_MAX = 2**31 - 1
@@ -328,13 +338,43 @@ def dump_txn_index(path: Path) -> Iterator[str]:
         )
 
 
+def dump_producer_snapshot(path: Path) -> Iterator[str]:
+    """A producer ``.snapshot``, one line per producer (Kafka's ``dumpProducerIdSnapshot``,
+    its Java ``OptionalLong`` and all)."""
+    yield f"Dumping {path}"
+    try:
+        state = decode_snapshot(path.read_bytes())
+    except CorruptSnapshotError as exc:
+        yield f"Unreadable producer snapshot: {exc}"
+        return
+    for pid in java_hash_map_order(list(state.producers)):
+        e = state.producers[pid]
+        txn = e.current_txn_first_offset
+        line = (
+            f"producerId: {pid} producerEpoch: {e.epoch} coordinatorEpoch: "
+            f"{e.coordinator_epoch} currentTxnFirstOffset: "
+            f"{f'OptionalLong[{txn}]' if txn >= 0 else 'OptionalLong.empty'} "
+            f"lastTimestamp: {e.last_timestamp} "
+        )
+        if e.batches:
+            b = e.batches[-1]
+            line += (
+                f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: "
+                f"{b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
+                f"timestamp: {e.last_timestamp}"
+            )
+        yield line
+
+
 def dump_file(
     path: Path, *, print_data_log: bool = False, deep_iteration: bool = False
 ) -> Iterator[str]:
-    """Dispatch on the suffix (.log, .index, .timeindex, .txnindex) or the name
+    """Dispatch on the suffix (.log, .index, .timeindex, .txnindex, .snapshot) or the name
     (leader-epoch-checkpoint)."""
     if path.name == LEADER_EPOCH_CHECKPOINT:
         return dump_leader_epochs(path)
+    if path.suffix == SNAPSHOT_SUFFIX:
+        return dump_producer_snapshot(path)
     if path.suffix == LOG_SUFFIX:
         return dump_log(path, print_data_log=print_data_log, deep_iteration=deep_iteration)
     if path.suffix == TXN_INDEX_SUFFIX:
@@ -344,7 +384,8 @@ def dump_file(
     if path.suffix == TIME_INDEX_SUFFIX:
         return dump_time_index(path)
     raise click.BadParameter(
-        f"{path}: not a .log, .index, .timeindex, .txnindex or {LEADER_EPOCH_CHECKPOINT} file"
+        f"{path}: not a .log, .index, .timeindex, .txnindex, .snapshot or "
+        f"{LEADER_EPOCH_CHECKPOINT} file"
     )
 
 

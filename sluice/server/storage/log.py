@@ -65,15 +65,21 @@ from sluice.server.storage.partition_metadata import (
     write_partition_metadata,
 )
 from sluice.server.storage.producer_state import (
+    EMPTY_SNAPSHOT,
     CompletedTxn,
     ProducerStateManager,
     delete_snapshots_above,
+    delete_snapshots_below,
+    encode_snapshot,
     load_latest_snapshot,
+    remove_stray_snapshots,
+    snapshot_files,
+    snapshot_path,
     write_snapshot,
 )
 from sluice.server.storage.segment import FetchSlice, LogSegment
 from sluice.server.storage.txn_index import AbortedTxn
-from sluice.server.storage.vfs import DEFAULT_VFS, VFS, as_path
+from sluice.server.storage.vfs import DEFAULT_VFS, VFS, as_path, read_file
 
 logger = structlog.get_logger("sluice.storage")
 
@@ -327,6 +333,23 @@ class Log:
     :func:`sluice.server.storage.leader_epoch.follower_truncation_offset` turns the answer into
     a :meth:`truncate_to` offset.
 
+    **Producer snapshots** (``<offset>.snapshot``, Kafka's ``ProducerStateManager``): each
+    :meth:`roll` writes the producer state as of the new segment's base offset (not synced: the
+    next flush fsyncs it, as Kafka's roll leaves it to its flush task), a clean :meth:`close`
+    writes it at LEO (synced when the state is built). A snapshot at an offset describes the
+    batches below it, so it stays valid until a truncation cuts below it (which removes it);
+    retention removes the snapshots below the new first segment, a cleaning those of the
+    segments it merged away, :meth:`truncate_fully_and_start_at` all of them; :meth:`open`
+    removes the stray ones (Kafka's ``removeStraySnapshots``: not at a segment's base, except
+    the newest above the last base) and those past LEO. The state is built lazily (first
+    batch with a producer id, or first stable-offset question) from the newest snapshot at or
+    below LEO plus the batches after it. Until then a roll copies the *idle* snapshot -- the
+    one at LEO found at open, or an empty state for a log with no batch and no snapshot --
+    which stays the state at LEO while only batches without a producer id are appended; a
+    log opened with neither (after an unclean stop) takes no roll snapshots until its state
+    is built. Timestamps in the snapshot are each producer's last batch's, so a snapshot is
+    the same bytes Kafka would write (:mod:`sluice.server.storage.producer_state`).
+
     **Concurrency**: none. The broker is single-threaded asyncio: every method is called from the
     event-loop thread, and appends, reads and retention of one partition therefore never
     interleave. File I/O is synchronous (it hits the page cache; fsync happens in
@@ -407,6 +430,13 @@ class Log:
         # on the first batch with a producer id or the first stable-offset question, dropped on
         # truncation.
         self._producers: ProducerStateManager | None = None
+        # While ``_producers`` is not built: the snapshot (a file, or EMPTY_SNAPSHOT's bytes)
+        # that holds the producer state at LEO, when known without building it (no batch with
+        # a producer id after it); None when unknown. See "Producer snapshots" in the class
+        # docstring.
+        self._idle_snapshot: Path | bytes | None = None
+        # Snapshots written at a roll and not fsynced yet: the next flush fsyncs them.
+        self._unsynced_snapshots: list[Path] = []
         self._epochs = leader_epochs
         #: The topic id recorded in ``partition.metadata`` (None: none recorded yet).
         self.topic_id: uuid.UUID | None = None
@@ -744,6 +774,14 @@ class Log:
             file_cache=file_cache,
             directory_synced=had_clean_shutdown and not touched and not targets,
         )
+
+        # 11. producer snapshots (below 9, which may build the producer state from them)
+        kept = remove_stray_snapshots(directory, names, loaded._bases, vfs)
+        for offset in kept[:]:
+            if offset > leo:  # the log was cut below it (Kafka's truncateAndReload)
+                vfs.remove(snapshot_path(directory, offset))
+                kept.remove(offset)
+        loaded._idle_snapshot = loaded._idle_snapshot_at_leo(kept)
 
         # 10. topic id (before 9, which logs; read errors leave it unknown, re-recorded later)
         try:
@@ -1645,6 +1683,7 @@ class Log:
                 created = segment.txn_index.append(entry)
             except BaseException:
                 self._producers = None
+                self._idle_snapshot = None
                 raise
             if created:
                 self._dir_version += 1  # a new file: the next flush fsyncs the directory
@@ -1702,6 +1741,50 @@ class Log:
                 break
         return aborted
 
+    def _idle_snapshot_at_leo(self, snapshots: list[int]) -> Path | bytes | None:
+        """The idle snapshot (see ``_idle_snapshot``) given the snapshot offsets on disk:
+        the one at LEO; an empty state for a log without a batch nor a snapshot; else None."""
+        if snapshots and snapshots[-1] == self._leo:
+            return snapshot_path(self.directory, self._leo)
+        if not snapshots and self._leo == self._bases[0]:
+            return EMPTY_SNAPSHOT
+        return None
+
+    def _take_snapshot(self, offset: int, *, sync: bool) -> None:
+        """Kafka's ``takeSnapshot``: write ``<offset>.snapshot`` holding the producer state
+        at ``offset`` (= LEO, or the base of a segment just rolled past it), unless one is
+        there already (a snapshot at an offset always describes the batches below it:
+        truncation removes the ones above its cut) or it would describe an empty log (Kafka
+        writes none at the log's first offset either). The state comes from the built
+        producer state, else from the idle snapshot; when neither is known (a log opened
+        after an unclean shutdown that no producer has written to since) none is written --
+        recovery then starts from an older snapshot or the log start, as before."""
+        path = snapshot_path(self.directory, offset)
+        producers = self._producers
+        if self._vfs.exists(path):
+            if producers is None and offset == self._leo:
+                self._idle_snapshot = path
+            return
+        if offset == self._bases[0] and self.active_segment.size == 0:
+            return
+        if producers is not None:
+            data = encode_snapshot(producers)
+        else:
+            idle = self._idle_snapshot
+            if idle is None:
+                return
+            try:
+                data = idle if isinstance(idle, bytes) else read_file(idle, self._vfs)
+            except OSError:
+                self._idle_snapshot = None  # gone or unreadable: the state is unknown now
+                raise
+        write_snapshot(self.directory, offset, data, self._vfs, sync=sync)
+        self._dir_version += 1
+        if not sync:
+            self._unsynced_snapshots.append(path)
+        if producers is None:
+            self._idle_snapshot = path
+
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)`` and return it.
 
@@ -1733,6 +1816,11 @@ class Log:
         self._hw_meta = None
         if self._segments[:-1]:
             self._pending_flush_offset = new_base
+        try:
+            self._take_snapshot(new_base, sync=False)
+        except OSError as exc:  # recovery then starts from an older snapshot, or the log
+            logger.warning("producer snapshot not written", topic=self.topic,
+                           partition=self.partition, offset=new_base, error=str(exc))  # fmt: skip
         logger.debug("rolled segment", topic=self.topic, partition=self.partition, base=new_base)
         return segment
 
@@ -1777,6 +1865,16 @@ class Log:
         for segment in self._segments_to_flush(upto):
             segment.flush()
             synced = True
+        for path in self._unsynced_snapshots:
+            try:
+                file = self._vfs.open(path, create=False, writable=False)
+            except FileNotFoundError:  # deleted since (retention, truncation)
+                continue
+            try:
+                file.fsync()
+            finally:
+                file.close()
+        self._unsynced_snapshots.clear()
         # The directory before the recovery point moves: fsynced bytes of a file whose entry
         # is not durable are lost in a crash, and a checkpoint must never claim them.
         dir_version = self._dir_version
@@ -1823,6 +1921,7 @@ class Log:
                 segment.time_index_path,
                 segment.txn_index.path,  # usually missing: skipped
             )
+        files += self._unsynced_snapshots
         dir_version = self._dir_version
         return PendingFlush(
             self,
@@ -1859,6 +1958,11 @@ class Log:
         for segment in pending.inactive_segments:
             if not segment.active:  # written since only if made active again (truncation)
                 segment.mark_flushed()
+        if self._unsynced_snapshots:
+            synced_files = set(pending.files)
+            self._unsynced_snapshots = [
+                p for p in self._unsynced_snapshots if p not in synced_files
+            ]
         if self._pending_flush_offset is not None and self._pending_flush_offset <= upto:
             self._pending_flush_offset = None
         self._last_flush_ms = self._clock()
@@ -2160,6 +2264,8 @@ class Log:
             del self._segments[first : first + len(old)]
             del self._bases[first : first + len(old)]
             self._schedule_delete(old)
+            for merged in old[1:]:  # their snapshots go with them (Kafka's deletedNotReplaced)
+                vfs.remove(snapshot_path(directory, merged.base_offset))
             for name in names:
                 vfs.rename(directory / (name + SWAP_SUFFIX), directory / name)
             segment = self._open_segment(
@@ -2199,6 +2305,7 @@ class Log:
         del self._bases[:count]
         self._hw_meta = None
         self._schedule_delete(deletable)
+        delete_snapshots_below(self.directory, self._bases[0], self._vfs)
         logger.info(
             "deleted segments",
             topic=self.topic,
@@ -2261,6 +2368,7 @@ class Log:
             self._epochs.truncate_from_end(offset)
             return False
         self._producers = None  # rebuilt from what remains, on the next idempotent append
+        self._idle_snapshot = None  # known again below, if a snapshot sits at the new LEO
         self._truncations += 1
         delete_snapshots_above(self.directory, offset, self._vfs)
         if offset < self._bases[0]:
@@ -2290,6 +2398,8 @@ class Log:
         self._pending_flush_offset = None
         active.flush()
         self._epochs.truncate_from_end(self._leo)
+        left = [o for o, _ in snapshot_files(self.directory, self._vfs)]
+        self._idle_snapshot = self._idle_snapshot_at_leo(left)
         logger.info(
             "truncated log", topic=self.topic, partition=self.partition, log_end_offset=self._leo
         )
@@ -2308,9 +2418,11 @@ class Log:
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot restart at negative offset {offset}")
+        # Kafka's truncateFullyAndStartAt: no producer state, every snapshot removed.
         self._producers = None
+        self._idle_snapshot = EMPTY_SNAPSHOT
         self._truncations += 1
-        delete_snapshots_above(self.directory, offset, self._vfs)
+        delete_snapshots_above(self.directory, -1, self._vfs)
         doomed = self._segments[::-1]  # newest first, as in truncate_to
         self._segments.clear()
         self._bases.clear()
@@ -2360,10 +2472,12 @@ class Log:
                 active.flush()
         except OSError as exc:
             failure = exc
-        if self._producers is not None and failure is None:
-            # Kafka's clean-shutdown producer snapshot: the next build starts from it.
+        if failure is None:
+            # Kafka's clean-shutdown producer snapshot at LEO: the next build starts from it
+            # (fsynced when the state is built; a copy of the idle state's need not be: one
+            # that a power loss tore fails its CRC and the load falls back to the log).
             try:
-                write_snapshot(self.directory, self._leo, self._producers, self._vfs)
+                self._take_snapshot(self._leo, sync=self._producers is not None)
             except OSError as exc:
                 logger.warning("producer snapshot not written", dir=str(self.directory),
                                error=str(exc))  # fmt: skip

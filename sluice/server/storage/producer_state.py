@@ -52,7 +52,6 @@ and the snapshot load inserts the older ones first, sorted.
 from __future__ import annotations
 
 import struct
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -108,8 +107,8 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 class ProducerEntry:
     """The state of one producer id: current epoch, last batches (oldest first), the epoch
     of the coordinator that wrote its last marker (-1 none), the first offset of its
-    ongoing transaction (-1 none), and the max timestamp of its last batch or marker appended
-    since the state was built (-1 unknown: not kept in snapshots; DescribeProducers shows it)."""
+    ongoing transaction (-1 none), and the max timestamp of its last batch or marker (kept in
+    snapshots; DescribeProducers shows it; -1 when only an emptied marker told its epoch)."""
 
     __slots__ = (
         "batches",
@@ -376,14 +375,20 @@ class ProducerStateManager:
 # Layout (big-endian): version int16 (1) | crc uint32 (CRC32C of everything after it) |
 # producer_entries: int32 count, then per producer: producer_id int64, epoch int16,
 # last_sequence int32, last_offset int64, offset_delta int32 (last - first offset of the last
-# batch), timestamp int64, coordinator_epoch int32, current_txn_first_offset int64 (-1: no
-# ongoing transaction). A producer with no batch (only markers) has last_sequence -1,
-# last_offset -1 and offset_delta 0, as Kafka writes it. Recovery restarts the ongoing
-# transactions from current_txn_first_offset (Kafka's ``loadProducerEntry``).
-# The file is named by the log end offset it describes. Like Kafka's, a snapshot keeps only the
-# last batch of each producer, so after a restart only that batch is recognised as a duplicate
-# (a retry of an older one gets DUPLICATE_SEQUENCE_NUMBER, which clients treat as written).
-# ``timestamp`` is the time the snapshot was taken (Sluice does not expire producer ids).
+# batch), timestamp int64 (the max timestamp of the producer's last batch or marker: Kafka's
+# ``lastTimestamp``, what DescribeProducers shows), coordinator_epoch int32,
+# current_txn_first_offset int64 (-1: no ongoing transaction). A producer with no batch (only
+# markers, or only an epoch) has last_sequence -1, last_offset -1 and offset_delta 0, as Kafka
+# writes it. Recovery restarts the ongoing transactions from current_txn_first_offset (Kafka's
+# ``loadProducerEntry``). The entries are in the iteration order of Kafka's producer map (a
+# ``java.util.HashMap<Long, ...>``: :func:`java_hash_map_order`), so a Sluice snapshot is
+# byte-identical to the one Kafka writes for the same batches.
+#
+# The file is named by the offset it describes the state up to (exclusive): the base offset
+# of each new segment at a roll, LEO at a clean close (the Log's class docstring has the
+# life cycle). Like Kafka's, a snapshot keeps only the last batch of each producer, so after a
+# restart only that batch is recognised as a duplicate (a retry of an older one gets
+# DUPLICATE_SEQUENCE_NUMBER, which clients treat as written).
 
 SNAPSHOT_VERSION = 1
 _SNAP_HEADER = struct.Struct(">hI")
@@ -397,26 +402,55 @@ class CorruptSnapshotError(Exception):
 
 def snapshot_files(directory: Path, vfs: VFS = DEFAULT_VFS) -> list[tuple[int, Path]]:
     """``(offset, path)`` of every snapshot file in a partition directory, oldest first."""
+    return snapshots_in(directory, vfs.listdir(directory))
+
+
+def snapshots_in(directory: Path, names: Iterable[str]) -> list[tuple[int, Path]]:
+    """``(offset, path)`` of the snapshot files among ``names`` (a listing), oldest first."""
     found = []
-    for name in vfs.listdir(directory):
+    for name in names:
         offset = parse_offset_file_name(name, SNAPSHOT_SUFFIX)
         if offset is not None:
             found.append((offset, directory / name))
     return sorted(found)
 
 
-def encode_snapshot(manager: ProducerStateManager, timestamp: int) -> bytes:
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
+
+
+def java_hash_map_order(keys: Sequence[int]) -> list[int]:
+    """``keys`` (int64, in insertion order) in the order a ``java.util.HashMap<Long, V>``
+    holding them iterates: by bucket (``Long.hashCode`` spread by ``h ^ (h >>> 16)``, masked
+    by the table size), insertion order within a bucket (a resize splits buckets keeping it).
+    The table starts at 16 and doubles whenever the size passes 3/4 of it; Sluice never
+    removes a producer id, so that is the table Kafka's map has for the same producers."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+    mask = capacity - 1
+
+    def bucket(key: int) -> int:
+        k = key & 0xFFFFFFFFFFFFFFFF
+        h = (k ^ (k >> 32)) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    return sorted(keys, key=bucket)  # stable: insertion order within a bucket
+
+
+def encode_snapshot(manager: ProducerStateManager) -> bytes:
+    """Kafka's ``ProducerStateManager.writeSnapshot`` bytes of ``manager``'s producers."""
     entries = []
-    for e in manager.producers.values():
+    producers = manager.producers
+    for pid in java_hash_map_order(list(producers)):
+        e = producers[pid]
         if e.batches:
             last = e.batches[-1]
             last_seq, last_offset = last.last_seq, last.last_offset
             delta = last.last_offset - last.first_offset
-        elif e.current_txn_first_offset != NO_OFFSET or e.coordinator_epoch >= 0:
-            last_seq, last_offset, delta = NO_SEQUENCE, NO_OFFSET, 0
         else:
-            continue
-        fields = (e.producer_id, e.epoch, last_seq, last_offset, delta, timestamp)
+            last_seq, last_offset, delta = NO_SEQUENCE, NO_OFFSET, 0
+        fields = (pid, e.epoch, last_seq, last_offset, delta, e.last_timestamp)
         entries.append(_SNAP_ENTRY.pack(*fields, e.coordinator_epoch, e.current_txn_first_offset))
     body = _SNAP_COUNT.pack(len(entries)) + b"".join(entries)
     return _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c(body)) + body
@@ -437,11 +471,12 @@ def decode_snapshot(data: bytes) -> ProducerStateManager:
         raise CorruptSnapshotError(f"{count} entries do not fill {len(body)} bytes")
     manager = ProducerStateManager()
     txns = []
-    for pid, epoch, last_seq, last_offset, delta, _ts, coord, txn in _SNAP_ENTRY.iter_unpack(
+    for pid, epoch, last_seq, last_offset, delta, ts, coord, txn in _SNAP_ENTRY.iter_unpack(
         body[_SNAP_COUNT.size :]
     ):
         entry = manager.producers[pid] = ProducerEntry(pid, epoch)
         entry.coordinator_epoch = coord
+        entry.last_timestamp = ts
         if txn >= 0:
             entry.current_txn_first_offset = txn
             txns.append((txn, pid))
@@ -455,16 +490,29 @@ def decode_snapshot(data: bytes) -> ProducerStateManager:
     return manager
 
 
+EMPTY_SNAPSHOT = encode_snapshot(ProducerStateManager())
+
+
 def write_snapshot(
-    directory: Path, offset: int, manager: ProducerStateManager, vfs: VFS = DEFAULT_VFS
+    directory: Path, offset: int, data: bytes, vfs: VFS = DEFAULT_VFS, *, sync: bool = True
 ) -> Path:
-    """Write ``<offset>.snapshot`` atomically (tmp, fsync, rename, directory fsync), then
-    remove older ones: the new one is durable before any fallback disappears."""
-    path = directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
-    atomic_write(path, encode_snapshot(manager, int(time.time() * 1000)), vfs)
-    for other_offset, other in snapshot_files(directory, vfs):
-        if other_offset != offset:
-            vfs.remove(other)
+    """Write ``<offset>.snapshot`` holding ``data`` (:func:`encode_snapshot`); older snapshots
+    stay (each is where recovery of the segment starting there begins). ``sync``: atomically
+    and durably (tmp, fsync, rename, directory fsync: a clean close). Without: written in
+    place and not synced, as Kafka's ``takeSnapshot(false)`` at a roll -- the log's next
+    flush fsyncs it; a torn one fails its CRC and is ignored."""
+    path = snapshot_path(directory, offset)
+    if sync:
+        atomic_write(path, data, vfs)
+        return path
+    file = vfs.open(path, truncate=True)
+    try:
+        file.pwrite(data, 0)
+    except BaseException:  # a full disk: no torn file left for a later roll to take as written
+        file.close()
+        vfs.remove(path)
+        raise
+    file.close()
     return path
 
 
@@ -492,3 +540,38 @@ def delete_snapshots_above(directory: Path, offset: int, vfs: VFS = DEFAULT_VFS)
     for snap_offset, path in snapshot_files(directory, vfs):
         if snap_offset > offset:
             vfs.remove(path)
+
+
+def delete_snapshots_below(directory: Path, offset: int, vfs: VFS = DEFAULT_VFS) -> None:
+    """Retention: the snapshots of segments wholly below the new first segment ``offset``
+    go with them (Kafka keeps snapshots only from the log's first segment on)."""
+    for snap_offset, path in snapshot_files(directory, vfs):
+        if snap_offset >= offset:
+            break
+        vfs.remove(path)
+
+
+def remove_stray_snapshots(
+    directory: Path, names: Iterable[str], bases: Sequence[int], vfs: VFS = DEFAULT_VFS
+) -> list[int]:
+    """Kafka's ``removeStraySnapshots`` at load: a snapshot not at a segment's base offset is
+    stray (its segment went, or a clean close wrote it at LEO) and is removed, except the
+    newest stray one when it lies above the last segment's base (the clean-shutdown one).
+    ``names`` is the directory listing; returns the offsets of the snapshots kept, oldest
+    first."""
+    at_bases = set(bases)
+    kept: list[int] = []
+    stray: tuple[int, Path] | None = None
+    for offset, path in snapshots_in(directory, names):
+        if offset in at_bases:
+            kept.append(offset)
+            continue
+        if stray is not None:
+            vfs.remove(stray[1])
+        stray = (offset, path)
+    if stray is not None:
+        if bases and stray[0] > bases[-1]:
+            kept.append(stray[0])
+        else:
+            vfs.remove(stray[1])
+    return sorted(kept)

@@ -22,6 +22,7 @@ KNOWN = (
     "cleaner",
     "quota",
     "transactions",
+    "reassign",
 )
 
 

@@ -10,9 +10,19 @@ messages (``ReassignPartitionsCommand`` / ``LeaderElectionCommand`` of Kafka 3.9
                            | --path-to-json-file F
 
 The reassignment file is Kafka's: ``{"version":1,"partitions":[{"topic":"t","partition":0,
-"replicas":[2,3]}]}`` (``log_dirs`` accepted, only ``"any"``). Throttles (``--throttle``) are
-not implemented: the flag is refused rather than ignored. ``sluice.cli.main`` adds the
+"replicas":[2,3]}]}`` (``log_dirs`` accepted, only ``"any"``). ``sluice.cli.main`` adds the
 ``--bootstrap-server`` / ``--command-config`` options every command has.
+
+**Throttles** as Kafka's tool sets them (``ReassignPartitionsCommand.modifyReassignmentThrottle``):
+``--execute --throttle N`` sets, per topic, ``leader.replication.throttled.replicas`` to the
+moving partitions' current replicas and ``follower.replication.throttled.replicas`` to their new
+ones (``partition:broker``, sorted as text, as Kafka's TreeSet), and on every broker taking part
+(current and new replicas) ``leader.replication.throttled.rate`` and ``follower.replication.
+throttled.rate`` = N bytes/s (how brokers apply them: ``sluice.server.replication.throttle``).
+``--verify``, once no partition of the file is moving any more, removes them: the two rates on
+every broker of the cluster and the two lists on the file's topics (``clearAllThrottles``),
+unless ``--preserve-throttles``. ``--replica-alter-log-dirs-throttle`` is refused: a Sluice broker
+has one log directory, so no replica moves between directories.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from typing import Any
 
 import click
 
-from sluice.client.admin import Admin
+from sluice.client.admin import Admin, ResourceType
 from sluice.client.cluster import TopicPartition
 from sluice.protocol.errors import KafkaError, error_name
 
@@ -121,7 +131,25 @@ async def _current_replicas(
 @click.option("--verify", is_flag=True, help="Whether the file's reassignments completed.")
 @click.option("--cancel", is_flag=True, help="Cancel the file's reassignments in progress.")
 @click.option("--list", "list_", is_flag=True, help="The reassignments in progress.")
-@click.option("--throttle", type=int, default=None, help="Not implemented (refused).")
+@click.option(
+    "--throttle",
+    type=int,
+    default=-1,
+    help="With --execute: the replication between brokers for the moves is throttled to this "
+    "many bytes/s (run --verify until it completes: that removes the throttle).",
+)
+@click.option(
+    "--replica-alter-log-dirs-throttle",
+    "log_dirs_throttle",
+    type=int,
+    default=-1,
+    help="Refused: a Sluice broker has one log directory.",
+)
+@click.option(
+    "--preserve-throttles",
+    is_flag=True,
+    help="With --verify: keep the throttles even when the moves are done.",
+)
 @click.option(
     "--timeout",
     type=int,
@@ -136,7 +164,9 @@ def reassign_partitions(
     verify: bool,
     cancel: bool,
     list_: bool,
-    throttle: int | None,
+    throttle: int,
+    log_dirs_throttle: int,
+    preserve_throttles: bool,
     timeout: int,
 ) -> None:
     """Move partition replicas between brokers (like kafka-reassign-partitions).
@@ -153,12 +183,18 @@ def reassign_partitions(
         raise click.UsageError(
             "Command must include exactly one action: --execute, --verify, --cancel, --list"
         )
-    if throttle is not None:
-        raise click.UsageError("--throttle is not supported by Sluice yet")
+    if log_dirs_throttle >= 0:
+        raise click.UsageError(
+            "--replica-alter-log-dirs-throttle: a Sluice broker has one log directory "
+            "(log.dirs), so no replica moves between directories to throttle"
+        )
+    if throttle >= 0 and not execute:
+        raise click.UsageError("--throttle is only valid with --execute")
     if not list_ and json_file is None:
         raise click.UsageError("--reassignment-json-file is required with this action")
     wanted = parse_reassignment(_read_json(json_file)) if json_file is not None else {}
-    _run(_reassign(bootstrap, wanted, execute=execute, verify=verify, cancel=cancel))
+    _run(_reassign(bootstrap, wanted, execute=execute, verify=verify, cancel=cancel,
+                   throttle=throttle, preserve_throttles=preserve_throttles))  # fmt: skip
 
 
 async def _reassign(
@@ -168,6 +204,8 @@ async def _reassign(
     execute: bool,
     verify: bool,
     cancel: bool,
+    throttle: int = -1,
+    preserve_throttles: bool = False,
 ) -> None:
     from sluice.cli.main import _security
 
@@ -177,10 +215,16 @@ async def _reassign(
             click.echo("Current partition replica assignment\n")
             click.echo(_reassignment_json(current))
             click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
+            if throttle >= 0:
+                click.echo(
+                    "Warning: You must run --verify periodically, until the reassignment "
+                    "completes, to ensure the throttle is removed."
+                )
+                await _set_throttles(admin, await _moves(admin, current, wanted), throttle)
             results = await admin.alter_partition_reassignments(wanted)
             _report(results, "start", "Successfully started partition reassignment")
         elif verify:
-            await _verify(admin, wanted)
+            await _verify(admin, wanted, preserve_throttles)
         elif cancel:
             active = await admin.list_partition_reassignments(list(wanted))
             if not active:
@@ -215,9 +259,12 @@ def _report(results: dict[TopicPartition, KafkaError | None], verb: str, done: s
         raise click.ClickException(f"Error on {verb} of partition reassignments:\n{lines}")
 
 
-async def _verify(admin: Admin, wanted: dict[TopicPartition, list[int]]) -> None:
+async def _verify(
+    admin: Admin, wanted: dict[TopicPartition, list[int]], preserve_throttles: bool = False
+) -> None:
     """Kafka's ``verifyPartitionAssignments``; exit status 1 while any is in progress or
-    ended elsewhere."""
+    ended elsewhere. Once none is in progress the throttles are removed (Kafka's rule: a
+    move that ended elsewhere counts as not in progress)."""
     active = await admin.list_partition_reassignments(list(wanted))
     current = await _current_replicas(admin, list(wanted))
     click.echo("Status of partition reassignment:")
@@ -234,8 +281,80 @@ async def _verify(admin: Admin, wanted: dict[TopicPartition, list[int]]) -> None
                 f"There is no active reassignment of partition {_name(tp)}, but replica set is "
                 f"{current[tp]} rather than {target}."
             )
+    if not preserve_throttles and not any(tp in active for tp in wanted):
+        await _clear_throttles(admin, wanted)
     if unfinished:
         raise SystemExit(1)
+
+
+#: The throttle keys (``sluice.server.replication.throttle``), by where they are set.
+_LEADER_REPLICAS = "leader.replication.throttled.replicas"
+_FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
+async def _moves(
+    admin: Admin,
+    current: dict[TopicPartition, list[int]],
+    wanted: dict[TopicPartition, list[int]],
+) -> dict[TopicPartition, tuple[list[int], list[int]]]:
+    """``(sources, destinations)`` of each partition of the file (Kafka's
+    ``calculateProposedMoveMap``): the sources are its current replicas, or the original ones
+    of a move already in progress."""
+    active = await admin.list_partition_reassignments(list(wanted))
+    moves = {}
+    for tp, target in wanted.items():
+        ongoing = active.get(tp)
+        if ongoing is not None:
+            sources = [r for r in ongoing.replicas if r not in ongoing.adding]
+        else:
+            sources = current[tp]
+        moves[tp] = (sources, target)
+    return moves
+
+
+async def _set_throttles(
+    admin: Admin, moves: dict[TopicPartition, tuple[list[int], list[int]]], rate: int
+) -> None:
+    """Kafka's ``modifyReassignmentThrottle``: the topics' throttled-replica lists, then the
+    rate on every broker taking part."""
+    leaders: dict[str, set[str]] = {}
+    followers: dict[str, set[str]] = {}
+    for tp, (sources, targets) in moves.items():
+        leaders.setdefault(tp.topic, set()).update(f"{tp.partition}:{b}" for b in sources)
+        followers.setdefault(tp.topic, set()).update(
+            f"{tp.partition}:{b}" for b in targets if b not in sources
+        )
+    for topic in sorted(leaders):
+        await admin.incremental_alter_configs(ResourceType.TOPIC, topic, set_values={
+            _LEADER_REPLICAS: ",".join(sorted(leaders[topic])),
+            _FOLLOWER_REPLICAS: ",".join(sorted(followers[topic])),
+        })  # fmt: skip
+    brokers = sorted({b for sources, targets in moves.values() for b in (*sources, *targets)})
+    for broker in brokers:
+        await admin.incremental_alter_configs(
+            ResourceType.BROKER, str(broker), set_values=dict.fromkeys(_RATES, str(rate))
+        )
+    click.echo(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+async def _clear_throttles(admin: Admin, wanted: dict[TopicPartition, list[int]]) -> None:
+    """Kafka's ``clearAllThrottles``: the rates on every broker of the cluster (and the
+    file's), the throttled-replica lists on the file's topics."""
+    live = set(await admin.brokers())
+    brokers = sorted(live | {b for r in wanted.values() for b in r})
+    click.echo(f"Clearing broker-level throttles on broker{'s' if len(brokers) != 1 else ''} "
+               f"{_ids(tuple(brokers))}")  # fmt: skip
+    for broker in brokers:
+        if broker in live:  # (a broker that is down has nothing to clear now)
+            await admin.incremental_alter_configs(ResourceType.BROKER, str(broker), delete=_RATES)
+    topics = sorted({tp.topic for tp in wanted})
+    click.echo(f"Clearing topic-level throttles on topic{'s' if len(topics) != 1 else ''} "
+               f"{','.join(topics)}")  # fmt: skip
+    for topic in topics:
+        await admin.incremental_alter_configs(
+            ResourceType.TOPIC, topic, delete=(_LEADER_REPLICAS, _FOLLOWER_REPLICAS)
+        )
 
 
 @click.command("leader-election")

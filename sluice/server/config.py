@@ -440,6 +440,10 @@ BROKER_CONFIG = (
     .define("replica.fetch.response.max.bytes", INT, 10485760, int_in(0), MEDIUM, "bytes per follower fetch response (at least one batch)")  # noqa: E501
     .define("replica.fetch.backoff.ms", INT, 1000, int_in(0), MEDIUM, "pause before a follower retries after a fetch error")  # noqa: E501
     .define("replica.socket.timeout.ms", INT, 30000, int_in(1), HIGH, "how long a follower waits for a fetch answer before reconnecting")  # noqa: E501
+    .define("leader.replication.throttled.rate", LONG, LONG_MAX, int_in(0), MEDIUM, "leader-throttled replicas: bytes/s sent to followers outside the ISR (set dynamically)")  # noqa: E501
+    .define("follower.replication.throttled.rate", LONG, LONG_MAX, int_in(0), MEDIUM, "follower-throttled replicas: bytes/s fetched while not caught up (set dynamically)")  # noqa: E501
+    .define("replication.quota.window.num", INT, 11, int_in(1), LOW, "samples the replication throttles' rates are measured over")  # noqa: E501
+    .define("replication.quota.window.size.seconds", INT, 1, int_in(1), LOW, "length of one replication-throttle sample")  # noqa: E501
     .include(CONTROLLER_CONFIG)
     .section("cluster: controlled shutdown")
     .define("controlled.shutdown.enable", BOOLEAN, True, boolean, MEDIUM, "on SIGTERM, move leadership away before stopping")  # noqa: E501
@@ -480,6 +484,8 @@ BROKER_CONFIG = (
     .include(TRANSACTION_CONFIG)
     # Kafka's SocketServer.ReconfigurableConfigs that Sluice has (applied to ConnectionQuotas).
     .dynamic("max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections")
+    # Kafka's DynamicConfig.Broker (ReplicationQuotaManager's rates).
+    .dynamic("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 )  # fmt: skip
 
 #: The ``ssl.*`` keys and the inter-broker login: no field of :class:`Config`; each listener
@@ -602,6 +608,11 @@ class Config:
     replica_fetch_response_max_bytes: int = _setting("replica.fetch.response.max.bytes")
     replica_fetch_backoff_ms: int = _setting("replica.fetch.backoff.ms")
     replica_socket_timeout_ms: int = _setting("replica.socket.timeout.ms")
+    #: (the dynamic broker configs override these: ``Server._apply_replication_throttles``)
+    leader_replication_throttled_rate: int = _setting("leader.replication.throttled.rate")
+    follower_replication_throttled_rate: int = _setting("follower.replication.throttled.rate")
+    replication_quota_window_num: int = _setting("replication.quota.window.num")
+    replication_quota_window_size_seconds: int = _setting("replication.quota.window.size.seconds")
     auto_leader_rebalance_enable: bool = _setting("auto.leader.rebalance.enable")
     leader_imbalance_check_interval_seconds: int = _setting(
         "leader.imbalance.check.interval.seconds"

@@ -173,6 +173,10 @@ class Server:
             standalone=not config.cluster_mode,
         )
         replicas.rack_aware_selector = config.replica_selector_class is not None
+        for quota in (replicas.leader_quota, replicas.follower_quota):
+            quota.samples = config.replication_quota_window_num
+            quota.window_s = config.replication_quota_window_size_seconds
+        self._apply_replication_throttles(replicas, config.properties)
         replicas.startup()
         self.replica_manager = replicas
         await manager.start()
@@ -654,6 +658,23 @@ class Server:
             for listener in listeners:
                 listener(path, config)
 
+    @staticmethod
+    def _apply_replication_throttles(
+        replicas: ReplicaManager, effective: Mapping[str, str]
+    ) -> None:
+        """``leader/follower.replication.throttled.rate`` (``replication.throttle``): from
+        server.properties at start, then from every dynamic config change."""
+        from sluice.server.config import BROKER_CONFIG
+        from sluice.server.replication.throttle import FOLLOWER_RATE, LEADER_RATE
+
+        for key, quota in ((LEADER_RATE, replicas.leader_quota),
+                           (FOLLOWER_RATE, replicas.follower_quota)):  # fmt: skip
+            text = effective.get(key)
+            rate = BROKER_CONFIG[key].parse(text) if text else BROKER_CONFIG.default(key)
+            if rate != quota.bound:
+                quota.set_bound(rate)
+                log.info("replication throttle changed", key=key, rate=rate)
+
     def _apply_dynamic_config(self, effective: Mapping[str, str]) -> None:
         """A dynamic broker config changed (``api.broker_configs``): apply what it sets live."""
         from sluice.server.config import BROKER_CONFIG
@@ -673,6 +694,8 @@ class Server:
             controller.settings = dataclasses.replace(
                 controller.settings, unclean_leader_election_enable=unclean
             )
+        if self.replica_manager is not None:
+            self._apply_replication_throttles(self.replica_manager, effective)
         quotas = self.connection_quotas
         if quotas is not None:
             bound = {

@@ -577,6 +577,22 @@ DECLARED = {
         "30000",
         "how long a follower waits for a fetch answer before reconnecting",
     ),
+    "leader.replication.throttled.rate": (
+        "9223372036854775807",
+        "leader-throttled replicas: bytes/s sent to followers outside the ISR (set dynamically)",
+    ),
+    "follower.replication.throttled.rate": (
+        "9223372036854775807",
+        "follower-throttled replicas: bytes/s fetched while not caught up (set dynamically)",
+    ),
+    "replication.quota.window.num": (
+        "11",
+        "samples the replication throttles' rates are measured over",
+    ),
+    "replication.quota.window.size.seconds": (
+        "1",
+        "length of one replication-throttle sample",
+    ),
     "auto.leader.rebalance.enable": (
         "true",
         "the controller moves leadership back to preferred replicas",

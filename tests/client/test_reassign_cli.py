@@ -54,7 +54,20 @@ def test_reassign_partitions_usage(tmp_path: Path) -> None:
         (["--execute", "--verify"], "exactly one action"),
         ([], "exactly one action"),
         (["--execute"], "--reassignment-json-file is required"),
-        (["--execute", "--reassignment-json-file", str(file), "--throttle", "1000"], "throttle"),
+        (
+            ["--verify", "--reassignment-json-file", str(file), "--throttle", "1000"],
+            "--throttle is only valid with --execute",
+        ),
+        (
+            [
+                "--execute",
+                "--reassignment-json-file",
+                str(file),
+                "--replica-alter-log-dirs-throttle",
+                "1000",
+            ],
+            "one log directory",
+        ),
     ):
         result = runner.invoke(cli, ["reassign-partitions", *NOWHERE, *args])
         assert result.exit_code == 2 and text in result.output, (args, result.output)

@@ -32,7 +32,8 @@ the bottom up (the README's *Architecture* section lists the same):
   and finds a group's coordinator (the group store's topic name and partitioning).
 * ``sluice.server.metrics`` reads the state of the rooms below it; only it imports
   ``prometheus_client``.
-* ``sluice.server.network`` (connections, quotas) knows metrics, config and security (each
+* ``sluice.server.network`` (connections, quotas) knows metrics, config, the replication
+  throttles' sampled rate (``replication.throttle``) and security (each
   connection drives its SASL authenticator and reads its TLS principal), never the handlers:
   it calls them through ``network.request.RequestHandler``; ``sluice.server.api`` (the
   handlers) sees only ``network.request`` of the network room (the per-request context), and
@@ -131,6 +132,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         PROTOCOL,
         CONFIG_DEF,
         "sluice.server.metrics.metrics",
+        "sluice.server.replication.throttle",
         "sluice.server.security",
         LOGGING,
     ),

@@ -89,6 +89,18 @@ def test_every_kafka_topic_key_is_known() -> None:
         ("local.retention.bytes", "-2", "local_retention_bytes", -2),
         ("remote.log.copy.disable", "true", "remote_log_copy_disable", True),
         ("leader.replication.throttled.replicas", "", "leader_replication_throttled_replicas", ""),
+        (
+            "leader.replication.throttled.replicas",
+            "*",
+            "leader_replication_throttled_replicas",
+            "*",
+        ),
+        (
+            "follower.replication.throttled.replicas",
+            " 0:1, 2:3 ",
+            "follower_replication_throttled_replicas",
+            "0:1, 2:3",
+        ),
     ],
 )
 def test_kafka_keys_parse(key: str, value: str, attr: str, parsed: object) -> None:
@@ -149,8 +161,9 @@ def test_from_properties_overlays_base_and_round_trips() -> None:
         ("local.retention.ms", "-3", "local.retention.ms"),
         ("preallocate", "true", "preallocation is not implemented"),
         ("remote.storage.enable", "true", "tiered (remote) storage is not implemented"),
-        ("leader.replication.throttled.replicas", "*", "throttling is not implemented"),
-        ("follower.replication.throttled.replicas", "0:1", "throttling is not implemented"),
+        ("leader.replication.throttled.replicas", "*,0:1", "must be the literal '*' or a list"),
+        ("follower.replication.throttled.replicas", "0-1", "[partitionId]:[brokerId]"),
+        ("follower.replication.throttled.replicas", "0:1,", "[partitionId]:[brokerId]"),
     ],
 )
 def test_invalid_values_raise_invalid_config(key: str, value: str, fragment: str) -> None:

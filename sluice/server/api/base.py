@@ -70,7 +70,7 @@ def _fetch_isolation(isolation_level: int, replica_id: int = -1) -> Any:
 
 
 #: What :meth:`Handlers._read_fetch` returns.
-_FetchRead = tuple[m.FetchResponse, int, bool, list[tuple[str, int]]]
+_FetchRead = tuple[m.FetchResponse, int, bool, list[tuple[str, int, int]]]
 
 
 def _commit_topics(wanted: list[Any], codes: list[int], topic_cls: Any, part_cls: Any) -> list[Any]:

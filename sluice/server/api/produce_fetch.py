@@ -329,10 +329,12 @@ class ProduceFetchApis(ApiBase):
         metrics = self.metrics
         if sent:
             if body.replica_id >= 0:
-                metrics.replication_bytes_out += sum(size for _, size in sent)
+                metrics.replication_bytes_out += sum(size for _, _, size in sent)
+                if self.replicas.leader_quota.throttling:
+                    self.replicas.record_leader_throttled(sent)
             else:
                 bytes_out = metrics.bytes_out
-                for topic, size in sent:
+                for topic, _, size in sent:
                     bytes_out[topic] += size
         if had_error:
             metrics.count_errors(m.Fetch.key, response)
@@ -374,19 +376,19 @@ class ProduceFetchApis(ApiBase):
         last_epochs: dict[tuple[str, int], int] | None = None,
     ) -> _FetchRead:
         """``(response, record bytes, whether to answer at once (a partition has an error, or
-        the consumer is sent to another replica), [(topic, record bytes)] of the partitions
-        with data)``. A long poll's re-reads pass ``record_follower=False``: a follower's fetch
-        is recorded once per request (``ReplicaManager.fetch_messages``). ``rack``: the
-        consumer's, KIP-392 (:meth:`ReplicaManager.fetch_messages`). ``last_epochs``: the
-        partitions whose fetcher named the epoch of its last batch (v12+), checked first
-        (:meth:`_diverged`)."""
+        the consumer is sent to another replica), [(topic, partition, record bytes)] of the
+        partitions with data)``. A long poll's re-reads pass ``record_follower=False``: a
+        follower's fetch is recorded once per request (``ReplicaManager.fetch_messages``).
+        ``rack``: the consumer's, KIP-392 (:meth:`ReplicaManager.fetch_messages`).
+        ``last_epochs``: the partitions whose fetcher named the epoch of its last batch (v12+),
+        checked first (:meth:`_diverged`)."""
         # Hot path (every Fetch, every partition): classes resolved once, one response object
         # per partition.
         cls = m.FetchResponse
         topic_cls = cls.FetchableTopicResponse
         part_cls = cls.PartitionData
         had_error = False
-        sent: list[tuple[str, int]] = []
+        sent: list[tuple[str, int, int]] = []
         total = 0
         topics: dict[str, list[m.FetchResponse.PartitionData]] = {}
         early: dict[tuple[str, int], m.FetchResponse.PartitionData] = {}
@@ -445,7 +447,7 @@ class ProduceFetchApis(ApiBase):
                 size = records.size if records is not None else 0
                 if size:
                     total += size
-                    sent.append((topic, size))
+                    sent.append((topic, part, size))
                 if preferred >= 0:
                     had_error = True  # not an error: answered at once, like Kafka
                 aborted = None

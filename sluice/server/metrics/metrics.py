@@ -238,6 +238,18 @@ METRICS: tuple[MetricDef, ...] = (
         "Expansions of the ISR of partitions led here (followers caught up again).",
     ),
     MetricDef(
+        "kafka_server_leaderreplication_byte_rate", "gauge", (),
+        "kafka.server:type=LeaderReplication,name=byte-rate",
+        "Bytes/s sent to followers for leader-throttled replicas (leader.replication.throttled"
+        ".replicas), over the replication quota window.",
+    ),
+    MetricDef(
+        "kafka_server_followerreplication_byte_rate", "gauge", (),
+        "kafka.server:type=FollowerReplication,name=byte-rate",
+        "Bytes/s fetched for follower-throttled replicas (follower.replication.throttled"
+        ".replicas), over the replication quota window.",
+    ),
+    MetricDef(
         "kafka_controller_kafkacontroller_activecontrollercount", "gauge", (),
         "kafka.controller:type=KafkaController,name=ActiveControllerCount",
         "1 on the active controller, else 0 (a standalone broker is its own controller).",

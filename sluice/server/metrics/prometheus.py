@@ -32,6 +32,7 @@ import asyncio
 import concurrent.futures
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -206,13 +207,21 @@ class BrokerCollector(Collector):
                         if len(partition.isr) < len(partition.replicas):
                             under += 1
         cluster = server.cluster
-        values = [
+        values: list[tuple[str, float]] = [
             ("kafka_server_replicamanager_partitioncount", partitions),
             ("kafka_server_replicamanager_leadercount", leaders),
             ("kafka_server_replicamanager_underreplicatedpartitions", under),
             ("kafka_server_replicamanager_isrshrinks", cluster.isr_shrinks if cluster else 0),
             ("kafka_server_replicamanager_isrexpands", cluster.isr_expands if cluster else 0),
         ]
+        if replicas is not None:
+            # Kafka's ReplicationQuotaManager sensors (kafka.server:type=LeaderReplication /
+            # FollowerReplication, byte-rate): bytes/s of the throttled replicas.
+            now = time.monotonic()
+            values.append(("kafka_server_leaderreplication_byte_rate",
+                           replicas.leader_quota.byte_rate(now)))  # fmt: skip
+            values.append(("kafka_server_followerreplication_byte_rate",
+                           replicas.follower_quota.byte_rate(now)))  # fmt: skip
         for name, value in values:
             family = _family(name)
             family.add_metric([], value)

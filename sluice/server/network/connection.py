@@ -31,8 +31,10 @@ open. Over ``sluice.quota.requests.per.second`` or a client quota (``ClientQuota
 request's loop time, a Produce's size, a consumer Fetch's response size, by the principal and
 client id) a response carries ``throttle_time_ms`` (the largest earned) and the worker waits that
 long before taking the next request (Kafka mutes the channel the same way); frames keep queuing
-meanwhile, up to ``queued.max.requests``. A Fetch over ``consumer_byte_rate`` is answered empty
-instead (Kafka's throttled fetch response). A connection with nothing read or written for
+meanwhile, up to ``queued.max.requests``. A consumer Fetch over ``consumer_byte_rate`` is sent
+with its records too (counted, then muted like a Produce), not answered empty as Kafka's
+``getThrottledResponse`` does: :class:`~sluice.server.network.quotas.ClientQuotas` says why.
+A connection with nothing read or written for
 ``connections.max.idle.ms`` and no request in hand is closed (``Server`` checks).
 
 Zero-copy Fetch. ``encode_response`` returns the response as parts: bytes, plus each Fetch
@@ -476,11 +478,9 @@ class Connection(asyncio.Protocol):
         parts = encode_response(request.header, body)
         if client_quotas is not None and client_quotas.active and api_key == _FETCH:
             fetch_ms = self._fetch_throttle_ms(client_quotas, request, parts, quota_user)
-            if fetch_ms:
-                throttle_ms = max(throttle_ms, fetch_ms)
-                parts = encode_response(request.header, m.FetchResponse(
-                    throttle_time_ms=throttle_ms, session_id=body.session_id, responses=[]
-                ))  # fmt: skip
+            if fetch_ms > throttle_ms:  # sent with its data, then muted (module docstring)
+                throttle_ms = body.throttle_time_ms = fetch_ms
+                parts = encode_response(request.header, body)
         await self._send(parts)
         # Kafka's TotalTimeMs ends when the response is sent; ours when the transport (or
         # sendfile) has it: a response parked behind a full write buffer counts its wait.
@@ -583,8 +583,8 @@ class Connection(asyncio.Protocol):
     def _fetch_throttle_ms(
         self, quotas: ClientQuotas, request: Any, parts: list[Any], user: str
     ) -> int:
-        """A consumer Fetch's response bytes against ``consumer_byte_rate``; when throttled,
-        they are taken back (the caller answers empty, as Kafka does)."""
+        """A consumer Fetch's response bytes against ``consumer_byte_rate``: counted, and the
+        throttle time they earned (the response is still sent whole)."""
         if request.body.replica_id >= 0:
             return 0
         size = sum(len(p) if isinstance(p, _BYTES_LIKE) else p.size for p in parts)
@@ -592,7 +592,6 @@ class Connection(asyncio.Protocol):
         client_id = request.header.client_id or ""
         throttle_ms = quotas.record(FETCH_QUOTA, user, client_id, size, now)
         if throttle_ms:
-            quotas.unrecord(FETCH_QUOTA, user, client_id, size, now)
             self._metrics.inc("requests.throttled")
             self._metrics.inc("requests.throttle_time_ms", throttle_ms)
         return throttle_ms

@@ -46,6 +46,7 @@ from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.config import BROKER_CONFIG
 from sluice.server.logging import get_logger
+from sluice.server.replication.throttle import is_throttled
 from sluice.server.storage.leader_epoch import follower_truncation_offset
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ BrokerAddress = Callable[[int], "tuple[str, int] | None"]
 
 
 _setting = BROKER_CONFIG.setting
+_BUFFERS = (bytes, bytearray, memoryview)
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,15 @@ class Phase(enum.Enum):
 
 
 class _FetchState:
-    __slots__ = ("leader_epoch", "phase", "retry_at")
+    __slots__ = ("caught_up", "leader_epoch", "phase", "retry_at")
 
     def __init__(self, leader_epoch: int) -> None:
         self.leader_epoch = leader_epoch
         self.phase = Phase.TRUNCATING
         self.retry_at = 0.0
+        #: Our LEO reached the leader's HW at the last fetch (Kafka's isReplicaInSync): a
+        #: caught-up replica is never follower-throttled.
+        self.caught_up = False
 
 
 class ReplicaFetcher:
@@ -321,7 +326,11 @@ class ReplicaFetcher:
         cfg = self._config
         by_topic: dict[str, list[m.FetchRequest.FetchTopic.FetchPartition]] = {}
         sent: dict[PartitionKey, tuple[_FetchState, int]] = {}
+        quota = self.replicas.follower_quota
+        throttling = quota.exceeded(asyncio.get_running_loop().time())
         for key, state, partition in due:
+            if throttling and not state.caught_up and self._throttled(partition):
+                continue  # Kafka's shouldFollowerThrottle: left out of this fetch
             leo = partition.log.log_end_offset
             sent[key] = (state, leo)
             by_topic.setdefault(key[0], []).append(
@@ -333,6 +342,8 @@ class ReplicaFetcher:
                     partition_max_bytes=cfg.max_bytes,
                 )
             )
+        if not sent:
+            return False  # every due partition throttled: wait (the backoff, or a change)
         body = req(
             replica_id=self.replicas.local_id,
             max_wait_ms=cfg.wait_max_ms,
@@ -371,7 +382,17 @@ class ReplicaFetcher:
                     key, current, fetched_at, data.records, data.high_watermark,
                     data.log_start_offset,
                 )  # fmt: skip
+                fetch_state.caught_up = current.log.log_end_offset >= data.high_watermark
+                records = data.records  # decoded: a slice of the frame
+                if quota.throttling and self._throttled(current):
+                    size = len(records) if isinstance(records, _BUFFERS) else 0
+                    quota.record(size, asyncio.get_running_loop().time())
         return True
+
+    def _throttled(self, partition: Partition) -> bool:
+        """The topic's ``follower.replication.throttled.replicas`` names this replica."""
+        text = partition.log.config.follower_replication_throttled_replicas
+        return is_throttled(text, partition.index, self.replicas.local_id)
 
     def _append(
         self,

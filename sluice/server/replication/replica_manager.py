@@ -74,6 +74,7 @@ from sluice.server.replication.partition import (
     TxnMarker,
 )
 from sluice.server.replication.purgatory import DelayedOperationPurgatory
+from sluice.server.replication.throttle import ReplicationQuota, is_throttled
 from sluice.server.storage.log import FetchDataInfo, Isolation
 from sluice.server.transaction.state_log import TRANSACTION_STATE_TOPIC
 
@@ -191,6 +192,10 @@ class ReplicaManager:
         #: A broker's ``broker.rack`` (None: none or unknown); the cluster sets it.
         self.rack_of: Callable[[int], str | None] = lambda broker_id: None
         self._partitions: dict[PartitionKey, Partition] = {}
+        #: Replication throttles (:mod:`~sluice.server.replication.throttle`): what this broker
+        #: sends as a leader, what it fetches as a follower; the server sets their rates.
+        self.leader_quota = ReplicationQuota()
+        self.follower_quota = ReplicationQuota()
         self.fetch_purgatory = DelayedOperationPurgatory[DelayedFetch]("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory[DelayedProduce]("Produce")
         self._isr_writer = isr_writer
@@ -674,6 +679,9 @@ class ReplicaManager:
         record = replica_id >= 0 and record_follower
         require_leader = client_rack is None
         select = client_rack if client_rack and self.rack_aware_selector else None
+        # Kafka's shouldLeaderThrottle: checked once per request (the quota is shared).
+        quota = self.leader_quota
+        throttling = replica_id >= 0 and quota.exceeded(time.monotonic())
         budget = max_bytes if max_bytes > 0 else 0
         min_one = True
         total = 0
@@ -689,6 +697,13 @@ class ReplicaManager:
                     partition.local_log(current_epoch)  # the epoch check comes first
                     if partition.update_follower_end_offset(replica_id, offset):
                         self.complete_delayed_requests((topic, index))
+                if throttling and self.leader_throttles(partition, replica_id):
+                    log_ = partition.local_log(current_epoch)
+                    empty = FetchDataInfo(
+                        None, log_.high_watermark, log_.log_start_offset, log_.log_end_offset
+                    )
+                    out.append(PartitionRead(partition, empty, None))
+                    continue
                 if select is not None:
                     preferred = partition.preferred_read_replica(select, offset, self.rack_of)
                     if preferred is not None:
@@ -713,6 +728,29 @@ class ReplicaManager:
                 min_one = False
             out.append(PartitionRead(partition, info, None))
         return out
+
+    def leader_throttled(self, partition: Partition) -> bool:
+        """Whether the topic's ``leader.replication.throttled.replicas`` names ``partition``
+        on this broker (Kafka's ``quotas.leader.isThrottled``)."""
+        text = partition.log.config.leader_replication_throttled_replicas
+        return is_throttled(text, partition.index, self.local_id)
+
+    def leader_throttles(self, partition: Partition, replica_id: int) -> bool:
+        """A follower's fetch of ``partition`` goes without records while the leader quota is
+        exceeded (the caller checked that): leader-throttled here and the follower is not in
+        the ISR (Kafka's ``shouldLeaderThrottle``)."""
+        return replica_id not in partition.isr and self.leader_throttled(partition)
+
+    def record_leader_throttled(self, sent: Iterable[tuple[str, int, int]]) -> None:
+        """Count the bytes a follower Fetch's response sends for leader-throttled partitions,
+        to a follower in the ISR or not (Kafka's ``sizeOfThrottledPartitions``)."""
+        quota = self.leader_quota
+        size = 0
+        for topic, index, n in sent:
+            partition = self._partitions.get((topic, index))
+            if partition is not None and self.leader_throttled(partition):
+                size += n
+        quota.record(size, time.monotonic())
 
     def delayed_fetch(self, keys: Iterable[PartitionKey], isolation: Isolation) -> DelayedFetch:
         """Park a fetch that read too little on ``keys`` (it completes at once if new data

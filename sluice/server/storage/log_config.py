@@ -16,7 +16,7 @@ implement) raises :class:`sluice.protocol.errors.InvalidConfig` with a message n
 that nothing is silently ignored.
 
 Every topic key of Kafka's ``LogConfig`` is known. Sluice honours most of them; settings of
-subsystems it does not have (tiered storage, replication throttling) are accepted where Kafka
+subsystems it does not have (tiered storage) are accepted where Kafka
 itself would give them no effect without remote storage, and refused otherwise.
 ``cleanup.policy`` is Kafka's list of ``compact`` and ``delete`` (either, both); the compaction
 keys are read by the log cleaner (:mod:`sluice.server.storage.log_cleaner`), whose broker-wide
@@ -186,10 +186,20 @@ def _ratio(text: str) -> float:
     return ratio
 
 
-def _no_throttling(text: str) -> str:
-    if text.strip():
-        raise ValueError("replication throttling is not implemented by Sluice; leave it empty")
-    return ""
+_THROTTLED_REPLICA = re.compile(r"\d+:\d+")
+
+
+def parse_throttled_replicas(text: str) -> str:
+    """Kafka's ``ThrottledReplicaListValidator`` (``leader/follower.replication.throttled.
+    replicas``): ``*`` or ``partition:broker`` entries, comma-separated (spaces around them
+    allowed); the text itself is the value (``sluice.server.replication.throttle`` reads it)."""
+    entries = [e.strip() for e in text.split(",")] if text.strip() else []
+    if entries == ["*"] or all(_THROTTLED_REPLICA.fullmatch(e) for e in entries):
+        return text.strip()
+    raise ValueError(
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
 
 
 _NO_TIERING = "tiered storage setting (no effect without remote storage)"
@@ -228,8 +238,8 @@ TOPIC_CONFIG = (
     .define("message.timestamp.difference.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records further from now are refused")  # noqa: E501
     .define("message.timestamp.before.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records older than now minus this are refused")  # noqa: E501
     .define("message.timestamp.after.max.ms", LONG, LONG_MAX, _long_in(0), MEDIUM, "CreateTime records newer than now plus this are refused")  # noqa: E501
-    .define("leader.replication.throttled.replicas", LIST, "", _no_throttling, MEDIUM, "empty only (no replication throttling)")  # noqa: E501
-    .define("follower.replication.throttled.replicas", LIST, "", _no_throttling, MEDIUM, "empty only (no replication throttling)")  # noqa: E501
+    .define("leader.replication.throttled.replicas", LIST, "", parse_throttled_replicas, MEDIUM, "partition:broker,... (or *): the replicas whose leader on that broker throttles sending to followers outside the ISR to leader.replication.throttled.rate")  # noqa: E501
+    .define("follower.replication.throttled.replicas", LIST, "", parse_throttled_replicas, MEDIUM, "partition:broker,... (or *): the replicas whose follower on that broker throttles fetching while not caught up, to follower.replication.throttled.rate")  # noqa: E501
     .define("message.downconversion.enable", BOOLEAN, True, boolean, LOW, "accepted; Sluice never down-converts (Fetch v4+ only)")  # noqa: E501
     .define("remote.storage.enable", BOOLEAN, False, _false_only("tiered (remote) storage"), MEDIUM, "false only (tiered storage is not implemented)")  # noqa: E501
     .define("local.retention.ms", LONG, -2, _long_in(-2), MEDIUM, _NO_TIERING)
@@ -480,7 +490,7 @@ class LogConfig:
 
         Raises InvalidConfig for an unknown name, a malformed or out-of-range value, a value
         that needs what Sluice does not implement (``remote.storage.enable=true``,
-        ``preallocate=true``, throttled replicas), or ``min.compaction.lag.ms`` above
+        ``preallocate=true``), or ``min.compaction.lag.ms`` above
         ``max.compaction.lag.ms`` (Kafka's check, with its message): the message says which.
         """
         changes: dict[str, object] = {}

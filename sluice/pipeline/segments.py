@@ -57,6 +57,7 @@ from sluice.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     decode_batch_columns,
+    end_txn_marker_of,
     iter_batches,
 )
 from sluice.protocol.structs import TopicPartition
@@ -71,6 +72,7 @@ from sluice.server.storage.layout import (
 )
 from sluice.server.storage.producer_state import (
     CorruptSnapshotError,
+    ProducerStateManager,
     decode_snapshot,
     snapshot_files,
 )
@@ -190,15 +192,16 @@ def aborted_transactions(directory: Path) -> list[tuple[int, int, int]]:
 
 def last_stable_offset(directory: Path, bases: list[int]) -> int | None:
     """The partition's last stable offset as its files leave it (module docstring), or None
-    when no transaction is open. ``bases``: its segments' base offsets, in order."""
-    ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    when no transaction is open. ``bases``: its segments' base offsets, in order. The files are
+    replayed by the broker's own producer-state rules (:class:`ProducerStateManager`, as its
+    recovery does), from the newest readable snapshot."""
+    state = ProducerStateManager()
     since = 0
     for offset, path in reversed(snapshot_files(directory)):
         try:
             state = decode_snapshot(path.read_bytes())
         except (OSError, CorruptSnapshotError):
             continue  # torn or removed meanwhile: an older one, else the whole log
-        ongoing = {pid: first for first, pid in state.ongoing.items()}
         since = offset
         break
     for i, base in enumerate(bases):
@@ -206,15 +209,12 @@ def last_stable_offset(directory: Path, bases: list[int]) -> int | None:
         if following is not None and following <= since:
             continue
         path = directory / offset_file_name(base, LOG_SUFFIX)
-        for header, _batch in _file_batches(str(path)):
-            pid = header.producer_id
-            if pid < 0 or header.next_offset <= since:
-                continue
-            if header.is_control:
-                ongoing.pop(pid, None)
-            elif header.is_transactional:
-                ongoing.setdefault(pid, header.base_offset)
-    return min(ongoing.values()) if ongoing else None
+        state.replay_batches(
+            (header, end_txn_marker_of(batch) if header.is_control else None)
+            for header, batch in _file_batches(str(path))
+            if header.next_offset > since
+        )
+    return state.first_undecided_offset()
 
 
 def read_segment(seg: SegmentFile, include_headers: bool) -> Iterator[Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from confluent_kafka import Producer
 
 from sluice.protocol import errors
@@ -412,3 +413,35 @@ async def test_quota_apis_need_the_cluster_configs_acls(tmp_path: Path) -> None:
             await c.close()
     finally:
         await srv.shutdown()
+
+
+@pytest.mark.parametrize("ends", ["shutdown", "client_close"])
+async def test_a_muted_connection_ends_at_once_when_it_closes(tmp_path: Path, ends: str) -> None:
+    """A connection muted for its throttle (KIP-219) closes without waiting the throttle out:
+    Kafka's shutdown closes muted channels at once. Before, the mute held the worker, so the
+    broker's shutdown waited its whole bound (sluice.shutdown.timeout.ms) and warned."""
+    srv = await start_server(tmp_path, "sluice.shutdown.timeout.ms=120000")
+    stopped = False
+    c = await WireClient.connect("127.0.0.1", srv.port)
+    try:
+        assert await create_topic(c, "m") == 0
+        res = await alter(c, entity(client_id="muted"), {"producer_byte_rate": 1.0})
+        assert res.error_code == 0
+        resp = await request(c, m.Produce, 8, produce_request("m"), "muted")
+        # ~20 KB against 1 B/s: muted for days.
+        assert resp.throttle_time_ms > 3_600_000
+        (conn,) = [x for x in srv._connections if x._busy]  # the muted one
+        worker = conn._worker
+        assert worker is not None and not worker.done()
+        with structlog.testing.capture_logs() as logs:
+            if ends == "client_close":
+                await c.close()
+                await asyncio.wait_for(asyncio.shield(worker), 30)
+            await asyncio.wait_for(srv.shutdown(), 30)  # far below the 120 s bound
+            stopped = True
+        assert worker.done()
+        assert not [e for e in logs if "did not finish" in e["event"]], logs
+    finally:
+        await c.close()
+        if not stopped:
+            await srv.shutdown()

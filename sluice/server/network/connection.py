@@ -167,6 +167,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._closing = False  # no more frames accepted; worker drains what is queued, then closes
+        self._unmute = asyncio.Event()  # set when closing: a throttle's mute ends at once
         self._busy = False  # a request is being handled right now
         self._dup_fd: int | None = None  # dup of the socket fd, polled for writability
         self._writable: asyncio.Future[None] | None = None
@@ -237,10 +238,9 @@ class Connection(asyncio.Protocol):
         self._registry.discard(self)
         self._metrics.inc("connections.closed")
         self._metrics.set("connections.active", len(self._registry))
-        self._closing = True
+        self._begin_close()
         self._frames.clear()
         self._can_write.set()  # let a worker blocked on writing notice the close
-        self._frame_ready.set()
         if self._worker is not None and not self._worker.done() and not self._busy:
             self._worker.cancel()
         if self._writable is not None and not self._writable.done():
@@ -279,8 +279,7 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         # Client half-closed: answer what it already sent, then close (return False = close
         # our side once the worker is done; the worker closes the transport itself).
-        self._closing = True
-        self._frame_ready.set()
+        self._begin_close()
         # (asyncio's TLS transports cannot stay half-open: they close after this)
         return None if self._listener.tls else True
 
@@ -298,8 +297,7 @@ class Connection(asyncio.Protocol):
 
     def stop_reading_requests(self) -> None:
         """Graceful shutdown: accept no new frame; answer the queued ones, then close."""
-        self._closing = True
-        self._frame_ready.set()
+        self._begin_close()
         if self._transport is not None and not self._reading_paused:
             with contextlib.suppress(RuntimeError):
                 self._transport.pause_reading()
@@ -329,8 +327,7 @@ class Connection(asyncio.Protocol):
         log.info("closing connection", reason="idle", peer=self._peer,
                  idle_s=round(monotonic() - self._last_active, 3))  # fmt: skip
         self._metrics.inc("connections.closed.idle")
-        self._closing = True
-        self._frame_ready.set()
+        self._begin_close()
         transport.close()
 
     @property
@@ -344,6 +341,22 @@ class Connection(asyncio.Protocol):
         return sum(len(frame) for frame in self._frames) + self._reader.buffered
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _begin_close(self) -> None:
+        """Accept no more frames: the worker drains what is queued, then closes. A throttle's
+        mute ends at once: Kafka closes a muted channel at shutdown without waiting out its
+        throttle, and a closing connection has nobody left to hold back."""
+        self._closing = True
+        self._frame_ready.set()
+        self._unmute.set()
+
+    async def _mute(self, throttle_ms: int) -> None:
+        """KIP-219: take no next request for the throttle time, unless the connection closes."""
+        if self._closing:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(throttle_ms / 1000):
+                await self._unmute.wait()
 
     def _update_reading(self) -> None:
         transport = self._transport
@@ -368,8 +381,7 @@ class Connection(asyncio.Protocol):
         """Log, count, and close after already-queued requests are answered."""
         log.warning("closing connection", reason=reason, peer=self._peer, error=str(exc))
         self._metrics.inc(f"connections.closed.{reason}")
-        self._closing = True
-        self._frame_ready.set()
+        self._begin_close()
         if self._transport is not None and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True
@@ -464,7 +476,7 @@ class Connection(asyncio.Protocol):
         if body is None:  # e.g. Produce with acks=0: no response at all
             metrics.request_latency[api_key].observe(perf_counter() - started)
             if throttle_ms:
-                await asyncio.sleep(throttle_ms / 1000)
+                await self._mute(throttle_ms)
             return True
         if body is CLOSE_CONNECTION:
             metrics.inc("connections.closed.acks0_error")
@@ -487,7 +499,7 @@ class Connection(asyncio.Protocol):
         metrics.request_latency[api_key].observe(perf_counter() - started)
         if throttle_ms:
             # Muted for the throttle time (KIP-219): the next request waits in the queue.
-            await asyncio.sleep(throttle_ms / 1000)
+            await self._mute(throttle_ms)
         return True
 
     async def _authenticate(self, auth: SaslServerAuthenticator, frame: memoryview) -> bool:

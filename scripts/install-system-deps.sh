@@ -9,11 +9,12 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing ${missing[*]} (Debian packages)"
+    echo "installing ${missing[*]} (Debian packages; zookeeper brings a Java runtime: a few minutes)"
     # Wait for another apt-get (a second checkout's `make setup`) instead of failing on its lock.
+    # -q: apt's lines (what it fetches and sets up) show, its progress bars do not.
     lock=(-o DPkg::Lock::Timeout=600)
-    apt-get "${lock[@]}" update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get "${lock[@]}" update -q
+    DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -q --no-install-recommends "${missing[@]}"
   else
     echo "warning: ${missing[*]} not installed and cannot be installed here (need root and apt-get);" \
       "the interop (kcat) / ZooKeeper tests will skip" >&2

@@ -34,3 +34,17 @@ def test_installs_show_their_progress() -> None:
     makefile = (REPO / "Makefile").read_text()
     pip_lines = [line for line in makefile.splitlines() if "pip install" in line]
     assert pip_lines and not [line for line in pip_lines if "--quiet" in line or " -q" in line]
+
+
+def test_the_system_packages_install_shows_its_progress() -> None:
+    # `make setup` / `make cluster` install kcat and ZooKeeper (with a JRE: minutes on a fresh
+    # machine) through apt-get: its lines show, at most without the progress bars (-q).
+    script = (REPO / "scripts" / "install-system-deps.sh").read_text()
+    apt_lines = [
+        line for line in script.splitlines() if re.search(r"\bapt-get\b.* (update|install)", line)
+    ]
+    assert [line for line in apt_lines if " install " in line], script
+    silenced = [
+        line for line in apt_lines if "-qq" in line or "/dev/null" in line or "--quiet" in line
+    ]
+    assert silenced == []

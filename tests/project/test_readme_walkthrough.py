@@ -9,7 +9,8 @@ records that never come is a failure). Two things name the reader's machine and 
 the test's broker: the address ``127.0.0.1:9092`` (and ``localhost:9092``), also as the ``sluice``
 CLI's default (``$SLUICE_BOOTSTRAP_SERVER``), and ``make run``'s data directory ``./data`` (the
 broker's ``log.dirs`` is ``data`` in the directory the lines run in). The cluster section's lines
-run the same way on a three-broker cluster.
+run the same way on a three-broker cluster, the ACL section's on a broker started with the
+``--override`` flags of its ``sluice-server`` line.
 
 Lines not run here: ``make ...`` (the broker or cluster is the test's), server starts
 (``sluice-server``, ``python -m sluice.server``: ``tests/broker/`` runs them), ``docker`` /
@@ -124,3 +125,19 @@ def test_the_cluster_section_runs_on_a_cluster(sluice_cluster: Any, tmp_path: Pa
     outputs = run_blocks(sh, tmp_path, sluice_cluster.bootstrap_servers)
     described = [out for line, out in outputs.items() if "topics describe" in line]
     assert any("Isr" in out or "ISR" in out for out in described), outputs
+
+
+def test_the_acl_section_runs_on_the_broker_its_first_line_starts(tmp_path: Path) -> None:
+    (body,) = [body for language, body in blocks(section("## ACLs\n")) if language == "sh"]
+    start, *rest = shell_lines(body)
+    assert start.startswith("sluice-server ") and rest
+    properties = dict(re.findall(r"--override ([\w.]+)=(\S+)", start))
+    assert "authorizer.class.name" in properties
+    with EmbeddedBroker(data_dir=tmp_path / "data", properties=properties) as broker:
+        outputs = run_blocks([("sh", body)], tmp_path, broker.bootstrap_servers)
+    (listed,) = [out for line, out in outputs.items() if line.startswith("sluice acls --list")]
+    # orders-2026 matches alice's prefixed orders- ACL, not bob's literal orders-audit one.
+    assert "User:alice" in listed and "PREFIXED" in listed.upper(), listed
+    assert "User:bob" not in listed, listed
+    (described,) = [out for line, out in outputs.items() if line.endswith("alice --describe")]
+    assert "SCRAM-SHA-512" in described and "8192" in described, described

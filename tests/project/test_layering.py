@@ -21,12 +21,14 @@ same, compared cell by cell by :func:`test_the_readme_states_the_same_arrows`):
   on the group store's partitioning and appender signature.
 * ``sluice.server.zk`` knows the protocol's value types and logging; ``sluice.server.controller``
   decides cluster state from what ZooKeeper holds: it sees ZooKeeper, never the broker's rooms.
-* ``sluice.server.security`` (TLS, SASL, credentials, ACLs) sees the protocol and ZooKeeper
-  (credentials and ACLs live there), never the broker's rooms: the broker wires it in.
+* ``sluice.server.security`` (TLS, SASL, credentials, ACLs) sees the protocol, ``config_def``
+  (it declares its keys) and ZooKeeper (credentials and ACLs live there), never the broker's
+  rooms: the broker wires it in.
 * ``sluice.server.config`` (the broker's settings) sits at the bottom of the broker: protocol,
   ``config_def``, the keys declared by storage (``log_config``), the group room
-  (``group.config``), the controller (``controller.config``) and the security protocols of
-  listeners (``security.listeners``), the ZooKeeper link's SASL login (``zk.sasl``, read from
+  (``group.config``), the transaction room (``transaction.config``), the controller
+  (``controller.config``), the security room (``security.config``; the security protocols of
+  listeners, ``security.listeners``), the ZooKeeper link's SASL login (``zk.sasl``, read from
   ``KAFKA_OPTS``), logging.
 * ``sluice.server.replication`` (Partition, purgatory, ReplicaManager, replica fetcher) sits on
   storage, the group store's topic name and the broker's config; ``sluice.server.metadata``
@@ -86,7 +88,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     ),
     "sluice.server.zk": (PROTOCOL, LOGGING),
     "sluice.server.controller": (PROTOCOL, CONFIG_DEF, "sluice.server.zk", LOGGING),
-    "sluice.server.security": (PROTOCOL, "sluice.server.zk", LOGGING),
+    "sluice.server.security": (PROTOCOL, CONFIG_DEF, "sluice.server.zk", LOGGING),
     "sluice.server.config": (
         PROTOCOL,
         CONFIG_DEF,
@@ -94,6 +96,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "sluice.server.group.config",
         "sluice.server.transaction.config",
         "sluice.server.controller.config",
+        "sluice.server.security.config",
         "sluice.server.security.listeners",
         "sluice.server.zk.sasl",
         LOGGING,

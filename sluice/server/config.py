@@ -55,10 +55,10 @@ from sluice.server.config_def import (
     LOW,
     MEDIUM,
     NO_BOUND,
+    PASSWORD,
     STRING,
     ConfigDef,
     ConfigKey,
-    Type,
     boolean,
     int_in,
     parse_ip_overrides,
@@ -70,6 +70,13 @@ from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.crash_points import ENV as CRASH_ENV
 from sluice.server.crash_points import ONCE_DIR_ENV as CRASH_ONCE_DIR_ENV
 from sluice.server.group.config import GROUP_CONFIG
+from sluice.server.security.config import (
+    AUTHORIZER_CONFIG,
+    LISTENER_NAME,
+    SECURITY_CONFIG,
+)
+from sluice.server.security.config import endpoint_identification as _endpoint_identification
+from sluice.server.security.config import mechanisms as _mechanisms
 from sluice.server.security.listeners import (
     SUPPORTED_SASL_MECHANISMS,
     SecurityProtocol,
@@ -82,7 +89,6 @@ if TYPE_CHECKING:
     from sluice.server.storage.log_config import LogConfig
 
 
-PASSWORD = Type.PASSWORD
 _EOL = re.compile(r"\r\n|\r|\n")
 _ESCAPE = re.compile(r"\\(u.{0,4}|.)", re.DOTALL)
 _HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
@@ -187,9 +193,6 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
-_LISTENER_NAME = re.compile(r"[A-Za-z0-9_]+")
-
-
 def parse_listeners(text: str) -> tuple[Listener, ...]:
     """``NAME://host:port[,...]`` (Kafka's ``listeners``): names unique (upper-cased, as Kafka's
     ``ListenerName.normalised``), an empty host meaning every interface."""
@@ -198,7 +201,7 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
         if not item:
             continue
         name, sep, rest = item.partition("://")
-        if not sep or not _LISTENER_NAME.fullmatch(name):
+        if not sep or not LISTENER_NAME.fullmatch(name):
             raise ValueError(f"{item!r} is not NAME://host:port")
         host, colon, port_text = rest.rpartition(":")
         if not colon:
@@ -217,50 +220,6 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
     if len(set(names)) != len(names):
         raise ValueError(f"each listener must have a different name, listeners: {text}")
     return tuple(listeners)
-
-
-def _protocol_map(text: str) -> tuple[tuple[str, str], ...]:
-    """``listener.security.protocol.map``: ``NAME:PROTOCOL,...`` (Kafka's form)."""
-    pairs: dict[str, str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, colon, protocol = item.partition(":")
-        if not colon or not _LISTENER_NAME.fullmatch(name.strip()):
-            raise ValueError(f"{item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
-        pairs[name.strip().upper()] = SecurityProtocol.parse(protocol).value
-    return tuple(pairs.items())
-
-
-def _security_protocol(text: str) -> str:
-    return SecurityProtocol.parse(text).value
-
-
-def _listener_name(text: str) -> str:
-    text = text.strip()
-    if not _LISTENER_NAME.fullmatch(text):
-        raise ValueError(f"{text!r} is not a listener name")
-    return text.upper()
-
-
-def _mechanisms(text: str) -> tuple[str, ...]:
-    """``sasl.enabled.mechanisms``: a list (which of them Sluice has is checked for the SASL
-    listeners only: Kafka's default GSSAPI is harmless on a broker without one)."""
-    return tuple(item.strip() for item in text.split(",") if item.strip())
-
-
-def _client_auth(text: str) -> str:
-    value = text.strip().lower()
-    if value not in ("none", "requested", "required"):
-        raise ValueError("expected none, requested or required")
-    return value
-
-
-def _endpoint_identification(text: str) -> str:
-    value = text.strip().lower()
-    if value not in ("https", ""):
-        raise ValueError("expected https or empty (no host name check)")
-    return value
 
 
 def _pem_store(text: str) -> str:
@@ -348,39 +307,10 @@ def _log_dirs(text: str) -> str:
     return dirs[0]
 
 
-_DEFAULT_PROTOCOL_MAP = ",".join(f"{p.value}:{p.value}" for p in SecurityProtocol)
-
 #: Every broker key: this room's (network, broker, replica, ZooKeeper, storage lifecycle), the
-#: controller's, the storage layer's ``log.*`` and the group coordinator's, in the order of
+#: controller's, the security room's, the storage layer's ``log.*``, the group and transaction
+#: coordinators', in the order of
 #: DescribeConfigs and of the example file. One line per key:
-#: The ``authorizer.class.name`` values that turn ACLs on (Kafka's ZooKeeper and KRaft names;
-#: the same set as ``sluice.server.security.authorizer.AUTHORIZER_CLASS_NAMES``).
-AUTHORIZER_CLASS_NAMES = (
-    "kafka.security.authorizer.AclAuthorizer",
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-)
-
-
-def _authorizer(text: str) -> str:
-    value = text.strip()
-    if value and value not in AUTHORIZER_CLASS_NAMES:
-        raise ValueError(
-            "Sluice implements Kafka's ACL authorizer only: set "
-            f"{' or '.join(AUTHORIZER_CLASS_NAMES)}, or leave it empty for no authorization"
-        )
-    return value
-
-
-def _super_users(text: str) -> tuple[str, ...]:
-    """``super.users``: ``User:a;User:b`` (each ``<type>:<name>``, Kafka's syntax)."""
-    users = tuple(u.strip() for u in text.split(";") if u.strip())
-    for user in users:
-        kind, _, name = user.partition(":")
-        if not kind or not name:
-            raise ValueError(f"{user!r} is not a principal (expected <type>:<name>)")
-    return users
-
-
 #: ``define(name, type, default, validator, importance, doc)``.
 BROKER_CONFIG = (
     ConfigDef()
@@ -409,9 +339,7 @@ BROKER_CONFIG = (
     .define("sluice.max.partitions", INT, NO_BOUND, int_in(1), MEDIUM, "partitions of all topics (internal ones included); more is POLICY_VIOLATION")  # noqa: E501
     .define("sluice.max.partitions.per.topic", INT, 10000, int_in(1), MEDIUM, "partitions of one topic; more is INVALID_PARTITIONS")  # noqa: E501
     .section("broker identity and topics")
-    .define("authorizer.class.name", STRING, "", _authorizer, LOW, "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on; empty: no authorization")  # noqa: E501
-    .define("super.users", STRING, "", _super_users, LOW, "principals (User:name) separated by ';' that every ACL check allows")  # noqa: E501
-    .define("allow.everyone.if.no.acl.found", BOOLEAN, False, boolean, LOW, "with an authorizer: a resource with no ACL is open to everyone (true) or to super users only")  # noqa: E501
+    .include(AUTHORIZER_CONFIG)
     .define("node.id", INT, 0, int_in(0), HIGH, "this broker's id (in Metadata)")
     .define("broker.id", INT, None, int_in(-1), HIGH, "Kafka's old name for node.id; node.id wins")
     .define("broker.rack", STRING, None, _rack, MEDIUM, "this broker's rack (e.g. us-east-1d): new topics spread their replicas over racks (Kafka's rack-aware assignment), shown in Metadata")  # noqa: E501
@@ -456,29 +384,7 @@ BROKER_CONFIG = (
     .define("log.flush.scheduler.interval.ms", LONG, LONG_MAX, int_in(0), HIGH, "how often the flush check runs (unset: every second, which also flushes rolled segments)")  # noqa: E501
     .define("sluice.log.open.files.max", INT, None, int_in(1), MEDIUM, "segment files kept open at once; the least recently read old segments are closed beyond it (unset: the open-file limit less a quarter of it, or 64 if more)")  # noqa: E501
     .define("log.flush.offset.checkpoint.interval.ms", INT, 60000, int_in(0), HIGH, "how often recovery points are checkpointed")  # noqa: E501
-    .section("security")
-    .define("listener.security.protocol.map", STRING, _DEFAULT_PROTOCOL_MAP, _protocol_map, LOW, "the security protocol of each listener name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); every ssl.*/sasl.* key below may be set for one listener as listener.name.<name lower case>.<key>")  # noqa: E501
-    .define("inter.broker.listener.name", STRING, None, _listener_name, MEDIUM, "the listener brokers use to reach each other (replica fetchers, the controller); unset: the one named security.inter.broker.protocol")  # noqa: E501
-    .define("security.inter.broker.protocol", STRING, "PLAINTEXT", _security_protocol, MEDIUM, "the inter-broker listener's name when inter.broker.listener.name is unset (set at most one of the two)")  # noqa: E501
-    .define("ssl.keystore.location", STRING, None, string, HIGH, "the broker's private key and certificate chain: a PEM file or a PKCS#12 keystore (JKS: convert with keytool -importkeystore -deststoretype PKCS12)")  # noqa: E501
-    .define("ssl.keystore.type", STRING, None, string, MEDIUM, "PEM or PKCS12 (unset: from the file's content)")  # noqa: E501
-    .define("ssl.keystore.password", PASSWORD, None, string, HIGH, "the PKCS#12 keystore's password")  # noqa: E501
-    .define("ssl.key.password", PASSWORD, None, string, HIGH, "the password of an encrypted private key")  # noqa: E501
-    .define("ssl.truststore.location", STRING, None, string, HIGH, "the CA certificates trusted for peers (client certificates; brokers, for the inter-broker client): PEM bundle or PKCS#12; unset: the system's")  # noqa: E501
-    .define("ssl.truststore.type", STRING, None, string, MEDIUM, "PEM or PKCS12 (unset: from the file's content)")  # noqa: E501
-    .define("ssl.truststore.password", PASSWORD, None, string, HIGH, "the PKCS#12 truststore's password")  # noqa: E501
-    .define("ssl.client.auth", STRING, "none", _client_auth, MEDIUM, "client certificates on TLS listeners: none, requested (verified when sent) or required; the certificate's name becomes the principal")  # noqa: E501
-    .define("ssl.enabled.protocols", STRING, "TLSv1.2,TLSv1.3", string, MEDIUM, "the TLS versions allowed")  # noqa: E501
-    .define("ssl.cipher.suites", STRING, "", string, LOW, "the TLS 1.2 cipher suites allowed (IANA or OpenSSL names; empty: OpenSSL's defaults)")  # noqa: E501
-    .define("ssl.endpoint.identification.algorithm", STRING, "https", _endpoint_identification, LOW, "https: the inter-broker client checks a broker's host name against its certificate; empty: not")  # noqa: E501
-    .define("ssl.principal.mapping.rules", STRING, "DEFAULT", string, LOW, "RULE:<regex>/<replacement>/[L|U],...,DEFAULT: the principal name of a client certificate's distinguished name")  # noqa: E501
-    .define("sasl.enabled.mechanisms", STRING, "GSSAPI", _mechanisms, MEDIUM, "the SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default GSSAPI is not supported: set this with a SASL listener)")  # noqa: E501
-    .define("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI", string, MEDIUM, "the mechanism brokers log in to each other with over a SASL inter-broker listener")  # noqa: E501
-    .define("sasl.jaas.config", PASSWORD, None, string, MEDIUM, "the inter-broker client's login (set it as listener.name.<l>.<mechanism>.sasl.jaas.config): ... required username=\"broker\" password=\"...\";")  # noqa: E501
-    .define("sasl.server.max.receive.size", INT, 524288, int_in(1), LOW, "largest frame accepted before a SASL login completes; a bigger one closes the connection")  # noqa: E501
-    .define("connections.max.reauth.ms", LONG, 0, int_in(0), MEDIUM, "a SASL session's lifetime: clients re-authenticate on the connection before it ends, others are disconnected (0: sessions never end)")  # noqa: E501
-    .define("connection.failed.authentication.delay.ms", INT, 100, int_in(0), LOW, "how long a failed login's answer and the close of its connection wait")  # noqa: E501
-    .define("sluice.security.credentials.file", STRING, None, string, MEDIUM, "a standalone broker's SCRAM credentials (python -m sluice.server.security writes it); unset: users.json in the data directory. A cluster keeps them in ZooKeeper (/config/users)")  # noqa: E501
+    .include(SECURITY_CONFIG)
     .include(SERVER_LOG_CONFIG)
     .include(GROUP_CONFIG)
     .include(TRANSACTION_CONFIG)

@@ -8,6 +8,10 @@ Every setting the broker reads is declared once, as Kafka's
 * the ``group.*`` / ``offsets.*`` keys by the group room (:mod:`sluice.server.group.config`,
   importable without the coordinator);
 * the controller keys by the controller room (:mod:`sluice.server.controller.config`);
+* the ``transaction.*`` keys by the transaction room (:mod:`sluice.server.transaction.config`);
+* the listeners' security, ``ssl.*``, ``sasl.*`` and authorizer keys by the security room
+  (:mod:`sluice.server.security.config`), whose TLS contexts, SASL authenticator and the
+  network layer's listeners default from them;
 * the network, broker, replica and ZooKeeper keys by the broker's ``Config``
   (:mod:`sluice.server.config`), which collects all broker keys into one ``ConfigDef``.
 
@@ -22,8 +26,8 @@ broker's ``invalid value 'x' for key: reason``, a topic's ``key='x': reason``). 
 given typed (``1048588``, ``True``, ``None`` for Kafka's "null") and kept as its text, which the
 validator must accept: a declaration whose default fails its own validator fails at import.
 
-This module is at the bottom of the server's layering: it imports nothing of Sluice, so storage,
-group, controller and core may all import it. Pure data and parsing, no I/O.
+This module is at the bottom of the server's layering: it imports nothing of Sluice, so every
+room of the broker may import it. Pure data and parsing, no I/O.
 """
 
 from __future__ import annotations
@@ -64,8 +68,8 @@ class Importance(enum.Enum):
     LOW = "low"
 
 
-BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = (
-    Type.BOOLEAN, Type.STRING, Type.INT, Type.LONG, Type.DOUBLE, Type.LIST,
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST, PASSWORD = (
+    Type.BOOLEAN, Type.STRING, Type.INT, Type.LONG, Type.DOUBLE, Type.LIST, Type.PASSWORD,
 )  # fmt: skip
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 

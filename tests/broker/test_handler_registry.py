@@ -65,3 +65,30 @@ def test_every_api_is_wired_through_the_typed_table() -> None:
     source = Path(handlers.__file__).read_text()
     missing = [api.name for api in m.APIS.values() if f"register(m.{api.name}, " not in source]
     assert missing == []
+
+
+def test_no_handler_is_typed_any() -> None:
+    """mypy's check of a registration is only as good as the handler's annotations: a handler
+    taking or returning ``Any`` passes it for every API. Each registered handler takes the
+    ``RequestHeader`` and its API's request class and answers with its response class."""
+    import inspect
+    import re
+
+    from sluice.server.api import handlers
+
+    source = Path(handlers.__file__).read_text()
+    registered = re.findall(r"\.register\(m\.(\w+), self\.(\w+)\)", source)
+    assert len(registered) > 40
+    wrong = {}
+    for api, name in registered:
+        signature = inspect.signature(getattr(handlers.Handlers, name))
+        header, body = (str(p.annotation) for p in list(signature.parameters.values())[1:])
+        answer = str(signature.return_annotation)
+        if (
+            header != "RequestHeader"
+            or not re.fullmatch(rf"m\.{api}Request", body)
+            or not re.search(rf"\bm\.{api}Response\b", answer)
+            or re.search(r"\bAny\b", f"{header} {body} {answer}")
+        ):
+            wrong[name] = (header, body, answer)
+    assert wrong == {}

@@ -32,6 +32,8 @@ HEAVY = (
     "urllib.request",
     "http.client",
     "sluice.client",
+    "sluice.net",  # the inter-broker client: replica fetchers, markers to other brokers
+    "sluice.cli",
     "sluice.pipeline",
     "sluice.server.zk",
     "sluice.server.metadata.zk_cluster",

@@ -17,6 +17,7 @@ from sluice.protocol.acl import AclOperation as Op
 from sluice.protocol.acl import AclPermissionType as Perm
 from sluice.protocol.acl import PatternType as PT
 from sluice.protocol.acl import ResourceType as RT
+from sluice.server.config import Config, ConfigError
 from sluice.server.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -198,19 +199,26 @@ async def test_worked_examples(tmp_path: Path) -> None:
 
 
 async def test_allow_everyone_if_no_acl_found() -> None:
-    auth = AclAuthorizer.from_config(
-        {"allow.everyone.if.no.acl.found": "true", "super.users": "User:admin; User:broker"},
+    """The keys as the broker reads them (declared once, in ``security.config``) and wires
+    them into the authorizer (``Server._make_security``)."""
+    config = Config.load(
+        None,
+        ["allow.everyone.if.no.acl.found=true", "super.users=User:admin; User:broker"],
+    )
+    auth = AclAuthorizer(
         AclStore(),
+        super_users=config.super_users,
+        allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
     )
     assert auth.super_users == {"User:admin", "User:broker"}
     assert auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "t")
     auth.store.put(topic("t"), frozenset({allow("User:y", Op.READ)}))
     assert not auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "t")  # an ACL exists now
     assert auth.authorize("User:x", "h", Op.READ, RT.TOPIC, "u")
-    with pytest.raises(ValueError):
-        AclAuthorizer.from_config({"allow.everyone.if.no.acl.found": "yes"}, AclStore())
-    with pytest.raises(ValueError):
-        AclAuthorizer.from_config({"super.users": "admin"}, AclStore())
+    with pytest.raises(ConfigError, match=r"allow\.everyone\.if\.no\.acl\.found"):
+        Config.load(None, ["allow.everyone.if.no.acl.found=yes"])
+    with pytest.raises(ConfigError, match=r"super\.users"):
+        Config.load(None, ["super.users=admin"])
 
 
 async def test_create_refuses_invalid_bindings_and_delete_reports_per_filter() -> None:

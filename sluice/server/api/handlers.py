@@ -30,6 +30,7 @@ from sluice.protocol.framing import (
     UnsupportedVersionError,
     unsupported_version_response,
 )
+from sluice.protocol.messages import RequestHeader
 from sluice.server.api.cluster import ClusterApis
 from sluice.server.api.configs import ConfigApis
 from sluice.server.api.groups import GroupApis
@@ -124,11 +125,13 @@ class Handlers(
     # handlers otherwise (a listener without SASL, a second handshake too soon for KIP-368
     # re-authentication, an authenticate after the login), answered as Kafka's KafkaApis does.
 
-    def sasl_handshake(self, header: Any, body: m.SaslHandshakeRequest) -> m.SaslHandshakeResponse:
+    def sasl_handshake(
+        self, header: RequestHeader, body: m.SaslHandshakeRequest
+    ) -> m.SaslHandshakeResponse:
         return m.SaslHandshakeResponse(error_code=errors.IllegalSaslState.code, mechanisms=[])
 
     def sasl_authenticate(
-        self, header: Any, body: m.SaslAuthenticateRequest
+        self, header: RequestHeader, body: m.SaslAuthenticateRequest
     ) -> m.SaslAuthenticateResponse:
         return m.SaslAuthenticateResponse(
             error_code=errors.IllegalSaslState.code,

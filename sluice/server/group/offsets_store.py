@@ -61,6 +61,7 @@ from sluice.protocol.records import (
     parse_end_txn_marker,
 )
 from sluice.protocol.schema import F, Message, StructSchema
+from sluice.server.group.config import GROUP_CONFIG
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
@@ -72,8 +73,8 @@ logger = get_logger("sluice.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-#: Kafka's ``offsets.topic.segment.bytes`` default.
-DEFAULT_SEGMENT_BYTES = 104_857_600
+#: ``offsets.topic.segment.bytes``'s declared default.
+DEFAULT_SEGMENT_BYTES: int = GROUP_CONFIG.default("offsets.topic.segment.bytes")
 
 
 def offsets_topic_config(segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> dict[str, str]:
@@ -308,8 +309,8 @@ class AppendOutcome(NamedTuple):
 #: raises for a Kafka error: the code is in the outcome.
 Appender = Callable[[int, bytes, int], AppendOutcome | asyncio.Future[AppendOutcome]]
 
-#: Kafka's ``offsets.load.buffer.size`` default: bytes read per step when loading a partition.
-DEFAULT_LOAD_BUFFER_BYTES = 5 * 1024 * 1024
+#: ``offsets.load.buffer.size``'s declared default: bytes read per step when loading a partition.
+DEFAULT_LOAD_BUFFER_BYTES: int = GROUP_CONFIG.default("offsets.load.buffer.size")
 
 
 class OffsetsStore:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sluice.server.security.config import default
 from sluice.server.security.tls import ANONYMOUS, SslPrincipalMapper, ssl_principal
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class ListenerSecurity:
     principal_mapper: SslPrincipalMapper | None = None
     sasl: Callable[[str], SaslServerAuthenticator] | None = None
     #: ``connection.failed.authentication.delay.ms``
-    failed_authentication_delay_ms: int = 100
+    failed_authentication_delay_ms: int = default("connection.failed.authentication.delay.ms")
 
     def principal(self, ssl_object: Any) -> str:
         """The principal before any SASL login: from the client certificate on TLS listeners

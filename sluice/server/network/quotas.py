@@ -288,11 +288,11 @@ class ClientQuotas:
     allowance goes in one burst into one sample; nothing fits again until that sample ages out
     (the throttle times meanwhile say "come back" too early: the fetch is refused again and
     again), and then the whole allowance returns at once -- a burst-and-starve cycle of one
-    window's length. ``python -m bench quota`` measured 0.69-0.74 x the quota that way over
-    30-55 s (how many bursts fall in the measured span decides the figure). Sent and counted,
-    each response earns the throttle that brings the rate back to the bound, the client gets
-    a response per throttle, and the rate stays at the bound (``python -m bench quota``). What
-    a client may take is bounded as before: never more than the window allows plus one response.
+    window's length that holds such a consumer well under its quota. Sent and counted, each
+    response earns the throttle that brings the rate back to the bound, the client gets a
+    response per throttle, and the rate stays at the bound (``python -m bench quota`` measures
+    both ways). What a client may take stays bounded: never more than the window allows plus
+    one response.
 
     With no quota set anywhere (:attr:`active` False), nothing is measured.
     """

@@ -425,9 +425,15 @@ class ReplicaManager:
 
     def update_follower_end_offset(self, topic: str, index: int, replica_id: int, leo: int) -> bool:
         """A follower fetched ``topic-index`` from ``leo``: record it; if HW moved, complete the
-        produces and fetches waiting for it. Returns whether HW moved. (The follower Fetch path
-        of replication calls this; today only tests do.)"""
-        moved = self._hosted(topic, index).update_follower_end_offset(replica_id, leo)
+        produces and fetches waiting for it. Returns whether HW moved."""
+        return self._follower_fetched(self._hosted(topic, index), topic, index, replica_id, leo)
+
+    def _follower_fetched(
+        self, partition: Partition, topic: str, index: int, replica_id: int, leo: int
+    ) -> bool:
+        """:meth:`update_follower_end_offset` for a partition already looked up (the Fetch
+        path: :meth:`fetch_messages`, once per request)."""
+        moved = partition.update_follower_end_offset(replica_id, leo)
         if moved:
             self.complete_delayed_requests((topic, index))
         return moved
@@ -695,8 +701,7 @@ class ReplicaManager:
             try:
                 if record:
                     partition.local_log(current_epoch)  # the epoch check comes first
-                    if partition.update_follower_end_offset(replica_id, offset):
-                        self.complete_delayed_requests((topic, index))
+                    self._follower_fetched(partition, topic, index, replica_id, offset)
                 if throttling and self.leader_throttles(partition, replica_id):
                     log_ = partition.local_log(current_epoch)
                     empty = FetchDataInfo(

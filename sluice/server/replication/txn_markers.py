@@ -23,13 +23,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from sluice.net.connection import Connection
 from sluice.protocol import errors
 from sluice.protocol import messages as m
 from sluice.server.crash_points import crash_point
 from sluice.server.logging import get_logger
 
 if TYPE_CHECKING:
+    from sluice.net.connection import Connection
     from sluice.net.security import ClientSecurity
 
 log = get_logger("sluice.transactions")
@@ -154,6 +154,10 @@ class MarkerChannel:
         address = self._address_of(broker)
         if address is None:
             return None
+        # Imported here: only a cluster member sends markers to other brokers (a plain
+        # standalone start never loads the inter-broker client).
+        from sluice.net.connection import Connection
+
         conn = await Connection.open(
             *address,
             client_id=f"txn-marker-sender-{self._local_id}",

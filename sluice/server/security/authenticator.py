@@ -66,6 +66,7 @@ from sluice.protocol.framing import (
 )
 from sluice.server.logging import get_logger
 
+from .config import default
 from .credentials import CredentialStore
 from .errors import AuthenticationFailed, generic_failure_message
 from .listeners import SUPPORTED_SASL_MECHANISMS
@@ -84,7 +85,7 @@ __all__ = [
 log = get_logger("sluice.security")
 
 #: ``sasl.server.max.receive.size`` default.
-DEFAULT_MAX_RECEIVE_SIZE = 524288
+DEFAULT_MAX_RECEIVE_SIZE: int = default("sasl.server.max.receive.size")
 SUPPORTED_MECHANISMS = SUPPORTED_SASL_MECHANISMS
 assert set(SCRAM_MECHANISMS) < set(SUPPORTED_MECHANISMS)
 #: Kafka's ``KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS``.

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,9 +64,9 @@ from .acl import (
     implied_by,
     name_of,
     parse_name,
-    parse_principal,
     supported_operations,
 )
+from .config import AUTHORIZER_CLASS_NAMES as AUTHORIZER_CLASS_NAMES
 from .errors import SecurityError
 from .files import write_atomically
 from .notifications import CHANGE_EXPIRATION_MS, ChangeListener, notify
@@ -81,14 +81,6 @@ __all__ = [
 ]
 
 log = get_logger("sluice.authorizer")
-
-#: ``authorizer.class.name`` values that turn the authorizer on (ZooKeeper and KRaft names).
-AUTHORIZER_CLASS_NAMES = frozenset(
-    {
-        "kafka.security.authorizer.AclAuthorizer",
-        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    }
-)
 
 LITERAL_ACL_PATH = "/kafka-acl"
 EXTENDED_ACL_PATH = "/kafka-acl-extended"
@@ -380,14 +372,6 @@ class ZkAclStore(AclStore):
             return entries
 
 
-def parse_super_users(value: str | None) -> frozenset[str]:
-    """``super.users``: principals separated by ``;`` (each ``<type>:<name>``)."""
-    users = [u.strip() for u in (value or "").split(";") if u.strip()]
-    for user in users:
-        parse_principal(user)
-    return frozenset(users)
-
-
 class AclAuthorizer:
     """The decision over an :class:`AclStore` (module docstring) and the ACL admin operations
     behind CreateAcls / DescribeAcls / DeleteAcls."""
@@ -402,18 +386,6 @@ class AclAuthorizer:
         self.store = store
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, str], store: AclStore) -> AclAuthorizer:
-        """Kafka's keys: ``super.users``, ``allow.everyone.if.no.acl.found``."""
-        allow = str(config.get("allow.everyone.if.no.acl.found", "false")).strip().lower()
-        if allow not in ("true", "false"):
-            raise ValueError(f"allow.everyone.if.no.acl.found: expected true or false, got {allow}")
-        return cls(
-            store,
-            super_users=parse_super_users(config.get("super.users")),
-            allow_everyone_if_no_acl_found=allow == "true",
-        )
 
     # --- decisions -------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .config import default
 from .errors import SecurityError
 
 if TYPE_CHECKING:
@@ -63,7 +64,10 @@ __all__ = [
 ]
 
 ANONYMOUS = "User:ANONYMOUS"
-DEFAULT_PROTOCOLS = "TLSv1.2,TLSv1.3"
+#: What a listener or client without the key gets: the declared defaults.
+DEFAULT_PROTOCOLS: str = default("ssl.enabled.protocols")
+_DEFAULT_CLIENT_AUTH: str = default("ssl.client.auth")
+_DEFAULT_ENDPOINT_IDENTIFICATION: str = default("ssl.endpoint.identification.algorithm")
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
     "TLSv1.1": ssl.TLSVersion.TLSv1_1,
@@ -279,7 +283,7 @@ def _set_ciphers(ctx: ssl.SSLContext, config: Mapping[str, str]) -> None:
 
 def server_context(config: Mapping[str, str]) -> ssl.SSLContext:
     """The context of a TLS listener (SSL or SASL_SSL) from its ``ssl.*`` keys."""
-    auth = (_get(config, "ssl.client.auth", "none") or "none").lower()
+    auth = (_get(config, "ssl.client.auth") or _DEFAULT_CLIENT_AUTH).lower()
     if auth not in _CLIENT_AUTH:
         raise TlsConfigError(f"ssl.client.auth: expected none, requested or required, got {auth}")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -297,7 +301,9 @@ def client_context(config: Mapping[str, str]) -> ssl.SSLContext:
     truststore, checks its host name unless ``ssl.endpoint.identification.algorithm`` is
     empty, and presents the keystore's certificate if one is configured (mTLS)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    algorithm = config.get("ssl.endpoint.identification.algorithm", "https")
+    algorithm = config.get(
+        "ssl.endpoint.identification.algorithm", _DEFAULT_ENDPOINT_IDENTIFICATION
+    )
     algorithm = str(algorithm).strip().lower() if algorithm is not None else ""
     if algorithm not in ("https", ""):
         raise TlsConfigError(

@@ -95,10 +95,11 @@ def _data_end(file: VFSFile, length: int) -> int:
     """Where the file's last extent with data ends (``lseek`` ``SEEK_DATA`` / ``SEEK_HOLE``):
     every byte after it is in a hole and reads as zero, so a scan for the written prefix of an
     index left preallocated by a crash stops there instead of faulting in the 10 MiB of a sparse
-    map page by page (~100 ms a partition). ``length`` where the file system cannot tell (no
+    map page by page (an unclean restart of many partitions: ``python -m bench restart
+    --unclean``). ``length`` where the file system cannot tell (no
     ``SEEK_DATA``, or a VFS without a real descriptor). Bounded: at most
     :data:`_MAX_EXTENTS` extents are walked (an index is written as one prefix, so it has one or
-    two), past that the whole file is scanned as before."""
+    two), past that the whole file is scanned."""
     seek_data = getattr(os, "SEEK_DATA", None)
     seek_hole = getattr(os, "SEEK_HOLE", None)
     if seek_data is None or seek_hole is None:

@@ -14,9 +14,9 @@ crash before the rename) takes the topic's id when the log is next assigned one.
 
 **Not fsynced when written** (no fsync of the file or the directory, no ``.tmp`` + rename):
 the id is derived data -- the topic's id is kept by the topic metadata (``sluice-topics.json``
-standalone, the topic znode in a cluster) -- and an fsync of each costs ~6 ms per partition on
-an ext4 disk (two of them: creating 5,000 partitions would take half a minute longer;
-``bench/NOTES.md`` has the figures). The
+standalone, the topic znode in a cluster) -- and two fsyncs per partition on a real disk
+would make creating thousands of partitions slower by tens of seconds (``bench/NOTES.md``
+has the figures). The
 partition directory is left marked dirty, so the log's next flush fsyncs it with its first
 segment files. A power loss before then may leave no file (the id is written again at the
 next start) or an empty or torn one (read as unreadable: logged, then written again); never a

@@ -65,11 +65,14 @@ from .index import (
     TimeIndex,
 )
 from .layout import DELETED_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX, segment_file_names
+from .log_config import TOPIC_CONFIG
 from .txn_index import TransactionIndex
 from .vfs import DEFAULT_VFS, VFS, Buffer, VFSFile, as_path
 
-DEFAULT_INDEX_INTERVAL_BYTES = 4096
-DEFAULT_MAX_MESSAGE_BYTES = 1048588
+#: The topic defaults of ``index.interval.bytes`` and ``max.message.bytes`` (a segment opened
+#: without its log's config: tools, tests).
+DEFAULT_INDEX_INTERVAL_BYTES: int = TOPIC_CONFIG.default("index.interval.bytes")
+DEFAULT_MAX_MESSAGE_BYTES: int = TOPIC_CONFIG.default("max.message.bytes")
 _INT32_MAX = 2**31 - 1
 _CRC_CHUNK = 1 << 20  # recovery checksums big batches in chunks of this size
 _HEADER_CACHE_SIZE = 128  # batch headers kept per segment for translate_offset

@@ -49,6 +49,7 @@ from sluice.server.group.offsets_store import (
     partition_for,
     read_log_chunks,
 )
+from sluice.server.transaction.config import TRANSACTION_CONFIG
 
 if TYPE_CHECKING:
     from sluice.server.storage.log import Log
@@ -192,7 +193,9 @@ class TxnStateLog:
         topic_config: dict[str, str],
         appender: Appender,
         *,
-        load_buffer_bytes: int = 5 * 1024 * 1024,
+        load_buffer_bytes: int = TRANSACTION_CONFIG.default(
+            "transaction.state.log.load.buffer.size"
+        ),
         clock: Callable[[], int] | None = None,
     ) -> None:
         self._logs = log_manager

@@ -58,10 +58,12 @@ What each event does:
 * **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
   election, or the offline election with unclean allowed (Kafka allows it only when an admin
   asks): :meth:`Controller.elect_leaders`.
-* **Log dir event** (a broker's log went offline and it wrote a notice under
-  ``/log_dir_event_notification``): its offline replicas lose their leadership to an in-sync
-  follower and leave the ISR, and are never elected until the broker registers again
-  (:meth:`Controller._on_log_dir_event`).
+* **Log dir event** (a broker's log went offline: it stated so in its registration, then wrote
+  a notice under ``/log_dir_event_notification``): its offline replicas lose their leadership
+  to an in-sync follower and leave the ISR, and are never elected while the registration says
+  so (:meth:`Controller._on_log_dir_event`). The registrations are read with the live brokers,
+  so a new controller knows every offline replica from its failover on, as Kafka's learns
+  them from the brokers' LeaderAndIsr answers.
 * **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
   Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
   only partition state kept between events is in ZooKeeper here too: a partition is being

@@ -452,10 +452,12 @@ class LogDirEvent:
     Kafka writes ``{"version":1,"broker":<id>,"event":1}``: a whole log directory failed, and
     the controller finds out which replicas by asking the broker (LeaderAndIsr answered
     KAFKA_STORAGE_ERROR per partition). Sluice takes single logs offline (an I/O error in one
-    log's segment swap leaves the others serving) and its controller sends no requests, so the
-    notice also lists the partitions offline on that broker, under ``partitions`` (Kafka's
-    controller reads only ``broker``). ``partitions`` None -- a notice without the field, as
-    Kafka writes it -- means every replica on the broker."""
+    log's segment swap leaves the others serving) and its controller sends no requests: the
+    broker states them in its registration (:attr:`BrokerInfo.offline_partitions`, which the
+    controller reads on a notice), and the notice lists them too, under ``partitions`` (Kafka's
+    controller reads only ``broker``; a controller of an earlier Sluice reads them here).
+    ``partitions`` None -- a notice without the field, as Kafka writes it -- means every
+    replica on the broker."""
 
     broker: int
     partitions: tuple[TopicPartition, ...] | None = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,22 @@ def partition_metadata(bootstrap: str, topic: str) -> dict[str, Any]:
         admin.close()
 
 
+async def described_until(
+    bootstrap: str, check: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """Partition 0 of the topic as kafka-python describes it, once ``check`` holds (bounded:
+    each broker hears of a change through its own ZooKeeper watches)."""
+    described: dict[str, Any] = {}
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not check(described := await asyncio.to_thread(partition_metadata, bootstrap,
+                                                                 TOPIC)):  # fmt: skip
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for: {what}; last {described}") from None
+    return described
+
+
 def log_dirs(bootstrap: str, broker: int) -> list[dict[str, Any]]:
     """DescribeLogDirs of ``broker`` through kafka-python's admin client."""
     from kafka.admin import KafkaAdminClient
@@ -107,6 +124,11 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
     assert offline.cluster is not None and offline.replica_manager is not None
     cache = offline.cluster.cache
     await until(lambda: len(cache.brokers) == 4 and cache.controller_id > 0, "four brokers")
+
+    def all_see_four() -> bool:
+        return all(len(cluster.metadata(via=b).brokers) == 4 for b in cluster.ids)
+
+    await asyncio.to_thread(cluster.wait_for, all_see_four, "every broker sees broker 4")
     controller = cache.controller_id
     assert controller != OFFLINE  # the processes started first
     leader = min({1, 2, 3} - {controller})
@@ -170,8 +192,9 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
         "the controller took broker 4 out of the ISR",
     )
     # Every broker's Metadata lists the offline replica (here: the leader's, a process).
-    described = await asyncio.to_thread(partition_metadata, via_leader, TOPIC)
-    assert described["offline_replicas"] == [OFFLINE], described
+    described = await described_until(
+        via_leader, lambda d: d["offline_replicas"] == [OFFLINE], "broker 4's replica offline"
+    )
     assert described["leader_id"] == leader and described["isr_nodes"] == [leader], described
 
     # The controller dies (kill -9) and another is elected: it never saw the notice.
@@ -197,9 +220,12 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
     )
     state = cache.state(TOPIC, 0)
     assert state is not None and (state.leader, state.isr) == (-1, (leader,)), state
-    described = await asyncio.to_thread(partition_metadata, f"127.0.0.1:{offline.port}", TOPIC)
-    assert described["leader_id"] == -1
-    assert sorted(described["offline_replicas"]) == sorted([leader, OFFLINE]), described
+    described = await described_until(
+        f"127.0.0.1:{offline.port}",
+        lambda d: sorted(d["offline_replicas"]) == sorted([leader, OFFLINE]),
+        "both replicas offline",
+    )
+    assert described["leader_id"] == -1, described
 
     # DescribeLogDirs: broker 4's dir answers no error and lists its online log only.
     dirs = await asyncio.to_thread(log_dirs, f"127.0.0.1:{offline.port}", OFFLINE)

@@ -277,6 +277,9 @@ class ClusterMember:
         #: Every broker campaigns; the elected one acts (sluice.server.controller).
         self.controller: Controller | None = None
         self.broker_epoch = -1
+        #: What the current registration says of ``may_have_lost_unflushed`` (a rewrite of it
+        #: keeps it: :meth:`_report_offline`).
+        self._registered_lost = False
         #: ``/cluster/id``, shared by every broker of the cluster (Metadata's cluster_id).
         self.cluster_id = ""
         self._watchers: list[Watcher] = []
@@ -329,7 +332,7 @@ class ClusterMember:
             await hook(zk)
         # Only this first registration may say so: a later one (a new session of this process)
         # lost nothing.
-        lost = self.logs.may_have_lost_unflushed
+        lost = self._registered_lost = self.logs.may_have_lost_unflushed
         self.broker_epoch = await kzk.register_broker(self._broker_info(lost))
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)
@@ -877,7 +880,7 @@ class ClusterMember:
         assert self.kzk is not None
         kzk = self.kzk
         async with self._report_lock:
-            info = self._broker_info()
+            info = self._broker_info(self._registered_lost)
             offline = info.offline_partitions
             with contextlib.suppress(NoNodeError):
                 await kzk.until_connected(lambda: kzk.update_broker_info(info))
@@ -1152,6 +1155,7 @@ class ClusterMember:
         await self._check_same_cluster()
         await self.kzk.create_top_level_paths()  # gone if ZooKeeper lost its state
         async with self._report_lock:  # a log going offline meanwhile: its report follows
+            self._registered_lost = False
             self.broker_epoch = await self.kzk.register_broker(self._broker_info())
         log.info("re-registered", broker_id=self.local_id, broker_epoch=self.broker_epoch)
         for partition in self.replicas.partitions():

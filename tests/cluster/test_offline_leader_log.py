@@ -19,11 +19,17 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from sluice.protocol.structs import TopicPartition
 from sluice.server.config import Config
 from sluice.server.server import Server
+from sluice.server.storage.layout import CLEAN_SHUTDOWN_MARKER
+from sluice.server.storage.log_config import LogConfig
+from sluice.server.storage.log_manager import LogManager
 from sluice.server.zk.data import LOG_DIR_EVENT_NOTIFICATION_PATH, decode_log_dir_event
+from sluice.testing.zookeeper import ZooKeeperServer
 from tests.broker_util import watermark_offsets
 from tests.jepsen.compacted_workload import KeyedObservation, KeyedSend, check_latest
+from tests.storage.test_log_manager import BootVFS
 from tests.storage.test_swap_io_error import FailingSwapVFS
 
 TOPIC = "compacted"
@@ -59,9 +65,16 @@ def config(tmp_path: Path, zookeeper: str, broker_id: int) -> Config:
 
 
 async def test_an_offline_leader_log_moves_leadership_and_loses_nothing(
-    tmp_path: Path, sluice_zookeeper_connect: str
+    tmp_path: Path, sluice_zookeeper_connect: str, sluice_zookeeper: ZooKeeperServer
 ) -> None:
-    vfs = FailingSwapVFS()
+    # Broker 1's previous run stopped uncleanly in another boot (a power loss): it registers
+    # saying it may have lost unflushed writes, and its registration keeps saying so when it
+    # states its offline log there.
+    previous = LogManager(tmp_path / "b1" / "data", LogConfig(), vfs=BootVFS("before"))
+    previous.open()
+    previous.close()
+    (tmp_path / "b1" / "data" / CLEAN_SHUTDOWN_MARKER).unlink()
+    vfs = RebootedSwapVFS()
     vfs.armed = False  # armed once the topic has data, so only this partition's swap fails
     servers = [
         Server(config(tmp_path, sluice_zookeeper_connect, 1), vfs=vfs),
@@ -75,6 +88,7 @@ async def test_an_offline_leader_log_moves_leadership_and_loses_nothing(
                 await server.start()
                 started.append(server)
             await run(servers, vfs)
+            await registers_again_with_its_offline_log(servers, sluice_zookeeper)
     finally:
         for server in reversed(started):
             await server.shutdown()
@@ -82,6 +96,13 @@ async def test_an_offline_leader_log_moves_leadership_and_loses_nothing(
     assert len(reported) == 1 and reported[0]["partitions"] == [f"{TOPIC}-0"]
     moved = [e for e in captured if e["event"] == "replicas offline after a storage failure"]
     assert moved and moved[0]["broker_id"] == 1 and moved[0]["partitions"] == [f"{TOPIC}-0"]
+
+
+class RebootedSwapVFS(FailingSwapVFS):
+    """:class:`FailingSwapVFS` in a boot after the one that wrote the data dir."""
+
+    def boot_id(self) -> str:
+        return "after"
 
 
 async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
@@ -170,6 +191,30 @@ async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
                 data, _ = await zk.get(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}")
                 assert decode_log_dir_event(data).broker == 1
             await asyncio.sleep(0.05)
+
+
+async def registers_again_with_its_offline_log(
+    servers: list[Server], zookeeper: ZooKeeperServer
+) -> None:
+    """Broker 1's registration names its offline log (what a new controller and every broker's
+    Metadata read), also when a new ZooKeeper session (the old one expired) registers again:
+    the process did not restart, so the log is still offline."""
+    one, two, _ = servers
+    assert one.cluster is not None and one.cluster.kzk is not None
+    assert two.cluster is not None and two.cluster.kzk is not None
+    reader = two.cluster.kzk
+    offline = (TopicPartition(TOPIC, 0),)
+    info = await reader.get_broker(1)
+    assert info is not None and info.offline_partitions == offline
+    assert info.may_have_lost_unflushed  # its first registration's, kept
+    client_id = one.cluster.kzk.zk.client_id
+    assert client_id is not None
+    await asyncio.to_thread(zookeeper.expire_session, *client_id)
+    async with asyncio.timeout(WAIT_S):
+        while (again := await reader.get_broker(1)) is None or again.epoch == info.epoch:
+            await asyncio.sleep(0.05)
+    assert again.offline_partitions == offline
+    assert not again.may_have_lost_unflushed  # a later registration lost nothing
 
 
 def read_all(bootstrap: str) -> list[KeyedObservation]:

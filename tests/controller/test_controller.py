@@ -82,13 +82,20 @@ class Harness:
         await kzk.create_top_level_paths()
         return kzk
 
-    async def broker(self, broker_id: int, *, lost_unflushed: bool = False) -> int:
+    async def broker(
+        self,
+        broker_id: int,
+        *,
+        lost_unflushed: bool = False,
+        offline: tuple[TopicPartition, ...] = (),
+    ) -> int:
         """Register a fake broker on a new session (``lost_unflushed``: back from a power
-        loss); returns its broker epoch."""
+        loss; ``offline``: its logs of these are offline); returns its broker epoch."""
         kzk = await self.session()
         self.brokers[broker_id] = kzk
         endpoints = (EndPoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),)
-        info = BrokerInfo(broker_id, endpoints, may_have_lost_unflushed=lost_unflushed)
+        info = BrokerInfo(broker_id, endpoints, may_have_lost_unflushed=lost_unflushed,
+                          offline_partitions=offline)  # fmt: skip
         return await kzk.register_broker(info, wait=5.0)
 
     async def kill(self, broker_id: int) -> None:

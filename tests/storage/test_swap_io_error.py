@@ -20,6 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sluice.protocol import errors
+from sluice.protocol import messages as m
 from sluice.protocol import records as rec
 from sluice.server.config import Config
 from sluice.server.server import Server
@@ -141,6 +142,17 @@ async def test_an_offline_partition_answers_storage_error_and_the_broker_keeps_s
         ).error_code == 0
         plain = await fetch(client, "plain", 0)
         assert plain.error_code == 0 and plain.records
+        # DescribeLogDirs lists the offline log in no dir (Kafka lists only online dirs'
+        # logs); the dir itself, with its other logs, answers no error.
+        dirs = await client.request(m.DescribeLogDirs.key, 4, m.DescribeLogDirsRequest(topics=[
+            m.DescribeLogDirsRequest.DescribableLogDirTopic(topic=t, partitions=[0])
+            for t in ("compacted", "plain")
+        ]))  # fmt: skip
+        (result,) = dirs.results
+        assert result.error_code == 0
+        assert [(t.name, [p.partition_index for p in t.partitions]) for t in result.topics] == [
+            ("plain", [0])
+        ]
         await client.close()
     finally:
         await server.shutdown()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -99,6 +100,26 @@ def test_broker_info_says_a_power_loss_only_when_there_was_one() -> None:
     bad = kept.encode().replace(b'"features":{}', b'"features":{},"may_have_lost_unflushed":1')
     with pytest.raises(ZkDataError, match="boolean"):
         BrokerInfo.decode(1, bad)
+
+
+def test_broker_info_names_its_offline_partitions_only_when_some() -> None:
+    endpoints = (EndPoint("PLAINTEXT", "127.0.0.1", 9092),)
+    offline = (TopicPartition("orders", 3), TopicPartition("a.b", 0))
+    info = BrokerInfo(1, endpoints, timestamp_ms=1, offline_partitions=offline)
+    assert json.loads(info.encode())["offline_partitions"] == [
+        {"topic": "orders", "partition": 3},
+        {"topic": "a.b", "partition": 0},
+    ]
+    assert BrokerInfo.decode(1, info.encode(), epoch=7) == replace(info, epoch=7)
+    kept = BrokerInfo(1, endpoints, timestamp_ms=1)
+    assert "offline_partitions" not in json.loads(kept.encode())  # Kafka's JSON exactly
+    assert BrokerInfo.decode(1, kept.encode()).offline_partitions == ()
+    for field, match in ((b"1", "list of objects"), (b'[{"topic":"t"}]', "partition")):
+        bad = kept.encode().replace(
+            b'"features":{}', b'"features":{},"offline_partitions":' + field
+        )
+        with pytest.raises(ZkDataError, match=match):
+            BrokerInfo.decode(1, bad)
 
 
 def test_broker_info_decodes_kafkas_documented_example() -> None:

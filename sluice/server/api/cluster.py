@@ -325,7 +325,15 @@ class ClusterApis(ApiBase):
         (``topics`` None: all; otherwise those asked for that exist here, as Kafka omits the
         rest). ``offset_lag`` is Kafka's for a current log, ``max(HW - LEO, 0)``: 0 on a
         leader and a follower alike; no future logs (no AlterReplicaLogDirs), so
-        ``is_future_key`` is false. v4: the volume's total and usable bytes (``statvfs``)."""
+        ``is_future_key`` is false. v4: the volume's total and usable bytes (``statvfs``).
+
+        A log taken offline by an I/O error (:attr:`Log.offline`) is not listed: Kafka lists
+        only the logs of its online dirs (``ReplicaManager.describeLogDirs`` over
+        ``LogManager.allLogs``, which a dir failure empties of that dir's logs), so an admin
+        client's ``describeReplicaLogDirs`` reports an offline replica in no dir -- as here.
+        Kafka's failed dir itself answers KAFKA_STORAGE_ERROR without partitions; Sluice's
+        dir stays online with its other logs (one log is the unit that fails), so it answers
+        NONE with those."""
         import os
 
         cls = m.DescribeLogDirsResponse
@@ -341,7 +349,7 @@ class ClusterApis(ApiBase):
         topics: dict[str, list[m.DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
         for topic, index in wanted:
             log_ = self.logs.get_log(topic, index)
-            if log_ is None:
+            if log_ is None or log_.offline:
                 continue
             lag = max(log_.high_watermark - log_.log_end_offset, 0)
             size = log_.size_in_bytes

@@ -58,10 +58,12 @@ What each event does:
 * **ElectLeaders** (an admin client, or ``/admin/preferred_replica_election``): the preferred
   election, or the offline election with unclean allowed (Kafka allows it only when an admin
   asks): :meth:`Controller.elect_leaders`.
-* **Log dir event** (a broker's log went offline and it wrote a notice under
-  ``/log_dir_event_notification``): its offline replicas lose their leadership to an in-sync
-  follower and leave the ISR, and are never elected until the broker registers again
-  (:meth:`Controller._on_log_dir_event`).
+* **Log dir event** (a broker's log went offline: it stated so in its registration, then wrote
+  a notice under ``/log_dir_event_notification``): its offline replicas lose their leadership
+  to an in-sync follower and leave the ISR, and are never elected while the registration says
+  so (:meth:`Controller._on_log_dir_event`). The registrations are read with the live brokers,
+  so a new controller knows every offline replica from its failover on, as Kafka's learns
+  them from the brokers' LeaderAndIsr answers.
 * **Partition reassignment** (AlterPartitionReassignments, or ``/admin/reassign_partitions``):
   Kafka's ``onPartitionReassignment`` (:meth:`Controller._on_partition_reassignment`). The
   only partition state kept between events is in ZooKeeper here too: a partition is being
@@ -89,7 +91,12 @@ from sluice.server.config_def import boolean
 from sluice.server.controller.config import CONTROLLER_CONFIG
 from sluice.server.logging import get_logger
 from sluice.server.zk.client import SessionEvent, SessionState, WatchCallback, WatchEvent
-from sluice.server.zk.data import PartitionState, ReplicaAssignment, TopicAssignment
+from sluice.server.zk.data import (
+    BrokerInfo,
+    PartitionState,
+    ReplicaAssignment,
+    TopicAssignment,
+)
 from sluice.server.zk.errors import (
     BadVersionError,
     ClientClosedError,
@@ -327,9 +334,14 @@ class Controller:
         self._topics: set[str] = set()
         #: one-shot watches set and not yet fired (so a re-read does not stack another)
         self._armed: set[str] = set()
-        #: Replicas whose log went offline, by broker (None: all of its replicas), from the
-        #: log dir event notifications (Kafka's ``replicasOnOfflineDirs``); dropped when the
-        #: broker dies or registers again (its next start recovers the logs).
+        #: Replicas whose log went offline, by broker, as the live brokers' registrations say
+        #: (``BrokerInfo.offline_partitions``; Kafka's ``replicasOnOfflineDirs``, which its
+        #: controller learns from the brokers' answers): re-read with the live brokers and for
+        #: each log dir event notification, so a new controller knows them from the start.
+        self._registered_offline: dict[int, frozenset[TopicPartition]] = {}
+        #: Those named only by log dir event notifications (None: all of the broker's
+        #: replicas; a notice in Kafka's form, or from a broker that does not register them);
+        #: dropped when the broker dies or registers again (its next start recovers the logs).
         self._offline_replicas: dict[int, set[TopicPartition] | None] = {}
 
     # --- public API ---------------------------------------------------------------------------
@@ -639,6 +651,8 @@ class Controller:
         topics = await self._read_armed("topics", _TopicChange, self.kzk.get_topics)
         self._topics = set(topics)
         await self._reconcile(topics, set(brokers), "controller failover")
+        if self._registered_offline:  # what an earlier controller may not have finished
+            await self._on_replicas_offline(set(self._registered_offline))
         await self._resume_reassignments(topics)
         await self._on_zk_reassignment()
         await self._on_zk_preferred_election()
@@ -662,6 +676,7 @@ class Controller:
         self._live = {}
         self._lost_unflushed = set()
         self._topics = set()
+        self._registered_offline = {}
         self._offline_replicas = {}
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
@@ -694,7 +709,21 @@ class Controller:
         """The registered brokers and their broker epochs; arms the broker-change watch."""
         infos = await self._read_armed("brokers", _BrokerChange, self.kzk.get_all_brokers)
         self._lost_unflushed = {b for b, info in infos.items() if info.may_have_lost_unflushed}
+        self._registered_offline = {}
+        for info in infos.values():
+            self._learn_offline(info)
         return {broker_id: info.epoch for broker_id, info in infos.items()}
+
+    def _learn_offline(self, info: BrokerInfo) -> None:
+        """Hold the offline partitions ``info`` (a registration just read) states."""
+        held = self._registered_offline.pop(info.broker_id, frozenset())
+        offline = frozenset(info.offline_partitions)
+        if offline:
+            self._registered_offline[info.broker_id] = offline
+        if offline - held:
+            log.warning("replicas offline after a storage failure", broker_id=info.broker_id,
+                        partitions=sorted(f"{t.topic}-{t.partition}" for t in offline),
+                        source="registration", broker_epoch=info.epoch)  # fmt: skip
 
     async def _assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
         """Assignments of ``topics`` (those that exist), arming each topic's modification watch."""
@@ -1161,16 +1190,22 @@ class Controller:
 
     def _offline_on(self, tp: TopicPartition) -> set[int]:
         """The brokers whose replica of ``tp`` is offline (never elected, never kept in its
-        ISR; see :meth:`_on_log_dir_event`)."""
-        return {b for b, tps in self._offline_replicas.items() if tps is None or tp in tps}
+        ISR; see :meth:`_on_log_dir_event`): Kafka's ``!isReplicaOnline`` of a live broker."""
+        named = {b for b, tps in self._offline_replicas.items() if tps is None or tp in tps}
+        return named | {b for b, tps in self._registered_offline.items() if tp in tps}
 
     async def _on_log_dir_event(self) -> None:
         """Kafka's ``processLogDirEventNotification`` and ``onReplicasBecomeOffline``.
 
         A broker whose log went offline (an I/O error it could not recover from in place:
-        :meth:`sluice.server.storage.log.Log._go_offline`) writes a notice under
-        ``/log_dir_event_notification`` naming its offline partitions
-        (:class:`~sluice.server.zk.data.LogDirEvent`). For each such replica, as Kafka's
+        :meth:`sluice.server.storage.log.Log._go_offline`) states its offline partitions in its
+        registration (:attr:`~sluice.server.zk.data.BrokerInfo.offline_partitions`), then
+        writes a notice under ``/log_dir_event_notification``
+        (:class:`~sluice.server.zk.data.LogDirEvent`, naming them too). The controller reads
+        the registration of each broker with a fresh notice -- Kafka's controller sends it
+        LeaderAndIsr and takes the partitions answered KAFKA_STORAGE_ERROR -- and adds what
+        the notice names (a notice in Kafka's form, without them: every replica of the
+        broker). For each such replica, as Kafka's
         controller once the broker answered KAFKA_STORAGE_ERROR: where it leads, the offline
         election runs without it (another ISR member leads; none: the ELR, else the
         partition has no leader until the broker restarts, as Kafka's OfflinePartition), and it
@@ -1178,12 +1213,11 @@ class Controller:
         election until the broker registers again (its restart recovers the log), and the
         notices are deleted once handled.
 
-        Kafka's controller finds the offline replicas by sending LeaderAndIsr to the broker;
-        Sluice's sends no requests, so the notice carries them. A new controller handles the
-        notices still pending at failover (Kafka's deletes them and asks every broker); what an
-        earlier controller already handled is in the partition states it wrote. A notice
-        created before its broker last registered is stale (that start recovered the logs):
-        deleted, ignored."""
+        A new controller reads every live broker's registration at failover (Kafka's asks
+        every broker with LeaderAndIsr) and applies the same to what they state
+        (:meth:`_on_failover`), then handles the notices still pending. A notice created
+        before its broker last registered is stale (that start recovered the logs, and the
+        registration says what is offline now): deleted, ignored."""
         notices = await self._read_armed(
             "log_dir_events", _LogDirEventNotification, self.kzk.get_log_dir_events
         )
@@ -1203,12 +1237,17 @@ class Controller:
                 fresh[notice.broker] = None
             else:
                 fresh[notice.broker] = known | set(notice.partitions)
-        for broker, tps in fresh.items():
+        for broker, tps in sorted(fresh.items()):
+            info = await self.kzk.get_broker(broker)
+            if info is not None and info.epoch == self._live.get(broker):
+                self._learn_offline(info)
+            if tps is not None and tps <= self._registered_offline.get(broker, frozenset()):
+                continue  # its registration says it all
             held = self._offline_replicas.get(broker, set())
             self._offline_replicas[broker] = None if held is None or tps is None else held | tps
             names = "all" if tps is None else sorted(f"{t.topic}-{t.partition}" for t in tps)
             log.warning("replicas offline after a storage failure", broker_id=broker,
-                        partitions=names)  # fmt: skip
+                        partitions=names, source="notification")  # fmt: skip
         if fresh:
             await self._on_replicas_offline(set(fresh))
         await self.kzk.delete_log_dir_events([n for n, _, _ in notices], self._active_fence())

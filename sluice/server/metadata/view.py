@@ -437,7 +437,7 @@ class ZkMetadata:
             -1 if state is None else state.leader_epoch,
             replicas,
             [] if state is None else list(state.isr),
-            [r for r in replicas if r not in cache.brokers],
+            cache.offline_replicas(topic, index),
         )
 
     def auto_create_topic(self, name: str, partitions: int, created: Callable[[], None]) -> int:

@@ -19,8 +19,9 @@
 4. writes the leader's **ISR changes** to the state znode conditionally on the zkVersion it
    holds (:meth:`KafkaZkClient.update_leader_and_isr`), and runs the ISR shrink check every
    ``replica.lag.time.max.ms / 2``;
-5. reports a log taken offline by an I/O error to the controller (a log dir event notification,
-   :meth:`ClusterMember._on_log_offline`), which moves its leadership elsewhere;
+5. reports a log taken offline by an I/O error: in its registration (which every controller
+   and every broker's Metadata read), then to the controller with a log dir event
+   notification (:meth:`ClusterMember._on_log_offline`), which moves its leadership elsewhere;
 6. on **session loss** gives up leadership of everything at once (another broker may be elected
    while we cannot hear about it), then, on the new session, checks that ZooKeeper still holds
    this cluster (the ``/cluster/id`` joined: a ZooKeeper restarted on an empty data dir does
@@ -98,6 +99,10 @@ class MetadataCache:
         #: The listener :meth:`address` looks up by default (``inter.broker.listener.name``).
         self.listener = "PLAINTEXT"
         self.brokers: dict[int, BrokerInfo] = {}
+        #: The partitions whose log is offline, by broker, as each live broker's registration
+        #: says (:attr:`BrokerInfo.offline_partitions`, followed by a data watch per broker:
+        #: Kafka's ``replicasOnOfflineDirs`` that its controller sends in UpdateMetadata).
+        self.offline: dict[int, frozenset[TopicPartition]] = {}
         self.controller_id = -1
         self.assignments: dict[str, TopicAssignment] = {}
         #: Topic id -> name, of the assignments that have one.
@@ -134,6 +139,16 @@ class MetadataCache:
 
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))
+
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        """The partition's replicas that cannot serve (Metadata's ``offline_replicas``, Kafka's
+        ``!isReplicaOnline``): on a broker not registered, or whose log of it is offline."""
+        tp = TopicPartition(topic, partition)
+        return [
+            r
+            for r in self.replicas(topic, partition)
+            if r not in self.brokers or tp in self.offline.get(r, ())
+        ]
 
     def leader(self, topic: str, partition: int) -> int:
         """The partition's live leader, or -1."""
@@ -262,9 +277,16 @@ class ClusterMember:
         #: Every broker campaigns; the elected one acts (sluice.server.controller).
         self.controller: Controller | None = None
         self.broker_epoch = -1
+        #: What the current registration says of ``may_have_lost_unflushed`` (a rewrite of it
+        #: keeps it: :meth:`_report_offline`).
+        self._registered_lost = False
         #: ``/cluster/id``, shared by every broker of the cluster (Metadata's cluster_id).
         self.cluster_id = ""
         self._watchers: list[Watcher] = []
+        #: A data watch on each live broker's registration (its offline partitions).
+        self._registration_watchers: dict[int, Watcher] = {}
+        #: Serializes the reports of offline logs: the last one written names them all.
+        self._report_lock = asyncio.Lock()
         self._topic_watchers: dict[str, list[Watcher]] = {}
         self._state_watchers: dict[tuple[str, int], Watcher] = {}
         #: Partitions whose state watch has reported once (a state, or none yet).
@@ -310,7 +332,7 @@ class ClusterMember:
             await hook(zk)
         # Only this first registration may say so: a later one (a new session of this process)
         # lost nothing.
-        lost = self.logs.may_have_lost_unflushed
+        lost = self._registered_lost = self.logs.may_have_lost_unflushed
         self.broker_epoch = await kzk.register_broker(self._broker_info(lost))
         zk.add_session_listener(self._on_session)
         self.replicas.set_isr_writer(self._write_isr)
@@ -441,6 +463,7 @@ class ClusterMember:
 
     def _all_watchers(self) -> list[Watcher]:
         out = list(self._watchers) + list(self._state_watchers.values())
+        out.extend(self._registration_watchers.values())
         for watchers in self._topic_watchers.values():
             out.extend(watchers)
         return out
@@ -478,11 +501,14 @@ class ClusterMember:
             endpoints,
             rack=self.config.broker_rack,
             may_have_lost_unflushed=may_have_lost_unflushed,
+            offline_partitions=tuple(self.logs.offline_logs()),
         )
 
     # --- watches -----------------------------------------------------------------------------
 
     def _on_brokers(self, brokers: dict[int, BrokerInfo]) -> None:
+        from sluice.server.zk.data import broker_path
+
         gone = set(self.cache.brokers) - set(brokers)
         came = set(brokers) - set(self.cache.brokers)
         self.cache.brokers = dict(brokers)
@@ -490,6 +516,39 @@ class ClusterMember:
             log.info(
                 "live brokers", brokers=sorted(brokers), joined=sorted(came), left=sorted(gone)
             )
+        assert self.zk is not None
+        for broker_id in sorted(set(self._registration_watchers) - set(brokers)):
+            self._registration_watchers.pop(broker_id).cancel()
+            self.cache.offline.pop(broker_id, None)
+        for broker_id in sorted(set(brokers) - set(self._registration_watchers)):
+            self._registration_watchers[broker_id] = self.zk.watch_data(
+                broker_path(broker_id), functools.partial(self._on_registration, broker_id)
+            )
+        self.cache.changed()
+
+    def _on_registration(self, broker_id: int, value: tuple[bytes, ZnodeStat] | None) -> None:
+        """A live broker's registration (re)written: its offline partitions (Kafka's
+        ``BrokerModificationsHandler`` watches the same znode). Membership stays the broker
+        list's (:meth:`_on_brokers`); this watch only follows what a registration says."""
+        from sluice.server.zk.data import BrokerInfo
+        from sluice.server.zk.errors import ZkDataError
+
+        offline: frozenset[TopicPartition] = frozenset()
+        if value is not None:
+            try:
+                info = BrokerInfo.decode(broker_id, value[0], epoch=value[1].czxid)
+            except ZkDataError as exc:
+                log.error("unreadable broker registration", broker_id=broker_id, error=str(exc))
+                return
+            offline = frozenset(info.offline_partitions)
+        if offline == self.cache.offline.get(broker_id, frozenset()):
+            return
+        if offline:
+            self.cache.offline[broker_id] = offline
+            log.warning("replicas offline on a broker", broker_id=broker_id,
+                        partitions=sorted(f"{t.topic}-{t.partition}" for t in offline))  # fmt: skip
+        else:
+            self.cache.offline.pop(broker_id, None)
         self.cache.changed()
 
     def _on_controller(self, value: tuple[bytes, ZnodeStat] | None) -> None:
@@ -808,15 +867,25 @@ class ClusterMember:
         self._spawn(self._report_offline(), f"log-dir-event-{topic}-{index}")
 
     async def _report_offline(self) -> None:
-        """Write the log dir event notification naming every log offline here now (each
-        notice is complete, so a later one covers an earlier lost one)."""
+        """State every log offline here now in this broker's registration (Kafka's
+        ``updateBrokerInfo``; what any controller, also one elected later, and every broker's
+        Metadata read: :attr:`BrokerInfo.offline_partitions`), then write the log dir event
+        notification that brings the controller to read it (the notice names them too, for
+        a controller of an earlier Sluice). Reports run one at a time, each naming every
+        offline log, so the last written is complete. A registration gone meanwhile (a lost
+        session) is written again by the next registration, with them."""
         from sluice.server.zk.data import LogDirEvent
+        from sluice.server.zk.errors import NoNodeError
 
         assert self.kzk is not None
         kzk = self.kzk
-        offline = tuple(self.logs.offline_logs())
-        event = LogDirEvent(self.local_id, offline)
-        path = await kzk.until_connected(lambda: kzk.propagate_log_dir_event(event))
+        async with self._report_lock:
+            info = self._broker_info(self._registered_lost)
+            offline = info.offline_partitions
+            with contextlib.suppress(NoNodeError):
+                await kzk.until_connected(lambda: kzk.update_broker_info(info))
+            event = LogDirEvent(self.local_id, offline)
+            path = await kzk.until_connected(lambda: kzk.propagate_log_dir_event(event))
         log.error(
             "log dir failure reported to the controller",
             notification=path,
@@ -1085,7 +1154,9 @@ class ClusterMember:
         assert self.kzk is not None
         await self._check_same_cluster()
         await self.kzk.create_top_level_paths()  # gone if ZooKeeper lost its state
-        self.broker_epoch = await self.kzk.register_broker(self._broker_info())
+        async with self._report_lock:  # a log going offline meanwhile: its report follows
+            self._registered_lost = False
+            self.broker_epoch = await self.kzk.register_broker(self._broker_info())
         log.info("re-registered", broker_id=self.local_id, broker_epoch=self.broker_epoch)
         for partition in self.replicas.partitions():
             key = (partition.topic, partition.index)

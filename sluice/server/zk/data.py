@@ -208,6 +208,18 @@ def _int_list(value: Any, key: str, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _tp_entries(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """Partitions as Kafka's znodes list them: ``[{"topic": t, "partition": p}, ...]``."""
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+
+
+def _tp_list(value: Any, key: str, what: str) -> tuple[TopicPartition, ...]:
+    """The inverse of :func:`_tp_entries` (``value``: the field ``key`` of ``what``)."""
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        raise ZkDataError(f"{what}: field {key!r} must be a list of objects")
+    return tuple(TopicPartition(_str(e, "topic", what), _int(e, "partition", what)) for e in value)
+
+
 def _object(obj: Mapping[str, Any], key: str, what: str) -> dict[str, Any] | None:
     value = obj.get(key)
     if value is None:
@@ -272,6 +284,8 @@ class EndPoint:
 
 #: :attr:`BrokerInfo.may_have_lost_unflushed` in the registration's JSON.
 LOST_UNFLUSHED_KEY = "may_have_lost_unflushed"
+#: :attr:`BrokerInfo.offline_partitions` in the registration's JSON.
+OFFLINE_PARTITIONS_KEY = "offline_partitions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +302,17 @@ class BrokerInfo:
     of its machine, so it may lack writes it had (even below a high watermark). The controller
     then no longer counts it as holding what the states written before this registration say
     (:mod:`sluice.server.controller.election`).
+
+    ``offline_partitions`` (Sluice's, in the JSON only when some, as
+    ``[{"topic": t, "partition": p}, ...]``) are the partitions whose log on this broker went
+    offline (an I/O error, ``Log._go_offline``) in this process: the broker states them in its
+    registration as a KRaft broker states its offline log dirs in its registration and
+    heartbeats (KIP-858), because Sluice's controller sends no LeaderAndIsr to ask (Kafka's
+    ``replicasOnOfflineDirs``, learnt from KAFKA_STORAGE_ERROR answers). The broker writes
+    them (its own ephemeral node: Kafka's ``updateBrokerInfo``) before its log dir event
+    notification, so a controller elected at any time reads them with the live brokers, and
+    every broker's Metadata lists those replicas as offline. The registration dies with the
+    process; the next start recovers the logs and registers without them.
     """
 
     broker_id: int
@@ -299,6 +324,7 @@ class BrokerInfo:
     version: int = 5
     epoch: int = -1
     may_have_lost_unflushed: bool = False
+    offline_partitions: tuple[TopicPartition, ...] = ()
 
     def encode(self) -> bytes:
         plaintext = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
@@ -318,6 +344,8 @@ class BrokerInfo:
         obj["features"] = dict(self.features)
         if self.may_have_lost_unflushed:
             obj[LOST_UNFLUSHED_KEY] = True
+        if self.offline_partitions:
+            obj[OFFLINE_PARTITIONS_KEY] = _tp_entries(self.offline_partitions)
         return _dumps(obj)
 
     @classmethod
@@ -350,9 +378,14 @@ class BrokerInfo:
         lost = obj.get(LOST_UNFLUSHED_KEY, False)
         if not isinstance(lost, bool):
             raise ZkDataError(f"{what}: field {LOST_UNFLUSHED_KEY!r} must be a boolean")
-        return cls(
-            broker_id, endpoints, rack, jmx_port, timestamp_ms, features, version, epoch, lost
+        offline = obj.get(OFFLINE_PARTITIONS_KEY)
+        offline_partitions = (
+            () if offline is None else _tp_list(offline, OFFLINE_PARTITIONS_KEY, what)
         )
+        return cls(
+            broker_id, endpoints, rack, jmx_port, timestamp_ms, features, version, epoch, lost,
+            offline_partitions,
+        )  # fmt: skip
 
 
 # --- /controller, /controller_epoch -------------------------------------------------------------
@@ -419,10 +452,12 @@ class LogDirEvent:
     Kafka writes ``{"version":1,"broker":<id>,"event":1}``: a whole log directory failed, and
     the controller finds out which replicas by asking the broker (LeaderAndIsr answered
     KAFKA_STORAGE_ERROR per partition). Sluice takes single logs offline (an I/O error in one
-    log's segment swap leaves the others serving) and its controller sends no requests, so the
-    notice also lists the partitions offline on that broker, under ``partitions`` (Kafka's
-    controller reads only ``broker``). ``partitions`` None -- a notice without the field, as
-    Kafka writes it -- means every replica on the broker."""
+    log's segment swap leaves the others serving) and its controller sends no requests: the
+    broker states them in its registration (:attr:`BrokerInfo.offline_partitions`, which the
+    controller reads on a notice), and the notice lists them too, under ``partitions`` (Kafka's
+    controller reads only ``broker``; a controller of an earlier Sluice reads them here).
+    ``partitions`` None -- a notice without the field, as Kafka writes it -- means every
+    replica on the broker."""
 
     broker: int
     partitions: tuple[TopicPartition, ...] | None = None
@@ -432,21 +467,14 @@ class LogDirEvent:
 def encode_log_dir_event(event: LogDirEvent) -> bytes:
     obj: dict[str, Any] = {"version": 1, "broker": event.broker, "event": event.event}
     if event.partitions is not None:
-        obj["partitions"] = [{"topic": tp.topic, "partition": tp.partition}
-                             for tp in event.partitions]  # fmt: skip
+        obj["partitions"] = _tp_entries(event.partitions)
     return _dumps(obj)
 
 
 def decode_log_dir_event(data: bytes, path: str = LOG_DIR_EVENT_NOTIFICATION_PATH) -> LogDirEvent:
     obj = _loads(data, path)
     listed = obj.get("partitions")
-    partitions: tuple[TopicPartition, ...] | None = None
-    if listed is not None:
-        if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
-            raise ZkDataError(f"{path}: field 'partitions' must be a list of objects")
-        partitions = tuple(
-            TopicPartition(_str(p, "topic", path), _int(p, "partition", path)) for p in listed
-        )
+    partitions = None if listed is None else _tp_list(listed, "partitions", path)
     event = obj.get("event", LOG_DIR_FAILURE_EVENT)
     if not isinstance(event, int):
         event = LOG_DIR_FAILURE_EVENT
@@ -609,14 +637,7 @@ def decode_partition_reassignment(data: bytes) -> dict[TopicPartition, tuple[int
 
 def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:
     """``/admin/preferred_replica_election`` (Kafka's ``PreferredReplicaElectionZNode``)."""
-    return _dumps(
-        {
-            "version": 1,
-            "partitions": [
-                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
-            ],
-        }
-    )
+    return _dumps({"version": 1, "partitions": _tp_entries(sorted(partitions))})
 
 
 def decode_preferred_replica_election(data: bytes) -> set[TopicPartition]:

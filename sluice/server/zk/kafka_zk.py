@@ -240,6 +240,12 @@ class KafkaZkClient:
                 async with asyncio.timeout(remaining):
                     await gone.wait()
 
+    async def update_broker_info(self, info: BrokerInfo) -> None:
+        """Rewrite our own registration's data (Kafka's ``updateBrokerInfo``: any version; the
+        czxid, our broker epoch, stays). :class:`NoNodeError` when it is gone (a lost session:
+        the next registration carries ``info``'s content)."""
+        await self.zk.set(broker_path(info.broker_id), info.encode())
+
     async def get_broker(self, broker_id: int) -> BrokerInfo | None:
         """A live broker's registration with its epoch (czxid), or None."""
         try:

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,6 +82,9 @@ STATE_PARTITIONS = 3
 TXN_TARGETS = ("coordinator", "mid_commit", "before_end", "leader", "controller", "random")
 #: Seconds a producer's transactional call may take before it counts as timed out.
 CALL_TIMEOUT = 10.0
+#: Seconds in ``send_offsets_to_transaction`` after which the copier is not waited for: past
+#: its timeout by this much it is librdkafka's endless wait (:class:`_Copier`), not a slow call.
+COPIER_STUCK_AFTER = 2 * CALL_TIMEOUT
 #: Broker settings: few ``__transaction_state`` partitions (fast loads), timed-out transactions
 #: aborted within a second of their timeout.
 TXN_PROPERTIES = {
@@ -460,7 +464,44 @@ class _Copier(_TxnProducer):
     :data:`COPIER_GROUP`, assigned partitions), copies each value to the same partition of the
     output topic and commits its offsets in the same transaction (``send_offsets_to_transaction``).
     After an abort it goes back to its last committed offsets; after a commit of unknown outcome
-    it asks the group for them (KIP-447's stable offsets) before going on."""
+    it asks the group for them (KIP-447's stable offsets) before going on.
+
+    **librdkafka's endless ``send_offsets_to_transaction``** (the trial's ``copier_stuck``, ~7 %
+    of trials): a client bug, confluentinc/librdkafka #5511 compounded by #5456, not a broker
+    answer. Seen with librdkafka 2.16.0, ``debug=eos,broker,protocol`` and every group and
+    transaction request our brokers answered logged (seed 26155, ``--duration 6 --faults kill``:
+    broker 1, the group's coordinator, killed at 1.1 s and back at 3.1 s; broker 2 killed at
+    3.4 s and back at 6.2 s):
+
+    1. AddOffsetsToTxn to the transaction coordinator (broker 3): NOT_COORDINATOR after 1.7 s --
+       the controller took dead broker 1 out of the ``__transaction_state`` partition's ISR,
+       which bumps its leader epoch, so the coordinator reloaded it mid-append (Kafka's
+       ``newLeaderAndIsr`` bumps it likewise and its ``appendTransactionToLog`` answers
+       NOT_COORDINATOR on a changed coordinator epoch); retried: NO_ERROR.
+    2. TxnOffsetCommit to the cached group coordinator, broker 1 just restarted: NOT_COORDINATOR
+       on every partition (it no longer leads the group's ``__consumer_offsets`` partition;
+       Kafka's ``validateGroupStatus`` answers the same). librdkafka evicts it and looks again.
+    3. FindCoordinator(GROUP) at +0.5 s and +1.6 s: broker 2 -- killed 0.4 s before, but still
+       registered until its ZooKeeper session expires (Kafka's ``getCoordinator`` answers the
+       same leader while the broker is alive in its metadata cache). librdkafka caches broker 2
+       and waits for a connection to it (``COORD ... Coordinator connection is still down:
+       querying for new coordinator``).
+    4. Once broker 2's session expired, our Metadata (like Kafka's: alive brokers only) left it
+       out and librdkafka *decommissioned* that broker handle (``Decommissioning this broker``),
+       since f7c42733 (v2.10). The coordinator cache and the pending coordinator request still
+       hold the old handle, whose thread then sits in INIT without ever changing state
+       (``Broker handle is terminating (after 108260ms in state INIT)``). Broker 2 came back
+       1.3 s later as a new handle (``Added new broker with NodeId 2``), never connected.
+    5. ``rd_kafka_coord_req_fsm`` (``rdkafka_coord.c``) runs again only on a broker state change
+       to or from UP, and nothing enforces ``creq_ts_timeout`` (#5456), so for 108 s no
+       FindCoordinator and no TxnOffsetCommit were sent, well past the call's 10 s timeout; at
+       the trial's end a broker's connection closed, the FSM ran, and the request went out at
+       once (FindCoordinator, then TxnOffsetCommit: INVALID_PRODUCER_EPOCH, the transaction
+       having been aborted by its timeout meanwhile).
+
+    Every answer in the sequence is the one Apache Kafka 3.9 gives in the same state, so the
+    trial is kept (its transactions judged), the copy is not judged, and the copier is no longer
+    waited for once :data:`COPIER_STUCK_AFTER` seconds in the call (:meth:`stuck`)."""
 
     def __init__(
         self, config: TrialConfig, bootstrap: str, source: str, output: str, end: float
@@ -473,6 +514,9 @@ class _Copier(_TxnProducer):
         self.rewind = False
         self.outcomes: dict[str, int] = {}
         self.consumer: Any = None
+        #: When the copier entered ``send_offsets_to_transaction`` (``time.monotonic()``); None
+        #: outside it.
+        self.sending_offsets_since: float | None = None
         #: librdkafka's last transaction-manager debug lines (``debug=eos``), served by
         #: :meth:`debug_tail` when the copier is stuck inside a call.
         self.debug: collections.deque[str] = collections.deque(maxlen=80)
@@ -481,6 +525,12 @@ class _Copier(_TxnProducer):
         logger.setLevel(logging.DEBUG)
         logger.handlers = [_DequeHandler(self.debug)]
         self.conf.update({"debug": "eos", "logger": logger})
+
+    def stuck(self) -> bool:
+        """In ``send_offsets_to_transaction`` for over :data:`COPIER_STUCK_AFTER` seconds: the
+        endless wait of the class docstring (librdkafka bounds the call by its timeout else)."""
+        since = self.sending_offsets_since
+        return since is not None and time.monotonic() - since > COPIER_STUCK_AFTER
 
     def debug_tail(self) -> list[str]:
         """Serve the queued log lines from this thread (the copier's own is blocked)."""
@@ -526,7 +576,11 @@ class _Copier(_TxnProducer):
                 after[msg.partition()] = msg.offset() + 1
             offsets = [TopicPartition(self.source, p, o) for p, o in after.items()]
             metadata = self.consumer.consumer_group_metadata()
-            producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT)
+            self.sending_offsets_since = time.monotonic()
+            try:
+                producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT)
+            finally:
+                self.sending_offsets_since = None
             outcome = "unknown"
             producer.commit_transaction(CALL_TIMEOUT)
             outcome = "committed"
@@ -787,8 +841,9 @@ def _run_workload(
         thread.start()
     try:
         for w in workers:
-            # A transaction's calls are bounded by CALL_TIMEOUT each, its recovery by 4 of them.
-            w.join(config.duration + 10 * CALL_TIMEOUT)
+            # A transaction's calls are bounded by CALL_TIMEOUT each, its recovery by 4 of them;
+            # the copier's send_offsets_to_transaction is not always (_Copier).
+            _join(w, config.duration + 10 * CALL_TIMEOUT, copier.stuck if w is copier else None)
     except BaseException:
         nemesis.halted.set()
         for w in workers:
@@ -810,8 +865,9 @@ def _run_workload(
             frame = sys._current_frames().get(thread.ident or 0)
             where = "".join(traceback.format_stack(frame)[-4:]) if frame else "?"
             if thread is copier:
-                # Stuck inside librdkafka (seen: send_offsets_to_transaction past its timeout):
+                # Stuck inside librdkafka (send_offsets_to_transaction past its timeout: _Copier):
                 # the copy is not judged; the transactions are. Reported with librdkafka's log.
+                copier.halted.set()  # no new transaction if the call ever returns
                 result.copier_stuck = "\n".join([where, *copier.debug_tail()])
                 continue
             raise TimeoutError(f"{thread.name} did not finish; it is at:\n{where}")
@@ -823,6 +879,17 @@ def _run_workload(
     result.copier = copier.outcomes
     txns = [t for p in producers for t in p.txns]
     return txns, [Reader("read_committed", False, reader.reads, "concurrent-rc")]
+
+
+def _join(worker: threading.Thread, timeout: float, stuck: Callable[[], bool] | None) -> None:
+    """Wait for ``worker`` to end, bounded by ``timeout`` -- and, given ``stuck``, no longer
+    once it answers True."""
+    deadline = time.monotonic() + timeout
+    while worker.is_alive() and not (stuck is not None and stuck()):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        worker.join(remaining if stuck is None else min(remaining, 0.5))
 
 
 # --- many trials ------------------------------------------------------------------------------

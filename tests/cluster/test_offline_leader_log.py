@@ -27,8 +27,13 @@ from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 from sluice.server.zk.data import LOG_DIR_EVENT_NOTIFICATION_PATH, decode_log_dir_event
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
-from tests.jepsen.compacted_workload import KeyedObservation, KeyedSend, check_latest
+from tests.broker_util import read_to_end
+from tests.jepsen.compacted_workload import (
+    KeyedObservation,
+    KeyedSend,
+    check_latest,
+    keyed_observation,
+)
 from tests.storage.test_log_manager import BootVFS
 from tests.storage.test_swap_io_error import FailingSwapVFS
 
@@ -241,32 +246,5 @@ async def registers_again_with_its_offline_log(
 
 def read_all(bootstrap: str) -> list[KeyedObservation]:
     """Every record of the partition, from offset 0 to its high watermark."""
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "log_level": 3})  # fmt: skip
-    try:
-        _, high = watermark_offsets(consumer, TOPIC, 0)
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
-        out: list[KeyedObservation] = []
-        position = 0
-        deadline = time.monotonic() + WAIT_S
-        while position < high:
-            assert time.monotonic() < deadline, f"read to {position} of {high}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # the end: a compacted log may end in a gap
-                    position = max(position, msg.offset())
-                continue
-            value = msg.value()
-            out.append(KeyedObservation(0, msg.offset(), msg.key().decode(),
-                                        None if value is None else value.decode()))  # fmt: skip
-            position = msg.offset() + 1
-        return out
-    finally:
-        consumer.close()
+    config = {"bootstrap.servers": bootstrap}
+    return [keyed_observation(msg) for msg in read_to_end(config, [(TOPIC, 0)], timeout=WAIT_S)]

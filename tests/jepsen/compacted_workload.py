@@ -50,7 +50,7 @@ from typing import Any
 
 from sluice.protocol.records import iter_batches, iter_records
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 from tests.jepsen.checker import Outcome
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 from tests.jepsen.runner import (
@@ -557,38 +557,14 @@ def _produce_and_heal(
 
 def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[KeyedObservation]:
     """Every record of every partition from offset 0 to its high watermark, tombstones too."""
-    from confluent_kafka import Consumer, TopicPartition
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    return [keyed_observation(msg) for msg in read_to_end(config, partitions, timeout=timeout)]
 
-    consumer = Consumer({
-        "bootstrap.servers": cluster.bootstrap_servers,
-        "group.id": f"jepsen-reader-{topic}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "log_level": 3,
-    })  # fmt: skip
-    try:
-        high = {p: watermark_offsets(consumer, topic, p)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        observations: list[KeyedObservation] = []
-        position = dict.fromkeys(range(PARTITIONS), 0)
-        deadline = time.monotonic() + timeout
-        while any(position[p] < high[p] for p in position):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {position} of {high} in {timeout}s")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                # A compacted partition may end in a gap: the end of the data is the end.
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    position[msg.partition()] = max(position[msg.partition()], msg.offset())
-                continue
-            value = msg.value()
-            observations.append(KeyedObservation(
-                msg.partition(), msg.offset(), msg.key().decode(),
-                value.decode() if value is not None else None,
-            ))  # fmt: skip
-            position[msg.partition()] = msg.offset() + 1
-        return observations
-    finally:
-        consumer.close()
+
+def keyed_observation(msg: Any) -> KeyedObservation:
+    """A confluent-kafka message read back (a tombstone's value None)."""
+    value = msg.value()
+    return KeyedObservation(
+        msg.partition(), msg.offset(), msg.key().decode(), None if value is None else value.decode()
+    )

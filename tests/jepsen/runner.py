@@ -35,7 +35,7 @@ from typing import Any
 
 from sluice.protocol.records import BatchHeader, iter_batches
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 from tests.jepsen.checker import Observation, Report, Send, check
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 
@@ -257,33 +257,12 @@ def _producer_config(config: TrialConfig, bootstrap: str) -> dict[str, Any]:
 
 def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[Observation]:
     """Every record of every partition from offset 0 to its high watermark."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        **cluster.client_security,
-        "bootstrap.servers": cluster.bootstrap_servers,
-        "group.id": f"jepsen-reader-{topic}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "log_level": 3,
-    })  # fmt: skip
-    try:
-        high = {p: watermark_offsets(consumer, topic, p)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        observations: list[Observation] = []
-        position = dict.fromkeys(range(PARTITIONS), 0)
-        deadline = time.monotonic() + timeout
-        while any(position[p] < high[p] for p in position):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {position} of {high} in {timeout}s")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            observations.append(Observation(msg.partition(), msg.offset(), msg.value().decode()))
-            position[msg.partition()] = msg.offset() + 1
-        return observations
-    finally:
-        consumer.close()
+    config = {**cluster.client_security, "bootstrap.servers": cluster.bootstrap_servers}
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    return [
+        Observation(msg.partition(), msg.offset(), msg.value().decode())
+        for msg in read_to_end(config, partitions, timeout=timeout)
+    ]
 
 
 def _compare_replicas(cluster: FaultCluster, topic: str, result: TrialResult) -> None:

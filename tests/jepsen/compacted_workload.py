@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import random
 import time
-import traceback
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +62,8 @@ from tests.jepsen.runner import (
     _producer_config,
     _windows,
     make_schedule,
+    recorded,
+    with_nemesis,
 )
 
 KEYS = 60
@@ -372,26 +373,17 @@ def key_name(i: int) -> str:
 def run_compacted_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> CompactedTrialResult:
     """One trial of the keyed workload (module docstring); records what it finds, never raises
     for it."""
-    started = time.monotonic()
     schedule = make_schedule(config.seed, config.duration, faults=config.faults)
     result = CompactedTrialResult(config, schedule)
     topic = f"jepsen-compacted-{config.seed}"
-    try:
+    with recorded(result):
         with FaultCluster(zookeeper, properties=COMPACTED_BROKER_PROPERTIES) as cluster:
             _create_topic(cluster, topic)
             t0 = time.monotonic()
             nemesis = _Nemesis(cluster, topic, schedule, t0)
-            nemesis.start()
-            try:
-                history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
-            except BaseException:
-                nemesis.halted.set()
-                raise
-            finally:
-                nemesis.join(60)
-                result.played = nemesis.played
-            if nemesis.error is not None:
-                raise nemesis.error
+            history, acked_at = with_nemesis(nemesis, result, lambda: _produce_and_heal(
+                config, cluster, topic, t0, nemesis, result
+            ))  # fmt: skip
             cluster.wait_fully_replicated(topic)
             observations = _read(cluster, topic)
             compare_compacted_replicas(cluster, topic, result)
@@ -404,11 +396,6 @@ def run_compacted_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> Comp
         result.summary = result.compacted.summary()
         _classify_duplicates(result.compacted, headers, result)  # type: ignore[arg-type]
         result.windows = _windows(acked_at, config.duration)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 

@@ -61,6 +61,7 @@ from tests.jepsen.runner import (
     _Nemesis,
     _producer_config,
     make_schedule,
+    recorded,
 )
 from tests.jepsen.txn_checker import (
     Read,
@@ -731,12 +732,11 @@ def _create_topics(cluster: FaultCluster, topics: list[str]) -> None:
 
 def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialResult:
     """One trial (module docstring); never raises for what it finds, only records it."""
-    started = time.monotonic()
     schedule = make_txn_schedule(config.seed, config.duration, config.faults)
     result = TxnTrialResult(config, schedule)
     topics = [f"jepsen-txn-{config.seed}-{t}" for t in TOPICS]
     output = f"jepsen-txn-{config.seed}-copy"
-    try:
+    with recorded(result):
         cluster = _SignallingCluster(zookeeper, properties=TXN_PROPERTIES)
         cluster.hooks = _Hooks()
         with cluster:
@@ -760,11 +760,6 @@ def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialRe
         if not result.copier_stuck:
             check_copy(result.report, source, copied, committed, partition_of)
         result.summary = result.report.summary()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 

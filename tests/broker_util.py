@@ -270,6 +270,52 @@ class WireClient:
             await self.writer.wait_closed()
 
 
+def read_to_end(
+    config: Mapping[str, Any],
+    partitions: Sequence[tuple[str, int]],
+    ends: Mapping[tuple[str, int], int] | None = None,
+    timeout: float = 60.0,
+) -> list[Any]:
+    """Every record of each ``(topic, partition)`` from offset 0 to its end, read by a fresh
+    confluent-kafka consumer assigned to them (``config``: the bootstrap servers, security,
+    ``isolation.level``, ...): the confluent-kafka messages in the order read.
+
+    A partition's end is ``ends[tp]``, or by default its high watermark when the read starts
+    (asked first either way, which waits out a leader election just done). The end may fall in
+    a gap -- a compacted log, or read_committed's markers and aborted records --: the
+    partition EOF at or past it ends that partition too. Raises ``TimeoutError`` when the ends
+    are not all reached within ``timeout`` (an acknowledged record gone missing looks so)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        "group.id": f"read-to-end-{time.monotonic_ns()}", "enable.auto.commit": False,
+        "log_level": 3, **config, "enable.partition.eof": True,
+    })  # fmt: skip
+    try:
+        highs = {tp: watermark_offsets(consumer, *tp)[1] for tp in partitions}
+        end = dict(highs if ends is None else ends)
+        consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
+        position = dict.fromkeys(partitions, 0)
+        messages: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while any(position[tp] < end[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {position} of {end} in {timeout}s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            tp = (msg.topic(), msg.partition())
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    position[tp] = max(position[tp], msg.offset())
+                continue
+            messages.append(msg)
+            position[tp] = msg.offset() + 1
+        return messages
+    finally:
+        consumer.close()
+
+
 def watermark_offsets(
     consumer: Any, topic: str, partition: int, timeout: float = 30.0
 ) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import pytest
 
 from sluice.testing.cluster import EmbeddedCluster
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 
 pytestmark = pytest.mark.slow
 
@@ -99,34 +99,13 @@ class ConfluentWriter:
 
 
 def read_all(cluster: EmbeddedCluster, topic: str, partitions: int = 1) -> dict[int, list[Any]]:
-    """Every record of every partition from offset 0 to its end, with a fresh consumer."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            **cluster.client_config(),
-            "group.id": f"check-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        ends = {}
-        for p in range(partitions):
-            _, high = watermark_offsets(consumer, topic, p)
-            ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: dict[int, list[Any]] = {p: [] for p in range(partitions)}
-        deadline = time.monotonic() + DEADLINE_S
-        while any(len(out[p]) < ends[p] for p in out):
-            assert time.monotonic() < deadline, {p: (len(out[p]), ends[p]) for p in out}
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            out[msg.partition()].append((msg.offset(), msg.value()))
-        return out
-    finally:
-        consumer.close()
+    """Every record of every partition from offset 0 to its end, with a fresh consumer:
+    ``(offset, value)`` by partition."""
+    out: dict[int, list[Any]] = {p: [] for p in range(partitions)}
+    wanted = [(topic, p) for p in range(partitions)]
+    for msg in read_to_end(cluster.client_config(), wanted, timeout=DEADLINE_S):
+        out[msg.partition()].append((msg.offset(), msg.value()))
+    return out
 
 
 def check(writer: ConfluentWriter, records: dict[int, list[Any]]) -> None:

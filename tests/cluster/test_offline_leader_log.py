@@ -27,8 +27,13 @@ from sluice.server.storage.log_config import LogConfig
 from sluice.server.storage.log_manager import LogManager
 from sluice.server.zk.data import LOG_DIR_EVENT_NOTIFICATION_PATH, decode_log_dir_event
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
-from tests.jepsen.compacted_workload import KeyedObservation, KeyedSend, check_latest
+from tests.broker_util import read_to_end
+from tests.jepsen.compacted_workload import (
+    KeyedObservation,
+    KeyedSend,
+    check_latest,
+    keyed_observation,
+)
 from tests.storage.test_log_manager import BootVFS
 from tests.storage.test_swap_io_error import FailingSwapVFS
 
@@ -105,8 +110,69 @@ class RebootedSwapVFS(FailingSwapVFS):
         return "after"
 
 
+class KeyedUpdates:
+    """An acks=all idempotent confluent-kafka producer of keyed updates to partition 0 of
+    ``TOPIC``; each send is recorded as a :class:`KeyedSend` (its outcome filled in by the
+    delivery report) for :func:`check_latest`."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+
+        self.sends: dict[int, KeyedSend] = {}
+        self.failures: dict[int, str] = {}
+        self.count = 0
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "batch.size": 500, "message.timeout.ms": 30_000,
+            "topic.metadata.refresh.interval.ms": 500, "log_level": 3,
+        })  # fmt: skip
+
+    def send(self, key: str) -> None:
+        i = self.count
+        self.count += 1
+        self.sends[i] = KeyedSend(i, key, f"v{i}", "unknown")
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                self.sends[i] = KeyedSend(i, key, f"v{i}", "ok", msg.partition(), msg.offset())
+            else:
+                self.failures[i] = err.name()
+
+        self.producer.produce(TOPIC, f"v{i}".encode(), key.encode(), partition=0,
+                              on_delivery=delivered)  # fmt: skip
+        self.producer.poll(0)
+
+    async def until_offline(self, server: Server, vfs: FailingSwapVFS) -> None:
+        """Updates to 5 keys, 50 first (some data: then the next swap fails), then on until
+        ``server``'s cleaner meets the failing rename and its log of the partition is offline."""
+
+        def offline() -> bool:
+            assert server.replica_manager is not None
+            partition = server.replica_manager.get_partition(TOPIC, 0)
+            return partition is not None and partition.log.offline
+
+        async with asyncio.timeout(WAIT_S):
+            while self.count < 50:
+                self.send(f"k{self.count % 5}")
+                await asyncio.sleep(0.005)
+            vfs.armed = True
+            while not offline():
+                self.send(f"k{self.count % 5}")
+                await asyncio.sleep(0.005)
+
+    async def new_keys(self, n: int) -> list[KeyedSend]:
+        """``n`` updates of new keys, each the only value of its key (so every one must be read
+        back), flushed: each must have been acknowledged. Returns them."""
+        first = self.count
+        for _ in range(n):
+            self.send(f"new{self.count}")
+        assert await asyncio.to_thread(self.producer.flush, WAIT_S) == 0
+        acked = [s for s in self.sends.values() if s.index >= first]
+        assert all(s.outcome == "ok" for s in acked), self.failures
+        return acked
+
+
 async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     one, two, _ = servers
@@ -124,44 +190,10 @@ async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
         "broker 1 leads with the full ISR",
     )
 
-    sends: dict[int, KeyedSend] = {}
-    failures: dict[int, str] = {}
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 5, "batch.size": 500, "message.timeout.ms": 30_000,
-        "topic.metadata.refresh.interval.ms": 500, "log_level": 3,
-    })  # fmt: skip
-
-    def send(i: int, key: str) -> None:
-        sends[i] = KeyedSend(i, key, f"v{i}", "unknown")
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is None:
-                sends[i] = KeyedSend(i, key, f"v{i}", "ok", msg.partition(), msg.offset())
-            else:
-                failures[i] = err.name()
-
-        producer.produce(TOPIC, f"v{i}".encode(), key.encode(), partition=0,
-                         on_delivery=delivered)  # fmt: skip
-        producer.poll(0)
-
-    def leader_log() -> Any:
-        partition = one.replica_manager.get_partition(TOPIC, 0)  # type: ignore[union-attr]
-        return None if partition is None else partition.log
-
+    updates = KeyedUpdates(bootstrap)
     # Keyed updates to 5 keys until the leader's cleaner meets the failing rename.
-    i = 0
-    async with asyncio.timeout(WAIT_S):
-        while i < 50:  # some data first: then the next swap fails
-            send(i, f"k{i % 5}")
-            i += 1
-            await asyncio.sleep(0.005)
-        vfs.armed = True
-        while not leader_log().offline:
-            send(i, f"k{i % 5}")
-            i += 1
-            await asyncio.sleep(0.005)
-    before = i
+    await updates.until_offline(one, vfs)
+    before = updates.count
     # The controller moves the leadership to an in-sync follower; broker 1 leaves the ISR.
     await until(
         lambda: (s := cache.state(TOPIC, 0)) is not None and s.leader in (2, 3) and 1 not in s.isr,
@@ -169,16 +201,11 @@ async def run(servers: list[Server], vfs: FailingSwapVFS) -> None:
     )
     # acks=all goes on with the two in-sync followers (min ISR 2): 40 updates of new keys, each
     # one the only value of its key, so every one must be read back.
-    for _ in range(40):
-        send(i, f"new{i}")
-        i += 1
-    assert await asyncio.to_thread(producer.flush, WAIT_S) == 0
-    acked_after = [s for s in sends.values() if s.index >= before]
-    assert all(s.outcome == "ok" for s in acked_after), failures
-    assert sum(s.outcome == "ok" for s in sends.values() if s.index < before) >= 40
+    acked_after = await updates.new_keys(40)
+    assert sum(s.outcome == "ok" for s in updates.sends.values() if s.index < before) >= 40
 
     observations = await asyncio.to_thread(read_all, bootstrap)
-    report = check_latest(sends.values(), [observations])
+    report = check_latest(updates.sends.values(), [observations])
     assert report.valid, json.dumps(report.evidence(), indent=1)
     read_keys = {o.key for o in observations}
     assert {s.key for s in acked_after} <= read_keys
@@ -219,32 +246,5 @@ async def registers_again_with_its_offline_log(
 
 def read_all(bootstrap: str) -> list[KeyedObservation]:
     """Every record of the partition, from offset 0 to its high watermark."""
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "log_level": 3})  # fmt: skip
-    try:
-        _, high = watermark_offsets(consumer, TOPIC, 0)
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
-        out: list[KeyedObservation] = []
-        position = 0
-        deadline = time.monotonic() + WAIT_S
-        while position < high:
-            assert time.monotonic() < deadline, f"read to {position} of {high}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # the end: a compacted log may end in a gap
-                    position = max(position, msg.offset())
-                continue
-            value = msg.value()
-            out.append(KeyedObservation(0, msg.offset(), msg.key().decode(),
-                                        None if value is None else value.decode()))  # fmt: skip
-            position = msg.offset() + 1
-        return out
-    finally:
-        consumer.close()
+    config = {"bootstrap.servers": bootstrap}
+    return [keyed_observation(msg) for msg in read_to_end(config, [(TOPIC, 0)], timeout=WAIT_S)]

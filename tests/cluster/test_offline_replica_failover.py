@@ -28,8 +28,8 @@ import pytest
 from sluice.server.config import Config
 from sluice.server.server import Server
 from sluice.testing.cluster import TEST_PROPERTIES, EmbeddedCluster
-from tests.cluster.test_offline_leader_log import TOPIC, WAIT_S, read_all, until
-from tests.jepsen.compacted_workload import KeyedSend, check_latest
+from tests.cluster.test_offline_leader_log import TOPIC, WAIT_S, KeyedUpdates, read_all, until
+from tests.jepsen.compacted_workload import check_latest
 from tests.storage.test_swap_io_error import FailingSwapVFS
 
 pytestmark = pytest.mark.slow
@@ -118,7 +118,6 @@ def log_dirs(bootstrap: str, broker: int) -> list[dict[str, Any]]:
 
 
 async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     assert offline.cluster is not None and offline.replica_manager is not None
@@ -150,43 +149,9 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
         "the leader with broker 4 in sync",
     )
 
-    sends: dict[int, KeyedSend] = {}
-    failures: dict[int, str] = {}
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 5, "batch.size": 500, "message.timeout.ms": 30_000,
-        "topic.metadata.refresh.interval.ms": 500, "log_level": 3,
-    })  # fmt: skip
-
-    def send(i: int, key: str) -> None:
-        sends[i] = KeyedSend(i, key, f"v{i}", "unknown")
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is None:
-                sends[i] = KeyedSend(i, key, f"v{i}", "ok", msg.partition(), msg.offset())
-            else:
-                failures[i] = err.name()
-
-        producer.produce(TOPIC, f"v{i}".encode(), key.encode(), partition=0,
-                         on_delivery=delivered)  # fmt: skip
-        producer.poll(0)
-
-    def offline_log() -> Any:
-        partition = offline.replica_manager.get_partition(TOPIC, 0)  # type: ignore[union-attr]
-        return None if partition is None else partition.log
-
+    updates = KeyedUpdates(bootstrap)
     # Keyed updates to 5 keys until broker 4's cleaner meets the failing rename.
-    i = 0
-    async with asyncio.timeout(WAIT_S):
-        while i < 50:  # some data first: then the next swap fails
-            send(i, f"k{i % 5}")
-            i += 1
-            await asyncio.sleep(0.005)
-        vfs.armed = True
-        while not offline_log().offline:
-            send(i, f"k{i % 5}")
-            i += 1
-            await asyncio.sleep(0.005)
+    await updates.until_offline(offline, vfs)
     await until(
         lambda: (s := cache.state(TOPIC, 0)) is not None and s.isr == (leader,),
         "the controller took broker 4 out of the ISR",
@@ -202,13 +167,8 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
     await until(lambda: cache.controller_id not in (-1, controller), "a new controller")
     # acks=all goes on with the leader alone in the ISR (min.insync.replicas=1): 30 updates
     # of new keys, each the only value of its key, so every one must be read back.
-    before = i
-    for _ in range(30):
-        send(i, f"new{i}")
-        i += 1
-    assert await asyncio.to_thread(producer.flush, WAIT_S) == 0
-    acked_after = [s for s in sends.values() if s.index >= before]
-    assert all(s.outcome == "ok" for s in acked_after), failures
+    before = updates.count
+    acked_after = await updates.new_keys(30)
 
     # The leader dies: broker 4 is the only live replica and unclean elections are allowed,
     # but its log is offline: the new controller leaves the partition without a leader.
@@ -243,7 +203,7 @@ async def run(cluster: EmbeddedCluster, offline: Server, vfs: FailingSwapVFS) ->
     )
     survivors = f"127.0.0.1:{cluster.broker(leader).port}"
     observations = await asyncio.to_thread(read_all, survivors)
-    report = check_latest(sends.values(), [observations])
+    report = check_latest(updates.sends.values(), [observations])
     assert report.valid, json.dumps(report.evidence(), indent=1)
     assert {s.key for s in acked_after} <= {o.key for o in observations}
-    assert sum(s.outcome == "ok" for s in sends.values() if s.index < before) >= 50
+    assert sum(s.outcome == "ok" for s in updates.sends.values() if s.index < before) >= 50

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import random
 import time
-import traceback
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from typing import Any
 
 from sluice.protocol.records import iter_batches, iter_records
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 from tests.jepsen.checker import Outcome
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 from tests.jepsen.runner import (
@@ -63,6 +62,8 @@ from tests.jepsen.runner import (
     _producer_config,
     _windows,
     make_schedule,
+    recorded,
+    with_nemesis,
 )
 
 KEYS = 60
@@ -372,26 +373,17 @@ def key_name(i: int) -> str:
 def run_compacted_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> CompactedTrialResult:
     """One trial of the keyed workload (module docstring); records what it finds, never raises
     for it."""
-    started = time.monotonic()
     schedule = make_schedule(config.seed, config.duration, faults=config.faults)
     result = CompactedTrialResult(config, schedule)
     topic = f"jepsen-compacted-{config.seed}"
-    try:
+    with recorded(result):
         with FaultCluster(zookeeper, properties=COMPACTED_BROKER_PROPERTIES) as cluster:
             _create_topic(cluster, topic)
             t0 = time.monotonic()
             nemesis = _Nemesis(cluster, topic, schedule, t0)
-            nemesis.start()
-            try:
-                history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
-            except BaseException:
-                nemesis.halted.set()
-                raise
-            finally:
-                nemesis.join(60)
-                result.played = nemesis.played
-            if nemesis.error is not None:
-                raise nemesis.error
+            history, acked_at = with_nemesis(nemesis, result, lambda: _produce_and_heal(
+                config, cluster, topic, t0, nemesis, result
+            ))  # fmt: skip
             cluster.wait_fully_replicated(topic)
             observations = _read(cluster, topic)
             compare_compacted_replicas(cluster, topic, result)
@@ -404,11 +396,6 @@ def run_compacted_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> Comp
         result.summary = result.compacted.summary()
         _classify_duplicates(result.compacted, headers, result)  # type: ignore[arg-type]
         result.windows = _windows(acked_at, config.duration)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 
@@ -557,38 +544,14 @@ def _produce_and_heal(
 
 def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[KeyedObservation]:
     """Every record of every partition from offset 0 to its high watermark, tombstones too."""
-    from confluent_kafka import Consumer, TopicPartition
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    return [keyed_observation(msg) for msg in read_to_end(config, partitions, timeout=timeout)]
 
-    consumer = Consumer({
-        "bootstrap.servers": cluster.bootstrap_servers,
-        "group.id": f"jepsen-reader-{topic}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "log_level": 3,
-    })  # fmt: skip
-    try:
-        high = {p: watermark_offsets(consumer, topic, p)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        observations: list[KeyedObservation] = []
-        position = dict.fromkeys(range(PARTITIONS), 0)
-        deadline = time.monotonic() + timeout
-        while any(position[p] < high[p] for p in position):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {position} of {high} in {timeout}s")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                # A compacted partition may end in a gap: the end of the data is the end.
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    position[msg.partition()] = max(position[msg.partition()], msg.offset())
-                continue
-            value = msg.value()
-            observations.append(KeyedObservation(
-                msg.partition(), msg.offset(), msg.key().decode(),
-                value.decode() if value is not None else None,
-            ))  # fmt: skip
-            position[msg.partition()] = msg.offset() + 1
-        return observations
-    finally:
-        consumer.close()
+
+def keyed_observation(msg: Any) -> KeyedObservation:
+    """A confluent-kafka message read back (a tombstone's value None)."""
+    value = msg.value()
+    return KeyedObservation(
+        msg.partition(), msg.offset(), msg.key().decode(), None if value is None else value.decode()
+    )

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import random
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,6 +66,8 @@ from tests.jepsen.runner import (
     _produce_and_heal,
     _read,
     _windows,
+    recorded,
+    with_nemesis,
 )
 
 FAULT = "lone_isr_power_loss"
@@ -293,28 +294,19 @@ def unavailable(played: list[dict[str, Any]], acked_at: dict[int, list[float]]) 
 def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
     """One trial of the plan of ``config.seed`` (module docstring); records, never raises for
     what it finds."""
-    started = time.monotonic()
     plan = make_plan(config.seed)
     result = TrialResult(config, [])
     result.played = [{"fault": "plan", "broker": plan.leader, **asdict(plan)}]
     topic = f"lone-{config.seed}"
     history: list[Send] = []
-    try:
+    with recorded(result):
         with FaultCluster(zookeeper, properties=PROPERTIES) as cluster:
             _create_topic(cluster, topic, plan)
             t0 = time.monotonic()
             nemesis = LoneIsrNemesis(cluster, topic, plan, t0)
-            nemesis.start()
-            try:
-                history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
-            except BaseException:
-                nemesis.halted.set()
-                raise
-            finally:
-                nemesis.join(WAIT * 3)
-                result.played += nemesis.played
-            if nemesis.error is not None:
-                raise nemesis.error
+            history, acked_at = with_nemesis(nemesis, result, lambda: _produce_and_heal(
+                config, cluster, topic, t0, nemesis, result
+            ), join_s=WAIT * 3)  # fmt: skip
             cluster.wait_fully_replicated(topic)
             observations = _read(cluster, topic)
             _compare_replicas(cluster, topic, result)
@@ -330,11 +322,6 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
         result.windows = _windows(acked_at, config.duration)
         result.played.append({"fault": "available_again", "broker": plan.leader,
                               **unavailable(nemesis.played, acked_at)})  # fmt: skip
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 

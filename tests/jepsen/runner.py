@@ -23,6 +23,7 @@ in the trial's record. Every wait is bounded; every broker is stopped by its PID
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
@@ -30,14 +31,17 @@ import statistics
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sluice.protocol.records import BatchHeader, iter_batches
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 from tests.jepsen.checker import Observation, Report, Send, check
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
+
+T = TypeVar("T")
 
 FAULTS = ("kill", "pause", "isolate", "isolate_zk", "reset", "lose_unflushed")
 TARGETS = ("leader", "controller", "random")
@@ -257,33 +261,12 @@ def _producer_config(config: TrialConfig, bootstrap: str) -> dict[str, Any]:
 
 def _read(cluster: FaultCluster, topic: str, timeout: float = 60.0) -> list[Observation]:
     """Every record of every partition from offset 0 to its high watermark."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        **cluster.client_security,
-        "bootstrap.servers": cluster.bootstrap_servers,
-        "group.id": f"jepsen-reader-{topic}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "log_level": 3,
-    })  # fmt: skip
-    try:
-        high = {p: watermark_offsets(consumer, topic, p)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        observations: list[Observation] = []
-        position = dict.fromkeys(range(PARTITIONS), 0)
-        deadline = time.monotonic() + timeout
-        while any(position[p] < high[p] for p in position):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {position} of {high} in {timeout}s")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            observations.append(Observation(msg.partition(), msg.offset(), msg.value().decode()))
-            position[msg.partition()] = msg.offset() + 1
-        return observations
-    finally:
-        consumer.close()
+    config = {**cluster.client_security, "bootstrap.servers": cluster.bootstrap_servers}
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    return [
+        Observation(msg.partition(), msg.offset(), msg.value().decode())
+        for msg in read_to_end(config, partitions, timeout=timeout)
+    ]
 
 
 def _compare_replicas(cluster: FaultCluster, topic: str, result: TrialResult) -> None:
@@ -371,28 +354,53 @@ def _windows(acked_at: dict[int, list[float]], duration: float) -> list[float]:
     return out
 
 
+@contextlib.contextmanager
+def recorded(result: Any) -> Iterator[None]:
+    """A trial's body: what it raises (but Ctrl-C) is recorded as the trial's ``error`` (the
+    end of its traceback), never raised -- a trial records what it finds; its ``seconds`` are
+    recorded either way."""
+    started = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        result.error = "".join(traceback.format_exception(exc))[-3000:]
+    finally:
+        result.seconds = time.monotonic() - started
+
+
+def with_nemesis(nemesis: _Nemesis, result: Any, work: Callable[[], T], join_s: float = 60.0) -> T:
+    """``work()`` while ``nemesis`` (started here) plays its faults. Interrupted (Ctrl-C), the
+    nemesis stops faulting before the cluster stops; what it played is added to
+    ``result.played`` also when the trial fails (what led there); its own error is raised."""
+    nemesis.start()
+    try:
+        out = work()
+    except BaseException:
+        nemesis.halted.set()
+        raise
+    finally:
+        nemesis.join(join_s)
+        result.played += nemesis.played
+    if nemesis.error is not None:
+        raise nemesis.error
+    return out
+
+
 def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
     """One trial (module docstring); never raises for what it finds, only records it."""
-    started = time.monotonic()
     schedule = make_schedule(config.seed, config.duration, faults=config.faults)
     result = TrialResult(config, schedule)
     topic = f"jepsen-{config.seed}"
-    try:
+    with recorded(result):
         with FaultCluster(zookeeper, security=config.security) as cluster:
             _create_topic(cluster, topic)
             t0 = time.monotonic()
             nemesis = _Nemesis(cluster, topic, schedule, t0)
-            nemesis.start()
-            try:
-                history, acked_at = _produce_and_heal(config, cluster, topic, t0, nemesis, result)
-            except BaseException:
-                nemesis.halted.set()  # interrupted (Ctrl-C): stop faulting before the cluster
-                raise
-            finally:
-                nemesis.join(60)
-                result.played = nemesis.played  # also when the trial fails: what led there
-            if nemesis.error is not None:
-                raise nemesis.error
+            history, acked_at = with_nemesis(nemesis, result, lambda: _produce_and_heal(
+                config, cluster, topic, t0, nemesis, result
+            ))  # fmt: skip
             cluster.wait_fully_replicated(topic)
             observations = _read(cluster, topic)
             _compare_replicas(cluster, topic, result)
@@ -402,11 +410,6 @@ def run_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TrialResult:
         _classify_duplicates(result.report, headers, result)
         _classify_losses(result.report, history, result)
         result.windows = _windows(acked_at, config.duration)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 

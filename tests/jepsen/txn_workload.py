@@ -53,7 +53,7 @@ from typing import Any
 
 from sluice.server.group.offsets_store import partition_for
 from sluice.testing.zookeeper import ZooKeeperServer
-from tests.broker_util import watermark_offsets
+from tests.broker_util import read_to_end
 from tests.jepsen.harness import SAFE_TOPIC_CONFIG, FaultCluster
 from tests.jepsen.runner import (
     Step,
@@ -61,6 +61,7 @@ from tests.jepsen.runner import (
     _Nemesis,
     _producer_config,
     make_schedule,
+    recorded,
 )
 from tests.jepsen.txn_checker import (
     Read,
@@ -699,37 +700,10 @@ def _read_all(
     timeout: float = 60.0,
 ) -> list[Read]:  # fmt: skip
     """Every record ``isolation`` shows of every partition, from offset 0 to ``ends``."""
-    from confluent_kafka import Consumer, KafkaError
-
-    consumer = Consumer(
-        _consumer_config(cluster.bootstrap_servers, isolation, f"final-{isolation}")
-    )
-    try:
-        for t in topics:
-            for p in range(PARTITIONS_PER_TOPIC):  # fails fast on a partition not yet readable
-                watermark_offsets(consumer, t, p)
-        consumer.assign(_assignment(topics))
-        reads: list[Read] = []
-        done = {name for name, end in ends.items() if end == 0}
-        deadline = time.monotonic() + timeout
-        while len(done) < len(ends):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{isolation}: read to the end of {sorted(done)} of {ends}")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            name = f"{msg.topic()}-{msg.partition()}"
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[name]:
-                    done.add(name)
-                continue
-            reads.append(_read_of(msg))
-            if msg.offset() + 1 >= ends[name] and isolation == "read_uncommitted":
-                done.add(name)
-        return reads
-    finally:
-        consumer.close()
+    config = _consumer_config(cluster.bootstrap_servers, isolation, f"final-{isolation}")
+    partitions = [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
+    until = {(t, p): ends[f"{t}-{p}"] for t, p in partitions}
+    return [_read_of(msg) for msg in read_to_end(config, partitions, until, timeout)]
 
 
 def _compare_replicas(cluster: FaultCluster, topics: list[str], result: TxnTrialResult) -> None:
@@ -758,12 +732,11 @@ def _create_topics(cluster: FaultCluster, topics: list[str]) -> None:
 
 def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialResult:
     """One trial (module docstring); never raises for what it finds, only records it."""
-    started = time.monotonic()
     schedule = make_txn_schedule(config.seed, config.duration, config.faults)
     result = TxnTrialResult(config, schedule)
     topics = [f"jepsen-txn-{config.seed}-{t}" for t in TOPICS]
     output = f"jepsen-txn-{config.seed}-copy"
-    try:
+    with recorded(result):
         cluster = _SignallingCluster(zookeeper, properties=TXN_PROPERTIES)
         cluster.hooks = _Hooks()
         with cluster:
@@ -787,11 +760,6 @@ def run_txn_trial(zookeeper: ZooKeeperServer, config: TrialConfig) -> TxnTrialRe
         if not result.copier_stuck:
             check_copy(result.report, source, copied, committed, partition_of)
         result.summary = result.report.summary()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.error = "".join(traceback.format_exception(exc))[-3000:]
-    result.seconds = time.monotonic() - started
     return result
 
 

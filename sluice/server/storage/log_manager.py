@@ -1180,10 +1180,10 @@ class LogManager:
     async def remove_expired_producers(self, now_ms: int | None = None) -> int:
         """Kafka's ``PeriodicProducerExpirationCheck`` (one per log there, one pass over all
         the logs here): forget the producers idle for ``producer.id.expiration.ms``; returns
-        how many. A pass yields to the event loop after every
-        :data:`_EXPIRATION_STEP` producers (or logs) examined, so thousands of partitions with many
-        producers never hold requests up for long; each log's removal is one uninterrupted
-        step (never between an append's check and its update)."""
+        how many. A pass yields to the event loop after every :data:`_EXPIRATION_STEP`
+        producers (or logs) examined, so thousands of partitions with many producers never
+        hold requests up for long (``bench/NOTES.md``, bench.producer_expiration); each log's
+        removal is one uninterrupted step (never between an append's check and its update)."""
         now = self._clock() if now_ms is None else now_ms
         removed = examined = 0
         for log in list(self._logs.values()):

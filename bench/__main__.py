@@ -23,6 +23,7 @@ KNOWN = (
     "quota",
     "transactions",
     "reassign",
+    "producer_expiration",
 )
 
 

@@ -392,6 +392,8 @@ BROKER_CONFIG = (
     .dynamic("max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections")
     # Kafka's DynamicConfig.Broker (ReplicationQuotaManager's rates).
     .dynamic("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    # Kafka's DynamicProducerStateManagerConfig (the logs' shared ProducerStateManagerConfig).
+    .dynamic("producer.id.expiration.ms")
 )  # fmt: skip
 
 #: The ``ssl.*`` keys and the inter-broker login: no field of :class:`Config`; each listener
@@ -535,6 +537,9 @@ class Config:
     log_flush_scheduler_interval_ms: int = _setting("log.flush.scheduler.interval.ms")
     log_checkpoint_interval_ms: int = _setting("log.flush.offset.checkpoint.interval.ms")
     log_open_files_max: int | None = _setting("sluice.log.open.files.max")
+    producer_id_expiration_check_interval_ms: int = _setting(
+        "producer.id.expiration.check.interval.ms"
+    )
     listener_security_protocol_map: tuple[tuple[str, str], ...] = _setting(
         "listener.security.protocol.map"
     )

@@ -134,7 +134,7 @@ class Server:
         self.port = config.listener.port
 
     async def start(self) -> None:
-        from sluice.server.storage.log_config import CleanerConfig
+        from sluice.server.storage.log_config import CleanerConfig, ProducerStateManagerConfig
         from sluice.server.storage.log_manager import LogManager
         from sluice.server.storage.vfs import DEFAULT_VFS
 
@@ -156,6 +156,12 @@ class Server:
             vfs=DEFAULT_VFS if self._vfs is None else self._vfs,
             max_open_files=config.log_open_files_max,
             cleaner_config=CleanerConfig.from_broker_properties(config.log_properties()),
+            producer_config=ProducerStateManagerConfig.from_broker_properties(
+                config.log_properties()
+            ),
+            producer_id_expiration_check_interval_ms=(
+                config.producer_id_expiration_check_interval_ms
+            ),
         )
         manager.open()
         if not config.cluster_mode:  # a cluster member's come from ZooKeeper once it joined
@@ -686,6 +692,11 @@ class Server:
         if manager is not None and default != manager.default_config:
             manager.set_default_config(default)
             log.info("log defaults changed", config=log_props)
+        if manager is not None and manager.producer_config.update(log_props):
+            log.info(
+                "producer state config changed",
+                producer_id_expiration_ms=manager.producer_config.producer_id_expiration_ms,
+            )
         # The controller's default for unclean elections (topics without an override). Until
         # the controller exists it has server.properties' (re-applied once it does).
         controller = self.cluster.controller if self.cluster is not None else None

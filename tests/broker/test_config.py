@@ -308,6 +308,19 @@ DECLARED = {
         "delete (retention), compact (keep the last record per key), or both",
     ),
     "log.cleaner.backoff.ms": ("15000", "how long a cleaner sleeps when no log needs cleaning"),
+    "producer.id.expiration.ms": (
+        "86400000",
+        "a partition forgets an idempotent producer whose last batch's timestamp is this "
+        "old (never while its transaction is open); its next batch is taken as an "
+        "unknown producer's, with any sequence. Set it at least to the producers' "
+        "delivery.timeout.ms: an expired producer's retry is no longer recognised as a "
+        "duplicate",
+    ),
+    "producer.id.expiration.check.interval.ms": (
+        "600000",
+        "how often each partition removes the producer ids producer.id.expiration.ms "
+        "expired (Kafka: an internal key)",
+    ),
     "log.cleaner.dedupe.buffer.size": (
         "134217728",
         "memory for the cleaners' offset maps (key hash -> last offset), all threads together",

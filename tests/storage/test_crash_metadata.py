@@ -13,6 +13,7 @@ an idempotent producer's retry is still a duplicate.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +40,9 @@ T_OVERRIDES = {"retention.ms": "86400000"}
 U_OVERRIDES = {"retention.ms": "7200000"}
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 TEARS = (0, 1, 9, 1 << 20)  # bytes of the crashing pwrite that reach the file (all of it: 1 MiB)
+#: The idempotent batches' timestamp: recent, so that their producer is not expired
+#: (``producer.id.expiration.ms``) when a restart loads it from a snapshot.
+RECENT_MS = time.time_ns() // 1_000_000
 
 
 def plain(value: bytes) -> bytes:
@@ -47,7 +51,7 @@ def plain(value: bytes) -> bytes:
 
 def idempotent(seq: int) -> bytes:
     builder = rec.RecordBatchBuilder(producer_id=PID, producer_epoch=0, base_sequence=seq)
-    builder.append(1_000, None, b"seq-%d" % seq)
+    builder.append(RECENT_MS, None, b"seq-%d" % seq)
     return builder.build()
 
 

@@ -29,7 +29,7 @@ from sluice.server.storage.leader_epoch import entries_from_batches
 from sluice.server.storage.log import Log
 from sluice.server.storage.log_config import LogConfig
 from tests.storage.crashfs import Crash, CrashVFS
-from tests.storage.test_crash_metadata import contents
+from tests.storage.test_crash_metadata import RECENT_MS, contents
 
 CONFIG = LogConfig(segment_bytes=400, index_interval_bytes=100, file_delete_delay_ms=0)
 PID = 7
@@ -46,8 +46,8 @@ def produced(seq: int, epoch: int, base_offset: int = 0) -> bytes:
         base_offset=base_offset,
         partition_leader_epoch=epoch,
     )
-    builder.append(1_000 + seq, None, b"v-%d" % seq)
-    builder.append(1_000 + seq + 1, None, b"v-%d" % (seq + 1))
+    builder.append(RECENT_MS + seq, None, b"v-%d" % seq)
+    builder.append(RECENT_MS + seq + 1, None, b"v-%d" % (seq + 1))
     return builder.build()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,9 @@ def test_in_order_duplicates_and_gaps() -> None:
         ps.check([header(7, 0, 6)])  # gap: 5 is missing
     with pytest.raises(OutOfOrderSequenceNumber):
         ps.check([header(7, 0, 4, 2)])  # overlaps the last batch
-    with pytest.raises(OutOfOrderSequenceNumber):
-        ps.check([header(8, 0, 1)])  # a new producer must start at 0
+    # An unknown producer may start at any sequence (Kafka 3.x: it may have expired, or its
+    # batches may all have been deleted), but a known one's new epoch must start at 0.
+    assert ps.check([header(8, 0, 1)]) is None
     # A new epoch restarts at 0; a gap in the new epoch is still a gap.
     with pytest.raises(OutOfOrderSequenceNumber):
         ps.check([header(7, 1, 5)])
@@ -82,9 +84,23 @@ def test_old_sequences_beyond_the_cache_are_duplicate_sequence_errors() -> None:
 
 def test_several_batches_of_one_append_are_checked_in_order() -> None:
     ps = ProducerStateManager()
-    assert ps.check([header(1, 0, 0, 2), header(1, 0, 2, 2)]) is None
+    ps.update(header(1, 0, 0), 0)
+    assert ps.check([header(1, 0, 1, 2), header(1, 0, 3, 2)]) is None
     with pytest.raises(OutOfOrderSequenceNumber):
-        ps.check([header(1, 0, 0, 2), header(1, 0, 3)])
+        ps.check([header(1, 0, 1, 2), header(1, 0, 4)])
+
+
+def test_an_unknown_producers_append_is_not_sequence_checked_within_its_epoch() -> None:
+    """Kafka 3.x's ``checkSequence`` for a producer without an entry: every batch of its
+    epoch in the append is taken (the current entry has no epoch); a batch of another epoch
+    in the same append is checked against the first one's, as for a known producer."""
+    ps = ProducerStateManager()
+    assert ps.check([header(2, 3, 7, 2), header(2, 3, 12)]) is None  # a gap: not checked
+    with pytest.raises(OutOfOrderSequenceNumber):
+        ps.check([header(2, 3, 7), header(2, 4, 1)])  # a new epoch starts at 0
+    assert ps.check([header(2, 3, 7), header(2, 4, 0)]) is None
+    with pytest.raises(InvalidProducerEpoch):
+        ps.check([header(2, 3, 7), header(2, 2, 0)])
 
 
 def test_sequence_wraps_after_int32_max() -> None:
@@ -137,11 +153,14 @@ def test_random_resends_never_duplicate(ops: list[tuple[int, int, bool]]) -> Non
 
 
 def _batch(pid: int, seq: int, n: int, epoch: int = 0) -> bytes:
+    """A batch timestamped now: its producer is not expired when a restart loads it from a
+    snapshot (``producer.id.expiration.ms``)."""
     from sluice.protocol.records import RecordBatchBuilder
 
+    now = time.time_ns() // 1_000_000
     b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
     for i in range(n):
-        b.append(1_000 + i, None, b"v%d" % (seq + i))
+        b.append(now + i, None, b"v%d" % (seq + i))
     return b.build()
 
 
@@ -254,7 +273,9 @@ def test_snapshot_keeps_producers_whose_batches_retention_deleted(tmp_path: Path
         log.close()
     log = Log.open(tmp_path / "t-0", config, log_start_offset=5)
     try:
-        # Without the snapshot producer 8 would be unknown (sequence 2 -> OUT_OF_ORDER).
+        # Without the snapshot producer 8 would be unknown: any sequence would be taken.
+        with pytest.raises(OutOfOrderSequenceNumber):
+            log.append_as_leader(_batch(8, 3, 1))
         assert log.append_as_leader(_batch(8, 2, 1)).first_offset == 5
     finally:
         log.close()

@@ -88,7 +88,10 @@ def test_last_timestamp_survives_a_restart(tmp_path: Path) -> None:
     assert log.producer_state().producers[6].last_timestamp == 2_345_678
     log.close()
     for clean in (True, False):
-        reopened = Log.open(tmp_path / "t-0", CONFIG, had_clean_shutdown=clean)
+        # A clock within producer.id.expiration.ms of the batches: not expired at the load.
+        reopened = Log.open(
+            tmp_path / "t-0", CONFIG, had_clean_shutdown=clean, clock=lambda: 3_000_000
+        )
         try:
             producers = reopened.producer_state().producers
             assert {p: e.last_timestamp for p, e in producers.items()} == {
@@ -140,8 +143,15 @@ def test_recovery_starts_from_the_newest_snapshot_at_or_below_the_log_end(
     for base, fake in ((bases[-2], 99), (bases[-1], 98)):
         state = decode_snapshot(snapshot_path(directory, base).read_bytes())
         state.producers[fake] = type(state.producers[3])(fake, 1)
+        state.producers[fake].last_timestamp = 0
         snapshot_path(directory, base).write_bytes(encode_snapshot(state))
-    reopened = Log.open(directory, CONFIG, had_clean_shutdown=False, recovery_point=bases[-2])
+    reopened = Log.open(
+        directory,
+        CONFIG,
+        had_clean_shutdown=False,
+        recovery_point=bases[-2],
+        clock=lambda: 3_000_000,  # within producer.id.expiration.ms: nothing expired
+    )
     try:
         producers = reopened.producer_state().producers
         assert 98 in producers and 99 not in producers

@@ -12,8 +12,10 @@ Which keys may change is declared with the key (:class:`~sluice.server.config_de
 ``dynamic``): the keys Kafka reconfigures at run time *and* Sluice applies live -- the broker
 defaults of the topic keys (``log.retention.ms``, ``log.segment.bytes``, ``message.max.bytes``,
 ``log.cleanup.policy``, ``min.insync.replicas``...: the log manager's default, applied to every
-topic without an override of its own) and the connection bounds (``max.connections``,
-``max.connections.per.ip``, ``max.connections.per.ip.overrides``). Refused with Kafka's
+topic without an override of its own), ``producer.id.expiration.ms`` (the logs' shared
+``ProducerStateManagerConfig``, read at each expiration check and snapshot load) and the
+connection bounds (``max.connections``, ``max.connections.per.ip``,
+``max.connections.per.ip.overrides``). Refused with Kafka's
 INVALID_CONFIG "Invalid config value for resource ConfigResource(type=BROKER, name='0'): ..."
 (its ``ConfigException``, wrapped) are: a key Kafka never changes at run time ("Cannot update
 these configs dynamically"), one Kafka changes but Sluice does not apply live (the cleaner's

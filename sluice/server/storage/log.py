@@ -58,7 +58,7 @@ from sluice.server.storage.leader_epoch import (
     LeaderEpochFileCache,
     entries_from_batches,
 )
-from sluice.server.storage.log_config import LONG_MAX, LogConfig
+from sluice.server.storage.log_config import LONG_MAX, LogConfig, ProducerStateManagerConfig
 from sluice.server.storage.partition_metadata import (
     CorruptPartitionMetadataError,
     read_partition_metadata,
@@ -67,6 +67,7 @@ from sluice.server.storage.partition_metadata import (
 from sluice.server.storage.producer_state import (
     EMPTY_SNAPSHOT,
     CompletedTxn,
+    ProducerEntry,
     ProducerStateManager,
     delete_snapshots_above,
     delete_snapshots_below,
@@ -348,7 +349,12 @@ class Log:
     which stays the state at LEO while only batches without a producer id are appended; a
     log opened with neither (after an unclean stop) takes no roll snapshots until its state
     is built. Timestamps in the snapshot are each producer's last batch's, so a snapshot is
-    the same bytes Kafka would write (:mod:`sluice.server.storage.producer_state`).
+    the same bytes Kafka would write (:mod:`sluice.server.storage.producer_state`). Producers
+    idle for ``producer.id.expiration.ms`` are removed from the built state by the
+    LogManager's periodic check (:meth:`remove_expired_producers`), so later snapshots leave
+    them out, and every load of a snapshot skips those expired by then. An idle snapshot
+    copied at a roll is copied as it is (expired producers included: they are skipped when
+    the state is built from it).
 
     **Concurrency**: none. The broker is single-threaded asyncio: every method is called from the
     event-loop thread, and appends, reads and retention of one partition therefore never
@@ -375,6 +381,7 @@ class Log:
         leader_epochs: LeaderEpochFileCache,
         file_cache: OpenFileCache | None = None,
         directory_synced: bool = False,
+        producer_config: ProducerStateManagerConfig | None = None,
     ) -> None:
         # Private: use Log.open(), which runs the load/recovery procedure.
         self.directory = directory
@@ -430,6 +437,8 @@ class Log:
         # on the first batch with a producer id or the first stable-offset question, dropped on
         # truncation.
         self._producers: ProducerStateManager | None = None
+        # Shared with the LogManager and its other logs (dynamic: read at each use).
+        self._producer_config = producer_config or ProducerStateManagerConfig()
         # While ``_producers`` is not built: the snapshot (a file, or EMPTY_SNAPSHOT's bytes)
         # that holds the producer state at LEO, when known without building it (no batch with
         # a producer id after it); None when unknown. See "Producer snapshots" in the class
@@ -456,6 +465,7 @@ class Log:
         clock: Callable[[], int] = _wall_clock_ms,
         vfs: VFS = DEFAULT_VFS,
         file_cache: OpenFileCache | None = None,
+        producer_config: ProducerStateManagerConfig | None = None,
     ) -> Log:
         """Load (and if needed recover) the partition in ``directory``, creating it if missing.
 
@@ -773,6 +783,7 @@ class Log:
             leader_epochs=epochs,
             file_cache=file_cache,
             directory_synced=had_clean_shutdown and not touched and not targets,
+            producer_config=producer_config,
         )
 
         # 11. producer snapshots (below 9, which may build the producer state from them)
@@ -832,7 +843,7 @@ class Log:
                 segment.txn_index.truncate_to(cut)
                 cuts[segment.base_offset] = cut
         by_base = {s.base_offset: s for s in targets}
-        found = load_latest_snapshot(self.directory, self._leo, self._vfs)
+        found = self._load_latest_snapshot()
         if found is not None and found[0] <= min(cuts.values()):
             start, producers = found
         else:
@@ -1590,7 +1601,7 @@ class Log:
         (sluice.server.storage.producer_state); callers must not mutate it."""
         producers = self._producers
         if producers is None:
-            found = load_latest_snapshot(self.directory, self._leo, self._vfs)
+            found = self._load_latest_snapshot()
             start = found[0] if found is not None else -1
             producers = found[1] if found is not None else ProducerStateManager()
             producers.replay_batches(self._batches_with_markers(start))
@@ -1740,6 +1751,32 @@ class Log:
             if found.complete:
                 break
         return aborted
+
+    def _load_latest_snapshot(self) -> tuple[int, ProducerStateManager] | None:
+        """The newest usable snapshot at or below LEO, without the producers expired by now
+        (Kafka's ``loadFromSnapshot``)."""
+        now, expiration_ms = self._clock(), self._producer_config.producer_id_expiration_ms
+
+        def expired(entry: ProducerEntry) -> bool:
+            return ProducerStateManager.is_expired(entry, now, expiration_ms)
+
+        return load_latest_snapshot(self.directory, self._leo, self._vfs, expired)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget the producers idle for ``producer.id.expiration.ms`` (Kafka's
+        ``UnifiedLog.removeExpiredProducers``, the LogManager's periodic check); returns how
+        many. A state not built yet is left alone: it is built without them."""
+        producers = self._producers
+        if producers is None or self._closed:
+            return 0
+        now = self._clock() if now_ms is None else now_ms
+        return producers.remove_expired(now, self._producer_config.producer_id_expiration_ms)
+
+    @property
+    def producer_count(self) -> int:
+        """The producer ids the built producer state holds (0 when not built)."""
+        producers = self._producers
+        return 0 if producers is None else len(producers.producers)
 
     def _idle_snapshot_at_leo(self, snapshots: list[int]) -> Path | bytes | None:
         """The idle snapshot (see ``_idle_snapshot``) given the snapshot offsets on disk:

@@ -293,6 +293,9 @@ SERVER_LOG_CONFIG = (
     .define("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, _double, MEDIUM, "how full an offset map may become before a cleaning stops reading dirty segments")  # noqa: E501
     .define("log.cleaner.io.max.bytes.per.second", DOUBLE, DOUBLE_MAX_TEXT, _double, MEDIUM, "throttle: the cleaners read and write at most this many bytes per second on average")  # noqa: E501
     .define("log.cleaner.backoff.ms", LONG, 15_000, int_in(0), MEDIUM, "how long a cleaner sleeps when no log needs cleaning")  # noqa: E501
+    .section("storage: producer state (Kafka's ProducerStateManagerConfig)")
+    .define("producer.id.expiration.ms", INT, 86400000, int_in(1), LOW, "a partition forgets an idempotent producer whose last batch's timestamp is this old (never while its transaction is open); its next batch is taken as an unknown producer's, with any sequence. Set it at least to the producers' delivery.timeout.ms: an expired producer's retry is no longer recognised as a duplicate")  # noqa: E501
+    .define("producer.id.expiration.check.interval.ms", INT, 600000, int_in(1), LOW, "how often each partition removes the producer ids producer.id.expiration.ms expired (Kafka: an internal key)")  # noqa: E501
 )  # fmt: skip
 
 _S_SETTING = SERVER_LOG_CONFIG.setting
@@ -334,6 +337,44 @@ class CleanerConfig:
 
 #: The broker keys of :class:`CleanerConfig` -> its attribute names.
 CLEANER_KEYS: dict[str, str] = fields_by_key(CleanerConfig)
+
+
+@dataclass(slots=True)
+class ProducerStateManagerConfig:
+    """Kafka's ``ProducerStateManagerConfig``: the broker's settings of the partitions'
+    producer state. One instance is shared by the LogManager and every Log it opens, and is
+    *mutable*: ``producer.id.expiration.ms`` is a dynamic broker config (Kafka's
+    ``DynamicProducerStateManagerConfig``), and a change assigned here reaches every
+    partition's next expiration check and snapshot load at once."""
+
+    producer_id_expiration_ms: int = _S_SETTING("producer.id.expiration.ms")
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, str]) -> ProducerStateManagerConfig:
+        """The settings given in ``props`` (others ignored) over their defaults; InvalidConfig
+        naming the key of a malformed or out-of-range value."""
+        config = cls()
+        config.update(props)
+        return config
+
+    def update(self, props: Mapping[str, str]) -> bool:
+        """Take the values of ``props`` (the defaults for the keys it lacks); whether any
+        changed. InvalidConfig as :meth:`from_broker_properties`, nothing changed then."""
+        values = {
+            attr: _parse(SERVER_LOG_CONFIG, key, props[key]) if key in props
+            else SERVER_LOG_CONFIG.default(key)
+            for key, attr in PRODUCER_STATE_KEYS.items()
+        }  # fmt: skip
+        changed = False
+        for attr, value in values.items():
+            if getattr(self, attr) != value:
+                setattr(self, attr, value)
+                changed = True
+        return changed
+
+
+#: The broker keys of :class:`ProducerStateManagerConfig` -> its attribute names.
+PRODUCER_STATE_KEYS: dict[str, str] = fields_by_key(ProducerStateManagerConfig)
 
 #: The coarser-unit broker keys: milliseconds per unit.
 _UNIT_MS = {

@@ -86,7 +86,11 @@ from sluice.server.storage.layout import (
 )
 from sluice.server.storage.log import Log, PendingFlush
 from sluice.server.storage.log_cleaner import LogCleaner
-from sluice.server.storage.log_config import CleanerConfig, LogConfig
+from sluice.server.storage.log_config import (
+    CleanerConfig,
+    LogConfig,
+    ProducerStateManagerConfig,
+)
 from sluice.server.storage.meta_properties import (
     LEGACY_STANDALONE_CLUSTER_ID,
     MetaProperties,
@@ -103,6 +107,9 @@ MAX_TOPIC_NAME_LENGTH = 249  # Kafka: 255 minus room for "-<partition>" and ".<u
 MAX_PARTITIONS = 10_000  # a sanity bound per topic
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _LOAD_PROGRESS_INTERVAL_S = 5.0  # a load taking longer logs "loading logs" (N/M) this often
+#: Producers a pass of the expiration check examines between two yields to the event loop
+#: (about a millisecond of work).
+_EXPIRATION_STEP = 2_000
 
 
 def _holds_nothing(log_dir: Path) -> bool:
@@ -161,8 +168,14 @@ class LogManager:
         vfs: VFS = DEFAULT_VFS,
         max_open_files: int | None = None,
         cleaner_config: CleanerConfig | None = None,
+        producer_config: ProducerStateManagerConfig | None = None,
+        producer_id_expiration_check_interval_ms: int = 600_000,
     ) -> None:
         self.log_dir = Path(log_dir)
+        #: The producer-state settings every log shares (``producer.id.expiration.ms``: the
+        #: broker assigns a dynamic change to it, which the logs read at each use).
+        self.producer_config = producer_config or ProducerStateManagerConfig()
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         #: The log cleaner's settings (``log.cleaner.*``); the cleaner of compacted topics
         #: runs from :meth:`start` when enabled (:attr:`cleaner`).
         self.cleaner_config = cleaner_config or CleanerConfig()
@@ -513,6 +526,7 @@ class LogManager:
                 clock=self._clock,
                 vfs=self._vfs,
                 file_cache=cache,
+                producer_config=self.producer_config,
             )
             if topic not in self._topic_ids and loaded_log.topic_id is not None:
                 # The topic metadata lost (rebuilt from the directories): the id survives here.
@@ -846,6 +860,7 @@ class LogManager:
             clock=self._clock,
             vfs=self._vfs,
             file_cache=self.file_cache,
+            producer_config=self.producer_config,
         )
         if not self._take_topic_id(log):
             wanted = uuid_to_str(self._topic_ids.get(topic, ZERO_UUID))
@@ -940,6 +955,7 @@ class LogManager:
                     clock=self._clock,
                     vfs=self._vfs,
                     file_cache=self.file_cache,
+                    producer_config=self.producer_config,
                 )
                 self._logs[TopicPartition(topic, partition)] = log
                 self._attach(log)
@@ -1161,6 +1177,25 @@ class LogManager:
                 total += log.delete_old_segments(now)
         return total
 
+    async def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Kafka's ``PeriodicProducerExpirationCheck`` (one per log there, one pass over all
+        the logs here): forget the producers idle for ``producer.id.expiration.ms``; returns
+        how many. A pass yields to the event loop after every :data:`_EXPIRATION_STEP`
+        producers (or logs) examined, so thousands of partitions with many producers never
+        hold requests up for long (``bench/NOTES.md``, bench.producer_expiration); each log's
+        removal is one uninterrupted step (never between an append's check and its update)."""
+        now = self._clock() if now_ms is None else now_ms
+        removed = examined = 0
+        for log in list(self._logs.values()):
+            examined += 1 + log.producer_count
+            removed += log.remove_expired_producers(now)  # a closed log: 0
+            if examined >= _EXPIRATION_STEP:
+                examined = 0
+                await asyncio.sleep(0)
+        if removed:
+            logger.info("expired producer ids removed", count=removed)
+        return removed
+
     def run_flushes(self, now_ms: int | None = None) -> int:
         """Flush logs that rolled (the old segments) or whose ``flush.ms`` elapsed, then write
         the recovery-point checkpoint if any was flushed; returns how many logs were flushed.
@@ -1260,12 +1295,18 @@ class LogManager:
         return removed
 
     async def start(self) -> None:
-        """Start the background tasks (retention, flush, checkpoints, delayed deletes)."""
+        """Start the background tasks (retention, producer expiration, flush, checkpoints,
+        delayed deletes)."""
         self._check_open()
         if self._tasks:
             return
         jobs: list[tuple[str, int, Callable[[], object]]] = [
             ("retention", self.retention_check_interval_ms, self.run_retention),
+            (
+                "producer-expiration",
+                self.producer_id_expiration_check_interval_ms,
+                self.remove_expired_producers,
+            ),
             ("flush", self.flush_check_interval_ms, self.flush_in_background),
             ("checkpoint", self.checkpoint_interval_ms, self.write_checkpoints),
             (

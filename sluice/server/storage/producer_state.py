@@ -15,8 +15,12 @@ the *same* bytes, so the broker can recognise it. Rules (Kafka's ``ProducerState
   treat as "already written";
 * a gap or an overlap (first sequence != last sequence + 1) -> OUT_OF_ORDER_SEQUENCE_NUMBER (45);
 * an epoch lower than the producer's current one -> INVALID_PRODUCER_EPOCH (47) (a fenced
-  zombie); a higher epoch must start again at sequence 0; an unknown producer id must start
-  at sequence 0 too (else OUT_OF_ORDER_SEQUENCE_NUMBER).
+  zombie); a higher epoch must start again at sequence 0 (else OUT_OF_ORDER_SEQUENCE_NUMBER);
+* an *unknown* producer id (never seen here, expired, or its batches all removed) may start
+  at any sequence, and the other batches of the same epoch in that append are not checked
+  either (Kafka 3.x's ``ProducerAppendInfo.checkSequence``: its current entry has no epoch,
+  ``NO_PRODUCER_EPOCH``, since KIP-360). The client sees a plain success; what is lost is
+  only the recognition of a retry written before the producer was forgotten.
 
 **Derived state**: the log is authoritative. :meth:`ProducerStateManager.rebuild` replays the
 batch headers (61 bytes each, no record decoding) of a partition; the Log builds its manager
@@ -25,8 +29,19 @@ non-idempotent writes costs nothing. A clean close writes Kafka's ``<offset>.sna
 (see below); the next build starts from the newest snapshot at or below the log end offset and
 replays only the headers after it, and producers whose batches retention has deleted since are
 still known. Without a usable snapshot, a producer whose batches have all been removed is
-unknown (its next batch, with a sequence > 0, gets OUT_OF_ORDER_SEQUENCE_NUMBER and the client
-resets its producer id).
+unknown (its next batch is accepted whatever its sequence, as above).
+
+**Expiration** (``producer.id.expiration.ms``, Kafka's ``removeExpiredProducers``; KIP-854):
+a producer is *expired* when it has no ongoing transaction and ``now - last_timestamp >=
+producer.id.expiration.ms``, ``last_timestamp`` being the max timestamp of its last batch or
+marker (the producer's clock under CreateTime, not the broker's arrival time: Kafka's rule).
+The LogManager removes the expired producers of every built state every
+``producer.id.expiration.check.interval.ms`` (:meth:`ProducerStateManager.remove_expired`),
+so the state and the snapshots written after stay bounded by the producers active within the
+window; a snapshot load skips the producers already expired (Kafka's ``loadFromSnapshot``;
+:func:`decode_snapshot`'s ``expired``). An expired producer is unknown from then on: its next
+batch starts it afresh, and the cleaner no longer keeps its last batch. Moving the log start
+offset forgets no producer (Kafka 3.x keeps a producer after retention removed its batches).
 
 **Transactions** (KIP-98; Kafka's ``ProducerAppendInfo.appendDataBatch`` /
 ``appendEndTxnMarker``): the first transactional batch of a producer starts its *ongoing*
@@ -151,6 +166,10 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # The most producers held at once before the last expiration (0: none removed yet):
+        # Kafka's HashMap never shrinks its table, and the table decides the snapshot's
+        # entry order (:func:`java_hash_map_order`).
+        self.peak_size = 0
         # first offset -> producer id of every ongoing transaction, in offset order
         self.ongoing: dict[int, int] = {}
         # first offset -> marker offset of transactions completed above the high watermark
@@ -217,6 +236,20 @@ class ProducerStateManager:
                 continue
             epoch, first, last = header.producer_epoch, header.base_sequence, last_sequence(header)
             entry = self.producers.get(pid)
+            if entry is None:
+                # An unknown producer: any sequence (see the module docstring), also for the
+                # later batches of its epoch in this append; an older epoch there is fenced.
+                if pid in pending and epoch < pending[pid][0]:
+                    raise InvalidProducerEpoch(
+                        f"producer {pid}: epoch {epoch} is older than the current {pending[pid][0]}"
+                    )
+                if pid in pending and epoch != pending[pid][0] and first != 0:
+                    raise OutOfOrderSequenceNumber(
+                        f"producer {pid} epoch {epoch}: a new epoch must start at sequence 0, "
+                        f"got {first}"
+                    )
+                pending[pid] = (epoch, last)
+                continue
             if (
                 not header.is_transactional
                 and entry is not None
@@ -228,13 +261,11 @@ class ProducerStateManager:
                 )
             if pid in pending:
                 cur_epoch, cur_last = pending[pid]
-            elif entry is not None:
+            else:
                 cur_epoch, cur_last = entry.epoch, entry.last_seq
                 dup = entry.find_duplicate(epoch, first, last)
                 if dup is not None:
                     return dup
-            else:
-                cur_epoch, cur_last = -1, NO_SEQUENCE
             if cur_epoch >= 0 and epoch < cur_epoch:
                 raise InvalidProducerEpoch(
                     f"producer {pid}: epoch {epoch} is older than the current {cur_epoch}"
@@ -256,6 +287,30 @@ class ProducerStateManager:
                 )
             pending[pid] = (epoch, last)
         return None
+
+    # -- expiration ---------------------------------------------------------------------------
+
+    @staticmethod
+    def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+        """Kafka's ``isProducerExpired``: no ongoing transaction, and the last batch's
+        timestamp at least ``expiration_ms`` old."""
+        return (
+            entry.current_txn_first_offset == NO_OFFSET
+            and now_ms - entry.last_timestamp >= expiration_ms
+        )
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget the expired producers (Kafka's ``removeExpiredProducers``); returns how many.
+        Only from the event loop, between appends (the append path's ``check`` and ``update``
+        of one append are never split by it)."""
+        expired = [
+            pid for pid, e in self.producers.items() if self.is_expired(e, now_ms, expiration_ms)
+        ]
+        if expired:
+            self.peak_size = max(self.peak_size, len(self.producers))
+            for pid in expired:
+                del self.producers[pid]
+        return len(expired)
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """Validate a transaction marker the coordinator is about to write (Kafka's
@@ -419,14 +474,16 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
 
 
-def java_hash_map_order(keys: Sequence[int]) -> list[int]:
+def java_hash_map_order(keys: Sequence[int], peak_size: int = 0) -> list[int]:
     """``keys`` (int64, in insertion order) in the order a ``java.util.HashMap<Long, V>``
     holding them iterates: by bucket (``Long.hashCode`` spread by ``h ^ (h >>> 16)``, masked
-    by the table size), insertion order within a bucket (a resize splits buckets keeping it).
-    The table starts at 16 and doubles whenever the size passes 3/4 of it; Sluice never
-    removes a producer id, so that is the table Kafka's map has for the same producers."""
+    by the table size), insertion order within a bucket (a resize splits buckets keeping it,
+    a removal keeps the others' order, a key added again goes last). The table starts at 16
+    and doubles whenever the size passes 3/4 of it, and never shrinks: ``peak_size`` is the
+    most keys the map held before removals (expiration), so the table is that of
+    ``max(len(keys), peak_size)`` keys, as Kafka's map has for the same producers."""
     capacity = 16
-    while len(keys) > capacity * 3 // 4:
+    while max(len(keys), peak_size) > capacity * 3 // 4:
         capacity *= 2
     mask = capacity - 1
 
@@ -442,7 +499,7 @@ def encode_snapshot(manager: ProducerStateManager) -> bytes:
     """Kafka's ``ProducerStateManager.writeSnapshot`` bytes of ``manager``'s producers."""
     entries = []
     producers = manager.producers
-    for pid in java_hash_map_order(list(producers)):
+    for pid in java_hash_map_order(list(producers), manager.peak_size):
         e = producers[pid]
         if e.batches:
             last = e.batches[-1]
@@ -456,8 +513,11 @@ def encode_snapshot(manager: ProducerStateManager) -> bytes:
     return _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c(body)) + body
 
 
-def decode_snapshot(data: bytes) -> ProducerStateManager:
-    """Raises :class:`CorruptSnapshotError` for anything but a well-formed version 1 file."""
+def decode_snapshot(
+    data: bytes, expired: Callable[[ProducerEntry], bool] | None = None
+) -> ProducerStateManager:
+    """Raises :class:`CorruptSnapshotError` for anything but a well-formed version 1 file.
+    The producers for which ``expired`` is true are left out (Kafka's ``loadFromSnapshot``)."""
     if len(data) < _SNAP_HEADER.size + _SNAP_COUNT.size:
         raise CorruptSnapshotError(f"{len(data)} bytes: too short")
     version, crc = _SNAP_HEADER.unpack_from(data, 0)
@@ -474,11 +534,14 @@ def decode_snapshot(data: bytes) -> ProducerStateManager:
     for pid, epoch, last_seq, last_offset, delta, ts, coord, txn in _SNAP_ENTRY.iter_unpack(
         body[_SNAP_COUNT.size :]
     ):
-        entry = manager.producers[pid] = ProducerEntry(pid, epoch)
+        entry = ProducerEntry(pid, epoch)
         entry.coordinator_epoch = coord
         entry.last_timestamp = ts
+        entry.current_txn_first_offset = txn if txn >= 0 else NO_OFFSET
+        if expired is not None and expired(entry):
+            continue
+        manager.producers[pid] = entry
         if txn >= 0:
-            entry.current_txn_first_offset = txn
             txns.append((txn, pid))
         if last_offset >= 0 and last_seq >= 0:
             first_seq = last_seq - delta
@@ -517,9 +580,13 @@ def write_snapshot(
 
 
 def load_latest_snapshot(
-    directory: Path, log_end_offset: int, vfs: VFS = DEFAULT_VFS
+    directory: Path,
+    log_end_offset: int,
+    vfs: VFS = DEFAULT_VFS,
+    expired: Callable[[ProducerEntry], bool] | None = None,
 ) -> tuple[int, ProducerStateManager] | None:
-    """The newest usable snapshot at or below ``log_end_offset``: ``(offset, state)``.
+    """The newest usable snapshot at or below ``log_end_offset``: ``(offset, state)``, without
+    the producers for which ``expired`` is true (:func:`decode_snapshot`).
 
     Snapshots above the log end offset (the log was truncated after them) and corrupt ones
     (a torn write: the CRC fails) are deleted; None when nothing usable is left (the caller
@@ -529,7 +596,7 @@ def load_latest_snapshot(
             vfs.remove(path)
             continue
         try:
-            return offset, decode_snapshot(read_file(path, vfs))
+            return offset, decode_snapshot(read_file(path, vfs), expired)
         except (OSError, CorruptSnapshotError):
             vfs.remove(path)
     return None

@@ -36,6 +36,7 @@ from sluice.server.security.authenticator import SaslServerAuthenticator
 from sluice.server.security.credentials import FileCredentialStore
 from sluice.server.security.scram import credential_from_password
 from sluice.server.security.tls import server_context
+from tests.interop_helpers import librdkafka_login_refused
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -162,21 +163,10 @@ async def test_confluent_kafka_is_refused_with_kafkas_message(
 ) -> None:
     errors: list[confluent_kafka.KafkaError] = []
     config = confluent_config(broker.port, mechanism, user, password, error_cb=errors.append)
-    admin = confluent_kafka.admin.AdminClient(config)  # connects to its bootstrap server
-
-    def refused() -> bool:
-        return any(
-            e.code() == confluent_kafka.KafkaError._AUTHENTICATION and message in e.str()
-            for e in errors
-        )
-
-    # Wait for librdkafka's own report of the refusal (error_cb, served by poll) rather than for a
-    # Metadata request to time out: librdkafka retries the login until the request's timeout and
-    # never fails it early, so that took the whole timeout (5 s) every time.
-    deadline = asyncio.get_running_loop().time() + 15
-    while not refused() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.to_thread(admin.poll, 0.1)
-    assert refused(), [e.str() for e in errors]
+    admin = confluent_kafka.admin.AdminClient(config)
+    assert await asyncio.to_thread(librdkafka_login_refused, admin, errors, message), [
+        e.str() for e in errors
+    ]
     assert broker.principals == [] and broker.failures
 
 

@@ -181,8 +181,12 @@ def close(member: Any) -> None:
     assert not t.is_alive(), "consumer did not close"
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-@pytest.mark.parametrize("seed", range(4))
+# kafka-python's group has two members (below), so its seeds 2 and 3 would repeat 0 and 1 (the
+# join order of two members changes only their names; the seed's parity picks leader/follower).
+@pytest.mark.parametrize(
+    "seed, client",
+    [(seed, "confluent") for seed in range(4)] + [(seed, "kafka-python") for seed in range(2)],
+)
 def test_restarted_static_member_keeps_its_partitions_without_a_rebalance(
     broker: BrokerProcess, client: str, seed: int
 ) -> None:

@@ -13,6 +13,7 @@ subprocess.
   compress, headers (none, several, an empty value, a null value), distinct CreateTime timestamps
   a little in the past (inside the default 7-day retention, so a retention pass cannot remove them).
 * :func:`log_files` — the ``.log`` segment files of a partition on disk.
+* :func:`librdkafka_login_refused` — waits for librdkafka to report a refused SASL login.
 
 Every wait in these tests is bounded (``DEADLINE_S`` per poll loop).
 """
@@ -24,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +109,24 @@ def broker_fixture(
     ]
     assert not bad, "the broker closed client connections or logged errors:\n" + "\n".join(bad[:10])
     assert code == 0, f"broker exit code {code}:\n{broker.log_text()[-3000:]}"
+
+
+def librdkafka_login_refused(client: Any, errors: Sequence[Any], message: str) -> bool:
+    """Poll a confluent-kafka ``client`` (its ``error_cb`` appends to ``errors``) until librdkafka
+    reports a refused SASL login whose text holds ``message``, at most ``DEADLINE_S``; whether it
+    did. librdkafka never fails a request early for a refused login -- it logs in again until the
+    request times out --, so waiting for a Metadata request to fail costs its whole timeout; the
+    error arrives as soon as the broker answers (the client connects to its bootstrap servers on
+    creation)."""
+    import confluent_kafka
+
+    def refused() -> bool:
+        return any(
+            e.code() == confluent_kafka.KafkaError._AUTHENTICATION and message in e.str()
+            for e in errors
+        )
+
+    deadline = time.monotonic() + DEADLINE_S
+    while not refused() and time.monotonic() < deadline:
+        client.poll(0.1)  # serves error_cb
+    return refused()

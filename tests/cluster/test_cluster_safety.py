@@ -95,14 +95,11 @@ def segments(cluster: EmbeddedCluster, broker_id: int, topic: str) -> bytes:
 
 
 @pytest.mark.sluice_cluster(properties=RF3)
-@pytest.mark.parametrize(
-    "sluice_cluster", [{}, {"security": "sasl_ssl"}], ids=["plaintext", "sasl_ssl"], indirect=True
-)
 def test_isr_shrunk_to_the_leader_refuses_acks_all_and_loses_nothing(
     sluice_cluster: EmbeddedCluster,
 ) -> None:
-    """(On SASL_SSL the followers fetch and rejoin over it; the writes go to the leader's
-    PLAINTEXT listener, whose answers the test reads.)"""
+    """(Followers leaving and rejoining the ISR over SASL_SSL: tests/jepsen/test_secured_harness.py;
+    ``SLUICE_TEST_CLUSTER_SECURITY=sasl_ssl`` runs this one on it too.)"""
     cluster = sluice_cluster
     leader = create(cluster, "j13")
     acked = []

@@ -86,6 +86,8 @@ async def test_a_broker_without_a_client_certificate_is_refused(tls: Tls, tmp_pa
     config = Config.load(None, [
         "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp_path / 'data'}", "node.id=8",
         *zookeeper_keys(tls, keystore=False),
+        # refused at every attempt (the handshake takes milliseconds): no need to try for 4 s
+        "zookeeper.connection.timeout.ms=1500",
     ])  # fmt: skip
     server = Server(config)
     with pytest.raises(ConnectionLossError):
@@ -95,7 +97,7 @@ async def test_a_broker_without_a_client_certificate_is_refused(tls: Tls, tmp_pa
 
 async def test_zookeeper_must_present_a_certificate_the_truststore_trusts(tls: Tls) -> None:
     untrusting = ZkTls(truststore=str(tls.other_ca), keystore=str(tls.client))
-    client = ZkClient(tls.zookeeper.secure_hosts, connect_timeout=3.0, tls=untrusting)
+    client = ZkClient(tls.zookeeper.secure_hosts, connect_timeout=1.5, tls=untrusting)
     with pytest.raises(ConnectionLossError):
         await client.start()
     trusting = ZkTls(truststore=str(tls.ca), keystore=str(tls.client))

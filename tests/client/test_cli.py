@@ -334,3 +334,27 @@ def test_configs_client_quotas_as_kafka_configs(broker: EmbeddedBroker) -> None:
     assert "consumer_byte_rate" not in sluice(broker, *user, "--describe").stdout
     bad = sluice(broker, *user, "--alter", "--add-config", "producer_byte_rate=1.5", status=1)
     assert "INVALID_REQUEST" in bad.stderr and "must be a LONG value" in bad.stderr
+
+
+def test_a_command_imports_no_storage_module() -> None:
+    """Only ``dump-log`` reads the storage engine's files: the other commands start without the
+    broker's storage modules (and their logging), ~50 ms at every start; ``--help`` lists it."""
+    probe = (
+        "import json, sys; from sluice.cli.main import cli\n"
+        "try:\n    cli.main(sys.argv[1:], standalone_mode=False)\n"
+        "finally:\n"
+        "    print(json.dumps(sorted(m for m in sys.modules if m.startswith('sluice.server'))))"
+    )
+
+    def loaded(*args: str) -> tuple[str, list[str]]:
+        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        *text, modules = out.strip().splitlines()
+        return "\n".join(text), json.loads(modules)
+
+    _, modules = loaded("topics", "--help")
+    assert not [m for m in modules if m.startswith("sluice.server.storage")], modules
+    usage, _ = loaded("--help")
+    assert "dump-log" in usage
+    _, modules = loaded("dump-log", "--help")
+    assert "sluice.server.storage.dump_log" in modules

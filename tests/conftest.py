@@ -7,10 +7,15 @@ the records itself (uncompressed, CRC via ``sluice.protocol.records.compute_crc`
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import socket
 import struct
+import sys
+import traceback
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -97,6 +102,77 @@ def build_batch(
     batch += records
     struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch))
     return bytes(batch)
+
+
+_GC_EACH = os.environ.get("SLUICE_TEST_GC_EACH") == "1"
+#: With SLUICE_TEST_GC_EACH=1: where each socket was made, by socket (weakly: the ones still
+#: alive at the end) and by fd (a finalizer runs after the collector cleared the weak references).
+_SOCKET_ORIGINS: weakref.WeakKeyDictionary[socket.socket, str] = weakref.WeakKeyDictionary()
+_FD_ORIGINS: dict[int, str] = {}
+
+
+def _track_sockets() -> None:
+    """Record the stack that made each ``socket.socket`` (``socketpair``, ``accept`` and
+    ``create_connection`` build theirs through ``__init__`` too): far cheaper than
+    ``PYTHONTRACEMALLOC``, whose 25 frames per allocation slow a cluster test past its
+    deadlines."""
+    init = socket.socket.__init__
+
+    def tracked(self: socket.socket, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        origin = "".join(traceback.format_stack(limit=16)[:-1])
+        _SOCKET_ORIGINS[self] = _FD_ORIGINS[self.fileno()] = origin
+
+    socket.socket.__init__ = tracked  # type: ignore[method-assign]
+
+
+if _GC_EACH:
+    _track_sockets()
+
+
+def _origin(obj: object) -> str:
+    """Where ``obj``, a socket being finalized, was made (the last socket.socket made with its
+    fd)."""
+    origin = _FD_ORIGINS.get(obj.fileno()) if isinstance(obj, socket.socket) else None
+    return origin or "(not a tracked socket)\n"
+
+
+@pytest.fixture(autouse=_GC_EACH)
+def _collect_garbage_after_each_test() -> Iterator[None]:
+    """With ``SLUICE_TEST_GC_EACH=1``, a garbage collection after each test: an object the test
+    leaked in a reference cycle (an unclosed socket, event loop, file) is finalized in the
+    teardown of the test that leaked it, and fails that test with where the socket was made,
+    instead of warning in whichever later test the collector happened to run (where
+    ``filterwarnings = error`` fails an innocent test). Off by default: a collection per test
+    costs time over ~4,300 tests."""
+    yield
+    caught: list[str] = []
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        made = _origin(unraisable.object)
+        caught.append(f"{unraisable.exc_value!r} ({unraisable.err_msg}):\n{made}")
+
+    sys.unraisablehook = hook
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)  # finalizers report it unraisable
+            gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    if caught:
+        pytest.fail("leaked in this test:\n" + "\n".join(caught), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``SLUICE_TEST_GC_EACH=1``: the sockets still open at the end (held by something
+    that lives to the end, as a never-closed event loop's self-pipe), with where each was made."""
+    if not _GC_EACH:
+        return
+    gc.collect()
+    for sock, origin in list(_SOCKET_ORIGINS.items()):
+        if sock.fileno() != -1:
+            sys.stderr.write(f"\nstill open at session end: {sock!r}\n{origin}")
 
 
 @pytest.fixture(scope="session")

@@ -104,6 +104,40 @@ def build_batch(
     return bytes(batch)
 
 
+def close_refused_kafka_python_sockets() -> None:
+    """kafka-python 3.0.12 leaves a socket open when its connect fails (refused, timed out:
+    ``kafka.net.inet.KafkaNetSocket.sock_connect`` raises without closing it). The error's
+    traceback, kept in a list of errors that the raising frame holds, is a reference cycle: the
+    socket (``laddr=('0.0.0.0', port)``, no peer: Linux clears the address of a refused connect)
+    lives until a garbage collection, whose ResourceWarning then fails whichever test it ran in
+    (``filterwarnings = error``). Every test that lets kafka-python try a stopped broker (a
+    cluster with one down) triggers it. Here that method closes the socket it was given when
+    the connect fails."""
+    try:
+        with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka.net.inet import KafkaNetSocket
+    except ImportError:
+        return
+    sock_connect = KafkaNetSocket.sock_connect
+    if getattr(sock_connect, "closes_on_failure", False):
+        return
+
+    async def closing(self: Any, net: Any, sock: socket.socket, *args: Any, **kw: Any) -> Any:
+        try:
+            return await sock_connect(self, net, sock, *args, **kw)
+        except BaseException:
+            sock.close()
+            raise
+
+    closing.closes_on_failure = True  # type: ignore[attr-defined]
+    KafkaNetSocket.sock_connect = closing
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    close_refused_kafka_python_sockets()
+
+
 _GC_EACH = os.environ.get("SLUICE_TEST_GC_EACH") == "1"
 #: With SLUICE_TEST_GC_EACH=1: where each socket was made, by socket (weakly: the ones still
 #: alive at the end) and by fd (a finalizer runs after the collector cleared the weak references).

@@ -104,18 +104,24 @@ def build_batch(
     return bytes(batch)
 
 
-def close_refused_kafka_python_sockets() -> None:
-    """kafka-python 3.0.12 leaves a socket open when its connect fails (refused, timed out:
-    ``kafka.net.inet.KafkaNetSocket.sock_connect`` raises without closing it). The error's
-    traceback, kept in a list of errors that the raising frame holds, is a reference cycle: the
-    socket (``laddr=('0.0.0.0', port)``, no peer: Linux clears the address of a refused connect)
-    lives until a garbage collection, whose ResourceWarning then fails whichever test it ran in
-    (``filterwarnings = error``). Every test that lets kafka-python try a stopped broker (a
-    cluster with one down) triggers it. Here that method closes the socket it was given when
-    the connect fails."""
+def close_what_kafka_python_leaks() -> None:
+    """Close what kafka-python 3.0.12 leaves open, each a random failure of some later test.
+
+    * The socket of a failed connect (refused, timed out): ``KafkaNetSocket.sock_connect``
+      raises without closing it. The error's traceback, kept in a list of errors that the
+      raising frame holds, is a reference cycle, and the I/O thread keeps it alive a while: the
+      socket (``laddr=('0.0.0.0', port)``, no peer: Linux clears the address of a refused
+      connect) is finalized by a garbage collection in some later test, whose ResourceWarning
+      fails that test (``filterwarnings = error``). Any kafka-python client that tries a
+      stopped broker (a cluster with one down) triggers it.
+    * A ``KafkaAdminClient`` whose bootstrap fails (no broker reachable) raises from
+      ``__init__`` with its network selector started: an I/O thread and its wakeup socket pair
+      (AF_UNIX), open until the session's end warns of them.
+    """
     try:
         with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use
             warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka.admin.client import KafkaAdminClient
             from kafka.net.inet import KafkaNetSocket
     except ImportError:
         return
@@ -133,9 +139,22 @@ def close_refused_kafka_python_sockets() -> None:
     closing.closes_on_failure = True  # type: ignore[attr-defined]
     KafkaNetSocket.sock_connect = closing
 
+    init = KafkaAdminClient.__init__
+
+    def closing_init(self: Any, **configs: Any) -> None:
+        try:
+            init(self, **configs)
+        except BaseException:
+            client = getattr(self, "_client", None)
+            if client is not None:
+                client.close()  # stops the I/O thread, closes the socket pair
+            raise
+
+    KafkaAdminClient.__init__ = closing_init
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    close_refused_kafka_python_sockets()
+    close_what_kafka_python_leaks()
 
 
 _GC_EACH = os.environ.get("SLUICE_TEST_GC_EACH") == "1"

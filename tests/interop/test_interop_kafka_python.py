@@ -218,23 +218,33 @@ def test_small_segment_bytes_rolls_segments_on_disk(
         c.close()
 
 
-def test_a_refused_connection_leaves_no_socket_open(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_bootstrap_leaves_no_socket_open(monkeypatch: pytest.MonkeyPatch) -> None:
     """kafka-python 3.0.12 leaves the socket of a refused connect open, in a reference cycle
-    that its I/O thread keeps alive: a garbage collection in a later, unrelated test (or at the
-    session's end) then fails it with a ResourceWarning (``unclosed <socket.socket ...
-    laddr=('0.0.0.0', port)>``). ``tests/conftest.py`` closes it
-    (:func:`tests.conftest.close_refused_kafka_python_sockets`); this fails without that."""
+    its I/O thread keeps alive, and a ``KafkaAdminClient`` whose bootstrap fails leaves that
+    thread running with its wakeup socket pair open: a garbage collection in a later,
+    unrelated test (or the session's end) then fails with a ResourceWarning (``unclosed
+    <socket.socket ... laddr=('0.0.0.0', port)>``, ``unclosed <socket.socket ...
+    family=1 ...>``). ``tests/conftest.py`` closes both
+    (:func:`tests.conftest.close_what_kafka_python_leaks`); this fails without that."""
     from kafka.net.inet import KafkaNetSocket
 
     made: list[socket.socket] = []
     make = KafkaNetSocket.socket
+    socketpair = socket.socketpair
 
     def recorded(self: KafkaNetSocket, *args: Any) -> socket.socket:
         made.append(make(self, *args))
         return made[-1]
 
+    def recorded_pair(*args: Any) -> tuple[socket.socket, socket.socket]:
+        pair = socketpair(*args)
+        made.extend(pair)
+        return pair
+
     monkeypatch.setattr(KafkaNetSocket, "socket", recorded)
+    monkeypatch.setattr(socket, "socketpair", recorded_pair)
     with pytest.raises(KafkaError, match="bootstrap"):
         KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{free_port()}", bootstrap_timeout_ms=1000)
-    assert made, "kafka-python made no socket"
+    assert any(s.family == socket.AF_UNIX for s in made), "no wakeup socket pair made"
+    assert any(s.family == socket.AF_INET for s in made), "no connection tried"
     assert [s for s in made if s.fileno() != -1] == []

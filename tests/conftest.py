@@ -13,6 +13,7 @@ import shutil
 import socket
 import struct
 import sys
+import threading
 import traceback
 import warnings
 import weakref
@@ -114,14 +115,16 @@ def close_what_kafka_python_leaks() -> None:
       connect) is finalized by a garbage collection in some later test, whose ResourceWarning
       fails that test (``filterwarnings = error``). Any kafka-python client that tries a
       stopped broker (a cluster with one down) triggers it.
-    * A ``KafkaAdminClient`` whose bootstrap fails (no broker reachable) raises from
-      ``__init__`` with its network selector started: an I/O thread and its wakeup socket pair
-      (AF_UNIX), open until the session's end warns of them.
+    * A client (``KafkaAdminClient``, ``KafkaProducer``, ``KafkaConsumer``) whose bootstrap
+      fails (no broker reachable) raises from ``__init__`` with its network client made, its
+      wakeup socket pair (AF_UNIX) open and, for the admin client and the consumer, its I/O
+      thread running (which keeps them to the session's end, warned of then).
     """
     try:
         with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use
             warnings.simplefilter("ignore", DeprecationWarning)
-            from kafka.admin.client import KafkaAdminClient
+            from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+            from kafka.net.compat import KafkaNetClient
             from kafka.net.inet import KafkaNetSocket
     except ImportError:
         return
@@ -139,18 +142,34 @@ def close_what_kafka_python_leaks() -> None:
     closing.closes_on_failure = True  # type: ignore[attr-defined]
     KafkaNetSocket.sock_connect = closing
 
-    init = KafkaAdminClient.__init__
+    constructing = threading.local()  # .clients: the network clients made by a constructor
+    net_client_init = KafkaNetClient.__init__
 
-    def closing_init(self: Any, **configs: Any) -> None:
-        try:
-            init(self, **configs)
-        except BaseException:
-            client = getattr(self, "_client", None)
-            if client is not None:
-                client.close()  # stops the I/O thread, closes the socket pair
-            raise
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> None:
+        net_client_init(self, *args, **kwargs)
+        made = getattr(constructing, "clients", None)
+        if made is not None:
+            made.append(self)
 
-    KafkaAdminClient.__init__ = closing_init
+    KafkaNetClient.__init__ = recorded
+
+    def closing_on_failure(init: Callable[..., None]) -> Callable[..., None]:
+        def constructor(self: Any, *args: Any, **kwargs: Any) -> None:
+            outer = getattr(constructing, "clients", None)
+            constructing.clients = made = []
+            try:
+                init(self, *args, **kwargs)
+            except BaseException:
+                for client in made:
+                    client.close()  # stops its I/O thread, closes its sockets
+                raise
+            finally:
+                constructing.clients = outer
+
+        return constructor
+
+    for cls in (KafkaAdminClient, KafkaProducer, KafkaConsumer):
+        cls.__init__ = closing_on_failure(cls.__init__)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,6 +3,9 @@
 ``make_batch`` builds a valid RecordBatch v2 with ``sluice.protocol.records.RecordBatchBuilder``;
 for batches the builder does not make (offset gaps inside a batch, as compaction leaves) it encodes
 the records itself (uncompressed, CRC via ``sluice.protocol.records.compute_crc``).
+
+Sockets: the session closes what kafka-python leaks (:func:`close_what_kafka_python_leaks`), and
+``SLUICE_TEST_GC_EACH=1`` finds the test that leaked one (:func:`_collect_garbage_after_each_test`).
 """
 
 from __future__ import annotations

@@ -223,12 +223,12 @@ def test_a_failed_bootstrap_leaves_no_socket_open(
     monkeypatch: pytest.MonkeyPatch, client: Any
 ) -> None:
     """kafka-python 3.0.12 leaves the socket of a refused connect open, in a reference cycle
-    its I/O thread keeps alive, and a client whose bootstrap fails leaves its wakeup socket pair
-    open (and that thread running): a garbage collection in a later,
-    unrelated test (or the session's end) then fails with a ResourceWarning (``unclosed
-    <socket.socket ... laddr=('0.0.0.0', port)>``, ``unclosed <socket.socket ...
-    family=1 ...>``). ``tests/conftest.py`` closes both
-    (:func:`tests.conftest.close_what_kafka_python_leaks`); this fails without that."""
+    its I/O thread keeps alive, and a client whose bootstrap fails leaves its wakeup socket
+    pair open (and that thread running): a garbage collection in a later, unrelated test (or
+    the session's end) then fails with a ResourceWarning (``unclosed <socket.socket ...
+    laddr=('0.0.0.0', port)>``, ``unclosed <socket.socket ... family=1 ...>``).
+    ``tests/conftest.py`` closes both (:func:`tests.conftest.close_what_kafka_python_leaks`);
+    this fails without that."""
     from kafka.net.inet import KafkaNetSocket
 
     made: list[socket.socket] = []

@@ -847,9 +847,22 @@ class Server:
             await store.close()
         if self.cluster is not None:
             await self.cluster.stop()
+        self._abort_late_connections()
         # 5. flush and close logs; the LogManager writes the clean-shutdown marker last.
         if self.log_manager is not None:
             await self.log_manager.stop()
             self.log_manager.close()
+        self._abort_late_connections()
         self._stopped = True
         log.info("stopped", metrics=self.metrics.snapshot())
+
+    def _abort_late_connections(self) -> None:
+        """Close the connections made after step 3 closed them all: a connection accepted just
+        before the listener closed registers itself when its ``connection_made`` runs, an event
+        loop iteration or two later, and with no request in flight step 3 does not wait at all.
+        Left open it would be served by a stopped broker and its socket never closed."""
+        late = list(self._connections)
+        if late:
+            log.info("closing connections accepted during shutdown", count=len(late))
+        for conn in late:
+            conn.abort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -709,3 +710,27 @@ async def test_fetch_with_data_answers_without_a_coroutine(
     assert asyncio.iscoroutine(waiting)
     empty = await asyncio.wait_for(waiting, 30)
     assert empty.responses[0].partitions[0].records == b""
+
+
+async def test_a_connection_made_during_shutdown_is_closed_too(tmp_path: Path) -> None:
+    """asyncio makes an accepted connection's protocol, then its transport, and calls
+    ``connection_made`` (where the connection registers) an iteration later: one accepted just
+    before shutdown closed the listener registers after shutdown closed every connection it
+    knew. Shutdown closes it too (it was left open, its socket never closed: a ResourceWarning
+    when the event loop's garbage went, in whichever test that was)."""
+    srv = await start_server(tmp_path)
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    try:
+        protocol = srv._make_connection(srv.config.listener.name)  # as the accept loop does
+        shutdown = asyncio.create_task(srv.shutdown())
+        async with asyncio.timeout(10):
+            while srv._server is not None and srv._server.is_serving():
+                await asyncio.sleep(0)  # (then its known connections are closed: no await)
+        await loop.connect_accepted_socket(lambda: protocol, ours)
+        await asyncio.wait_for(shutdown, 30)
+        theirs.settimeout(10)
+        assert await asyncio.to_thread(theirs.recv, 1) == b""  # closed by the broker
+    finally:
+        theirs.close()
+        ours.close()

@@ -11,6 +11,7 @@ on — those cases skip and say so), KafkaConsumer with ``assign()`` only (no gr
 
 from __future__ import annotations
 
+import socket
 import time
 import warnings
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker_util import BrokerProcess
+from tests.broker_util import BrokerProcess, free_port
 from tests.interop_helpers import (
     CODECS,
     DEADLINE_S,
@@ -34,7 +35,7 @@ with warnings.catch_warnings():  # kafka-python's legacy importlib.resources use
     import kafka.codec
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 pytestmark = pytest.mark.interop
 
@@ -215,3 +216,38 @@ def test_small_segment_bytes_rolls_segments_on_disk(
         assert_same(consume(c, tp, len(samples)), samples)
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("client", [KafkaAdminClient, KafkaProducer, KafkaConsumer])
+def test_a_failed_bootstrap_leaves_no_socket_open(
+    monkeypatch: pytest.MonkeyPatch, client: Any
+) -> None:
+    """kafka-python 3.0.12 leaves the socket of a refused connect open, in a reference cycle
+    its I/O thread keeps alive, and a client whose bootstrap fails leaves its wakeup socket
+    pair open (and that thread running): a garbage collection in a later, unrelated test (or
+    the session's end) then fails with a ResourceWarning (``unclosed <socket.socket ...
+    laddr=('0.0.0.0', port)>``, ``unclosed <socket.socket ... family=1 ...>``).
+    ``tests/conftest.py`` closes both (:func:`tests.conftest.close_what_kafka_python_leaks`);
+    this fails without that."""
+    from kafka.net.inet import KafkaNetSocket
+
+    made: list[socket.socket] = []
+    make = KafkaNetSocket.socket
+    socketpair = socket.socketpair
+
+    def recorded(self: KafkaNetSocket, *args: Any) -> socket.socket:
+        made.append(make(self, *args))
+        return made[-1]
+
+    def recorded_pair(*args: Any) -> tuple[socket.socket, socket.socket]:
+        pair = socketpair(*args)
+        made.extend(pair)
+        return pair
+
+    monkeypatch.setattr(KafkaNetSocket, "socket", recorded)
+    monkeypatch.setattr(socket, "socketpair", recorded_pair)
+    with pytest.raises(KafkaError):
+        client(bootstrap_servers=f"127.0.0.1:{free_port()}", bootstrap_timeout_ms=1000)
+    assert any(s.family == socket.AF_UNIX for s in made), "no wakeup socket pair made"
+    assert any(s.family == socket.AF_INET for s in made), "no connection tried"
+    assert [s for s in made if s.fileno() != -1] == []

@@ -482,3 +482,26 @@ async def test_watch_children_with_an_async_callback(make_client: MakeClient) ->
     await writer.close()  # its ephemeral child goes
     await wait_for(lambda: seen[-1] == ["1"], what="the ephemeral child gone")
     await follower.close()  # closing the client stops its watchers
+
+
+async def test_a_close_that_outlasts_its_bound_still_frees_kazoos_socket_pair(
+    sluice_zookeeper_factory: Callable[..., ZooKeeperServer],
+) -> None:
+    """``close()`` waits ``close_timeout`` for kazoo's stop, which a silent server holds longer.
+    kazoo's own ``close()`` (it closes the socket pair its connection thread polls) refuses to
+    run before that thread ended: it runs after the stop completes, not at once when the wait
+    gives up (where it failed and the pair stayed open until a garbage collection warned of an
+    unclosed AF_UNIX socket, at the end of a test session)."""
+    server = sluice_zookeeper_factory()
+    client = ZkClient(server.hosts, session_timeout=10.0, close_timeout=0.2)
+    await client.start()
+    connection = client._kz._connection
+    pair = [connection._read_sock, connection._write_sock]
+    server.pause()
+    try:
+        await client.close()  # gives up after 0.2 s: the paused server answers no close
+    finally:
+        server.resume()
+    await wait_for(
+        lambda: all(s.fileno() == -1 for s in pair), timeout=30, what="kazoo's socket pair closed"
+    )

@@ -471,12 +471,21 @@ class ZkClient:
         kz = self._kz
         if kz is None:
             return
+
+        def stop_and_close() -> None:
+            # kazoo's close() frees the socket pair its connection thread polls and refuses to
+            # run before that thread ended: it runs here, after the stop, also when the wait
+            # below gave up (called then at once, it failed and the pair was left open).
+            try:
+                kz.stop()
+            finally:
+                with contextlib.suppress(Exception):
+                    kz.close()
+
         try:
-            await self._in_thread(kz.stop, self.close_timeout)
+            await self._in_thread(stop_and_close, self.close_timeout)
         except Exception as exc:  # a hung server: its threads are daemons, leave them
             log.warning("zookeeper client did not stop cleanly", error=repr(exc))
-        with contextlib.suppress(Exception):
-            kz.close()
 
     # --- requests ---------------------------------------------------------------------------
 

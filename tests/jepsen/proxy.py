@@ -55,7 +55,11 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self.port = self._call(self._start(port), timeout=10)
+        try:
+            self.port = self._call(self._start(port), timeout=10)
+        except BaseException:  # e.g. the port taken: no loop, thread or socket left behind
+            self._end_loop()
+            raise
 
     # --- control (any thread) -----------------------------------------------------------------
 
@@ -78,6 +82,9 @@ class FaultProxy:
         if self._loop.is_closed():
             return
         self._call(self._stop(), timeout=10)
+        self._end_loop()
+
+    def _end_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()

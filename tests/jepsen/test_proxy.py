@@ -102,3 +102,17 @@ def test_closing_with_live_connections_logs_no_error(
     finally:
         silent.close()
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_a_proxy_that_cannot_listen_leaves_nothing_running(echo_port: int) -> None:
+    """A port already taken (a proxy restarted where another listens): the constructor raises
+    and its event loop, thread and the loop's self-pipe are gone, not left to the session's end
+    (an unclosed event loop's sockets warn when collected, failing some later test)."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    before = set(threading.enumerate())
+    try:
+        with pytest.raises(OSError):
+            FaultProxy("127.0.0.1", echo_port, port=taken.getsockname()[1])
+    finally:
+        taken.close()
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []

@@ -87,6 +87,7 @@ from sluice.server.storage.layout import (
 from sluice.server.storage.log import Log, PendingFlush
 from sluice.server.storage.log_cleaner import LogCleaner
 from sluice.server.storage.log_config import (
+    SERVER_LOG_CONFIG,
     CleanerConfig,
     LogConfig,
     ProducerStateManagerConfig,
@@ -169,13 +170,17 @@ class LogManager:
         max_open_files: int | None = None,
         cleaner_config: CleanerConfig | None = None,
         producer_config: ProducerStateManagerConfig | None = None,
-        producer_id_expiration_check_interval_ms: int = 600_000,
+        producer_id_expiration_check_interval_ms: int | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         #: The producer-state settings every log shares (``producer.id.expiration.ms``: the
         #: broker assigns a dynamic change to it, which the logs read at each use).
         self.producer_config = producer_config or ProducerStateManagerConfig()
-        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.producer_id_expiration_check_interval_ms: int = (
+            SERVER_LOG_CONFIG.default("producer.id.expiration.check.interval.ms")
+            if producer_id_expiration_check_interval_ms is None
+            else producer_id_expiration_check_interval_ms
+        )
         #: The log cleaner's settings (``log.cleaner.*``); the cleaner of compacted topics
         #: runs from :meth:`start` when enabled (:attr:`cleaner`).
         self.cleaner_config = cleaner_config or CleanerConfig()
